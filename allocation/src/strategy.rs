@@ -1,0 +1,52 @@
+//! The allocation strategy trait the coordinator asks.
+
+use crate::{RegionId, ShardId};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The current placement, as the coordinator knows it: every registered
+/// (non-proxy) region, with the shards it hosts in allocation order. Regions
+/// that host nothing yet are present with an empty list.
+pub type Allocations = BTreeMap<RegionId, Vec<ShardId>>;
+
+/// Decides where shards live. The coordinator calls it from one task, so an
+/// implementation may keep state in `&mut self`; it must not block.
+pub trait AllocationStrategy: Send + 'static {
+    /// Where a shard that has no home goes. `requester` is the region that
+    /// asked for the home. `None` means no region can take it now (only
+    /// proxies are registered); the coordinator then leaves the request
+    /// unanswered and the requester retries.
+    fn allocate(
+        &mut self,
+        requester: &RegionId,
+        shard: ShardId,
+        current: &Allocations,
+    ) -> Option<RegionId>;
+
+    /// Which shards to move in this rebalance round. `in_progress` holds the
+    /// shards whose hand-off is still running; a returned shard that is in it
+    /// is ignored by the coordinator.
+    fn rebalance(
+        &mut self,
+        current: &Allocations,
+        in_progress: &BTreeSet<ShardId>,
+    ) -> BTreeSet<ShardId>;
+}
+
+impl<S: AllocationStrategy + ?Sized> AllocationStrategy for Box<S> {
+    fn allocate(
+        &mut self,
+        requester: &RegionId,
+        shard: ShardId,
+        current: &Allocations,
+    ) -> Option<RegionId> {
+        (**self).allocate(requester, shard, current)
+    }
+
+    fn rebalance(
+        &mut self,
+        current: &Allocations,
+        in_progress: &BTreeSet<ShardId>,
+    ) -> BTreeSet<ShardId> {
+        (**self).rebalance(current, in_progress)
+    }
+}

@@ -1,0 +1,16 @@
+//! Kafka I/O for colo.
+//!
+//! This crate will hold everything that talks to Kafka through rdkafka, so the
+//! sharding runtime never does:
+//! - the source: one consumer group per entity type (cooperative-sticky), with
+//!   rebalance events (assigned, revoked, lost) turned into shard hand-offs;
+//! - the changelog: a compacted topic partitioned like the source, restored
+//!   into the local state store before a shard starts;
+//! - sinks and dead-letter topics;
+//! - topic admin (partition counts checked at startup).
+//!
+//! Partitioning itself (murmur2, consistent_random) lives in
+//! `colo-allocation`, which is pure and shared with the runtime.
+#![forbid(unsafe_code)]
+
+pub use colo_allocation::MessageExtractor;

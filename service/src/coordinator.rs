@@ -1,0 +1,556 @@
+//! The coordinator: one per cluster and entity type. It decides shard homes
+//! through the allocation strategy, runs the rebalance loop, drives hand-offs
+//! and tracks which regions are alive.
+//!
+//! Phases: waiting for state (replaying the store) -> active. Every decision
+//! is an event persisted before it is applied, so a coordinator that takes
+//! over from the same store continues where the last one stopped.
+
+pub mod rebalance;
+pub mod state;
+pub mod stats;
+pub mod store;
+
+use crate::inspection::RegionStats;
+use crate::metrics;
+use crate::protocol::{CoordinatorLink, CoordinatorToRegion, RegionToCoordinator, LINK_CAPACITY};
+use crate::settings::ShardingSettings;
+use colo_allocation::{AllocationStrategy, Allocations, RegionId, ShardId};
+use rebalance::{HandOffPlan, WorkerInput, WORKER_CAPACITY};
+use state::{CoordinatorEvent, CoordinatorState};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+use store::{CoordinatorStore, StoreError};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// Capacity of the coordinator's inbox, shared by every region link: links
+/// forward with `send().await`, so a full inbox slows regions down rather
+/// than losing protocol messages.
+const INBOX_CAPACITY: usize = 8192;
+
+/// What reaches the coordinator task.
+#[derive(Debug)]
+enum Input {
+    Connected {
+        region: RegionId,
+        link: u64,
+        to_region: mpsc::Sender<CoordinatorToRegion>,
+    },
+    FromRegion {
+        region: RegionId,
+        link: u64,
+        message: RegionToCoordinator,
+    },
+    Disconnected {
+        region: RegionId,
+        link: u64,
+    },
+    RebalanceDone {
+        shard: ShardId,
+        ok: bool,
+    },
+    StatsDone {
+        request: u64,
+    },
+}
+
+/// A running coordinator. Dropping the handle does not stop it; `stop` does.
+#[derive(Debug, Clone)]
+pub struct CoordinatorHandle {
+    entity_type: Arc<str>,
+    inbox: mpsc::Sender<Input>,
+    next_link: Arc<std::sync::atomic::AtomicU64>,
+    task: Arc<parking_lot::Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl CoordinatorHandle {
+    /// Starts a coordinator for `entity_type`: replays `store`, then serves.
+    pub fn spawn(
+        entity_type: &str,
+        settings: ShardingSettings,
+        strategy: Box<dyn AllocationStrategy>,
+        store: Arc<dyn CoordinatorStore>,
+    ) -> Self {
+        let (inbox, rx) = mpsc::channel(INBOX_CAPACITY);
+        let coordinator = Coordinator {
+            entity_type: entity_type.to_string(),
+            settings,
+            strategy,
+            store,
+            state: CoordinatorState::default(),
+            links: HashMap::new(),
+            in_progress: BTreeMap::new(),
+            graceful_shutdown: BTreeSet::new(),
+            unacked_host: HashMap::new(),
+            stats_requests: HashMap::new(),
+            next_request: 0,
+            inbox: inbox.clone(),
+        };
+        let task = tokio::spawn(coordinator.run(rx));
+        Self {
+            entity_type: Arc::from(entity_type),
+            inbox,
+            next_link: Arc::default(),
+            task: Arc::new(parking_lot::Mutex::new(Some(task))),
+        }
+    }
+
+    /// The entity type this coordinator decides for.
+    pub fn entity_type(&self) -> &str {
+        &self.entity_type
+    }
+
+    /// Opens a link for `region`. The coordinator learns that the region is
+    /// gone when the region drops its end.
+    ///
+    /// # Errors
+    /// The coordinator has stopped.
+    pub async fn connect(&self, region: RegionId) -> Result<CoordinatorLink, CoordinatorStopped> {
+        let link = self.next_link.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (to_region, from_coordinator) = mpsc::channel(LINK_CAPACITY);
+        let (to_coordinator, mut from_region) = mpsc::channel(LINK_CAPACITY);
+        self.inbox
+            .send(Input::Connected {
+                region: region.clone(),
+                link,
+                to_region,
+            })
+            .await
+            .map_err(|_| CoordinatorStopped)?;
+        let inbox = self.inbox.clone();
+        tokio::spawn(async move {
+            while let Some(message) = from_region.recv().await {
+                let input = Input::FromRegion {
+                    region: region.clone(),
+                    link,
+                    message,
+                };
+                if inbox.send(input).await.is_err() {
+                    return;
+                }
+            }
+            let _ = inbox.send(Input::Disconnected { region, link }).await;
+        });
+        Ok(CoordinatorLink {
+            to_coordinator,
+            from_coordinator,
+        })
+    }
+
+    /// Stops the coordinator; links close and regions keep what they know.
+    pub fn stop(&self) {
+        if let Some(task) = self.task.lock().take() {
+            task.abort();
+        }
+    }
+}
+
+/// The coordinator is not running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("coordinator has stopped")]
+pub struct CoordinatorStopped;
+
+struct Link {
+    id: u64,
+    to_region: mpsc::Sender<CoordinatorToRegion>,
+}
+
+struct InProgress {
+    owner: RegionId,
+    started: Instant,
+    worker: mpsc::Sender<WorkerInput>,
+    /// Regions whose GetShardHome waits for the hand-off to finish.
+    deferred: Vec<RegionId>,
+}
+
+struct Coordinator {
+    entity_type: String,
+    settings: ShardingSettings,
+    strategy: Box<dyn AllocationStrategy>,
+    store: Arc<dyn CoordinatorStore>,
+    state: CoordinatorState,
+    links: HashMap<RegionId, Link>,
+    in_progress: BTreeMap<ShardId, InProgress>,
+    graceful_shutdown: BTreeSet<RegionId>,
+    /// HostShard sent, ShardStarted not yet received: resent after
+    /// `shard_start_timeout`.
+    unacked_host: HashMap<ShardId, (RegionId, Instant)>,
+    stats_requests: HashMap<u64, mpsc::Sender<(RegionId, RegionStats)>>,
+    next_request: u64,
+    inbox: mpsc::Sender<Input>,
+}
+
+impl Coordinator {
+    async fn run(mut self, mut rx: mpsc::Receiver<Input>) {
+        // Phase 1: waiting for state.
+        match self.store.load().await.map(CoordinatorState::replay) {
+            Ok(Ok(state)) => self.state = state,
+            Ok(Err(e)) => return tracing::error!(error = %e, "coordinator state does not replay"),
+            Err(e) => return tracing::error!(error = %e, "coordinator store cannot be read"),
+        }
+        tracing::info!(entity_type = %self.entity_type, "coordinator active");
+        // Phase 2: active.
+        let mut rebalance_tick = tokio::time::interval(self.settings.rebalance_interval);
+        rebalance_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        rebalance_tick.reset();
+        let mut host_tick = tokio::time::interval(self.settings.shard_start_timeout / 2);
+        host_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let result = tokio::select! {
+                biased;
+                input = rx.recv() => match input {
+                    Some(input) => self.on_input(input).await,
+                    None => return,
+                },
+                _ = rebalance_tick.tick() => self.on_rebalance_tick().await,
+                _ = host_tick.tick() => { self.resend_host_shard(); Ok(()) }
+            };
+            if let Err(e) = result {
+                tracing::error!(entity_type = %self.entity_type, error = %e, "coordinator stops: store failed");
+                return;
+            }
+        }
+    }
+
+    async fn on_input(&mut self, input: Input) -> Result<(), StoreError> {
+        match input {
+            Input::Connected {
+                region,
+                link,
+                to_region,
+            } => {
+                self.links.insert(region, Link { id: link, to_region });
+            }
+            Input::FromRegion {
+                region,
+                link,
+                message,
+            } => {
+                if self.links.get(&region).is_some_and(|l| l.id == link) {
+                    self.on_region_message(region, message).await?;
+                }
+            }
+            Input::Disconnected { region, link } => {
+                if self.links.get(&region).is_some_and(|l| l.id == link) {
+                    self.links.remove(&region);
+                    self.region_terminated(region).await?;
+                }
+            }
+            Input::RebalanceDone { shard, ok } => self.rebalance_done(shard, ok).await?,
+            Input::StatsDone { request } => {
+                self.stats_requests.remove(&request);
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_region_message(
+        &mut self,
+        region: RegionId,
+        message: RegionToCoordinator,
+    ) -> Result<(), StoreError> {
+        match message {
+            RegionToCoordinator::Register { proxy, .. } => {
+                if proxy && !self.state.is_proxy(&region) {
+                    self.update(CoordinatorEvent::RegionProxyRegistered {
+                        region: region.clone(),
+                    })
+                    .await?;
+                } else if !proxy && !self.state.is_region(&region) {
+                    self.update(CoordinatorEvent::RegionRegistered {
+                        region: region.clone(),
+                    })
+                    .await?;
+                }
+                metrics::coordinator_regions(&self.entity_type, self.state.allocations().len());
+                self.send(&region, CoordinatorToRegion::RegisterAck);
+            }
+            RegionToCoordinator::GetShardHome { shard } => self.get_shard_home(shard, region).await?,
+            RegionToCoordinator::ShardStarted { shard } => {
+                if self.unacked_host.get(&shard).is_some_and(|(r, _)| *r == region) {
+                    self.unacked_host.remove(&shard);
+                }
+            }
+            RegionToCoordinator::BeginHandOffAck { shard } => {
+                self.to_worker(shard, WorkerInput::Ack(region));
+            }
+            RegionToCoordinator::ShardStopped { shard } => {
+                self.to_worker(shard, WorkerInput::Stopped(region));
+            }
+            RegionToCoordinator::GracefulShutdown => {
+                if self.state.is_region(&region) && self.graceful_shutdown.insert(region.clone()) {
+                    tracing::info!(%region, "graceful shutdown: handing off its shards");
+                }
+                self.continue_graceful_shutdowns();
+            }
+            RegionToCoordinator::GetClusterStats { request, timeout } => {
+                self.cluster_stats(region, request, timeout);
+            }
+            RegionToCoordinator::RegionStats { request, stats } => {
+                if let Some(collector) = self.stats_requests.get(&request) {
+                    let _ = collector.try_send((region, stats));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Persist, then apply.
+    async fn update(&mut self, event: CoordinatorEvent) -> Result<(), StoreError> {
+        self.store.persist(event.clone()).await?;
+        if let Err(e) = self.state.apply(event) {
+            // The event was checked against this very state just before; a
+            // refusal here is a bug, not an operational condition.
+            tracing::error!(error = %e, "coordinator event refused after persisting");
+        }
+        Ok(())
+    }
+
+    fn send(&self, region: &RegionId, message: CoordinatorToRegion) {
+        let Some(link) = self.links.get(region) else {
+            return;
+        };
+        if let Err(e) = link.to_region.try_send(message) {
+            tracing::warn!(%region, error = %e, "coordinator message not sent; the region retries");
+        }
+    }
+
+    fn to_worker(&self, shard: ShardId, input: WorkerInput) {
+        if let Some(p) = self.in_progress.get(&shard) {
+            let _ = p.worker.try_send(input);
+        }
+    }
+
+    /// Regions that may receive shards: registered and not leaving.
+    fn active_allocations(&self) -> Cow<'_, Allocations> {
+        active_allocations(&self.state, &self.graceful_shutdown)
+    }
+
+    async fn get_shard_home(&mut self, shard: ShardId, requester: RegionId) -> Result<(), StoreError> {
+        if let Some(p) = self.in_progress.get_mut(&shard) {
+            if !p.deferred.contains(&requester) {
+                p.deferred.push(requester);
+            }
+            return Ok(());
+        }
+        if let Some(home) = self.state.home(shard) {
+            let home = home.clone();
+            self.send(&requester, CoordinatorToRegion::ShardHome { shard, region: home });
+            return Ok(());
+        }
+        if !self.state.is_region(&requester) && !self.state.is_proxy(&requester) {
+            return Ok(()); // not registered yet: it registers, then retries
+        }
+        let active = active_allocations(&self.state, &self.graceful_shutdown);
+        if active.len() < self.settings.min_members {
+            return Ok(()); // too early: the requester retries
+        }
+        let chosen = self.strategy.allocate(&requester, shard, &active);
+        let region = match chosen {
+            Some(region) if active.contains_key(&region) => region,
+            Some(region) => {
+                tracing::warn!(%shard, %region, "allocation strategy chose an unknown region");
+                return Ok(());
+            }
+            None => return Ok(()),
+        };
+        drop(active);
+        self.update(CoordinatorEvent::ShardHomeAllocated {
+            shard,
+            region: region.clone(),
+        })
+        .await?;
+        tracing::debug!(%shard, %region, "shard home allocated");
+        self.send(&region, CoordinatorToRegion::HostShard { shard });
+        self.unacked_host.insert(shard, (region.clone(), Instant::now()));
+        self.send(&requester, CoordinatorToRegion::ShardHome { shard, region });
+        Ok(())
+    }
+
+    fn resend_host_shard(&mut self) {
+        let now = Instant::now();
+        let timeout = self.settings.shard_start_timeout;
+        let due: Vec<(ShardId, RegionId)> = self
+            .unacked_host
+            .iter()
+            .filter(|(_, (_, sent))| now.duration_since(*sent) >= timeout)
+            .map(|(s, (r, _))| (*s, r.clone()))
+            .collect();
+        for (shard, region) in due {
+            if self.state.home(shard) == Some(&region) {
+                self.send(&region, CoordinatorToRegion::HostShard { shard });
+                self.unacked_host.insert(shard, (region, now));
+            } else {
+                self.unacked_host.remove(&shard);
+            }
+        }
+    }
+
+    async fn on_rebalance_tick(&mut self) -> Result<(), StoreError> {
+        self.continue_graceful_shutdowns();
+        if self.state.allocations().len() < 2 {
+            return Ok(());
+        }
+        let in_progress: BTreeSet<ShardId> = self.in_progress.keys().copied().collect();
+        let active = self.active_allocations().into_owned();
+        let chosen = self.strategy.rebalance(&active, &in_progress);
+        let mut started = 0;
+        for shard in chosen {
+            if self.start_handoff(shard) {
+                started += 1;
+            }
+        }
+        if started > 0 {
+            tracing::info!(entity_type = %self.entity_type, shards = started, "rebalance started");
+            metrics::rebalance_started(&self.entity_type, started);
+        }
+        Ok(())
+    }
+
+    fn continue_graceful_shutdowns(&mut self) {
+        let shards: Vec<ShardId> = self
+            .graceful_shutdown
+            .iter()
+            .flat_map(|r| self.state.shards_of(r).iter().copied())
+            .collect();
+        for shard in shards {
+            self.start_handoff(shard);
+        }
+    }
+
+    /// Starts a hand-off unless one runs for the shard; `true` when started.
+    fn start_handoff(&mut self, shard: ShardId) -> bool {
+        if self.in_progress.contains_key(&shard) {
+            return false;
+        }
+        let Some(owner) = self.state.home(shard).cloned() else {
+            return false;
+        };
+        let regions = self
+            .links
+            .iter()
+            .filter(|(r, _)| self.state.is_region(r) || self.state.is_proxy(r))
+            .map(|(r, l)| (r.clone(), l.to_region.clone()))
+            .collect();
+        let (worker, input) = mpsc::channel(WORKER_CAPACITY);
+        let plan = HandOffPlan {
+            shard,
+            owner: owner.clone(),
+            regions,
+            timeout: self.settings.handoff_timeout,
+        };
+        let inbox = self.inbox.clone();
+        tokio::spawn(async move {
+            let ok = rebalance::run(plan, input).await;
+            let _ = inbox.send(Input::RebalanceDone { shard, ok }).await;
+        });
+        self.unacked_host.remove(&shard);
+        self.in_progress.insert(
+            shard,
+            InProgress {
+                owner,
+                started: Instant::now(),
+                worker,
+                deferred: Vec::new(),
+            },
+        );
+        true
+    }
+
+    async fn rebalance_done(&mut self, shard: ShardId, ok: bool) -> Result<(), StoreError> {
+        let Some(done) = self.in_progress.remove(&shard) else {
+            return Ok(());
+        };
+        metrics::handoff_finished(&self.entity_type, ok, done.started.elapsed());
+        if ok {
+            if self.state.home(shard).is_some() {
+                self.update(CoordinatorEvent::ShardHomeDeallocated { shard }).await?;
+            }
+            tracing::debug!(%shard, from = %done.owner, "shard handed off");
+        } else {
+            tracing::warn!(%shard, owner = %done.owner, "hand-off failed; the shard stays where it is");
+            // A leaving region asks again; its shards are retried then.
+            self.graceful_shutdown.remove(&done.owner);
+        }
+        for requester in done.deferred {
+            self.get_shard_home(shard, requester).await?;
+        }
+        Ok(())
+    }
+
+    async fn region_terminated(&mut self, region: RegionId) -> Result<(), StoreError> {
+        if self.state.is_region(&region) {
+            tracing::info!(%region, shards = self.state.shards_of(&region).len(), "region terminated");
+            self.update(CoordinatorEvent::RegionTerminated {
+                region: region.clone(),
+            })
+            .await?;
+            for link in self.links.values() {
+                let _ = link.to_region.try_send(CoordinatorToRegion::RegionTerminated {
+                    region: region.clone(),
+                });
+            }
+        } else if self.state.is_proxy(&region) {
+            self.update(CoordinatorEvent::RegionProxyTerminated {
+                region: region.clone(),
+            })
+            .await?;
+        }
+        self.graceful_shutdown.remove(&region);
+        self.unacked_host.retain(|_, (r, _)| *r != region);
+        for p in self.in_progress.values() {
+            let _ = p.worker.try_send(WorkerInput::RegionGone(region.clone()));
+        }
+        metrics::coordinator_regions(&self.entity_type, self.state.allocations().len());
+        Ok(())
+    }
+
+    fn cluster_stats(&mut self, requester: RegionId, request: u64, timeout: Duration) {
+        let internal = self.next_request;
+        self.next_request += 1;
+        let asked: BTreeSet<RegionId> = self
+            .links
+            .keys()
+            .filter(|r| self.state.is_region(r))
+            .cloned()
+            .collect();
+        let (tx, rx) = mpsc::channel(asked.len().max(1));
+        self.stats_requests.insert(internal, tx);
+        // Regions get most of the deadline for their shards, leaving time to
+        // send the answer back.
+        let region_timeout = timeout.mul_f64(0.8);
+        for region in &asked {
+            self.send(
+                region,
+                CoordinatorToRegion::GetRegionStats {
+                    request: internal,
+                    timeout: region_timeout,
+                },
+            );
+        }
+        let reply_to = self.links.get(&requester).map(|l| l.to_region.clone());
+        let inbox = self.inbox.clone();
+        tokio::spawn(async move {
+            let stats = stats::gather(asked, rx, timeout).await;
+            if let Some(link) = reply_to {
+                let _ = link.send(CoordinatorToRegion::ClusterStats { request, stats }).await;
+            }
+            let _ = inbox.send(Input::StatsDone { request: internal }).await;
+        });
+    }
+}
+
+/// Registered regions that are not leaving, with their shards.
+fn active_allocations<'a>(state: &'a CoordinatorState, leaving: &BTreeSet<RegionId>) -> Cow<'a, Allocations> {
+    if leaving.is_empty() {
+        Cow::Borrowed(state.allocations())
+    } else {
+        let mut a = state.allocations().clone();
+        a.retain(|r, _| !leaving.contains(r));
+        Cow::Owned(a)
+    }
+}

@@ -1,0 +1,96 @@
+//! One hand-off, driven by the coordinator: its own small task with its own
+//! deadline, reporting `RebalanceDone { shard, ok }`.
+//!
+//! BeginHandOff to every region -> every region acks -> HandOff to the owner
+//! -> ShardStopped. A region that leaves meanwhile counts as having answered.
+
+use crate::protocol::CoordinatorToRegion;
+use colo_allocation::{RegionId, ShardId};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// What the coordinator forwards to a running hand-off.
+#[derive(Debug)]
+pub(crate) enum WorkerInput {
+    /// A region acked BeginHandOff.
+    Ack(RegionId),
+    /// The owner reported ShardStopped.
+    Stopped(RegionId),
+    /// A region left the cluster.
+    RegionGone(RegionId),
+}
+
+/// Capacity of a worker's input: one ack per region plus departures; the
+/// coordinator drops (and logs) anything beyond, which only delays the
+/// hand-off to its deadline.
+pub(crate) const WORKER_CAPACITY: usize = 1024;
+
+/// A hand-off to run.
+pub(crate) struct HandOffPlan {
+    pub shard: ShardId,
+    pub owner: RegionId,
+    /// Every region and proxy to notify, with its link.
+    pub regions: BTreeMap<RegionId, mpsc::Sender<CoordinatorToRegion>>,
+    pub timeout: Duration,
+}
+
+/// Runs the hand-off; `true` when the owner stopped the shard in time.
+pub(crate) async fn run(plan: HandOffPlan, mut input: mpsc::Receiver<WorkerInput>) -> bool {
+    let deadline = Instant::now() + plan.timeout;
+    let shard = plan.shard;
+    let mut waiting: BTreeSet<RegionId> = BTreeSet::new();
+    for (region, link) in &plan.regions {
+        if link.try_send(CoordinatorToRegion::BeginHandOff { shard }).is_ok() {
+            waiting.insert(region.clone());
+        } else {
+            tracing::warn!(%shard, %region, "could not send BeginHandOff; not waiting for its ack");
+        }
+    }
+    let mut owner_gone = false;
+    while !waiting.is_empty() {
+        match tokio::time::timeout_at(deadline, input.recv()).await {
+            Ok(Some(WorkerInput::Ack(region))) => {
+                waiting.remove(&region);
+            }
+            Ok(Some(WorkerInput::RegionGone(region))) => {
+                owner_gone |= region == plan.owner;
+                waiting.remove(&region);
+            }
+            Ok(Some(WorkerInput::Stopped(_))) => {}
+            Ok(None) => return false,
+            Err(_) => {
+                tracing::warn!(%shard, waiting = ?waiting, "hand-off timed out waiting for BeginHandOffAck");
+                return false;
+            }
+        }
+    }
+    if owner_gone {
+        return true;
+    }
+    let Some(owner_link) = plan.regions.get(&plan.owner) else {
+        // The owner had no link when the hand-off started: it is gone, and
+        // the coordinator deallocates its shards on termination anyway.
+        return true;
+    };
+    if owner_link.try_send(CoordinatorToRegion::HandOff { shard }).is_err() {
+        tracing::warn!(%shard, owner = %plan.owner, "could not send HandOff");
+        return false;
+    }
+    loop {
+        match tokio::time::timeout_at(deadline, input.recv()).await {
+            Ok(Some(WorkerInput::Stopped(region) | WorkerInput::RegionGone(region)))
+                if region == plan.owner =>
+            {
+                return true
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => return false,
+            Err(_) => {
+                tracing::warn!(%shard, owner = %plan.owner, "hand-off timed out waiting for ShardStopped");
+                return false;
+            }
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! The entity API: what a user implements and registers.
+
+use crate::settings::{SettingsError, ShardingSettings};
+use colo_allocation::{HashExtractor, MessageExtractor, ShardId};
+use compact_str::CompactString;
+use serde::{de::DeserializeOwned, Serialize};
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+/// An entity's id inside its entity type. Short ids (up to 24 bytes) are kept
+/// inline, so routing a message allocates nothing for them.
+pub type EntityId = CompactString;
+
+/// A stateful object with a unique id inside its entity type.
+///
+/// An entity is a plain value owned by its shard's task: the shard runs one
+/// handler at a time, so an entity needs no locking, and an idle entity costs
+/// only its own size.
+pub trait Entity: Send + 'static {
+    /// What the entity is told or asked. It crosses nodes, hence serde.
+    type Message: Serialize + DeserializeOwned + Send + 'static;
+    /// What an ask returns.
+    type Reply: Serialize + DeserializeOwned + Send + 'static;
+
+    /// Handles one message. An error (or a panic) drops the entity: it is
+    /// logged and counted, the asker gets the error, and the entity is created
+    /// anew on its next message.
+    fn handle(
+        &mut self,
+        ctx: &EntityContext,
+        message: Self::Message,
+    ) -> impl Future<Output = Result<Self::Reply, EntityError>> + Send;
+}
+
+/// Where a handler runs: its entity id and shard.
+#[derive(Debug, Clone)]
+pub struct EntityContext {
+    pub(crate) entity_id: EntityId,
+    pub(crate) shard: ShardId,
+}
+
+impl EntityContext {
+    /// The entity's id.
+    pub fn entity_id(&self) -> &str {
+        &self.entity_id
+    }
+
+    /// The shard the entity lives in.
+    pub fn shard(&self) -> ShardId {
+        self.shard
+    }
+}
+
+/// A handler's failure, reported to the asker as text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct EntityError(pub String);
+
+impl EntityError {
+    /// An error with a message.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+}
+
+type Factory<E> = Arc<dyn Fn(&EntityId) -> E + Send + Sync>;
+type StopMessage<M> = Arc<dyn Fn() -> M + Send + Sync>;
+
+/// An entity type: a name, an entity factory, a message extractor and
+/// settings. A node runs one region per entity type.
+pub struct EntityType<E: Entity> {
+    pub(crate) name: String,
+    pub(crate) factory: Factory<E>,
+    pub(crate) extractor: Option<Arc<dyn MessageExtractor>>,
+    pub(crate) settings: ShardingSettings,
+    pub(crate) stop_message: Option<StopMessage<E::Message>>,
+}
+
+impl<E: Entity> Clone for EntityType<E> {
+    fn clone(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            factory: self.factory.clone(),
+            extractor: self.extractor.clone(),
+            settings: self.settings.clone(),
+            stop_message: self.stop_message.clone(),
+        }
+    }
+}
+
+impl<E: Entity> fmt::Debug for EntityType<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EntityType")
+            .field("name", &self.name)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an entity type was refused at registration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistrationError {
+    /// The name is empty or has characters that would break metric labels
+    /// and wire names.
+    #[error("invalid entity type name {0:?}: use 1 to 128 characters from [A-Za-z0-9_.-]")]
+    InvalidName(String),
+    /// A setting cannot work.
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    /// The extractor and the settings disagree on the number of shards.
+    #[error("the message extractor has {extractor} shards but number_of_shards is {settings}")]
+    ShardCountMismatch {
+        /// Shards of the extractor.
+        extractor: u32,
+        /// `number_of_shards` of the settings.
+        settings: u32,
+    },
+    /// This node already runs a region for the entity type.
+    #[error("entity type {0:?} is already registered on this node")]
+    AlreadyRegistered(String),
+}
+
+impl<E: Entity> EntityType<E> {
+    /// An entity type with default settings and the default extractor
+    /// (`stable_hash(entity id) % number_of_shards`).
+    pub fn new(name: impl Into<String>, factory: impl Fn(&EntityId) -> E + Send + Sync + 'static) -> Self {
+        Self {
+            name: name.into(),
+            factory: Arc::new(factory),
+            extractor: None,
+            settings: ShardingSettings::default(),
+            stop_message: None,
+        }
+    }
+
+    /// Replaces the settings.
+    pub fn with_settings(mut self, settings: ShardingSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Replaces the extractor, e.g. with Kafka's murmur2 partitioner so a
+    /// record and an ask for the same key meet in the same shard. Its number
+    /// of shards must equal `number_of_shards`.
+    pub fn with_extractor(mut self, extractor: impl MessageExtractor) -> Self {
+        self.extractor = Some(Arc::new(extractor));
+        self
+    }
+
+    /// The message each entity handles before it is stopped for a hand-off,
+    /// for entities that must clean up. Without one, entities are dropped.
+    pub fn with_stop_message(mut self, stop: impl Fn() -> E::Message + Send + Sync + 'static) -> Self {
+        self.stop_message = Some(Arc::new(stop));
+        self
+    }
+
+    /// The entity type's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Checks the name, the settings and the extractor, and fills in the
+    /// default extractor.
+    ///
+    /// # Errors
+    /// A [`RegistrationError`] naming what is wrong.
+    pub(crate) fn validated(mut self) -> Result<Self, RegistrationError> {
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= 128
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if !name_ok {
+            return Err(RegistrationError::InvalidName(self.name));
+        }
+        self.settings.validate()?;
+        let extractor = match self.extractor.take() {
+            Some(extractor) => extractor,
+            None => Arc::new(
+                HashExtractor::new(self.settings.number_of_shards).map_err(|e| SettingsError {
+                    field: "number_of_shards",
+                    reason: e.to_string(),
+                })?,
+            ),
+        };
+        if extractor.number_of_shards() != self.settings.number_of_shards {
+            return Err(RegistrationError::ShardCountMismatch {
+                extractor: extractor.number_of_shards(),
+                settings: self.settings.number_of_shards,
+            });
+        }
+        self.extractor = Some(extractor);
+        Ok(self)
+    }
+}

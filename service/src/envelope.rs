@@ -1,0 +1,60 @@
+//! Messages on their way to an entity, in their local and wire forms.
+
+use crate::entity::{Entity, EntityId};
+use crate::error::AskError;
+use bytes::Bytes;
+use colo_allocation::{RegionId, ShardId};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+/// A message inside a node: typed, with where its reply goes.
+pub(crate) struct Envelope<E: Entity> {
+    pub entity_id: EntityId,
+    pub shard: ShardId,
+    pub message: E::Message,
+    pub reply: Reply<E::Reply>,
+}
+
+/// Where the answer to a message goes.
+pub(crate) enum Reply<R> {
+    /// A tell: nobody waits.
+    None,
+    /// An ask from this node.
+    Local(oneshot::Sender<Result<R, AskError>>),
+    /// An ask from another node (or one that left this node and came back).
+    Remote(ReplyTo),
+}
+
+/// The node and correlation id an ask's reply is sent back to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyTo {
+    /// The node waiting for the reply.
+    pub node: RegionId,
+    /// Its correlation id on that node.
+    pub correlation: u64,
+}
+
+/// A message between nodes: the payload is encoded by the entity type's
+/// codec, so a transport moves it without knowing the type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireEnvelope {
+    /// The entity type's name.
+    pub entity_type: String,
+    /// The target entity.
+    pub entity_id: EntityId,
+    /// Its shard, as the sender's extractor computed it.
+    pub shard: ShardId,
+    /// The encoded message.
+    pub payload: Bytes,
+    /// Where the reply goes, for an ask.
+    pub reply_to: Option<ReplyTo>,
+}
+
+/// The answer to a remote ask.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireReply {
+    /// The asker's correlation id.
+    pub correlation: u64,
+    /// The encoded reply, or why there is none.
+    pub result: Result<Bytes, AskError>,
+}

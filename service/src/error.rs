@@ -1,0 +1,48 @@
+//! What a sender sees when a message cannot be accepted or answered.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Why a `tell` was refused. A refused message was not accepted: nothing
+/// about it is left in the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum TellError {
+    /// The region's buffer for messages without a known shard home is full.
+    #[error("region buffer of entity type {entity_type:?} is full ({limit} messages)")]
+    BufferFull {
+        /// The entity type.
+        entity_type: String,
+        /// `buffer_size`.
+        limit: usize,
+    },
+    /// The entity id is empty.
+    #[error("entity id must not be empty")]
+    EmptyEntityId,
+    /// The region has shut down.
+    #[error("region of entity type {0:?} has stopped")]
+    RegionStopped(String),
+    /// The message could not be encoded for a remote node.
+    #[error("message could not be encoded: {0}")]
+    Codec(String),
+}
+
+/// Why an `ask` got no reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum AskError {
+    /// The message was refused.
+    #[error(transparent)]
+    Tell(#[from] TellError),
+    /// No reply within the timeout. The message may still be handled.
+    #[error("no reply within {0:?}")]
+    Timeout(Duration),
+    /// The entity's handler failed or panicked; the entity was dropped.
+    #[error("entity failed: {0}")]
+    EntityFailed(String),
+    /// The message was dropped before an entity handled it (its shard was
+    /// stopped by force, or its node disappeared).
+    #[error("message was dropped: {0}")]
+    Dropped(String),
+    /// The reply could not be decoded.
+    #[error("reply could not be decoded: {0}")]
+    Codec(String),
+}

@@ -1,0 +1,46 @@
+//! The two inspection queries and their answers.
+//!
+//! Both are best effort with a deadline: a shard (or region) that does not
+//! answer in time is listed as failed rather than holding the answer back.
+
+use crate::entity::EntityId;
+use colo_allocation::{RegionId, ShardId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One region's shards and the entities alive in each.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CurrentRegionState {
+    /// Hosted shards, by id, with their live entity ids (sorted).
+    pub shards: BTreeMap<ShardId, Vec<EntityId>>,
+    /// Shards that did not answer in time.
+    pub failed: Vec<ShardId>,
+}
+
+/// One region's shard -> number of live entities.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionStats {
+    /// Hosted shards with their number of live entities.
+    pub stats: BTreeMap<ShardId, usize>,
+    /// Shards that did not answer in time.
+    pub failed: Vec<ShardId>,
+}
+
+/// Every region's stats, as the coordinator gathered them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterShardingStats {
+    /// Stats per region that answered.
+    pub regions: BTreeMap<RegionId, RegionStats>,
+    /// Regions that did not answer in time.
+    pub failed_regions: Vec<RegionId>,
+}
+
+impl ClusterShardingStats {
+    /// Live entities across the cluster.
+    pub fn total_entities(&self) -> usize {
+        self.regions
+            .values()
+            .flat_map(|r| r.stats.values())
+            .sum()
+    }
+}

@@ -1,0 +1,51 @@
+//! colo: stateful, sharded entities next to Kafka.
+//!
+//! A node runs one [`Region`] per entity type; a region routes messages by
+//! entity id to shards, hosts its local shards, and buffers while a shard's
+//! home is unknown. One [`coordinator`] per entity type decides where shards
+//! live, through a pluggable allocation strategy, and moves them with the
+//! hand-off protocol. See DESIGN.md for the vocabulary and the invariants.
+//!
+//! # Layout
+//! - [`entity`]: the entity API (`Entity`, `EntityType`).
+//! - [`settings`]: per entity type settings with Akka's defaults.
+//! - [`node`]: a node and its regions.
+//! - [`region`]: routing, buffering, hosting; `region/routes.rs` is the
+//!   routing table, `region/task.rs` the region's state machine,
+//!   `region/outbound.rs` the queue to each remote node.
+//! - [`shard`]: the task that owns a shard's entities.
+//! - [`coordinator`]: shard homes, rebalancing, hand-off; its event-sourced
+//!   state and store.
+//! - [`protocol`]: the coordinator protocol, by direction.
+//! - [`envelope`], [`codec`]: messages and the one codec boundary.
+//! - [`transport`]: how nodes reach each other; an in-memory network.
+//! - [`inspection`]: the region-state and cluster-stats queries.
+//! - [`metrics`]: every metric name.
+//! - [`error`]: what senders see.
+#![forbid(unsafe_code)]
+
+pub mod codec;
+pub mod coordinator;
+pub mod entity;
+pub mod envelope;
+pub mod error;
+pub mod inspection;
+pub mod metrics;
+pub mod node;
+pub mod protocol;
+pub mod region;
+mod replies;
+pub mod settings;
+pub mod shard;
+pub mod transport;
+
+pub use colo_allocation as allocation;
+pub use colo_allocation::{RegionId, ShardId};
+pub use coordinator::{store::InMemoryStore, CoordinatorHandle};
+pub use entity::{Entity, EntityContext, EntityError, EntityId, EntityType, RegistrationError};
+pub use error::{AskError, TellError};
+pub use inspection::{ClusterShardingStats, CurrentRegionState, RegionStats};
+pub use node::Node;
+pub use region::{QueryError, Region};
+pub use settings::{SettingsError, ShardingSettings};
+pub use transport::{memory::InMemoryNetwork, Transport, TransportError};

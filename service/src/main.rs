@@ -1,0 +1,4 @@
+//! The `colo` command.
+fn main() {
+    println!("colo");
+}

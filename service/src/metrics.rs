@@ -1,0 +1,100 @@
+//! Every metric colo emits: names, descriptions, and the handles the hot path
+//! keeps so that counting costs an atomic add, not a registry lookup.
+//!
+//! Prometheus style: `colo_` prefix, base units, `_total` for counters, and
+//! only bounded labels (`entity_type`, `reason`, `outcome`).
+
+use metrics::{Counter, Gauge, Histogram, Unit};
+use std::sync::Once;
+use std::time::Duration;
+
+pub const HOSTED_SHARDS: &str = "colo_region_hosted_shards";
+pub const HOSTED_ENTITIES: &str = "colo_region_hosted_entities";
+pub const DELIVERED: &str = "colo_messages_delivered_total";
+pub const FORWARDED: &str = "colo_messages_forwarded_total";
+pub const BUFFERED: &str = "colo_messages_buffered";
+pub const BUFFERED_TOTAL: &str = "colo_messages_buffered_total";
+pub const DROPPED: &str = "colo_messages_dropped_total";
+pub const ENTITY_FAILURES: &str = "colo_entity_failures_total";
+pub const SHARD_HOME_LATENCY: &str = "colo_shard_home_latency_seconds";
+pub const HANDOFFS: &str = "colo_handoffs_total";
+pub const HANDOFF_DURATION: &str = "colo_handoff_duration_seconds";
+pub const REBALANCED_SHARDS: &str = "colo_rebalanced_shards_total";
+pub const COORDINATOR_REGIONS: &str = "colo_coordinator_regions";
+
+/// Registers descriptions with the installed recorder; cheap to call again.
+pub fn describe() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        use metrics::{describe_counter, describe_gauge, describe_histogram};
+        describe_gauge!(HOSTED_SHARDS, "Shards hosted by this node's region");
+        describe_gauge!(HOSTED_ENTITIES, "Live entities in this node's region");
+        describe_counter!(DELIVERED, "Messages handled by an entity on this node");
+        describe_counter!(FORWARDED, "Messages forwarded to the region of another node");
+        describe_gauge!(BUFFERED, "Messages buffered while their shard home is unknown");
+        describe_counter!(BUFFERED_TOTAL, "Messages that were buffered at least once");
+        describe_counter!(DROPPED, "Messages refused or lost, by reason");
+        describe_counter!(ENTITY_FAILURES, "Entity handlers that failed or panicked");
+        describe_histogram!(SHARD_HOME_LATENCY, Unit::Seconds, "Time from asking the coordinator for a shard home to the answer");
+        describe_counter!(HANDOFFS, "Shard hand-offs run by the coordinator, by outcome");
+        describe_histogram!(HANDOFF_DURATION, Unit::Seconds, "Duration of shard hand-offs");
+        describe_counter!(REBALANCED_SHARDS, "Shards chosen by the rebalance loop to move");
+        describe_gauge!(COORDINATOR_REGIONS, "Regions registered with the coordinator");
+    });
+}
+
+/// A region's metric handles.
+#[derive(Clone)]
+pub(crate) struct RegionMetrics {
+    pub hosted_shards: Gauge,
+    pub hosted_entities: Gauge,
+    pub delivered: Counter,
+    pub forwarded: Counter,
+    pub buffered: Gauge,
+    pub buffered_total: Counter,
+    pub dropped_buffer_full: Counter,
+    pub dropped_undeliverable: Counter,
+    pub dropped_bad_payload: Counter,
+    pub entity_failures: Counter,
+    pub shard_home_latency: Histogram,
+}
+
+impl RegionMetrics {
+    pub fn new(entity_type: &str) -> Self {
+        let et = entity_type.to_string();
+        let dropped = |reason: &'static str| {
+            metrics::counter!(DROPPED, "entity_type" => et.clone(), "reason" => reason)
+        };
+        Self {
+            hosted_shards: metrics::gauge!(HOSTED_SHARDS, "entity_type" => et.clone()),
+            hosted_entities: metrics::gauge!(HOSTED_ENTITIES, "entity_type" => et.clone()),
+            delivered: metrics::counter!(DELIVERED, "entity_type" => et.clone()),
+            forwarded: metrics::counter!(FORWARDED, "entity_type" => et.clone()),
+            buffered: metrics::gauge!(BUFFERED, "entity_type" => et.clone()),
+            buffered_total: metrics::counter!(BUFFERED_TOTAL, "entity_type" => et.clone()),
+            dropped_buffer_full: dropped("buffer_full"),
+            dropped_undeliverable: dropped("undeliverable"),
+            dropped_bad_payload: dropped("bad_payload"),
+            entity_failures: metrics::counter!(ENTITY_FAILURES, "entity_type" => et.clone()),
+            shard_home_latency: metrics::histogram!(SHARD_HOME_LATENCY, "entity_type" => et),
+        }
+    }
+}
+
+pub(crate) fn handoff_finished(entity_type: &str, ok: bool, took: Duration) {
+    let outcome = if ok { "completed" } else { "failed" };
+    metrics::counter!(HANDOFFS, "entity_type" => entity_type.to_string(), "outcome" => outcome)
+        .increment(1);
+    metrics::histogram!(HANDOFF_DURATION, "entity_type" => entity_type.to_string())
+        .record(took.as_secs_f64());
+}
+
+pub(crate) fn rebalance_started(entity_type: &str, shards: usize) {
+    metrics::counter!(REBALANCED_SHARDS, "entity_type" => entity_type.to_string())
+        .increment(shards as u64);
+}
+
+pub(crate) fn coordinator_regions(entity_type: &str, regions: usize) {
+    metrics::gauge!(COORDINATOR_REGIONS, "entity_type" => entity_type.to_string())
+        .set(regions as f64);
+}

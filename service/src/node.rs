@@ -1,0 +1,201 @@
+//! A node: one process's regions, its transport, its table of remote asks,
+//! and every task it started (so that it can stop them all).
+
+use crate::codec;
+use crate::entity::{Entity, EntityType, RegistrationError};
+use crate::envelope::{Reply, WireEnvelope, WireReply};
+use crate::error::AskError;
+use crate::region::{Region, RegionInbound};
+use crate::replies::PendingReplies;
+use crate::transport::{Inbound, Transport};
+use colo_allocation::RegionId;
+use futures::future::BoxFuture;
+use parking_lot::{Mutex, RwLock};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::task::JoinSet;
+
+/// Every task a node started. Shards are kept apart so that they can be
+/// stopped first when the node dies: their entities must be gone before the
+/// coordinator learns of the death and starts them elsewhere.
+#[derive(Default)]
+pub(crate) struct Tasks {
+    shards: Mutex<JoinSet<()>>,
+    others: Mutex<JoinSet<()>>,
+}
+
+impl Tasks {
+    pub fn spawn_shard(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let mut set = self.shards.lock();
+        while set.try_join_next().is_some() {}
+        set.spawn(task);
+    }
+
+    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let mut set = self.others.lock();
+        while set.try_join_next().is_some() {}
+        set.spawn(task);
+    }
+
+    async fn abort_all(&self) {
+        for set in [&self.shards, &self.others] {
+            let mut set = std::mem::take(&mut *set.lock());
+            set.abort_all();
+            while set.join_next().await.is_some() {}
+        }
+    }
+}
+
+/// What every region, shard and outbound queue of a node shares.
+pub(crate) struct NodeContext {
+    pub id: RegionId,
+    pub transport: Arc<dyn Transport>,
+    pub pending: PendingReplies,
+    pub tasks: Tasks,
+}
+
+impl NodeContext {
+    /// Sends an entity's answer where the asker waits.
+    pub fn reply<R: Serialize + Send + 'static>(&self, reply: Reply<R>, result: Result<R, AskError>) {
+        match reply {
+            Reply::None => {}
+            Reply::Local(tx) => {
+                let _ = tx.send(result);
+            }
+            Reply::Remote(to) => {
+                let result = result.and_then(|r| codec::encode(&r).map_err(|e| AskError::Codec(e.0)));
+                if to.node == self.id {
+                    self.pending.complete(to.correlation, result);
+                    return;
+                }
+                let reply = WireReply {
+                    correlation: to.correlation,
+                    result,
+                };
+                let transport = self.transport.clone();
+                self.tasks.spawn(async move {
+                    if let Err(e) = transport.reply(&to.node, reply).await {
+                        tracing::debug!(error = %e, "ask reply not delivered");
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// Routes what the transport receives to the node's regions.
+struct NodeInbound {
+    context: Arc<NodeContext>,
+    regions: RwLock<HashMap<String, Arc<dyn RegionInbound>>>,
+}
+
+impl Inbound for NodeInbound {
+    fn deliver(&self, batch: Vec<WireEnvelope>) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            for env in batch {
+                let region = self.regions.read().get(&env.entity_type).cloned();
+                match region {
+                    Some(region) => region.deliver(env).await,
+                    None => {
+                        tracing::warn!(entity_type = %env.entity_type, node = %self.context.id, "no region for a received message");
+                        if let Some(to) = env.reply_to {
+                            let reason = format!("no region for entity type {:?} on node {}", env.entity_type, self.context.id);
+                            self.context.reply::<()>(Reply::Remote(to), Err(AskError::Dropped(reason)));
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    fn reply(&self, reply: WireReply) {
+        self.context.pending.complete(reply.correlation, reply.result);
+    }
+}
+
+/// One node of a cluster: runs a region per entity type.
+pub struct Node {
+    context: Arc<NodeContext>,
+    inbound: Arc<NodeInbound>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("id", &self.context.id).finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// A node named after its transport's local name, reachable at once.
+    pub fn new(transport: Arc<dyn Transport>) -> Self {
+        crate::metrics::describe();
+        let context = Arc::new(NodeContext {
+            id: transport.local().clone(),
+            transport: transport.clone(),
+            pending: PendingReplies::default(),
+            tasks: Tasks::default(),
+        });
+        let inbound = Arc::new(NodeInbound {
+            context: context.clone(),
+            regions: RwLock::default(),
+        });
+        transport.attach(inbound.clone());
+        Self { context, inbound }
+    }
+
+    /// The node's name.
+    pub fn id(&self) -> &RegionId {
+        &self.context.id
+    }
+
+    /// Registers an entity type and starts its region here.
+    ///
+    /// # Errors
+    /// The entity type is invalid or already registered on this node.
+    pub fn start_region<E: Entity>(&self, entity_type: EntityType<E>) -> Result<Region<E>, RegistrationError> {
+        self.start(entity_type, false)
+    }
+
+    /// Starts a proxy region: it routes to the entity type's shards but hosts
+    /// none, e.g. on a node that only sends.
+    ///
+    /// # Errors
+    /// The entity type is invalid or already registered on this node.
+    pub fn start_proxy<E: Entity>(&self, entity_type: EntityType<E>) -> Result<Region<E>, RegistrationError> {
+        self.start(entity_type, true)
+    }
+
+    fn start<E: Entity>(&self, entity_type: EntityType<E>, proxy: bool) -> Result<Region<E>, RegistrationError> {
+        let entity_type = entity_type.validated()?;
+        let mut regions = self.inbound.regions.write();
+        if regions.contains_key(&entity_type.name) {
+            return Err(RegistrationError::AlreadyRegistered(entity_type.name));
+        }
+        let (region, inbound) = Region::start(entity_type, proxy, self.context.clone());
+        regions.insert(region.entity_type().to_string(), inbound);
+        Ok(region)
+    }
+
+    /// Gracefully stops every region of the node: each hands off its shards
+    /// to the other nodes and delivers its buffered messages first.
+    pub async fn shutdown(&self) {
+        let regions: Vec<_> = self.inbound.regions.read().values().cloned().collect();
+        futures::future::join_all(regions.iter().map(|r| r.shutdown())).await;
+        self.inbound.regions.write().clear();
+        self.context.transport.detach();
+    }
+
+    /// Stops the node at once, as a crash would: no hand-off, entities
+    /// dropped, other nodes find it unreachable and its coordinator links
+    /// close.
+    pub async fn kill(&self) {
+        self.context.transport.detach();
+        for region in self.inbound.regions.read().values() {
+            region.stop_accepting();
+        }
+        self.context.tasks.abort_all().await;
+        self.inbound.regions.write().clear();
+    }
+}

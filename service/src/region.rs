@@ -1,0 +1,310 @@
+//! A region: per node and entity type, routes messages by entity id to
+//! shards, hosts local shards, buffers while a shard has no known home, and
+//! speaks the coordinator protocol.
+//!
+//! Senders route through the shared [`routes::Routes`] table; the region task
+//! only handles what changes it: coordinator messages, hand-offs, undelivered
+//! batches, queries and shutdown. Its phases: connecting -> registering ->
+//! active -> shutting down -> stopped.
+
+pub(crate) mod outbound;
+pub(crate) mod routes;
+mod task;
+
+use crate::entity::{Entity, EntityId, EntityType};
+use crate::envelope::{Envelope, Reply, WireEnvelope};
+use crate::error::{AskError, TellError};
+use crate::inspection::{ClusterShardingStats, CurrentRegionState};
+use crate::metrics::RegionMetrics;
+use crate::node::NodeContext;
+use crate::{codec, shard};
+use colo_allocation::{MessageExtractor, RegionId, ShardId};
+use futures::future::BoxFuture;
+use routes::Routes;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// Capacity of the region task's command channel. Commands are rare (queries,
+/// hand-off results, undelivered batches); senders wait when it is full.
+const COMMAND_CAPACITY: usize = 1024;
+
+/// What the region task is asked to do, by handles and by its own helpers.
+pub(crate) enum RegionCmd<E: Entity> {
+    /// A shard finished its hand-off; `leftovers` were still in its mailbox.
+    ShardStopped {
+        shard: ShardId,
+        leftovers: VecDeque<Envelope<E>>,
+    },
+    /// Everything forwarded to the old home before BeginHandOff arrived there.
+    BeginHandOffReady { shard: ShardId },
+    /// A remote node could not be reached; these go back to the buffer.
+    Undeliverable { to: RegionId, envelopes: Vec<Envelope<E>> },
+    State {
+        timeout: Duration,
+        reply: oneshot::Sender<CurrentRegionState>,
+    },
+    ClusterStats {
+        timeout: Duration,
+        reply: oneshot::Sender<ClusterShardingStats>,
+    },
+    Shutdown { done: oneshot::Sender<()> },
+}
+
+/// What routing needs, shared by every handle and the region task.
+pub(crate) struct Shared<E: Entity> {
+    pub id: RegionId,
+    pub entity_type: Arc<EntityType<E>>,
+    pub extractor: Arc<dyn MessageExtractor>,
+    pub routes: Routes<E>,
+    pub proxy: bool,
+    pub stopped: AtomicBool,
+    pub node: Arc<NodeContext>,
+    pub metrics: RegionMetrics,
+}
+
+impl<E: Entity> Shared<E> {
+    async fn route(&self, env: Envelope<E>) -> Result<(), TellError> {
+        if self.stopped.load(Ordering::Acquire) {
+            return Err(TellError::RegionStopped(self.entity_type.name.clone()));
+        }
+        self.routes.route(env).await
+    }
+}
+
+/// A region as the node sees it: where the transport hands received
+/// envelopes, and how the node stops it.
+pub(crate) trait RegionInbound: Send + Sync + 'static {
+    /// Routes an envelope received from another node.
+    fn deliver(&self, env: WireEnvelope) -> BoxFuture<'_, ()>;
+    /// Refuses new messages (the node is dying).
+    fn stop_accepting(&self);
+    /// Hands off every shard and stops.
+    fn shutdown(&self) -> BoxFuture<'_, ()>;
+}
+
+struct Inbound<E: Entity> {
+    shared: Arc<Shared<E>>,
+    commands: mpsc::Sender<RegionCmd<E>>,
+}
+
+impl<E: Entity> RegionInbound for Inbound<E> {
+    fn deliver(&self, env: WireEnvelope) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let shared = &self.shared;
+            let reply = env.reply_to.map_or(Reply::None, Reply::Remote);
+            let in_range = env.shard.0 < shared.extractor.number_of_shards();
+            let message = match codec::decode::<E::Message>(&env.payload) {
+                Ok(m) if in_range => m,
+                Ok(_) | Err(_) => {
+                    shared.metrics.dropped_bad_payload.increment(1);
+                    tracing::warn!(entity_type = %shared.entity_type.name, entity_id = %env.entity_id, shard = %env.shard, "received message cannot be decoded or has an unknown shard; dropped");
+                    shard::dropped(reply, &shared.node, "message cannot be decoded by the receiving node");
+                    return;
+                }
+            };
+            if shared.stopped.load(Ordering::Acquire) {
+                shard::dropped(reply, &shared.node, "the receiving region has stopped");
+                return;
+            }
+            let envelope = Envelope {
+                entity_id: env.entity_id,
+                shard: env.shard,
+                message,
+                reply,
+            };
+            if let Err(e) = shared.route(envelope).await {
+                tracing::debug!(error = %e, "received message refused");
+            }
+        })
+    }
+
+    fn stop_accepting(&self) {
+        self.shared.stopped.store(true, Ordering::Release);
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let (done, wait) = oneshot::channel();
+            if self.commands.send(RegionCmd::Shutdown { done }).await.is_ok() {
+                let _ = wait.await;
+            }
+        })
+    }
+}
+
+/// A handle on this node's region of one entity type: tell and ask entities
+/// by id, wherever they live. Cheap to clone.
+pub struct Region<E: Entity> {
+    shared: Arc<Shared<E>>,
+    commands: mpsc::Sender<RegionCmd<E>>,
+}
+
+impl<E: Entity> Clone for Region<E> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            commands: self.commands.clone(),
+        }
+    }
+}
+
+impl<E: Entity> std::fmt::Debug for Region<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("entity_type", &self.shared.entity_type.name)
+            .field("node", &self.shared.id)
+            .field("proxy", &self.shared.proxy)
+            .finish()
+    }
+}
+
+/// An inspection query got no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// No answer within the timeout (e.g. no coordinator reachable).
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The region has stopped.
+    #[error("region has stopped")]
+    Stopped,
+}
+
+impl<E: Entity> Region<E> {
+    pub(crate) fn start(
+        entity_type: EntityType<E>,
+        proxy: bool,
+        node: Arc<NodeContext>,
+    ) -> (Self, Arc<dyn RegionInbound>) {
+        let metrics = RegionMetrics::new(&entity_type.name);
+        let (home_tx, home_rx) = mpsc::unbounded_channel();
+        let (commands, command_rx) = mpsc::channel(COMMAND_CAPACITY);
+        let Some(extractor) = entity_type.extractor.clone() else {
+            // `validated` always sets the extractor; Node::start calls it first.
+            unreachable!("entity type registered without validation")
+        };
+        let routes = Routes::new(
+            extractor.number_of_shards(),
+            entity_type.settings.buffer_size,
+            &entity_type.name,
+            home_tx,
+            metrics.clone(),
+        );
+        let shared = Arc::new(Shared {
+            id: node.id.clone(),
+            entity_type: Arc::new(entity_type),
+            extractor,
+            routes,
+            proxy,
+            stopped: AtomicBool::new(false),
+            node: node.clone(),
+            metrics,
+        });
+        let task = task::RegionTask::new(shared.clone(), commands.clone());
+        node.tasks.spawn(task.run(command_rx, home_rx));
+        let inbound = Arc::new(Inbound {
+            shared: shared.clone(),
+            commands: commands.clone(),
+        });
+        (Self { shared, commands }, inbound)
+    }
+
+    /// The entity type's name.
+    pub fn entity_type(&self) -> &str {
+        &self.shared.entity_type.name
+    }
+
+    /// The node this region runs on.
+    pub fn node(&self) -> &RegionId {
+        &self.shared.id
+    }
+
+    /// The shard an entity belongs to.
+    pub fn shard_of(&self, entity_id: &str) -> ShardId {
+        self.shared.extractor.shard_id(entity_id)
+    }
+
+    fn envelope(&self, entity_id: &str, message: E::Message, reply: Reply<E::Reply>) -> Result<Envelope<E>, TellError> {
+        if entity_id.is_empty() {
+            return Err(TellError::EmptyEntityId);
+        }
+        Ok(Envelope {
+            entity_id: EntityId::from(entity_id),
+            shard: self.shared.extractor.shard_id(entity_id),
+            message,
+            reply,
+        })
+    }
+
+    /// Sends a message to an entity, creating it if needed. Returns once the
+    /// message is accepted (delivered to a mailbox, forwarded, or buffered);
+    /// waits while the target shard's mailbox is full.
+    ///
+    /// # Errors
+    /// The buffer is full, the id is empty, or the region has stopped.
+    pub async fn tell(&self, entity_id: &str, message: E::Message) -> Result<(), TellError> {
+        let env = self.envelope(entity_id, message, Reply::None)?;
+        self.shared.route(env).await
+    }
+
+    /// Sends a message and waits for the entity's reply.
+    ///
+    /// # Errors
+    /// The message was refused, the entity failed, or no reply came within
+    /// `timeout` (the message may still be handled later).
+    pub async fn ask(&self, entity_id: &str, message: E::Message, timeout: Duration) -> Result<E::Reply, AskError> {
+        let (tx, rx) = oneshot::channel();
+        let env = self.envelope(entity_id, message, Reply::Local(tx))?;
+        let exchange = async {
+            self.shared.route(env).await?;
+            rx.await
+                .map_err(|_| AskError::Dropped("the message was dropped before it was handled".into()))?
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| AskError::Timeout(timeout))?
+    }
+
+    /// This region's shards and the entities alive in each.
+    ///
+    /// # Errors
+    /// The region has stopped, or did not answer within `timeout`.
+    pub async fn state(&self, timeout: Duration) -> Result<CurrentRegionState, QueryError> {
+        let (reply, rx) = oneshot::channel();
+        self.query(RegionCmd::State { timeout, reply }, rx, timeout).await
+    }
+
+    /// For every region of the cluster, shard -> number of live entities.
+    ///
+    /// # Errors
+    /// The region has stopped, or the coordinator did not answer within
+    /// `timeout` (regions that answer late are listed as failed instead).
+    pub async fn cluster_stats(&self, timeout: Duration) -> Result<ClusterShardingStats, QueryError> {
+        let (reply, rx) = oneshot::channel();
+        self.query(RegionCmd::ClusterStats { timeout, reply }, rx, timeout).await
+    }
+
+    async fn query<T>(&self, cmd: RegionCmd<E>, rx: oneshot::Receiver<T>, timeout: Duration) -> Result<T, QueryError> {
+        // A little more than the query's own deadline, so a late answer that
+        // lists failed shards still arrives.
+        let outer = timeout + timeout / 4 + Duration::from_millis(50);
+        let exchange = async {
+            self.commands.send(cmd).await.map_err(|_| QueryError::Stopped)?;
+            rx.await.map_err(|_| QueryError::Stopped)
+        };
+        tokio::time::timeout(outer, exchange)
+            .await
+            .map_err(|_| QueryError::Timeout(timeout))?
+    }
+
+    /// Hands off every local shard to other regions, delivers every buffered
+    /// message, then stops. Messages told after this returns are refused.
+    pub async fn shutdown(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.commands.send(RegionCmd::Shutdown { done }).await.is_ok() {
+            let _ = wait.await;
+        }
+    }
+}

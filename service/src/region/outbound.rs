@@ -1,0 +1,124 @@
+//! The queue of messages from one region to another node: one task per
+//! destination, so per-sender order holds, batching whatever has piled up.
+
+use super::routes::Mail;
+use super::RegionCmd;
+use crate::codec;
+use crate::entity::Entity;
+use crate::envelope::{Envelope, Reply, ReplyTo, WireEnvelope};
+use crate::error::AskError;
+use crate::node::NodeContext;
+use colo_allocation::RegionId;
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+
+/// Capacity of an outbound queue, in mails (a mail may be a whole flushed
+/// buffer). Senders wait when the remote node falls this far behind.
+pub(crate) const OUTBOUND_CAPACITY: usize = 1024;
+
+/// The most envelopes sent in one batch: bounds the size of one transfer.
+const MAX_BATCH: usize = 512;
+
+/// Starts the outbound task towards `to`.
+pub(crate) fn start<E: Entity>(
+    to: RegionId,
+    entity_type: Arc<str>,
+    node: Arc<NodeContext>,
+    region: mpsc::Sender<RegionCmd<E>>,
+) -> mpsc::Sender<Mail<E>> {
+    let (sink, mut queue) = mpsc::channel::<Mail<E>>(OUTBOUND_CAPACITY);
+    let task_node = node.clone();
+    node.tasks.spawn(async move {
+        let node = task_node;
+        let mut unreachable = false;
+        while let Some(first) = queue.recv().await {
+            let mut envelopes = Vec::new();
+            let mut barriers = Vec::new();
+            collect(first, &mut envelopes, &mut barriers);
+            while envelopes.len() < MAX_BATCH {
+                match queue.try_recv() {
+                    Ok(mail) => collect(mail, &mut envelopes, &mut barriers),
+                    Err(_) => break,
+                }
+            }
+            if !envelopes.is_empty() {
+                if !unreachable {
+                    let wire = encode_batch(&entity_type, &node, &mut envelopes);
+                    match node.transport.deliver(&to, wire).await {
+                        Ok(()) => envelopes.clear(),
+                        Err(e) => {
+                            tracing::warn!(node = %to, error = %e, "remote region unreachable; messages go back to the buffer");
+                            unreachable = true;
+                        }
+                    }
+                }
+                if !envelopes.is_empty() {
+                    let cmd = RegionCmd::Undeliverable {
+                        to: to.clone(),
+                        envelopes,
+                    };
+                    if region.send(cmd).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            for barrier in barriers {
+                let _ = barrier.send(());
+            }
+        }
+    });
+    sink
+}
+
+fn collect<E: Entity>(mail: Mail<E>, envelopes: &mut Vec<Envelope<E>>, barriers: &mut Vec<oneshot::Sender<()>>) {
+    match mail {
+        Mail::One(env) => envelopes.push(env),
+        Mail::Batch(batch) => envelopes.extend(batch),
+        Mail::Barrier(done) => barriers.push(done),
+        // Only shards are handed off or queried.
+        Mail::HandOff => {}
+        Mail::Query(reply) => {
+            let _ = reply.send(Vec::new());
+        }
+    }
+}
+
+/// Encodes envelopes for the wire. A local ask's reply channel is parked in
+/// the node's table and the envelope now points there, so it still works if
+/// the envelope comes back undelivered and is routed again. An envelope that
+/// cannot be encoded is answered with the error and dropped.
+fn encode_batch<E: Entity>(entity_type: &str, node: &NodeContext, envelopes: &mut Vec<Envelope<E>>) -> Vec<WireEnvelope> {
+    let mut wire = Vec::with_capacity(envelopes.len());
+    envelopes.retain_mut(|env| {
+        let payload = match codec::encode(&env.message) {
+            Ok(p) => p,
+            Err(e) => {
+                let reply = std::mem::replace(&mut env.reply, Reply::None);
+                node.reply(reply, Err(AskError::Tell(crate::error::TellError::Codec(e.0))));
+                return false;
+            }
+        };
+        if let Reply::Local(_) = env.reply {
+            if let Reply::Local(tx) = std::mem::replace(&mut env.reply, Reply::None) {
+                let correlation = node.pending.register(tx);
+                env.reply = Reply::Remote(ReplyTo {
+                    node: node.id.clone(),
+                    correlation,
+                });
+            }
+        }
+        let reply_to = match &env.reply {
+            Reply::Remote(to) => Some(to.clone()),
+            _ => None,
+        };
+        wire.push(WireEnvelope {
+            entity_type: entity_type.to_string(),
+            entity_id: env.entity_id.clone(),
+            shard: env.shard,
+            payload,
+            reply_to,
+        });
+        true
+    });
+    wire
+}

@@ -1,0 +1,346 @@
+//! The region's routing table: per shard, either its home (a mailbox to a
+//! local shard or to the outbound queue of a remote node) or a buffer.
+//!
+//! Senders route here directly, without a hop through the region task: the
+//! per-shard lock makes "decide where" and "enqueue" one step, which is what
+//! keeps per-sender order across home changes. Nothing ever waits while
+//! holding a lock: a full mailbox is waited for outside it, and the decision
+//! is re-checked before the message is placed.
+
+use crate::entity::{Entity, EntityId};
+use crate::envelope::Envelope;
+use crate::error::TellError;
+use crate::metrics::RegionMetrics;
+use colo_allocation::{RegionId, ShardId};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::sync::mpsc::{self, error::TrySendError, OwnedPermit};
+use tokio::sync::oneshot;
+
+/// What goes into a shard's mailbox or a remote node's outbound queue.
+pub(crate) enum Mail<E: Entity> {
+    One(Envelope<E>),
+    /// A flushed buffer: one mailbox slot, so a flush never waits for room.
+    Batch(VecDeque<Envelope<E>>),
+    /// Stop the shard after the messages before it (shards only).
+    HandOff,
+    /// The ids of the live entities (shards only).
+    Query(oneshot::Sender<Vec<EntityId>>),
+    /// Answered once everything before it has been handled (shard) or has
+    /// reached the remote node (outbound).
+    Barrier(oneshot::Sender<()>),
+}
+
+/// Where a shard lives, seen from this region.
+pub(crate) struct Home<E: Entity> {
+    pub sink: mpsc::Sender<Mail<E>>,
+    /// `None` for a shard hosted by this region.
+    pub remote: Option<RegionId>,
+}
+
+impl<E: Entity> Clone for Home<E> {
+    fn clone(&self) -> Self {
+        Self {
+            sink: self.sink.clone(),
+            remote: self.remote.clone(),
+        }
+    }
+}
+
+enum Route<E: Entity> {
+    /// Home unknown or handing off. `requested` is set once the region has
+    /// been told to ask the coordinator, so a burst asks only once.
+    Buffering {
+        queue: VecDeque<Envelope<E>>,
+        requested: bool,
+    },
+    Home(Home<E>),
+}
+
+struct Slot<E: Entity> {
+    route: Route<E>,
+    /// Bumped on every change of home, so a flush prepared before a change
+    /// does not install a stale home after it.
+    generation: u64,
+}
+
+/// The routing table of one region.
+pub(crate) struct Routes<E: Entity> {
+    slots: Box<[Mutex<Slot<E>>]>,
+    buffered: AtomicUsize,
+    limit: usize,
+    entity_type: String,
+    /// Tells the region task to ask for a shard's home. Unbounded, but holds
+    /// at most one entry per shard and buffering period (see `requested`).
+    home_requests: mpsc::UnboundedSender<ShardId>,
+    metrics: RegionMetrics,
+}
+
+impl<E: Entity> Routes<E> {
+    pub fn new(
+        shards: u32,
+        limit: usize,
+        entity_type: &str,
+        home_requests: mpsc::UnboundedSender<ShardId>,
+        metrics: RegionMetrics,
+    ) -> Self {
+        let slots = (0..shards)
+            .map(|_| {
+                Mutex::new(Slot {
+                    route: Route::Buffering {
+                        queue: VecDeque::new(),
+                        requested: false,
+                    },
+                    generation: 0,
+                })
+            })
+            .collect();
+        Self {
+            slots,
+            buffered: AtomicUsize::new(0),
+            limit,
+            entity_type: entity_type.to_string(),
+            home_requests,
+            metrics,
+        }
+    }
+
+    fn slot(&self, shard: ShardId) -> &Mutex<Slot<E>> {
+        // The extractor never returns a shard at or past number_of_shards
+        // (checked at registration), and remote envelopes are checked on
+        // arrival; the modulo only keeps a bug from becoming a panic.
+        &self.slots[shard.0 as usize % self.slots.len()]
+    }
+
+    /// Messages buffered in the whole region.
+    pub fn buffered(&self) -> usize {
+        self.buffered.load(Ordering::Relaxed)
+    }
+
+    /// Routes one message: into its home's mailbox, or into the buffer.
+    pub async fn route(&self, mut env: Envelope<E>) -> Result<(), TellError> {
+        loop {
+            let sink = {
+                let mut slot = self.slot(env.shard).lock();
+                match &mut slot.route {
+                    Route::Home(home) => match home.sink.try_send(Mail::One(env)) {
+                        Ok(()) => {
+                            if home.remote.is_some() {
+                                self.metrics.forwarded.increment(1);
+                            }
+                            return Ok(());
+                        }
+                        Err(TrySendError::Full(mail)) => {
+                            env = unwrap_one(mail);
+                            home.sink.clone()
+                        }
+                        Err(TrySendError::Closed(mail)) => {
+                            // The home went away (a shard stopped by force, an
+                            // outbound queue closed): buffer and ask again.
+                            env = unwrap_one(mail);
+                            slot.route = Route::Buffering {
+                                queue: VecDeque::new(),
+                                requested: false,
+                            };
+                            slot.generation += 1;
+                            continue;
+                        }
+                    },
+                    Route::Buffering { queue, requested } => {
+                        self.reserve()?;
+                        let shard = env.shard;
+                        queue.push_back(env);
+                        if !*requested {
+                            *requested = true;
+                            let _ = self.home_requests.send(shard);
+                        }
+                        return Ok(());
+                    }
+                }
+            };
+            // The mailbox is full: wait for room outside the lock, then place
+            // the message only if the home is still the same.
+            let Ok(permit) = sink.clone().reserve_owned().await else {
+                continue;
+            };
+            let slot = self.slot(env.shard).lock();
+            if let Route::Home(home) = &slot.route {
+                if home.sink.same_channel(&sink) {
+                    if home.remote.is_some() {
+                        self.metrics.forwarded.increment(1);
+                    }
+                    permit.send(Mail::One(env));
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn reserve(&self) -> Result<(), TellError> {
+        let before = self.buffered.fetch_add(1, Ordering::Relaxed);
+        if before >= self.limit {
+            self.buffered.fetch_sub(1, Ordering::Relaxed);
+            self.metrics.dropped_buffer_full.increment(1);
+            return Err(TellError::BufferFull {
+                entity_type: self.entity_type.clone(),
+                limit: self.limit,
+            });
+        }
+        self.metrics.buffered.increment(1.0);
+        self.metrics.buffered_total.increment(1);
+        Ok(())
+    }
+
+    fn release(&self, n: usize) {
+        if n > 0 {
+            self.buffered.fetch_sub(n, Ordering::Relaxed);
+            self.metrics.buffered.decrement(n as f64);
+        }
+    }
+
+    /// The current generation of a shard's route.
+    pub fn generation(&self, shard: ShardId) -> u64 {
+        self.slot(shard).lock().generation
+    }
+
+    /// Installs a home and flushes the buffer into it through `permit`,
+    /// unless the route changed since `generation`. Returns whether it did.
+    pub fn install(
+        &self,
+        shard: ShardId,
+        generation: u64,
+        home: Home<E>,
+        permit: OwnedPermit<Mail<E>>,
+    ) -> bool {
+        let mut slot = self.slot(shard).lock();
+        if slot.generation != generation {
+            return false;
+        }
+        let old = std::mem::replace(&mut slot.route, Route::Home(home.clone()));
+        slot.generation += 1;
+        if let Route::Buffering { queue, .. } = old {
+            if !queue.is_empty() {
+                let n = queue.len();
+                self.release(n);
+                if home.remote.is_some() {
+                    self.metrics.forwarded.increment(n as u64);
+                }
+                permit.send(Mail::Batch(queue));
+            }
+        }
+        true
+    }
+
+    /// Forgets a shard's home and buffers from now on; returns the old home.
+    pub fn unset_home(&self, shard: ShardId) -> Option<Home<E>> {
+        let mut slot = self.slot(shard).lock();
+        if matches!(slot.route, Route::Buffering { .. }) {
+            return None;
+        }
+        let old = std::mem::replace(
+            &mut slot.route,
+            Route::Buffering {
+                queue: VecDeque::new(),
+                requested: false,
+            },
+        );
+        slot.generation += 1;
+        match old {
+            Route::Home(home) => Some(home),
+            Route::Buffering { .. } => None,
+        }
+    }
+
+    /// The remote home of a shard, if it has one.
+    pub fn remote_home(&self, shard: ShardId) -> Option<RegionId> {
+        match &self.slot(shard).lock().route {
+            Route::Home(home) => home.remote.clone(),
+            Route::Buffering { .. } => None,
+        }
+    }
+
+    /// Forgets every home on `region`.
+    pub fn forget_region(&self, region: &RegionId) {
+        for slot in self.slots.iter() {
+            let mut slot = slot.lock();
+            if let Route::Home(Home { remote: Some(r), .. }) = &slot.route {
+                if r == region {
+                    slot.route = Route::Buffering {
+                        queue: VecDeque::new(),
+                        requested: false,
+                    };
+                    slot.generation += 1;
+                }
+            }
+        }
+    }
+
+    /// Puts messages that were already accepted back in front of the shard's
+    /// buffer (they were sent before anything buffered now). If the shard has
+    /// a home again, returns them to be routed normally.
+    pub fn prepend(&self, shard: ShardId, messages: VecDeque<Envelope<E>>) -> Option<VecDeque<Envelope<E>>> {
+        if messages.is_empty() {
+            return None;
+        }
+        let mut slot = self.slot(shard).lock();
+        match &mut slot.route {
+            Route::Buffering { queue, requested } => {
+                let n = messages.len();
+                let mut messages = messages;
+                messages.append(queue);
+                *queue = messages;
+                // Already accepted: counted, but never refused.
+                self.buffered.fetch_add(n, Ordering::Relaxed);
+                self.metrics.buffered.increment(n as f64);
+                if !*requested {
+                    *requested = true;
+                    let _ = self.home_requests.send(shard);
+                }
+                None
+            }
+            Route::Home(_) => Some(messages),
+        }
+    }
+
+    /// Shards with buffered messages, which need a home.
+    pub fn waiting_shards(&self) -> Vec<ShardId> {
+        (0..self.slots.len())
+            .filter_map(|i| {
+                let slot = self.slots[i].lock();
+                match &slot.route {
+                    Route::Buffering { queue, .. } if !queue.is_empty() => Some(ShardId(i as u32)),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
+    /// Drops every buffered message (the region stops without a way to
+    /// deliver them); returns how many were dropped.
+    pub fn drop_buffers(&self) -> usize {
+        let mut dropped = 0;
+        for slot in self.slots.iter() {
+            let mut slot = slot.lock();
+            if let Route::Buffering { queue, .. } = &mut slot.route {
+                dropped += queue.len();
+                queue.clear();
+            }
+            slot.route = Route::Buffering {
+                queue: VecDeque::new(),
+                requested: false,
+            };
+        }
+        self.release(dropped);
+        dropped
+    }
+}
+
+fn unwrap_one<E: Entity>(mail: Mail<E>) -> Envelope<E> {
+    match mail {
+        Mail::One(env) => env,
+        // `route` only ever sends `Mail::One`, and a failed send returns
+        // exactly what was sent.
+        _ => unreachable!("route sends only single envelopes"),
+    }
+}

@@ -1,0 +1,518 @@
+//! The region task: the one place that changes where shards live, as seen
+//! from this node.
+
+use super::outbound;
+use super::routes::{Home, Mail};
+use super::{RegionCmd, Shared};
+use crate::entity::{Entity, EntityId};
+use crate::envelope::Envelope;
+use crate::inspection::{ClusterShardingStats, CurrentRegionState, RegionStats};
+use crate::protocol::{CoordinatorToRegion, RegionToCoordinator};
+use crate::shard::{Shard, ShardHandle};
+use colo_allocation::{RegionId, ShardId};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc::{self, error::TrySendError};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+enum Phase {
+    Running,
+    /// Handing every shard off and flushing every buffer until `deadline`.
+    ShuttingDown { deadline: Instant },
+    Stopped,
+}
+
+enum Hosted<E: Entity> {
+    Active(ShardHandle<E>),
+    /// `notify`: the coordinator asked for the hand-off and waits for
+    /// ShardStopped; otherwise the region stops a shard it found stale.
+    HandingOff { notify: bool },
+}
+
+pub(super) struct RegionTask<E: Entity> {
+    shared: Arc<Shared<E>>,
+    commands: mpsc::Sender<RegionCmd<E>>,
+    phase: Phase,
+    to_coordinator: Option<mpsc::Sender<RegionToCoordinator>>,
+    from_coordinator: Option<mpsc::Receiver<CoordinatorToRegion>>,
+    registered: bool,
+    hosted: BTreeMap<ShardId, Hosted<E>>,
+    outbound: HashMap<RegionId, mpsc::Sender<Mail<E>>>,
+    /// Nodes whose delivery just failed: their homes are ignored for a
+    /// `retry_interval`, until the coordinator has noticed the death.
+    unreachable: HashMap<RegionId, Instant>,
+    asked_at: HashMap<ShardId, Instant>,
+    stats_waiting: HashMap<u64, oneshot::Sender<ClusterShardingStats>>,
+    next_request: u64,
+    shutdown_waiters: Vec<oneshot::Sender<()>>,
+}
+
+async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+impl<E: Entity> RegionTask<E> {
+    pub fn new(shared: Arc<Shared<E>>, commands: mpsc::Sender<RegionCmd<E>>) -> Self {
+        Self {
+            shared,
+            commands,
+            phase: Phase::Running,
+            to_coordinator: None,
+            from_coordinator: None,
+            registered: false,
+            hosted: BTreeMap::new(),
+            outbound: HashMap::new(),
+            unreachable: HashMap::new(),
+            asked_at: HashMap::new(),
+            stats_waiting: HashMap::new(),
+            next_request: 0,
+            shutdown_waiters: Vec::new(),
+        }
+    }
+
+    pub async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<RegionCmd<E>>,
+        mut home_requests: mpsc::UnboundedReceiver<ShardId>,
+    ) {
+        let mut tick = tokio::time::interval(self.shared.entity_type.settings.retry_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                message = recv_opt(&mut self.from_coordinator) => match message {
+                    Some(message) => self.on_coordinator(message),
+                    None => self.link_lost(),
+                },
+                Some(cmd) = commands.recv() => self.on_command(cmd),
+                Some(shard) = home_requests.recv() => self.ask_home(shard),
+                _ = tick.tick() => self.on_tick().await,
+            }
+            if let Phase::ShuttingDown { deadline } = self.phase {
+                self.continue_shutdown(deadline).await;
+            }
+            if matches!(self.phase, Phase::Stopped) {
+                return;
+            }
+        }
+    }
+
+    fn name(&self) -> &str {
+        &self.shared.entity_type.name
+    }
+
+    fn send(&mut self, message: RegionToCoordinator) {
+        let Some(link) = &self.to_coordinator else {
+            return;
+        };
+        match link.try_send(message) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                tracing::warn!(entity_type = %self.name(), "coordinator link full; retrying later");
+            }
+            Err(TrySendError::Closed(_)) => self.link_lost(),
+        }
+    }
+
+    async fn connect(&mut self) {
+        let transport = self.shared.node.transport.clone();
+        match transport.connect_coordinator(self.name(), self.shared.id.clone()).await {
+            Ok(link) => {
+                self.to_coordinator = Some(link.to_coordinator);
+                self.from_coordinator = Some(link.from_coordinator);
+                self.registered = false;
+                self.send(RegionToCoordinator::Register {
+                    region: self.shared.id.clone(),
+                    proxy: self.shared.proxy,
+                });
+            }
+            Err(e) => tracing::debug!(entity_type = %self.name(), error = %e, "coordinator not reachable yet"),
+        }
+    }
+
+    /// The coordinator went away: keep serving known homes, buffer the rest,
+    /// and register again when it is back.
+    fn link_lost(&mut self) {
+        if self.to_coordinator.is_some() {
+            tracing::warn!(entity_type = %self.name(), "lost the coordinator; reconnecting");
+        }
+        self.to_coordinator = None;
+        self.from_coordinator = None;
+        self.registered = false;
+    }
+
+    async fn on_tick(&mut self) {
+        if matches!(self.phase, Phase::Stopped) {
+            return;
+        }
+        if self.to_coordinator.is_none() {
+            self.connect().await;
+        } else if !self.registered {
+            self.send(RegionToCoordinator::Register {
+                region: self.shared.id.clone(),
+                proxy: self.shared.proxy,
+            });
+        } else {
+            self.ask_waiting_homes();
+            if matches!(self.phase, Phase::ShuttingDown { .. }) && !self.shared.proxy {
+                self.send(RegionToCoordinator::GracefulShutdown);
+            }
+        }
+        let retry = self.shared.entity_type.settings.retry_interval;
+        self.unreachable.retain(|_, since| since.elapsed() < retry);
+        self.stats_waiting.retain(|_, w| !w.is_closed());
+    }
+
+    fn ask_waiting_homes(&mut self) {
+        for shard in self.shared.routes.waiting_shards() {
+            self.ask_home(shard);
+        }
+    }
+
+    fn ask_home(&mut self, shard: ShardId) {
+        if self.registered {
+            self.asked_at.entry(shard).or_insert_with(Instant::now);
+            self.send(RegionToCoordinator::GetShardHome { shard });
+        }
+    }
+
+    fn on_coordinator(&mut self, message: CoordinatorToRegion) {
+        match message {
+            CoordinatorToRegion::RegisterAck => {
+                tracing::info!(entity_type = %self.name(), region = %self.shared.id, proxy = self.shared.proxy, "registered with the coordinator");
+                self.registered = true;
+                self.ask_waiting_homes();
+                if matches!(self.phase, Phase::ShuttingDown { .. }) && !self.shared.proxy {
+                    self.send(RegionToCoordinator::GracefulShutdown);
+                }
+            }
+            CoordinatorToRegion::ShardHome { shard, region } => self.on_shard_home(shard, region),
+            CoordinatorToRegion::HostShard { shard } => {
+                if !self.shared.proxy && !matches!(self.phase, Phase::Stopped) {
+                    self.host_locally(shard);
+                    self.send(RegionToCoordinator::ShardStarted { shard });
+                }
+            }
+            CoordinatorToRegion::BeginHandOff { shard } => self.begin_handoff(shard),
+            CoordinatorToRegion::HandOff { shard } => self.handoff(shard, true),
+            CoordinatorToRegion::RegionTerminated { region } => {
+                self.shared.routes.forget_region(&region);
+                self.outbound.remove(&region);
+                self.ask_waiting_homes();
+            }
+            CoordinatorToRegion::GetRegionStats { request, timeout } => {
+                let Some(link) = self.to_coordinator.clone() else {
+                    return;
+                };
+                let query = self.query_shards(timeout);
+                tokio::spawn(async move {
+                    let state = query.await;
+                    let stats = RegionStats {
+                        stats: state.shards.iter().map(|(s, ids)| (*s, ids.len())).collect(),
+                        failed: state.failed,
+                    };
+                    let _ = link.send(RegionToCoordinator::RegionStats { request, stats }).await;
+                });
+            }
+            CoordinatorToRegion::ClusterStats { request, stats } => {
+                if let Some(waiter) = self.stats_waiting.remove(&request) {
+                    let _ = waiter.send(stats);
+                }
+            }
+        }
+    }
+
+    fn on_shard_home(&mut self, shard: ShardId, region: RegionId) {
+        if let Some(asked) = self.asked_at.remove(&shard) {
+            self.shared.metrics.shard_home_latency.record(asked.elapsed().as_secs_f64());
+        }
+        if region == self.shared.id {
+            if self.shared.proxy {
+                tracing::warn!(%shard, "coordinator named a proxy as shard home; ignored");
+            } else {
+                self.host_locally(shard);
+            }
+            return;
+        }
+        if self.unreachable.contains_key(&region) {
+            return; // asked again on the next tick
+        }
+        if matches!(self.hosted.get(&shard), Some(Hosted::Active(_))) {
+            // This region lost the shard while it was away from the
+            // coordinator: stop the local copy so the entity lives once.
+            tracing::warn!(%shard, home = %region, "shard runs here but lives elsewhere; stopping it here");
+            self.handoff(shard, false);
+            return;
+        }
+        let sink = self.outbound_to(&region);
+        self.set_home(shard, Home { sink, remote: Some(region) });
+    }
+
+    fn outbound_to(&mut self, region: &RegionId) -> mpsc::Sender<Mail<E>> {
+        if let Some(sink) = self.outbound.get(region).filter(|s| !s.is_closed()) {
+            return sink.clone();
+        }
+        let sink = outbound::start(
+            region.clone(),
+            Arc::from(self.name()),
+            self.shared.node.clone(),
+            self.commands.clone(),
+        );
+        self.outbound.insert(region.clone(), sink.clone());
+        sink
+    }
+
+    fn host_locally(&mut self, shard: ShardId) {
+        let sink = match self.hosted.get(&shard) {
+            Some(Hosted::Active(handle)) if !handle.sink.is_closed() => handle.sink.clone(),
+            // Asked again once the hand-off is done.
+            Some(Hosted::HandingOff { .. }) => return,
+            _ => {
+                let handle = Shard::start(
+                    shard,
+                    self.shared.entity_type.clone(),
+                    self.shared.node.clone(),
+                    self.shared.metrics.clone(),
+                );
+                let sink = handle.sink.clone();
+                self.hosted.insert(shard, Hosted::Active(handle));
+                self.shared.metrics.hosted_shards.set(self.hosted.len() as f64);
+                tracing::debug!(entity_type = %self.name(), %shard, "shard started");
+                sink
+            }
+        };
+        self.set_home(shard, Home { sink, remote: None });
+    }
+
+    /// Installs a home and flushes the shard's buffer into it. When the
+    /// mailbox has no room for the flush, a helper waits for it, so the
+    /// region task never blocks on a slow shard or node.
+    fn set_home(&mut self, shard: ShardId, home: Home<E>) {
+        let generation = self.shared.routes.generation(shard);
+        match home.sink.clone().try_reserve_owned() {
+            Ok(permit) => {
+                self.shared.routes.install(shard, generation, home, permit);
+            }
+            Err(TrySendError::Full(sink)) => {
+                let shared = self.shared.clone();
+                tokio::spawn(async move {
+                    if let Ok(permit) = sink.reserve_owned().await {
+                        shared.routes.install(shard, generation, home, permit);
+                    }
+                });
+            }
+            Err(TrySendError::Closed(_)) => {}
+        }
+    }
+
+    /// Non-owners stop routing to the old home and ack once everything they
+    /// forwarded there has arrived; the owner keeps delivering until HandOff,
+    /// so all of it is handled before the shard stops, in order.
+    fn begin_handoff(&mut self, shard: ShardId) {
+        if self.shared.routes.remote_home(shard).is_some() {
+            if let Some(old) = self.shared.routes.unset_home(shard) {
+                let commands = self.commands.clone();
+                tokio::spawn(async move {
+                    let (done, passed) = oneshot::channel();
+                    if old.sink.send(Mail::Barrier(done)).await.is_ok() {
+                        let _ = passed.await;
+                    }
+                    let _ = commands.send(RegionCmd::BeginHandOffReady { shard }).await;
+                });
+                return;
+            }
+        }
+        self.send(RegionToCoordinator::BeginHandOffAck { shard });
+    }
+
+    fn handoff(&mut self, shard: ShardId, notify: bool) {
+        self.shared.routes.unset_home(shard);
+        match self.hosted.remove(&shard) {
+            Some(Hosted::Active(handle)) => {
+                self.hosted.insert(shard, Hosted::HandingOff { notify });
+                let commands = self.commands.clone();
+                tokio::spawn(async move {
+                    let _ = handle.sink.send(Mail::HandOff).await;
+                    drop(handle.sink);
+                    let leftovers = handle.stopped.await.unwrap_or_default();
+                    let _ = commands.send(RegionCmd::ShardStopped { shard, leftovers }).await;
+                });
+            }
+            Some(handing_off @ Hosted::HandingOff { .. }) => {
+                self.hosted.insert(shard, handing_off);
+            }
+            None => {
+                if notify {
+                    self.send(RegionToCoordinator::ShardStopped { shard });
+                }
+            }
+        }
+    }
+
+    fn on_command(&mut self, cmd: RegionCmd<E>) {
+        match cmd {
+            RegionCmd::ShardStopped { shard, leftovers } => {
+                let notify = matches!(self.hosted.remove(&shard), Some(Hosted::HandingOff { notify: true }));
+                self.shared.metrics.hosted_shards.set(self.hosted.len() as f64);
+                self.requeue(shard, leftovers);
+                if notify {
+                    self.send(RegionToCoordinator::ShardStopped { shard });
+                }
+                tracing::debug!(entity_type = %self.name(), %shard, "shard stopped");
+            }
+            RegionCmd::BeginHandOffReady { shard } => {
+                self.send(RegionToCoordinator::BeginHandOffAck { shard });
+            }
+            RegionCmd::Undeliverable { to, envelopes } => {
+                self.unreachable.insert(to.clone(), Instant::now());
+                self.outbound.remove(&to);
+                self.shared.routes.forget_region(&to);
+                let mut by_shard: BTreeMap<ShardId, VecDeque<Envelope<E>>> = BTreeMap::new();
+                for env in envelopes {
+                    by_shard.entry(env.shard).or_default().push_back(env);
+                }
+                for (shard, queue) in by_shard {
+                    self.requeue(shard, queue);
+                }
+            }
+            RegionCmd::State { timeout, reply } => {
+                let query = self.query_shards(timeout);
+                tokio::spawn(async move {
+                    let _ = reply.send(query.await);
+                });
+            }
+            RegionCmd::ClusterStats { timeout, reply } => {
+                if self.registered {
+                    let request = self.next_request;
+                    self.next_request += 1;
+                    self.stats_waiting.insert(request, reply);
+                    self.send(RegionToCoordinator::GetClusterStats { request, timeout });
+                }
+                // Otherwise the reply is dropped and the caller learns at once.
+            }
+            RegionCmd::Shutdown { done } => self.begin_shutdown(done),
+        }
+    }
+
+    /// Puts accepted messages back in front of the shard's buffer, or routes
+    /// them if the shard has a home again.
+    fn requeue(&mut self, shard: ShardId, messages: VecDeque<Envelope<E>>) {
+        if let Some(back) = self.shared.routes.prepend(shard, messages) {
+            let shared = self.shared.clone();
+            tokio::spawn(async move {
+                for env in back {
+                    let _ = shared.routes.route(env).await;
+                }
+            });
+        }
+    }
+
+    /// Asks every active local shard for its live entities, within `timeout`.
+    fn query_shards(&self, timeout: Duration) -> impl std::future::Future<Output = CurrentRegionState> + Send + 'static {
+        let shards: Vec<(ShardId, mpsc::Sender<Mail<E>>)> = self
+            .hosted
+            .iter()
+            .filter_map(|(id, h)| match h {
+                Hosted::Active(handle) => Some((*id, handle.sink.clone())),
+                Hosted::HandingOff { .. } => None,
+            })
+            .collect();
+        async move {
+            let deadline = Instant::now() + timeout;
+            let answers = futures::future::join_all(shards.into_iter().map(|(id, sink)| async move {
+                let ask = async {
+                    let (tx, rx) = oneshot::channel::<Vec<EntityId>>();
+                    sink.send(Mail::Query(tx)).await.ok()?;
+                    rx.await.ok()
+                };
+                (id, tokio::time::timeout_at(deadline, ask).await.ok().flatten())
+            }))
+            .await;
+            let mut state = CurrentRegionState::default();
+            for (id, answer) in answers {
+                match answer {
+                    Some(ids) => {
+                        state.shards.insert(id, ids);
+                    }
+                    None => state.failed.push(id),
+                }
+            }
+            state
+        }
+    }
+
+    fn begin_shutdown(&mut self, done: oneshot::Sender<()>) {
+        self.shutdown_waiters.push(done);
+        match self.phase {
+            Phase::Running => {}
+            Phase::ShuttingDown { .. } => return,
+            Phase::Stopped => {
+                for waiter in self.shutdown_waiters.drain(..) {
+                    let _ = waiter.send(());
+                }
+                return;
+            }
+        }
+        let settings = &self.shared.entity_type.settings;
+        let deadline = Instant::now() + settings.handoff_timeout * 2;
+        tracing::info!(entity_type = %self.name(), region = %self.shared.id, "graceful shutdown");
+        self.phase = Phase::ShuttingDown { deadline };
+        if self.registered && !self.shared.proxy {
+            self.send(RegionToCoordinator::GracefulShutdown);
+        }
+    }
+
+    /// Done when no shard is hosted and nothing is buffered; then every
+    /// outbound queue is drained before the region stops.
+    async fn continue_shutdown(&mut self, deadline: Instant) {
+        let idle = self.hosted.is_empty() && self.shared.routes.buffered() == 0;
+        if idle {
+            let barriers: Vec<_> = self.outbound.values().cloned().collect();
+            let drained = futures::future::join_all(barriers.into_iter().map(|sink| async move {
+                let (done, passed) = oneshot::channel();
+                if sink.send(Mail::Barrier(done)).await.is_ok() {
+                    let _ = passed.await;
+                }
+            }));
+            if tokio::time::timeout_at(deadline, drained).await.is_err() {
+                tracing::warn!(entity_type = %self.name(), "outbound queues not drained before the shutdown deadline");
+            }
+            self.stop();
+        } else if Instant::now() >= deadline {
+            tracing::warn!(
+                entity_type = %self.name(),
+                hosted = self.hosted.len(),
+                buffered = self.shared.routes.buffered(),
+                "graceful shutdown did not finish in time; stopping"
+            );
+            self.stop();
+        }
+    }
+
+    fn stop(&mut self) {
+        self.phase = Phase::Stopped;
+        self.shared.stopped.store(true, Ordering::Release);
+        let dropped = self.shared.routes.drop_buffers();
+        if dropped > 0 {
+            tracing::warn!(entity_type = %self.name(), dropped, "region stopped with buffered messages");
+            self.shared.metrics.dropped_undeliverable.increment(dropped as u64);
+        }
+        // Dropping the handles closes the mailboxes: shards drop their entities.
+        self.hosted.clear();
+        self.shared.metrics.hosted_shards.set(0.0);
+        self.outbound.clear();
+        // Dropping the link tells the coordinator this region is gone.
+        self.to_coordinator = None;
+        self.from_coordinator = None;
+        for waiter in self.shutdown_waiters.drain(..) {
+            let _ = waiter.send(());
+        }
+        tracing::info!(entity_type = %self.name(), region = %self.shared.id, "region stopped");
+    }
+}

@@ -1,0 +1,145 @@
+//! Per entity type settings, with Akka Cluster Sharding's defaults.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// How one entity type is sharded. Every node of a cluster must use the same
+/// `number_of_shards`; the rest may differ per node but rarely should.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShardingSettings {
+    /// How many shards the default extractor spreads entities over. About ten
+    /// times the largest expected number of nodes keeps rebalances fine-grained.
+    pub number_of_shards: u32,
+    /// How often a region retries registration and unanswered home requests.
+    pub retry_interval: Duration,
+    /// The most messages a region buffers in total while shard homes are
+    /// unknown or handing off; past it a sender gets an error.
+    pub buffer_size: usize,
+    /// How long a hand-off may take; entities that have not stopped on the
+    /// stop message by then are dropped.
+    pub handoff_timeout: Duration,
+    /// How often the coordinator asks the allocation strategy for shards to move.
+    pub rebalance_interval: Duration,
+    /// How long the coordinator waits for a region to confirm it hosts a shard
+    /// before asking again.
+    pub shard_start_timeout: Duration,
+    /// How many regions must be registered before the coordinator allocates
+    /// the first shard, so that the first region does not get every shard.
+    pub min_members: usize,
+    /// Capacity of each shard's mailbox: senders wait when a shard is this far
+    /// behind, which is the backpressure that keeps memory bounded.
+    pub shard_mailbox_capacity: usize,
+}
+
+impl Default for ShardingSettings {
+    fn default() -> Self {
+        Self {
+            number_of_shards: 1000,
+            retry_interval: Duration::from_secs(2),
+            buffer_size: 100_000,
+            handoff_timeout: Duration::from_secs(60),
+            rebalance_interval: Duration::from_secs(10),
+            shard_start_timeout: Duration::from_secs(10),
+            min_members: 1,
+            shard_mailbox_capacity: 1024,
+        }
+    }
+}
+
+/// A setting that cannot work, named so the operator can fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid setting `{field}`: {reason}")]
+pub struct SettingsError {
+    /// The setting's name.
+    pub field: &'static str,
+    /// Why the value is refused.
+    pub reason: String,
+}
+
+impl ShardingSettings {
+    /// Checks every field; the entity type is refused at registration when one
+    /// is wrong, instead of failing later under load.
+    ///
+    /// # Errors
+    /// The first field whose value cannot work.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        let err = |field, reason: &str| {
+            Err(SettingsError {
+                field,
+                reason: reason.to_string(),
+            })
+        };
+        if self.number_of_shards == 0 {
+            return err("number_of_shards", "must be at least 1");
+        }
+        for (field, value) in [
+            ("retry_interval", self.retry_interval),
+            ("handoff_timeout", self.handoff_timeout),
+            ("rebalance_interval", self.rebalance_interval),
+            ("shard_start_timeout", self.shard_start_timeout),
+        ] {
+            if value.is_zero() {
+                return err(field, "must be longer than zero");
+            }
+        }
+        if self.buffer_size == 0 {
+            return err("buffer_size", "must be at least 1");
+        }
+        if self.min_members == 0 {
+            return err("min_members", "must be at least 1");
+        }
+        if self.shard_mailbox_capacity == 0 {
+            return err("shard_mailbox_capacity", "must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// How long a shard waits for its entities to handle the stop message
+    /// before dropping them: Akka's `(handoff_timeout - 5 s).max(1 s)`, capped
+    /// by the timeout itself so short test timeouts stay consistent.
+    pub fn entity_stop_timeout(&self) -> Duration {
+        self.handoff_timeout
+            .saturating_sub(Duration::from_secs(5))
+            .max(Duration::from_secs(1))
+            .min(self.handoff_timeout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_akkas() {
+        let s = ShardingSettings::default();
+        assert_eq!(s.number_of_shards, 1000);
+        assert_eq!(s.retry_interval, Duration::from_secs(2));
+        assert_eq!(s.buffer_size, 100_000);
+        assert_eq!(s.handoff_timeout, Duration::from_secs(60));
+        assert_eq!(s.rebalance_interval, Duration::from_secs(10));
+        assert_eq!(s.shard_start_timeout, Duration::from_secs(10));
+        assert!(s.validate().is_ok());
+        assert_eq!(s.entity_stop_timeout(), Duration::from_secs(55));
+    }
+
+    #[test]
+    fn invalid_fields_are_named() {
+        let s = ShardingSettings {
+            number_of_shards: 0,
+            ..Default::default()
+        };
+        assert_eq!(s.validate().unwrap_err().field, "number_of_shards");
+        let s = ShardingSettings {
+            handoff_timeout: Duration::ZERO,
+            ..Default::default()
+        };
+        let e = s.validate().unwrap_err();
+        assert_eq!(e.field, "handoff_timeout");
+        assert!(e.to_string().contains("handoff_timeout"));
+        let s = ShardingSettings {
+            buffer_size: 0,
+            ..Default::default()
+        };
+        assert_eq!(s.validate().unwrap_err().field, "buffer_size");
+    }
+}

@@ -1,0 +1,12 @@
+//! The in-process cluster: several nodes, a coordinator and the in-memory
+//! transport in one process, no Kafka. Each module is a group of scenarios.
+
+mod support;
+
+mod failures;
+mod handoff;
+mod inspection;
+mod rebalance;
+mod routing;
+mod shutdown;
+mod strategies;

@@ -1,0 +1,326 @@
+//! What the scenarios share: a probe entity that logs every delivery, a
+//! checker that no entity id is ever live in two places, a cluster builder,
+//! and polling with a deadline.
+
+use colo::allocation::{
+    AllocationStrategy, LeastShardAllocationStrategy, LeastShardSettings,
+};
+use colo::{
+    CoordinatorHandle, Entity, EntityContext, EntityError, EntityType, InMemoryNetwork,
+    InMemoryStore, Node, Region, ShardId, ShardingSettings,
+};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+pub const ASK: Duration = Duration::from_secs(5);
+
+/// What the probe is told or asked.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ProbeMsg {
+    /// Record sequence number `seq` from sender `from`.
+    Record { from: String, seq: u64 },
+    /// Where do you live, and how many messages have you handled here?
+    Where,
+    /// Fail the handler.
+    Fail,
+    /// Panic in the handler.
+    Panic,
+    /// The stop message.
+    Stop,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProbeReply {
+    Ok,
+    At { node: String, handled: u64 },
+}
+
+/// One delivery, as the world saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub node: String,
+    pub from: String,
+    pub seq: u64,
+}
+
+/// Shared by every probe of a test: the deliveries and the live incarnations.
+#[derive(Default)]
+pub struct World {
+    pub log: Mutex<HashMap<String, Vec<Delivery>>>,
+    live: Mutex<HashMap<String, String>>,
+    pub violations: Mutex<Vec<String>>,
+    pub stops: AtomicU64,
+}
+
+impl World {
+    /// Asserts that no entity id was ever live on two nodes at once.
+    pub fn assert_never_live_twice(&self) {
+        let v = self.violations.lock();
+        assert!(v.is_empty(), "entities live in two places at once: {v:?}");
+    }
+
+    /// Every `(entity, sender)` stream arrived complete and in order:
+    /// sequence numbers 0..n, each exactly once.
+    pub fn assert_complete_in_order(&self, expected: &BTreeMap<(String, String), u64>) {
+        let log = self.log.lock();
+        for ((entity, from), n) in expected {
+            let seqs: Vec<u64> = log
+                .get(entity)
+                .map(|d| d.iter().filter(|d| &d.from == from).map(|d| d.seq).collect())
+                .unwrap_or_default();
+            let want: Vec<u64> = (0..*n).collect();
+            assert_eq!(seqs, want, "deliveries to {entity} from {from}");
+        }
+    }
+
+    pub fn delivered(&self) -> usize {
+        self.log.lock().values().map(Vec::len).sum()
+    }
+}
+
+pub struct Probe {
+    id: String,
+    node: String,
+    handled: u64,
+    world: Arc<World>,
+}
+
+impl Probe {
+    fn new(id: &str, node: &str, world: Arc<World>) -> Self {
+        let previous = world.live.lock().insert(id.to_string(), node.to_string());
+        if let Some(other) = previous {
+            world
+                .violations
+                .lock()
+                .push(format!("{id} started on {node} while live on {other}"));
+        }
+        Self {
+            id: id.to_string(),
+            node: node.to_string(),
+            handled: 0,
+            world,
+        }
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        let mut live = self.world.live.lock();
+        if live.get(&self.id) == Some(&self.node) {
+            live.remove(&self.id);
+        }
+    }
+}
+
+impl Entity for Probe {
+    type Message = ProbeMsg;
+    type Reply = ProbeReply;
+
+    async fn handle(&mut self, _ctx: &EntityContext, message: ProbeMsg) -> Result<ProbeReply, EntityError> {
+        self.handled += 1;
+        match message {
+            ProbeMsg::Record { from, seq } => {
+                self.world
+                    .log
+                    .lock()
+                    .entry(self.id.clone())
+                    .or_default()
+                    .push(Delivery {
+                        node: self.node.clone(),
+                        from,
+                        seq,
+                    });
+                Ok(ProbeReply::Ok)
+            }
+            ProbeMsg::Where => Ok(ProbeReply::At {
+                node: self.node.clone(),
+                handled: self.handled,
+            }),
+            ProbeMsg::Fail => Err(EntityError::new("asked to fail")),
+            ProbeMsg::Panic => panic!("asked to panic"),
+            ProbeMsg::Stop => {
+                self.world.stops.fetch_add(1, Ordering::Relaxed);
+                Ok(ProbeReply::Ok)
+            }
+        }
+    }
+}
+
+/// Fast settings so scenarios finish in well under a second of protocol time.
+pub fn fast_settings(shards: u32) -> ShardingSettings {
+    ShardingSettings {
+        number_of_shards: shards,
+        retry_interval: Duration::from_millis(50),
+        rebalance_interval: Duration::from_millis(100),
+        handoff_timeout: Duration::from_secs(5),
+        shard_start_timeout: Duration::from_secs(1),
+        ..ShardingSettings::default()
+    }
+}
+
+pub fn least_shard_new(absolute: usize, relative: f64) -> Box<dyn AllocationStrategy> {
+    Box::new(
+        LeastShardAllocationStrategy::new(LeastShardSettings {
+            rebalance_absolute_limit: absolute,
+            rebalance_relative_limit: relative,
+            ..LeastShardSettings::default()
+        })
+        .expect("valid least-shard settings"),
+    )
+}
+
+/// A cluster of in-process nodes with one probe entity type.
+pub struct Cluster {
+    pub name: String,
+    pub network: InMemoryNetwork,
+    pub settings: ShardingSettings,
+    pub world: Arc<World>,
+    pub store: InMemoryStore,
+    pub coordinator: Option<CoordinatorHandle>,
+    pub nodes: BTreeMap<String, (Node, Region<Probe>)>,
+}
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+impl Cluster {
+    /// A cluster without nodes; `name` is unique per test (metric labels).
+    pub fn new(test: &str, settings: ShardingSettings) -> Self {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        Self {
+            name: format!("{test}-{n}"),
+            network: InMemoryNetwork::new(),
+            settings,
+            world: Arc::default(),
+            store: InMemoryStore::new(),
+            coordinator: None,
+            nodes: BTreeMap::new(),
+        }
+    }
+
+    pub fn entity_type(&self, node: &str) -> EntityType<Probe> {
+        let world = self.world.clone();
+        let node = node.to_string();
+        EntityType::new(self.name.clone(), move |id| Probe::new(id, &node, world.clone()))
+            .with_settings(self.settings.clone())
+            .with_stop_message(|| ProbeMsg::Stop)
+    }
+
+    pub fn start_coordinator(&mut self, strategy: Box<dyn AllocationStrategy>) {
+        let c = CoordinatorHandle::spawn(&self.name, self.settings.clone(), strategy, Arc::new(self.store.clone()));
+        self.network.host_coordinator(c.clone());
+        self.coordinator = Some(c);
+    }
+
+    pub fn add_node(&mut self, name: &str) -> Region<Probe> {
+        let node = Node::new(self.network.transport(name));
+        let region = node.start_region(self.entity_type(name)).expect("valid entity type");
+        self.nodes.insert(name.to_string(), (node, region.clone()));
+        region
+    }
+
+    pub fn add_proxy(&mut self, name: &str) -> Region<Probe> {
+        let node = Node::new(self.network.transport(name));
+        let region = node.start_proxy(self.entity_type(name)).expect("valid entity type");
+        self.nodes.insert(name.to_string(), (node, region.clone()));
+        region
+    }
+
+    pub fn region(&self, name: &str) -> Region<Probe> {
+        self.nodes[name].1.clone()
+    }
+
+    /// Shard homes as the coordinator's persisted events say.
+    pub fn homes(&self) -> BTreeMap<ShardId, String> {
+        let state = colo::coordinator::state::CoordinatorState::replay(self.store.events())
+            .expect("coordinator events replay");
+        state
+            .allocations()
+            .iter()
+            .flat_map(|(r, shards)| shards.iter().map(move |s| (*s, r.to_string())))
+            .collect()
+    }
+
+    /// Shards per registered region.
+    pub fn shard_counts(&self) -> BTreeMap<String, usize> {
+        let state = colo::coordinator::state::CoordinatorState::replay(self.store.events())
+            .expect("coordinator events replay");
+        state
+            .allocations()
+            .iter()
+            .map(|(r, s)| (r.to_string(), s.len()))
+            .collect()
+    }
+
+    /// Touches one entity in every shard so that every shard gets a home.
+    pub async fn touch_all_shards(&self, via: &str) -> BTreeMap<ShardId, String> {
+        let region = self.region(via);
+        let mut ids = BTreeMap::new();
+        let mut i = 0u64;
+        while ids.len() < self.settings.number_of_shards as usize {
+            let id = format!("e{i}");
+            ids.entry(region.shard_of(&id)).or_insert(id);
+            i += 1;
+        }
+        for id in ids.values() {
+            region.ask(id, ProbeMsg::Where, ASK).await.expect("touch ask");
+        }
+        ids
+    }
+}
+
+/// Polls `check` until it holds or `deadline` passes; panics with `what`.
+pub async fn eventually<F, Fut>(what: &str, deadline: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = tokio::time::Instant::now();
+    let mut poll = tokio::time::interval(Duration::from_millis(10));
+    loop {
+        poll.tick().await;
+        if check().await {
+            return;
+        }
+        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for: {what}");
+    }
+}
+
+/// The test binary's metrics recorder, installed once.
+pub fn metrics() -> &'static Snapshotter {
+    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+    SNAPSHOTTER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder.install().expect("no other recorder in this test binary");
+        snapshotter
+    })
+}
+
+/// The value of a counter with the given labels (0 when absent).
+pub fn counter(name: &str, labels: &[(&str, &str)]) -> u64 {
+    let want: BTreeSet<(String, String)> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    metrics()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, _, _, _)| {
+            key.key().name() == name
+                && key
+                    .key()
+                    .labels()
+                    .map(|l| (l.key().to_string(), l.value().to_string()))
+                    .collect::<BTreeSet<_>>()
+                    == want
+        })
+        .map(|(_, _, _, v)| match v {
+            DebugValue::Counter(c) => c,
+            _ => 0,
+        })
+        .sum()
+}
