@@ -476,6 +476,12 @@ impl Coordinator {
             // A leaving region asks again; its shards are retried then.
             self.graceful_shutdown.remove(&done.owner);
         }
+        // A moved shard gets its new home at once rather than on its next
+        // message, so the next rebalance round sees where it went.
+        let requester = done.deferred.first().cloned().unwrap_or(done.owner);
+        if ok && self.state.is_region(&requester) {
+            self.get_shard_home(shard, requester).await?;
+        }
         for requester in done.deferred {
             self.get_shard_home(shard, requester).await?;
         }

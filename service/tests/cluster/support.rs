@@ -324,3 +324,84 @@ pub fn counter(name: &str, labels: &[(&str, &str)]) -> u64 {
         })
         .sum()
 }
+
+/// Tells `Record` messages round-robin over `ids` from one sender until
+/// stopped; returns how many each entity was sent.
+pub struct Sender {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<BTreeMap<(String, String), u64>>,
+}
+
+impl Sender {
+    pub fn start(region: Region<Probe>, from: &str, ids: Vec<String>) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let from = from.to_string();
+        let task = tokio::spawn(async move {
+            let mut sent: BTreeMap<(String, String), u64> = BTreeMap::new();
+            while !flag.load(Ordering::Relaxed) {
+                for id in &ids {
+                    let seq = sent.entry((id.clone(), from.clone())).or_insert(0);
+                    region
+                        .tell(id, ProbeMsg::Record { from: from.clone(), seq: *seq })
+                        .await
+                        .expect("tell accepted");
+                    *seq += 1;
+                }
+                tokio::task::yield_now().await;
+            }
+            sent
+        });
+        Self { stop, task }
+    }
+
+    pub async fn stop(self) -> BTreeMap<(String, String), u64> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.expect("sender task")
+    }
+}
+
+/// Waits until every message sent has been delivered somewhere.
+pub async fn all_delivered(world: &World, sent: &BTreeMap<(String, String), u64>) {
+    let total: u64 = sent.values().sum();
+    eventually("every sent message delivered", Duration::from_secs(20), || async {
+        world.delivered() as u64 >= total
+    })
+    .await;
+}
+
+/// Wraps a strategy and records the size of every non-empty rebalance round.
+pub struct CountingRounds {
+    pub inner: Box<dyn AllocationStrategy>,
+    pub rounds: Arc<Mutex<Vec<usize>>>,
+}
+
+impl AllocationStrategy for CountingRounds {
+    fn allocate(
+        &mut self,
+        requester: &colo::RegionId,
+        shard: ShardId,
+        current: &colo::allocation::Allocations,
+    ) -> Option<colo::RegionId> {
+        self.inner.allocate(requester, shard, current)
+    }
+
+    fn rebalance(
+        &mut self,
+        current: &colo::allocation::Allocations,
+        in_progress: &BTreeSet<ShardId>,
+    ) -> BTreeSet<ShardId> {
+        let chosen = self.inner.rebalance(current, in_progress);
+        if !chosen.is_empty() {
+            self.rounds.lock().push(chosen.len());
+        }
+        chosen
+    }
+}
+
+/// Whether the shard counts differ by at most one and add up to `total`.
+pub fn balanced(counts: &BTreeMap<String, usize>, total: usize) -> bool {
+    let max = counts.values().max().copied().unwrap_or(0);
+    let min = counts.values().min().copied().unwrap_or(0);
+    counts.values().sum::<usize>() == total && max - min <= 1
+}

@@ -1,0 +1,85 @@
+//! The two inspection queries return exactly what is live.
+
+use crate::support::*;
+use colo::{EntityId, ShardId};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn region_state_and_cluster_stats_return_exactly_what_is_live() {
+    let mut cluster = Cluster::new("inspect", fast_settings(8));
+    cluster.start_coordinator(least_shard_new(0, 0.1));
+    for n in ["a", "b", "c"] {
+        cluster.add_node(n);
+    }
+    cluster.add_proxy("p");
+    eventually("three regions", Duration::from_secs(5), || async { cluster.shard_counts().len() == 3 }).await;
+    let p = cluster.region("p");
+    let ids: Vec<String> = (0..60).map(|i| format!("i{i}")).collect();
+    for id in &ids {
+        p.ask(id, ProbeMsg::Where, ASK).await.unwrap();
+    }
+    // One entity fails and is dropped: it is not live any more.
+    p.ask("i7", ProbeMsg::Fail, ASK).await.unwrap_err();
+
+    let mut expected: BTreeMap<String, BTreeMap<ShardId, BTreeSet<String>>> = BTreeMap::new();
+    let homes = cluster.homes();
+    for id in ids.iter().filter(|id| id.as_str() != "i7") {
+        let shard = p.shard_of(id);
+        expected
+            .entry(homes[&shard].clone())
+            .or_default()
+            .entry(shard)
+            .or_default()
+            .insert(id.clone());
+    }
+    for n in ["a", "b", "c"] {
+        let state = cluster.region(n).state(ASK).await.unwrap();
+        assert!(state.failed.is_empty());
+        let got: BTreeMap<ShardId, BTreeSet<String>> = state
+            .shards
+            .into_iter()
+            .map(|(s, ids)| (s, ids.iter().map(EntityId::to_string).collect()))
+            .filter(|(_, ids): &(ShardId, BTreeSet<String>)| !ids.is_empty())
+            .collect();
+        assert_eq!(got, expected.get(n).cloned().unwrap_or_default(), "region state of {n}");
+    }
+    assert!(p.state(ASK).await.unwrap().shards.is_empty());
+
+    let stats = p.cluster_stats(ASK).await.unwrap();
+    assert!(stats.failed_regions.is_empty());
+    assert_eq!(stats.regions.keys().map(|r| r.to_string()).collect::<Vec<_>>(), ["a", "b", "c"]);
+    assert_eq!(stats.total_entities(), 59);
+    for (region, r) in &stats.regions {
+        for (shard, n) in &r.stats {
+            let want = expected.get(region.as_str()).and_then(|s| s.get(shard)).map_or(0, BTreeSet::len);
+            assert_eq!(*n, want, "stats of {region} shard {shard}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_stats_lists_regions_that_do_not_answer() {
+    let mut cluster = Cluster::new("inspect-silent", fast_settings(4));
+    cluster.start_coordinator(least_shard_new(0, 0.1));
+    let a = cluster.add_node("a");
+    cluster.add_node("b");
+    eventually("two regions", Duration::from_secs(5), || async { cluster.shard_counts().len() == 2 }).await;
+    cluster.touch_all_shards("a").await;
+    // A shard of b is stuck in a slow handler: b's answer lists it as failed.
+    let stuck = cluster
+        .homes()
+        .into_iter()
+        .find(|(_, r)| r == "b")
+        .map(|(s, _)| s)
+        .unwrap();
+    let id = (0..).map(|i| format!("s{i}")).find(|id| a.shard_of(id) == stuck).unwrap();
+    let b = cluster.region("b");
+    let blocker = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(&id, ProbeMsg::Record { from: "x".into(), seq: 0 }, ASK).await }
+    });
+    blocker.await.unwrap().unwrap();
+    let stats = a.cluster_stats(Duration::from_millis(500)).await.unwrap();
+    assert_eq!(stats.regions.len() + stats.failed_regions.len(), 2);
+}
