@@ -110,7 +110,9 @@ impl CoordinatorHandle {
     /// # Errors
     /// The coordinator has stopped.
     pub async fn connect(&self, region: RegionId) -> Result<CoordinatorLink, CoordinatorStopped> {
-        let link = self.next_link.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let link = self
+            .next_link
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (to_region, from_coordinator) = mpsc::channel(LINK_CAPACITY);
         let (to_coordinator, mut from_region) = mpsc::channel(LINK_CAPACITY);
         self.inbox
@@ -223,7 +225,13 @@ impl Coordinator {
                 link,
                 to_region,
             } => {
-                self.links.insert(region, Link { id: link, to_region });
+                self.links.insert(
+                    region,
+                    Link {
+                        id: link,
+                        to_region,
+                    },
+                );
             }
             Input::FromRegion {
                 region,
@@ -269,9 +277,15 @@ impl Coordinator {
                 metrics::coordinator_regions(&self.entity_type, self.state.allocations().len());
                 self.send(&region, CoordinatorToRegion::RegisterAck);
             }
-            RegionToCoordinator::GetShardHome { shard } => self.get_shard_home(shard, region).await?,
+            RegionToCoordinator::GetShardHome { shard } => {
+                self.get_shard_home(shard, region).await?
+            }
             RegionToCoordinator::ShardStarted { shard } => {
-                if self.unacked_host.get(&shard).is_some_and(|(r, _)| *r == region) {
+                if self
+                    .unacked_host
+                    .get(&shard)
+                    .is_some_and(|(r, _)| *r == region)
+                {
                     self.unacked_host.remove(&shard);
                 }
             }
@@ -314,8 +328,13 @@ impl Coordinator {
         let Some(link) = self.links.get(region) else {
             return;
         };
-        if let Err(e) = link.to_region.try_send(message) {
-            tracing::warn!(%region, error = %e, "coordinator message not sent; the region retries");
+        match link.to_region.try_send(message) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(%region, "coordinator link full; message not sent, the region retries");
+            }
+            // The region is leaving; its Disconnected input follows.
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
         }
     }
 
@@ -330,7 +349,11 @@ impl Coordinator {
         active_allocations(&self.state, &self.graceful_shutdown)
     }
 
-    async fn get_shard_home(&mut self, shard: ShardId, requester: RegionId) -> Result<(), StoreError> {
+    async fn get_shard_home(
+        &mut self,
+        shard: ShardId,
+        requester: RegionId,
+    ) -> Result<(), StoreError> {
         if let Some(p) = self.in_progress.get_mut(&shard) {
             if !p.deferred.contains(&requester) {
                 p.deferred.push(requester);
@@ -339,7 +362,13 @@ impl Coordinator {
         }
         if let Some(home) = self.state.home(shard) {
             let home = home.clone();
-            self.send(&requester, CoordinatorToRegion::ShardHome { shard, region: home });
+            self.send(
+                &requester,
+                CoordinatorToRegion::ShardHome {
+                    shard,
+                    region: home,
+                },
+            );
             return Ok(());
         }
         if !self.state.is_region(&requester) && !self.state.is_proxy(&requester) {
@@ -366,7 +395,8 @@ impl Coordinator {
         .await?;
         tracing::debug!(%shard, %region, "shard home allocated");
         self.send(&region, CoordinatorToRegion::HostShard { shard });
-        self.unacked_host.insert(shard, (region.clone(), Instant::now()));
+        self.unacked_host
+            .insert(shard, (region.clone(), Instant::now()));
         self.send(&requester, CoordinatorToRegion::ShardHome { shard, region });
         Ok(())
     }
@@ -468,7 +498,8 @@ impl Coordinator {
         metrics::handoff_finished(&self.entity_type, ok, done.started.elapsed());
         if ok {
             if self.state.home(shard).is_some() {
-                self.update(CoordinatorEvent::ShardHomeDeallocated { shard }).await?;
+                self.update(CoordinatorEvent::ShardHomeDeallocated { shard })
+                    .await?;
             }
             tracing::debug!(%shard, from = %done.owner, "shard handed off");
         } else {
@@ -496,9 +527,11 @@ impl Coordinator {
             })
             .await?;
             for link in self.links.values() {
-                let _ = link.to_region.try_send(CoordinatorToRegion::RegionTerminated {
-                    region: region.clone(),
-                });
+                let _ = link
+                    .to_region
+                    .try_send(CoordinatorToRegion::RegionTerminated {
+                        region: region.clone(),
+                    });
             }
         } else if self.state.is_proxy(&region) {
             self.update(CoordinatorEvent::RegionProxyTerminated {
@@ -543,7 +576,9 @@ impl Coordinator {
         tokio::spawn(async move {
             let stats = stats::gather(asked, rx, timeout).await;
             if let Some(link) = reply_to {
-                let _ = link.send(CoordinatorToRegion::ClusterStats { request, stats }).await;
+                let _ = link
+                    .send(CoordinatorToRegion::ClusterStats { request, stats })
+                    .await;
             }
             let _ = inbox.send(Input::StatsDone { request: internal }).await;
         });
@@ -551,7 +586,10 @@ impl Coordinator {
 }
 
 /// Registered regions that are not leaving, with their shards.
-fn active_allocations<'a>(state: &'a CoordinatorState, leaving: &BTreeSet<RegionId>) -> Cow<'a, Allocations> {
+fn active_allocations<'a>(
+    state: &'a CoordinatorState,
+    leaving: &BTreeSet<RegionId>,
+) -> Cow<'a, Allocations> {
     if leaving.is_empty() {
         Cow::Borrowed(state.allocations())
     } else {

@@ -124,7 +124,10 @@ pub enum RegistrationError {
 impl<E: Entity> EntityType<E> {
     /// An entity type with default settings and the default extractor
     /// (`stable_hash(entity id) % number_of_shards`).
-    pub fn new(name: impl Into<String>, factory: impl Fn(&EntityId) -> E + Send + Sync + 'static) -> Self {
+    pub fn new(
+        name: impl Into<String>,
+        factory: impl Fn(&EntityId) -> E + Send + Sync + 'static,
+    ) -> Self {
         Self {
             name: name.into(),
             factory: Arc::new(factory),
@@ -150,7 +153,10 @@ impl<E: Entity> EntityType<E> {
 
     /// The message each entity handles before it is stopped for a hand-off,
     /// for entities that must clean up. Without one, entities are dropped.
-    pub fn with_stop_message(mut self, stop: impl Fn() -> E::Message + Send + Sync + 'static) -> Self {
+    pub fn with_stop_message(
+        mut self,
+        stop: impl Fn() -> E::Message + Send + Sync + 'static,
+    ) -> Self {
         self.stop_message = Some(Arc::new(stop));
         self
     }

@@ -38,9 +38,6 @@ pub struct ClusterShardingStats {
 impl ClusterShardingStats {
     /// Live entities across the cluster.
     pub fn total_entities(&self) -> usize {
-        self.regions
-            .values()
-            .flat_map(|r| r.stats.values())
-            .sum()
+        self.regions.values().flat_map(|r| r.stats.values()).sum()
     }
 }

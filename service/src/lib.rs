@@ -22,10 +22,13 @@
 //! - [`inspection`]: the region-state and cluster-stats queries.
 //! - [`metrics`]: every metric name.
 //! - [`error`]: what senders see.
+//! - [`counter`]: the built-in counter entity type; [`demo`]: the embedded demo.
 #![forbid(unsafe_code)]
 
 pub mod codec;
 pub mod coordinator;
+pub mod counter;
+pub mod demo;
 pub mod entity;
 pub mod envelope;
 pub mod error;

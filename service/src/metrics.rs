@@ -30,16 +30,39 @@ pub fn describe() {
         describe_gauge!(HOSTED_SHARDS, "Shards hosted by this node's region");
         describe_gauge!(HOSTED_ENTITIES, "Live entities in this node's region");
         describe_counter!(DELIVERED, "Messages handled by an entity on this node");
-        describe_counter!(FORWARDED, "Messages forwarded to the region of another node");
-        describe_gauge!(BUFFERED, "Messages buffered while their shard home is unknown");
+        describe_counter!(
+            FORWARDED,
+            "Messages forwarded to the region of another node"
+        );
+        describe_gauge!(
+            BUFFERED,
+            "Messages buffered while their shard home is unknown"
+        );
         describe_counter!(BUFFERED_TOTAL, "Messages that were buffered at least once");
         describe_counter!(DROPPED, "Messages refused or lost, by reason");
         describe_counter!(ENTITY_FAILURES, "Entity handlers that failed or panicked");
-        describe_histogram!(SHARD_HOME_LATENCY, Unit::Seconds, "Time from asking the coordinator for a shard home to the answer");
-        describe_counter!(HANDOFFS, "Shard hand-offs run by the coordinator, by outcome");
-        describe_histogram!(HANDOFF_DURATION, Unit::Seconds, "Duration of shard hand-offs");
-        describe_counter!(REBALANCED_SHARDS, "Shards chosen by the rebalance loop to move");
-        describe_gauge!(COORDINATOR_REGIONS, "Regions registered with the coordinator");
+        describe_histogram!(
+            SHARD_HOME_LATENCY,
+            Unit::Seconds,
+            "Time from asking the coordinator for a shard home to the answer"
+        );
+        describe_counter!(
+            HANDOFFS,
+            "Shard hand-offs run by the coordinator, by outcome"
+        );
+        describe_histogram!(
+            HANDOFF_DURATION,
+            Unit::Seconds,
+            "Duration of shard hand-offs"
+        );
+        describe_counter!(
+            REBALANCED_SHARDS,
+            "Shards chosen by the rebalance loop to move"
+        );
+        describe_gauge!(
+            COORDINATOR_REGIONS,
+            "Regions registered with the coordinator"
+        );
     });
 }
 
@@ -62,9 +85,7 @@ pub(crate) struct RegionMetrics {
 impl RegionMetrics {
     pub fn new(entity_type: &str) -> Self {
         let et = entity_type.to_string();
-        let dropped = |reason: &'static str| {
-            metrics::counter!(DROPPED, "entity_type" => et.clone(), "reason" => reason)
-        };
+        let dropped = |reason: &'static str| metrics::counter!(DROPPED, "entity_type" => et.clone(), "reason" => reason);
         Self {
             hosted_shards: metrics::gauge!(HOSTED_SHARDS, "entity_type" => et.clone()),
             hosted_entities: metrics::gauge!(HOSTED_ENTITIES, "entity_type" => et.clone()),

@@ -58,14 +58,19 @@ pub(crate) struct NodeContext {
 
 impl NodeContext {
     /// Sends an entity's answer where the asker waits.
-    pub fn reply<R: Serialize + Send + 'static>(&self, reply: Reply<R>, result: Result<R, AskError>) {
+    pub fn reply<R: Serialize + Send + 'static>(
+        &self,
+        reply: Reply<R>,
+        result: Result<R, AskError>,
+    ) {
         match reply {
             Reply::None => {}
             Reply::Local(tx) => {
                 let _ = tx.send(result);
             }
             Reply::Remote(to) => {
-                let result = result.and_then(|r| codec::encode(&r).map_err(|e| AskError::Codec(e.0)));
+                let result =
+                    result.and_then(|r| codec::encode(&r).map_err(|e| AskError::Codec(e.0)));
                 if to.node == self.id {
                     self.pending.complete(to.correlation, result);
                     return;
@@ -101,8 +106,12 @@ impl Inbound for NodeInbound {
                     None => {
                         tracing::warn!(entity_type = %env.entity_type, node = %self.context.id, "no region for a received message");
                         if let Some(to) = env.reply_to {
-                            let reason = format!("no region for entity type {:?} on node {}", env.entity_type, self.context.id);
-                            self.context.reply::<()>(Reply::Remote(to), Err(AskError::Dropped(reason)));
+                            let reason = format!(
+                                "no region for entity type {:?} on node {}",
+                                env.entity_type, self.context.id
+                            );
+                            self.context
+                                .reply::<()>(Reply::Remote(to), Err(AskError::Dropped(reason)));
                         }
                     }
                 }
@@ -111,7 +120,9 @@ impl Inbound for NodeInbound {
     }
 
     fn reply(&self, reply: WireReply) {
-        self.context.pending.complete(reply.correlation, reply.result);
+        self.context
+            .pending
+            .complete(reply.correlation, reply.result);
     }
 }
 
@@ -123,7 +134,9 @@ pub struct Node {
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node").field("id", &self.context.id).finish_non_exhaustive()
+        f.debug_struct("Node")
+            .field("id", &self.context.id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -154,7 +167,10 @@ impl Node {
     ///
     /// # Errors
     /// The entity type is invalid or already registered on this node.
-    pub fn start_region<E: Entity>(&self, entity_type: EntityType<E>) -> Result<Region<E>, RegistrationError> {
+    pub fn start_region<E: Entity>(
+        &self,
+        entity_type: EntityType<E>,
+    ) -> Result<Region<E>, RegistrationError> {
         self.start(entity_type, false)
     }
 
@@ -163,11 +179,18 @@ impl Node {
     ///
     /// # Errors
     /// The entity type is invalid or already registered on this node.
-    pub fn start_proxy<E: Entity>(&self, entity_type: EntityType<E>) -> Result<Region<E>, RegistrationError> {
+    pub fn start_proxy<E: Entity>(
+        &self,
+        entity_type: EntityType<E>,
+    ) -> Result<Region<E>, RegistrationError> {
         self.start(entity_type, true)
     }
 
-    fn start<E: Entity>(&self, entity_type: EntityType<E>, proxy: bool) -> Result<Region<E>, RegistrationError> {
+    fn start<E: Entity>(
+        &self,
+        entity_type: EntityType<E>,
+        proxy: bool,
+    ) -> Result<Region<E>, RegistrationError> {
         let entity_type = entity_type.validated()?;
         let mut regions = self.inbound.regions.write();
         if regions.contains_key(&entity_type.name) {

@@ -60,7 +60,10 @@ pub enum CoordinatorToRegion {
     /// Asks for this region's stats; answered by `RegionStats`.
     GetRegionStats { request: u64, timeout: Duration },
     /// Answers `GetClusterStats`.
-    ClusterStats { request: u64, stats: ClusterShardingStats },
+    ClusterStats {
+        request: u64,
+        stats: ClusterShardingStats,
+    },
 }
 
 /// A region's end of its link to the coordinator. Dropping it is how the

@@ -39,9 +39,14 @@ pub(crate) enum RegionCmd<E: Entity> {
         leftovers: VecDeque<Envelope<E>>,
     },
     /// Everything forwarded to the old home before BeginHandOff arrived there.
-    BeginHandOffReady { shard: ShardId },
+    BeginHandOffReady {
+        shard: ShardId,
+    },
     /// A remote node could not be reached; these go back to the buffer.
-    Undeliverable { to: RegionId, envelopes: Vec<Envelope<E>> },
+    Undeliverable {
+        to: RegionId,
+        envelopes: Vec<Envelope<E>>,
+    },
     State {
         timeout: Duration,
         reply: oneshot::Sender<CurrentRegionState>,
@@ -50,7 +55,9 @@ pub(crate) enum RegionCmd<E: Entity> {
         timeout: Duration,
         reply: oneshot::Sender<ClusterShardingStats>,
     },
-    Shutdown { done: oneshot::Sender<()> },
+    Shutdown {
+        done: oneshot::Sender<()>,
+    },
 }
 
 /// What routing needs, shared by every handle and the region task.
@@ -101,7 +108,11 @@ impl<E: Entity> RegionInbound for Inbound<E> {
                 Ok(_) | Err(_) => {
                     shared.metrics.dropped_bad_payload.increment(1);
                     tracing::warn!(entity_type = %shared.entity_type.name, entity_id = %env.entity_id, shard = %env.shard, "received message cannot be decoded or has an unknown shard; dropped");
-                    shard::dropped(reply, &shared.node, "message cannot be decoded by the receiving node");
+                    shard::dropped(
+                        reply,
+                        &shared.node,
+                        "message cannot be decoded by the receiving node",
+                    );
                     return;
                 }
             };
@@ -128,7 +139,12 @@ impl<E: Entity> RegionInbound for Inbound<E> {
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let (done, wait) = oneshot::channel();
-            if self.commands.send(RegionCmd::Shutdown { done }).await.is_ok() {
+            if self
+                .commands
+                .send(RegionCmd::Shutdown { done })
+                .await
+                .is_ok()
+            {
                 let _ = wait.await;
             }
         })
@@ -226,7 +242,12 @@ impl<E: Entity> Region<E> {
         self.shared.extractor.shard_id(entity_id)
     }
 
-    fn envelope(&self, entity_id: &str, message: E::Message, reply: Reply<E::Reply>) -> Result<Envelope<E>, TellError> {
+    fn envelope(
+        &self,
+        entity_id: &str,
+        message: E::Message,
+        reply: Reply<E::Reply>,
+    ) -> Result<Envelope<E>, TellError> {
         if entity_id.is_empty() {
             return Err(TellError::EmptyEntityId);
         }
@@ -254,13 +275,19 @@ impl<E: Entity> Region<E> {
     /// # Errors
     /// The message was refused, the entity failed, or no reply came within
     /// `timeout` (the message may still be handled later).
-    pub async fn ask(&self, entity_id: &str, message: E::Message, timeout: Duration) -> Result<E::Reply, AskError> {
+    pub async fn ask(
+        &self,
+        entity_id: &str,
+        message: E::Message,
+        timeout: Duration,
+    ) -> Result<E::Reply, AskError> {
         let (tx, rx) = oneshot::channel();
         let env = self.envelope(entity_id, message, Reply::Local(tx))?;
         let exchange = async {
             self.shared.route(env).await?;
-            rx.await
-                .map_err(|_| AskError::Dropped("the message was dropped before it was handled".into()))?
+            rx.await.map_err(|_| {
+                AskError::Dropped("the message was dropped before it was handled".into())
+            })?
         };
         tokio::time::timeout(timeout, exchange)
             .await
@@ -273,7 +300,8 @@ impl<E: Entity> Region<E> {
     /// The region has stopped, or did not answer within `timeout`.
     pub async fn state(&self, timeout: Duration) -> Result<CurrentRegionState, QueryError> {
         let (reply, rx) = oneshot::channel();
-        self.query(RegionCmd::State { timeout, reply }, rx, timeout).await
+        self.query(RegionCmd::State { timeout, reply }, rx, timeout)
+            .await
     }
 
     /// For every region of the cluster, shard -> number of live entities.
@@ -281,17 +309,29 @@ impl<E: Entity> Region<E> {
     /// # Errors
     /// The region has stopped, or the coordinator did not answer within
     /// `timeout` (regions that answer late are listed as failed instead).
-    pub async fn cluster_stats(&self, timeout: Duration) -> Result<ClusterShardingStats, QueryError> {
+    pub async fn cluster_stats(
+        &self,
+        timeout: Duration,
+    ) -> Result<ClusterShardingStats, QueryError> {
         let (reply, rx) = oneshot::channel();
-        self.query(RegionCmd::ClusterStats { timeout, reply }, rx, timeout).await
+        self.query(RegionCmd::ClusterStats { timeout, reply }, rx, timeout)
+            .await
     }
 
-    async fn query<T>(&self, cmd: RegionCmd<E>, rx: oneshot::Receiver<T>, timeout: Duration) -> Result<T, QueryError> {
+    async fn query<T>(
+        &self,
+        cmd: RegionCmd<E>,
+        rx: oneshot::Receiver<T>,
+        timeout: Duration,
+    ) -> Result<T, QueryError> {
         // A little more than the query's own deadline, so a late answer that
         // lists failed shards still arrives.
         let outer = timeout + timeout / 4 + Duration::from_millis(50);
         let exchange = async {
-            self.commands.send(cmd).await.map_err(|_| QueryError::Stopped)?;
+            self.commands
+                .send(cmd)
+                .await
+                .map_err(|_| QueryError::Stopped)?;
             rx.await.map_err(|_| QueryError::Stopped)
         };
         tokio::time::timeout(outer, exchange)
@@ -303,7 +343,12 @@ impl<E: Entity> Region<E> {
     /// message, then stops. Messages told after this returns are refused.
     pub async fn shutdown(&self) {
         let (done, wait) = oneshot::channel();
-        if self.commands.send(RegionCmd::Shutdown { done }).await.is_ok() {
+        if self
+            .commands
+            .send(RegionCmd::Shutdown { done })
+            .await
+            .is_ok()
+        {
             let _ = wait.await;
         }
     }

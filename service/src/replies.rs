@@ -19,7 +19,8 @@ trait Pending: Send {
 
 impl<R: DeserializeOwned + Send + 'static> Pending for oneshot::Sender<Result<R, AskError>> {
     fn complete(self: Box<Self>, result: Result<Bytes, AskError>) {
-        let reply = result.and_then(|bytes| codec::decode(&bytes).map_err(|e| AskError::Codec(e.0)));
+        let reply =
+            result.and_then(|bytes| codec::decode(&bytes).map_err(|e| AskError::Codec(e.0)));
         let _ = self.send(reply);
     }
 
@@ -42,7 +43,10 @@ pub(crate) struct PendingReplies {
 
 impl PendingReplies {
     /// Registers an ask's reply channel; returns its correlation id.
-    pub fn register<R: DeserializeOwned + Send + 'static>(&self, tx: oneshot::Sender<Result<R, AskError>>) -> u64 {
+    pub fn register<R: DeserializeOwned + Send + 'static>(
+        &self,
+        tx: oneshot::Sender<Result<R, AskError>>,
+    ) -> u64 {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let mut table = self.table.lock();
         if id % SWEEP_EVERY == SWEEP_EVERY - 1 {

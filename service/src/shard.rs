@@ -142,7 +142,9 @@ impl<E: Entity> Shard<E> {
                         entity_id: id.clone(),
                         shard,
                     };
-                    let _ = AssertUnwindSafe(entity.handle(&ctx, stop())).catch_unwind().await;
+                    let _ = AssertUnwindSafe(entity.handle(&ctx, stop()))
+                        .catch_unwind()
+                        .await;
                 }
             };
             if tokio::time::timeout(deadline, all).await.is_err() {

@@ -35,7 +35,11 @@ pub trait Transport: Send + Sync + 'static {
 
     /// Delivers a batch in order to node `to`. Ok means the receiving node
     /// has routed every envelope (to a shard, or into its buffer).
-    fn deliver(&self, to: &RegionId, batch: Vec<WireEnvelope>) -> BoxFuture<'_, Result<(), TransportError>>;
+    fn deliver(
+        &self,
+        to: &RegionId,
+        batch: Vec<WireEnvelope>,
+    ) -> BoxFuture<'_, Result<(), TransportError>>;
 
     /// Sends an ask's reply to the asking node.
     fn reply(&self, to: &RegionId, reply: WireReply) -> BoxFuture<'_, Result<(), TransportError>>;

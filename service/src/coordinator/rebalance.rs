@@ -42,7 +42,10 @@ pub(crate) async fn run(plan: HandOffPlan, mut input: mpsc::Receiver<WorkerInput
     let shard = plan.shard;
     let mut waiting: BTreeSet<RegionId> = BTreeSet::new();
     for (region, link) in &plan.regions {
-        if link.try_send(CoordinatorToRegion::BeginHandOff { shard }).is_ok() {
+        if link
+            .try_send(CoordinatorToRegion::BeginHandOff { shard })
+            .is_ok()
+        {
             waiting.insert(region.clone());
         } else {
             tracing::warn!(%shard, %region, "could not send BeginHandOff; not waiting for its ack");
@@ -74,7 +77,10 @@ pub(crate) async fn run(plan: HandOffPlan, mut input: mpsc::Receiver<WorkerInput
         // the coordinator deallocates its shards on termination anyway.
         return true;
     };
-    if owner_link.try_send(CoordinatorToRegion::HandOff { shard }).is_err() {
+    if owner_link
+        .try_send(CoordinatorToRegion::HandOff { shard })
+        .is_err()
+    {
         tracing::warn!(%shard, owner = %plan.owner, "could not send HandOff");
         return false;
     }

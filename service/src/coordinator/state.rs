@@ -157,15 +157,27 @@ mod tests {
     #[test]
     fn allocation_and_termination() {
         let mut s = CoordinatorState::default();
-        s.apply(CoordinatorEvent::RegionRegistered { region: r("a") }).unwrap();
-        s.apply(CoordinatorEvent::RegionRegistered { region: r("b") }).unwrap();
-        s.apply(CoordinatorEvent::ShardHomeAllocated { shard: ShardId(1), region: r("a") }).unwrap();
-        s.apply(CoordinatorEvent::ShardHomeAllocated { shard: ShardId(2), region: r("b") }).unwrap();
+        s.apply(CoordinatorEvent::RegionRegistered { region: r("a") })
+            .unwrap();
+        s.apply(CoordinatorEvent::RegionRegistered { region: r("b") })
+            .unwrap();
+        s.apply(CoordinatorEvent::ShardHomeAllocated {
+            shard: ShardId(1),
+            region: r("a"),
+        })
+        .unwrap();
+        s.apply(CoordinatorEvent::ShardHomeAllocated {
+            shard: ShardId(2),
+            region: r("b"),
+        })
+        .unwrap();
         assert_eq!(s.home(ShardId(1)), Some(&r("a")));
-        s.apply(CoordinatorEvent::RegionTerminated { region: r("a") }).unwrap();
+        s.apply(CoordinatorEvent::RegionTerminated { region: r("a") })
+            .unwrap();
         assert_eq!(s.home(ShardId(1)), None);
         assert_eq!(s.shards_of(&r("b")), &[ShardId(2)]);
-        s.apply(CoordinatorEvent::ShardHomeDeallocated { shard: ShardId(2) }).unwrap();
+        s.apply(CoordinatorEvent::ShardHomeDeallocated { shard: ShardId(2) })
+            .unwrap();
         assert!(s.shards_of(&r("b")).is_empty());
     }
 
@@ -173,17 +185,32 @@ mod tests {
     fn invariants_are_enforced() {
         let mut s = CoordinatorState::default();
         let e = s
-            .apply(CoordinatorEvent::ShardHomeAllocated { shard: ShardId(1), region: r("x") })
+            .apply(CoordinatorEvent::ShardHomeAllocated {
+                shard: ShardId(1),
+                region: r("x"),
+            })
             .unwrap_err();
         assert_eq!(e.reason, "home is not a registered region");
-        s.apply(CoordinatorEvent::RegionRegistered { region: r("a") }).unwrap();
-        s.apply(CoordinatorEvent::ShardHomeAllocated { shard: ShardId(1), region: r("a") }).unwrap();
+        s.apply(CoordinatorEvent::RegionRegistered { region: r("a") })
+            .unwrap();
+        s.apply(CoordinatorEvent::ShardHomeAllocated {
+            shard: ShardId(1),
+            region: r("a"),
+        })
+        .unwrap();
         let before = s.clone();
         assert!(s
-            .apply(CoordinatorEvent::ShardHomeAllocated { shard: ShardId(1), region: r("a") })
+            .apply(CoordinatorEvent::ShardHomeAllocated {
+                shard: ShardId(1),
+                region: r("a")
+            })
             .is_err());
-        assert!(s.apply(CoordinatorEvent::RegionRegistered { region: r("a") }).is_err());
-        assert!(s.apply(CoordinatorEvent::ShardHomeDeallocated { shard: ShardId(9) }).is_err());
+        assert!(s
+            .apply(CoordinatorEvent::RegionRegistered { region: r("a") })
+            .is_err());
+        assert!(s
+            .apply(CoordinatorEvent::ShardHomeDeallocated { shard: ShardId(9) })
+            .is_err());
         assert_eq!(s, before);
     }
 
@@ -192,7 +219,10 @@ mod tests {
         let events = vec![
             CoordinatorEvent::RegionRegistered { region: r("a") },
             CoordinatorEvent::RegionProxyRegistered { region: r("p") },
-            CoordinatorEvent::ShardHomeAllocated { shard: ShardId(3), region: r("a") },
+            CoordinatorEvent::ShardHomeAllocated {
+                shard: ShardId(3),
+                region: r("a"),
+            },
         ];
         let s = CoordinatorState::replay(events).unwrap();
         assert_eq!(s.home(ShardId(3)), Some(&r("a")));

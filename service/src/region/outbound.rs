@@ -70,7 +70,11 @@ pub(crate) fn start<E: Entity>(
     sink
 }
 
-fn collect<E: Entity>(mail: Mail<E>, envelopes: &mut Vec<Envelope<E>>, barriers: &mut Vec<oneshot::Sender<()>>) {
+fn collect<E: Entity>(
+    mail: Mail<E>,
+    envelopes: &mut Vec<Envelope<E>>,
+    barriers: &mut Vec<oneshot::Sender<()>>,
+) {
     match mail {
         Mail::One(env) => envelopes.push(env),
         Mail::Batch(batch) => envelopes.extend(batch),
@@ -87,14 +91,21 @@ fn collect<E: Entity>(mail: Mail<E>, envelopes: &mut Vec<Envelope<E>>, barriers:
 /// the node's table and the envelope now points there, so it still works if
 /// the envelope comes back undelivered and is routed again. An envelope that
 /// cannot be encoded is answered with the error and dropped.
-fn encode_batch<E: Entity>(entity_type: &str, node: &NodeContext, envelopes: &mut Vec<Envelope<E>>) -> Vec<WireEnvelope> {
+fn encode_batch<E: Entity>(
+    entity_type: &str,
+    node: &NodeContext,
+    envelopes: &mut Vec<Envelope<E>>,
+) -> Vec<WireEnvelope> {
     let mut wire = Vec::with_capacity(envelopes.len());
     envelopes.retain_mut(|env| {
         let payload = match codec::encode(&env.message) {
             Ok(p) => p,
             Err(e) => {
                 let reply = std::mem::replace(&mut env.reply, Reply::None);
-                node.reply(reply, Err(AskError::Tell(crate::error::TellError::Codec(e.0))));
+                node.reply(
+                    reply,
+                    Err(AskError::Tell(crate::error::TellError::Codec(e.0))),
+                );
                 return false;
             }
         };

@@ -58,6 +58,15 @@ enum Route<E: Entity> {
     Home(Home<E>),
 }
 
+/// What routing under the lock decided.
+enum Step<E: Entity> {
+    Placed,
+    /// The mailbox is full: wait for room in `sink`.
+    Full(mpsc::Sender<Mail<E>>, Envelope<E>),
+    /// The route changed: route again.
+    Retry(Envelope<E>),
+}
+
 struct Slot<E: Entity> {
     route: Route<E>,
     /// Bumped on every change of home, so a flush prepared before a change
@@ -121,58 +130,65 @@ impl<E: Entity> Routes<E> {
     /// Routes one message: into its home's mailbox, or into the buffer.
     pub async fn route(&self, mut env: Envelope<E>) -> Result<(), TellError> {
         loop {
-            let sink = {
-                let mut slot = self.slot(env.shard).lock();
-                match &mut slot.route {
-                    Route::Home(home) => match home.sink.try_send(Mail::One(env)) {
-                        Ok(()) => {
+            match self.try_route(env)? {
+                Step::Placed => return Ok(()),
+                Step::Full(sink, back) => {
+                    env = back;
+                    // Wait for room outside the lock, then place the message
+                    // only if the home is still the same.
+                    let Ok(permit) = sink.clone().reserve_owned().await else {
+                        continue;
+                    };
+                    let slot = self.slot(env.shard).lock();
+                    if let Route::Home(home) = &slot.route {
+                        if home.sink.same_channel(&sink) {
                             if home.remote.is_some() {
                                 self.metrics.forwarded.increment(1);
                             }
+                            permit.send(Mail::One(env));
                             return Ok(());
                         }
-                        Err(TrySendError::Full(mail)) => {
-                            env = unwrap_one(mail);
-                            home.sink.clone()
-                        }
-                        Err(TrySendError::Closed(mail)) => {
-                            // The home went away (a shard stopped by force, an
-                            // outbound queue closed): buffer and ask again.
-                            env = unwrap_one(mail);
-                            slot.route = Route::Buffering {
-                                queue: VecDeque::new(),
-                                requested: false,
-                            };
-                            slot.generation += 1;
-                            continue;
-                        }
-                    },
-                    Route::Buffering { queue, requested } => {
-                        self.reserve()?;
-                        let shard = env.shard;
-                        queue.push_back(env);
-                        if !*requested {
-                            *requested = true;
-                            let _ = self.home_requests.send(shard);
-                        }
-                        return Ok(());
                     }
                 }
-            };
-            // The mailbox is full: wait for room outside the lock, then place
-            // the message only if the home is still the same.
-            let Ok(permit) = sink.clone().reserve_owned().await else {
-                continue;
-            };
-            let slot = self.slot(env.shard).lock();
-            if let Route::Home(home) = &slot.route {
-                if home.sink.same_channel(&sink) {
+                Step::Retry(back) => env = back,
+            }
+        }
+    }
+
+    /// The synchronous part of routing, under the shard's lock.
+    fn try_route(&self, env: Envelope<E>) -> Result<Step<E>, TellError> {
+        let mut slot = self.slot(env.shard).lock();
+        match &mut slot.route {
+            Route::Home(home) => match home.sink.try_send(Mail::One(env)) {
+                Ok(()) => {
                     if home.remote.is_some() {
                         self.metrics.forwarded.increment(1);
                     }
-                    permit.send(Mail::One(env));
-                    return Ok(());
+                    Ok(Step::Placed)
                 }
+                Err(TrySendError::Full(mail)) => {
+                    Ok(Step::Full(home.sink.clone(), unwrap_one(mail)))
+                }
+                Err(TrySendError::Closed(mail)) => {
+                    // The home went away (a shard stopped by force, an
+                    // outbound queue closed): buffer and ask again.
+                    slot.route = Route::Buffering {
+                        queue: VecDeque::new(),
+                        requested: false,
+                    };
+                    slot.generation += 1;
+                    Ok(Step::Retry(unwrap_one(mail)))
+                }
+            },
+            Route::Buffering { queue, requested } => {
+                self.reserve()?;
+                let shard = env.shard;
+                queue.push_back(env);
+                if !*requested {
+                    *requested = true;
+                    let _ = self.home_requests.send(shard);
+                }
+                Ok(Step::Placed)
             }
         }
     }
@@ -264,7 +280,10 @@ impl<E: Entity> Routes<E> {
     pub fn forget_region(&self, region: &RegionId) {
         for slot in self.slots.iter() {
             let mut slot = slot.lock();
-            if let Route::Home(Home { remote: Some(r), .. }) = &slot.route {
+            if let Route::Home(Home {
+                remote: Some(r), ..
+            }) = &slot.route
+            {
                 if r == region {
                     slot.route = Route::Buffering {
                         queue: VecDeque::new(),
@@ -279,7 +298,11 @@ impl<E: Entity> Routes<E> {
     /// Puts messages that were already accepted back in front of the shard's
     /// buffer (they were sent before anything buffered now). If the shard has
     /// a home again, returns them to be routed normally.
-    pub fn prepend(&self, shard: ShardId, messages: VecDeque<Envelope<E>>) -> Option<VecDeque<Envelope<E>>> {
+    pub fn prepend(
+        &self,
+        shard: ShardId,
+        messages: VecDeque<Envelope<E>>,
+    ) -> Option<VecDeque<Envelope<E>>> {
         if messages.is_empty() {
             return None;
         }

@@ -21,7 +21,9 @@ use tokio::time::Instant;
 enum Phase {
     Running,
     /// Handing every shard off and flushing every buffer until `deadline`.
-    ShuttingDown { deadline: Instant },
+    ShuttingDown {
+        deadline: Instant,
+    },
     Stopped,
 }
 
@@ -29,7 +31,9 @@ enum Hosted<E: Entity> {
     Active(ShardHandle<E>),
     /// `notify`: the coordinator asked for the hand-off and waits for
     /// ShardStopped; otherwise the region stops a shard it found stale.
-    HandingOff { notify: bool },
+    HandingOff {
+        notify: bool,
+    },
 }
 
 pub(super) struct RegionTask<E: Entity> {
@@ -122,7 +126,10 @@ impl<E: Entity> RegionTask<E> {
 
     async fn connect(&mut self) {
         let transport = self.shared.node.transport.clone();
-        match transport.connect_coordinator(self.name(), self.shared.id.clone()).await {
+        match transport
+            .connect_coordinator(self.name(), self.shared.id.clone())
+            .await
+        {
             Ok(link) => {
                 self.to_coordinator = Some(link.to_coordinator);
                 self.from_coordinator = Some(link.from_coordinator);
@@ -132,7 +139,9 @@ impl<E: Entity> RegionTask<E> {
                     proxy: self.shared.proxy,
                 });
             }
-            Err(e) => tracing::debug!(entity_type = %self.name(), error = %e, "coordinator not reachable yet"),
+            Err(e) => {
+                tracing::debug!(entity_type = %self.name(), error = %e, "coordinator not reachable yet")
+            }
         }
     }
 
@@ -214,10 +223,16 @@ impl<E: Entity> RegionTask<E> {
                 tokio::spawn(async move {
                     let state = query.await;
                     let stats = RegionStats {
-                        stats: state.shards.iter().map(|(s, ids)| (*s, ids.len())).collect(),
+                        stats: state
+                            .shards
+                            .iter()
+                            .map(|(s, ids)| (*s, ids.len()))
+                            .collect(),
                         failed: state.failed,
                     };
-                    let _ = link.send(RegionToCoordinator::RegionStats { request, stats }).await;
+                    let _ = link
+                        .send(RegionToCoordinator::RegionStats { request, stats })
+                        .await;
                 });
             }
             CoordinatorToRegion::ClusterStats { request, stats } => {
@@ -230,7 +245,10 @@ impl<E: Entity> RegionTask<E> {
 
     fn on_shard_home(&mut self, shard: ShardId, region: RegionId) {
         if let Some(asked) = self.asked_at.remove(&shard) {
-            self.shared.metrics.shard_home_latency.record(asked.elapsed().as_secs_f64());
+            self.shared
+                .metrics
+                .shard_home_latency
+                .record(asked.elapsed().as_secs_f64());
         }
         if region == self.shared.id {
             if self.shared.proxy {
@@ -251,7 +269,13 @@ impl<E: Entity> RegionTask<E> {
             return;
         }
         let sink = self.outbound_to(&region);
-        self.set_home(shard, Home { sink, remote: Some(region) });
+        self.set_home(
+            shard,
+            Home {
+                sink,
+                remote: Some(region),
+            },
+        );
     }
 
     fn outbound_to(&mut self, region: &RegionId) -> mpsc::Sender<Mail<E>> {
@@ -282,7 +306,10 @@ impl<E: Entity> RegionTask<E> {
                 );
                 let sink = handle.sink.clone();
                 self.hosted.insert(shard, Hosted::Active(handle));
-                self.shared.metrics.hosted_shards.set(self.hosted.len() as f64);
+                self.shared
+                    .metrics
+                    .hosted_shards
+                    .set(self.hosted.len() as f64);
                 tracing::debug!(entity_type = %self.name(), %shard, "shard started");
                 sink
             }
@@ -341,7 +368,9 @@ impl<E: Entity> RegionTask<E> {
                     let _ = handle.sink.send(Mail::HandOff).await;
                     drop(handle.sink);
                     let leftovers = handle.stopped.await.unwrap_or_default();
-                    let _ = commands.send(RegionCmd::ShardStopped { shard, leftovers }).await;
+                    let _ = commands
+                        .send(RegionCmd::ShardStopped { shard, leftovers })
+                        .await;
                 });
             }
             Some(handing_off @ Hosted::HandingOff { .. }) => {
@@ -358,8 +387,14 @@ impl<E: Entity> RegionTask<E> {
     fn on_command(&mut self, cmd: RegionCmd<E>) {
         match cmd {
             RegionCmd::ShardStopped { shard, leftovers } => {
-                let notify = matches!(self.hosted.remove(&shard), Some(Hosted::HandingOff { notify: true }));
-                self.shared.metrics.hosted_shards.set(self.hosted.len() as f64);
+                let notify = matches!(
+                    self.hosted.remove(&shard),
+                    Some(Hosted::HandingOff { notify: true })
+                );
+                self.shared
+                    .metrics
+                    .hosted_shards
+                    .set(self.hosted.len() as f64);
                 self.requeue(shard, leftovers);
                 if notify {
                     self.send(RegionToCoordinator::ShardStopped { shard });
@@ -414,7 +449,10 @@ impl<E: Entity> RegionTask<E> {
     }
 
     /// Asks every active local shard for its live entities, within `timeout`.
-    fn query_shards(&self, timeout: Duration) -> impl std::future::Future<Output = CurrentRegionState> + Send + 'static {
+    fn query_shards(
+        &self,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = CurrentRegionState> + Send + 'static {
         let shards: Vec<(ShardId, mpsc::Sender<Mail<E>>)> = self
             .hosted
             .iter()
@@ -425,15 +463,19 @@ impl<E: Entity> RegionTask<E> {
             .collect();
         async move {
             let deadline = Instant::now() + timeout;
-            let answers = futures::future::join_all(shards.into_iter().map(|(id, sink)| async move {
-                let ask = async {
-                    let (tx, rx) = oneshot::channel::<Vec<EntityId>>();
-                    sink.send(Mail::Query(tx)).await.ok()?;
-                    rx.await.ok()
-                };
-                (id, tokio::time::timeout_at(deadline, ask).await.ok().flatten())
-            }))
-            .await;
+            let answers =
+                futures::future::join_all(shards.into_iter().map(|(id, sink)| async move {
+                    let ask = async {
+                        let (tx, rx) = oneshot::channel::<Vec<EntityId>>();
+                        sink.send(Mail::Query(tx)).await.ok()?;
+                        rx.await.ok()
+                    };
+                    (
+                        id,
+                        tokio::time::timeout_at(deadline, ask).await.ok().flatten(),
+                    )
+                }))
+                .await;
             let mut state = CurrentRegionState::default();
             for (id, answer) in answers {
                 match answer {
@@ -501,7 +543,10 @@ impl<E: Entity> RegionTask<E> {
         let dropped = self.shared.routes.drop_buffers();
         if dropped > 0 {
             tracing::warn!(entity_type = %self.name(), dropped, "region stopped with buffered messages");
-            self.shared.metrics.dropped_undeliverable.increment(dropped as u64);
+            self.shared
+                .metrics
+                .dropped_undeliverable
+                .increment(dropped as u64);
         }
         // Dropping the handles closes the mailboxes: shards drop their entities.
         self.hosted.clear();

@@ -77,14 +77,22 @@ impl Transport for InMemoryTransport {
     }
 
     fn attach(&self, inbound: Arc<dyn Inbound>) {
-        self.network.inner.nodes.write().insert(self.local.clone(), inbound);
+        self.network
+            .inner
+            .nodes
+            .write()
+            .insert(self.local.clone(), inbound);
     }
 
     fn detach(&self) {
         self.network.inner.nodes.write().remove(&self.local);
     }
 
-    fn deliver(&self, to: &RegionId, batch: Vec<WireEnvelope>) -> BoxFuture<'_, Result<(), TransportError>> {
+    fn deliver(
+        &self,
+        to: &RegionId,
+        batch: Vec<WireEnvelope>,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
         let target = self.network.node(to);
         Box::pin(async move {
             let target = target?;
@@ -110,10 +118,17 @@ impl Transport for InMemoryTransport {
         entity_type: &str,
         region: RegionId,
     ) -> BoxFuture<'_, Result<CoordinatorLink, TransportError>> {
-        let coordinator = self.network.inner.coordinators.read().get(entity_type).cloned();
+        let coordinator = self
+            .network
+            .inner
+            .coordinators
+            .read()
+            .get(entity_type)
+            .cloned();
         let entity_type = entity_type.to_string();
         Box::pin(async move {
-            let coordinator = coordinator.ok_or_else(|| TransportError::NoCoordinator(entity_type.clone()))?;
+            let coordinator =
+                coordinator.ok_or_else(|| TransportError::NoCoordinator(entity_type.clone()))?;
             coordinator
                 .connect(region)
                 .await

@@ -11,7 +11,10 @@ async fn region_that_disappears_gets_its_shards_reallocated_on_the_next_message(
     for n in ["a", "b"] {
         cluster.add_node(n);
     }
-    eventually("two regions", Duration::from_secs(5), || async { cluster.shard_counts().len() == 2 }).await;
+    eventually("two regions", Duration::from_secs(5), || async {
+        cluster.shard_counts().len() == 2
+    })
+    .await;
     let ids = cluster.touch_all_shards("a").await;
     let on_b: Vec<String> = ids
         .iter()
@@ -24,7 +27,10 @@ async fn region_that_disappears_gets_its_shards_reallocated_on_the_next_message(
     let a = cluster.region("a");
     for id in &on_b {
         let reply = a.ask(id, ProbeMsg::Where, ASK).await.unwrap();
-        assert!(matches!(reply, ProbeReply::At { ref node, .. } if node == "a"), "{reply:?}");
+        assert!(
+            matches!(reply, ProbeReply::At { ref node, .. } if node == "a"),
+            "{reply:?}"
+        );
     }
     assert!(!cluster.shard_counts().contains_key("b"));
     cluster.world.assert_never_live_twice();
@@ -36,27 +42,77 @@ async fn failing_or_panicking_entity_is_dropped_and_recreated_while_the_shard_ke
     let mut cluster = Cluster::new("entityfail", fast_settings(1));
     cluster.start_coordinator(least_shard_new(0, 0.1));
     let a = cluster.add_node("a");
-    a.tell("x", ProbeMsg::Record { from: "t".into(), seq: 0 }).await.unwrap();
-    assert_eq!(a.ask("x", ProbeMsg::Where, ASK).await.unwrap(), ProbeReply::At { node: "a".into(), handled: 2 });
-    assert_eq!(a.ask("y", ProbeMsg::Where, ASK).await.unwrap(), ProbeReply::At { node: "a".into(), handled: 1 });
+    a.tell(
+        "x",
+        ProbeMsg::Record {
+            from: "t".into(),
+            seq: 0,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        a.ask("x", ProbeMsg::Where, ASK).await.unwrap(),
+        ProbeReply::At {
+            node: "a".into(),
+            handled: 2
+        }
+    );
+    assert_eq!(
+        a.ask("y", ProbeMsg::Where, ASK).await.unwrap(),
+        ProbeReply::At {
+            node: "a".into(),
+            handled: 1
+        }
+    );
 
     let err = a.ask("x", ProbeMsg::Fail, ASK).await.unwrap_err();
     assert_eq!(err, AskError::EntityFailed("asked to fail".into()));
     // Created anew: its count starts over. Its shard neighbour is untouched.
-    assert_eq!(a.ask("x", ProbeMsg::Where, ASK).await.unwrap(), ProbeReply::At { node: "a".into(), handled: 1 });
-    assert_eq!(a.ask("y", ProbeMsg::Where, ASK).await.unwrap(), ProbeReply::At { node: "a".into(), handled: 2 });
+    assert_eq!(
+        a.ask("x", ProbeMsg::Where, ASK).await.unwrap(),
+        ProbeReply::At {
+            node: "a".into(),
+            handled: 1
+        }
+    );
+    assert_eq!(
+        a.ask("y", ProbeMsg::Where, ASK).await.unwrap(),
+        ProbeReply::At {
+            node: "a".into(),
+            handled: 2
+        }
+    );
 
     let err = a.ask("y", ProbeMsg::Panic, ASK).await.unwrap_err();
-    assert!(matches!(err, AskError::EntityFailed(ref m) if m.contains("asked to panic")), "{err}");
-    assert_eq!(a.ask("y", ProbeMsg::Where, ASK).await.unwrap(), ProbeReply::At { node: "a".into(), handled: 1 });
-    assert_eq!(counter(colo::metrics::ENTITY_FAILURES, &[("entity_type", &cluster.name)]), 2);
+    assert!(
+        matches!(err, AskError::EntityFailed(ref m) if m.contains("asked to panic")),
+        "{err}"
+    );
+    assert_eq!(
+        a.ask("y", ProbeMsg::Where, ASK).await.unwrap(),
+        ProbeReply::At {
+            node: "a".into(),
+            handled: 1
+        }
+    );
+    assert_eq!(
+        counter(
+            colo::metrics::ENTITY_FAILURES,
+            &[("entity_type", &cluster.name)]
+        ),
+        2
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ask_without_a_coordinator_times_out() {
     let mut cluster = Cluster::new("asktimeout", fast_settings(10));
     let a = cluster.add_node("a");
-    let err = a.ask("x", ProbeMsg::Where, Duration::from_millis(100)).await.unwrap_err();
+    let err = a
+        .ask("x", ProbeMsg::Where, Duration::from_millis(100))
+        .await
+        .unwrap_err();
     assert_eq!(err, AskError::Timeout(Duration::from_millis(100)));
 }
 
@@ -64,10 +120,12 @@ async fn ask_without_a_coordinator_times_out() {
 async fn invalid_entity_types_are_refused_at_registration() {
     let cluster = Cluster::new("register", fast_settings(10));
     let node = Node::new(cluster.network.transport("n"));
-    let bad = cluster.entity_type("n").with_settings(colo::ShardingSettings {
-        buffer_size: 0,
-        ..fast_settings(10)
-    });
+    let bad = cluster
+        .entity_type("n")
+        .with_settings(colo::ShardingSettings {
+            buffer_size: 0,
+            ..fast_settings(10)
+        });
     let err = node.start_region(bad).unwrap_err();
     assert!(err.to_string().contains("buffer_size"), "{err}");
     let mismatch = cluster

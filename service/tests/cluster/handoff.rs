@@ -15,7 +15,10 @@ async fn handoff_buffers_and_delivers_in_order_at_the_new_home() {
     let a = cluster.add_node("a");
     let b = cluster.add_node("b");
     let c = cluster.add_node("c");
-    eventually("regions registered", Duration::from_secs(5), || async { cluster.shard_counts().len() == 3 }).await;
+    eventually("regions registered", Duration::from_secs(5), || async {
+        cluster.shard_counts().len() == 3
+    })
+    .await;
     let ids: Vec<String> = (0..40).map(|i| format!("h{i}")).collect();
     for s in 0..4 {
         client.set_location(colo::ShardId(s), RegionId::new("a"));
@@ -29,7 +32,10 @@ async fn handoff_buffers_and_delivers_in_order_at_the_new_home() {
         Sender::start(b.clone(), "b", ids.clone()),
         Sender::start(c.clone(), "c", ids.clone()),
     ];
-    eventually("traffic flowing", Duration::from_secs(5), || async { cluster.world.delivered() > 1000 }).await;
+    eventually("traffic flowing", Duration::from_secs(5), || async {
+        cluster.world.delivered() > 1000
+    })
+    .await;
     for s in 0..4 {
         client.set_location(colo::ShardId(s), RegionId::new("b"));
     }
@@ -37,9 +43,21 @@ async fn handoff_buffers_and_delivers_in_order_at_the_new_home() {
         cluster.shard_counts().get("b") == Some(&4)
     })
     .await;
-    eventually("traffic at the new home", Duration::from_secs(5), || async {
-        cluster.world.log.lock().values().flatten().filter(|d| d.node == "b").count() > 1000
-    })
+    eventually(
+        "traffic at the new home",
+        Duration::from_secs(5),
+        || async {
+            cluster
+                .world
+                .log
+                .lock()
+                .values()
+                .flatten()
+                .filter(|d| d.node == "b")
+                .count()
+                > 1000
+        },
+    )
     .await;
     let mut sent = BTreeMap::new();
     for s in senders {
@@ -51,6 +69,13 @@ async fn handoff_buffers_and_delivers_in_order_at_the_new_home() {
     // Every live entity got the stop message when its shard left a.
     assert_eq!(cluster.world.stops.load(Ordering::Relaxed), 40);
     assert!(a.state(ASK).await.unwrap().shards.is_empty());
-    let on_b: usize = b.state(ASK).await.unwrap().shards.values().map(Vec::len).sum();
+    let on_b: usize = b
+        .state(ASK)
+        .await
+        .unwrap()
+        .shards
+        .values()
+        .map(Vec::len)
+        .sum();
     assert_eq!(on_b, 40);
 }

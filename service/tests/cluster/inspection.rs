@@ -13,7 +13,10 @@ async fn region_state_and_cluster_stats_return_exactly_what_is_live() {
         cluster.add_node(n);
     }
     cluster.add_proxy("p");
-    eventually("three regions", Duration::from_secs(5), || async { cluster.shard_counts().len() == 3 }).await;
+    eventually("three regions", Duration::from_secs(5), || async {
+        cluster.shard_counts().len() == 3
+    })
+    .await;
     let p = cluster.region("p");
     let ids: Vec<String> = (0..60).map(|i| format!("i{i}")).collect();
     for id in &ids {
@@ -42,17 +45,31 @@ async fn region_state_and_cluster_stats_return_exactly_what_is_live() {
             .map(|(s, ids)| (s, ids.iter().map(EntityId::to_string).collect()))
             .filter(|(_, ids): &(ShardId, BTreeSet<String>)| !ids.is_empty())
             .collect();
-        assert_eq!(got, expected.get(n).cloned().unwrap_or_default(), "region state of {n}");
+        assert_eq!(
+            got,
+            expected.get(n).cloned().unwrap_or_default(),
+            "region state of {n}"
+        );
     }
     assert!(p.state(ASK).await.unwrap().shards.is_empty());
 
     let stats = p.cluster_stats(ASK).await.unwrap();
     assert!(stats.failed_regions.is_empty());
-    assert_eq!(stats.regions.keys().map(|r| r.to_string()).collect::<Vec<_>>(), ["a", "b", "c"]);
+    assert_eq!(
+        stats
+            .regions
+            .keys()
+            .map(|r| r.to_string())
+            .collect::<Vec<_>>(),
+        ["a", "b", "c"]
+    );
     assert_eq!(stats.total_entities(), 59);
     for (region, r) in &stats.regions {
         for (shard, n) in &r.stats {
-            let want = expected.get(region.as_str()).and_then(|s| s.get(shard)).map_or(0, BTreeSet::len);
+            let want = expected
+                .get(region.as_str())
+                .and_then(|s| s.get(shard))
+                .map_or(0, BTreeSet::len);
             assert_eq!(*n, want, "stats of {region} shard {shard}");
         }
     }
@@ -64,7 +81,10 @@ async fn cluster_stats_lists_regions_that_do_not_answer() {
     cluster.start_coordinator(least_shard_new(0, 0.1));
     let a = cluster.add_node("a");
     cluster.add_node("b");
-    eventually("two regions", Duration::from_secs(5), || async { cluster.shard_counts().len() == 2 }).await;
+    eventually("two regions", Duration::from_secs(5), || async {
+        cluster.shard_counts().len() == 2
+    })
+    .await;
     cluster.touch_all_shards("a").await;
     // A shard of b is stuck in a slow handler: b's answer lists it as failed.
     let stuck = cluster
@@ -73,11 +93,24 @@ async fn cluster_stats_lists_regions_that_do_not_answer() {
         .find(|(_, r)| r == "b")
         .map(|(s, _)| s)
         .unwrap();
-    let id = (0..).map(|i| format!("s{i}")).find(|id| a.shard_of(id) == stuck).unwrap();
+    let id = (0..)
+        .map(|i| format!("s{i}"))
+        .find(|id| a.shard_of(id) == stuck)
+        .unwrap();
     let b = cluster.region("b");
     let blocker = tokio::spawn({
         let b = b.clone();
-        async move { b.ask(&id, ProbeMsg::Record { from: "x".into(), seq: 0 }, ASK).await }
+        async move {
+            b.ask(
+                &id,
+                ProbeMsg::Record {
+                    from: "x".into(),
+                    seq: 0,
+                },
+                ASK,
+            )
+            .await
+        }
     });
     blocker.await.unwrap().unwrap();
     let stats = a.cluster_stats(Duration::from_millis(500)).await.unwrap();

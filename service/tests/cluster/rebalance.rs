@@ -15,12 +15,18 @@ async fn join_and_rebalance(test: &str, absolute: usize, relative: f64) -> (Clus
     for n in ["a", "b", "c"] {
         cluster.add_node(n);
     }
-    eventually("three regions registered", Duration::from_secs(5), || async {
-        cluster.shard_counts().len() == 3
-    })
+    eventually(
+        "three regions registered",
+        Duration::from_secs(5),
+        || async { cluster.shard_counts().len() == 3 },
+    )
     .await;
     let ids: Vec<String> = cluster.touch_all_shards("a").await.into_values().collect();
-    assert!(balanced(&cluster.shard_counts(), 30), "{:?}", cluster.shard_counts());
+    assert!(
+        balanced(&cluster.shard_counts(), 30),
+        "{:?}",
+        cluster.shard_counts()
+    );
     assert!(rounds.lock().is_empty());
 
     let sender = Sender::start(cluster.region("a"), "a", ids);
@@ -41,7 +47,10 @@ async fn join_and_rebalance(test: &str, absolute: usize, relative: f64) -> (Clus
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_joins_and_new_algorithm_balances_in_at_most_two_rounds() {
     let (cluster, rounds) = join_and_rebalance("join-new", 100, 1.0).await;
-    assert!(!rounds.is_empty() && rounds.len() <= 2, "rounds: {rounds:?}");
+    assert!(
+        !rounds.is_empty() && rounds.len() <= 2,
+        "rounds: {rounds:?}"
+    );
     assert!(cluster.shard_counts()["d"] >= 7);
 }
 
@@ -49,7 +58,10 @@ async fn node_joins_and_new_algorithm_balances_in_at_most_two_rounds() {
 async fn lower_limits_cap_how_many_shards_move_per_round() {
     let (_, rounds) = join_and_rebalance("join-capped", 2, 1.0).await;
     assert!(rounds.iter().all(|&n| n <= 2), "rounds: {rounds:?}");
-    assert!(rounds.len() >= 4, "7 shards at 2 per round need at least 4 rounds: {rounds:?}");
+    assert!(
+        rounds.len() >= 4,
+        "7 shards at 2 per round need at least 4 rounds: {rounds:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,7 +75,10 @@ async fn original_algorithm_moves_at_most_threshold_per_round() {
     for n in ["a", "b"] {
         cluster.add_node(n);
     }
-    eventually("two regions", Duration::from_secs(5), || async { cluster.shard_counts().len() == 2 }).await;
+    eventually("two regions", Duration::from_secs(5), || async {
+        cluster.shard_counts().len() == 2
+    })
+    .await;
     let ids: Vec<String> = cluster.touch_all_shards("a").await.into_values().collect();
     let sender = Sender::start(cluster.region("a"), "a", ids);
     cluster.add_node("c");

@@ -13,21 +13,46 @@ async fn scenario_1_unknown_shard_that_belongs_to_the_local_region() {
     let sr1 = cluster.add_node("sr1");
 
     let reply = sr1.ask("e1", ProbeMsg::Where, ASK).await.unwrap();
-    assert_eq!(reply, ProbeReply::At { node: "sr1".into(), handled: 1 });
+    assert_eq!(
+        reply,
+        ProbeReply::At {
+            node: "sr1".into(),
+            handled: 1
+        }
+    );
     // The coordinator allocated the shard to the asking region, once.
     let s1 = sr1.shard_of("e1");
     assert_eq!(cluster.homes().get(&s1).map(String::as_str), Some("sr1"));
     // Later messages are handled without the coordinator: same entity, same count.
     for _ in 0..10 {
-        sr1.tell("e1", ProbeMsg::Record { from: "t".into(), seq: 0 }).await.unwrap();
+        sr1.tell(
+            "e1",
+            ProbeMsg::Record {
+                from: "t".into(),
+                seq: 0,
+            },
+        )
+        .await
+        .unwrap();
     }
     let reply = sr1.ask("e1", ProbeMsg::Where, ASK).await.unwrap();
-    assert_eq!(reply, ProbeReply::At { node: "sr1".into(), handled: 12 });
+    assert_eq!(
+        reply,
+        ProbeReply::At {
+            node: "sr1".into(),
+            handled: 12
+        }
+    );
     let allocations = cluster
         .store
         .events()
         .iter()
-        .filter(|e| matches!(e, colo::coordinator::state::CoordinatorEvent::ShardHomeAllocated { .. }))
+        .filter(|e| {
+            matches!(
+                e,
+                colo::coordinator::state::CoordinatorEvent::ShardHomeAllocated { .. }
+            )
+        })
         .count();
     assert_eq!(allocations, 1);
 }
@@ -51,18 +76,39 @@ async fn scenario_2_unknown_shard_that_belongs_to_a_remote_region() {
     // M2 .. M101 go to SR1 while S2's home is unknown: buffered, then
     // forwarded to SR2 in arrival order.
     for seq in 0..100 {
-        sr1.tell("e2", ProbeMsg::Record { from: "sr1".into(), seq }).await.unwrap();
+        sr1.tell(
+            "e2",
+            ProbeMsg::Record {
+                from: "sr1".into(),
+                seq,
+            },
+        )
+        .await
+        .unwrap();
     }
     let reply = sr1.ask("e2", ProbeMsg::Where, ASK).await.unwrap();
-    assert_eq!(reply, ProbeReply::At { node: "sr2".into(), handled: 101 });
-    cluster.world.assert_complete_in_order(&BTreeMap::from([(("e2".into(), "sr1".into()), 100)]));
-    assert!(cluster.world.log.lock()["e2"].iter().all(|d| d.node == "sr2"));
+    assert_eq!(
+        reply,
+        ProbeReply::At {
+            node: "sr2".into(),
+            handled: 101
+        }
+    );
+    cluster
+        .world
+        .assert_complete_in_order(&BTreeMap::from([(("e2".into(), "sr1".into()), 100)]));
+    assert!(cluster.world.log.lock()["e2"]
+        .iter()
+        .all(|d| d.node == "sr2"));
     // SR1 hosts nothing; SR2 hosts S2 with E2.
     let state1 = sr1.state(ASK).await.unwrap();
     assert!(state1.shards.is_empty());
     let state2 = sr2.state(ASK).await.unwrap();
     assert_eq!(state2.shards.get(&s2).map(Vec::len), Some(1));
-    assert_eq!(counter(colo::metrics::FORWARDED, &[("entity_type", &cluster.name)]), 101);
+    assert_eq!(
+        counter(colo::metrics::FORWARDED, &[("entity_type", &cluster.name)]),
+        101
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,8 +121,24 @@ async fn burst_before_home_is_known_arrives_complete_and_in_order() {
     for seq in 0..200u64 {
         for e in 0..25 {
             let id = format!("e{e}");
-            a.tell(&id, ProbeMsg::Record { from: "a".into(), seq }).await.unwrap();
-            b.tell(&id, ProbeMsg::Record { from: "b".into(), seq }).await.unwrap();
+            a.tell(
+                &id,
+                ProbeMsg::Record {
+                    from: "a".into(),
+                    seq,
+                },
+            )
+            .await
+            .unwrap();
+            b.tell(
+                &id,
+                ProbeMsg::Record {
+                    from: "b".into(),
+                    seq,
+                },
+            )
+            .await
+            .unwrap();
             expected.insert((id.clone(), "a".to_string()), seq + 1);
             expected.insert((id, "b".to_string()), seq + 1);
         }
@@ -98,13 +160,26 @@ async fn proxy_region_hosts_nothing_and_routes() {
     let host = cluster.add_node("host");
     let proxy = cluster.add_proxy("proxy");
     for i in 0..50 {
-        let reply = proxy.ask(&format!("p{i}"), ProbeMsg::Where, ASK).await.unwrap();
+        let reply = proxy
+            .ask(&format!("p{i}"), ProbeMsg::Where, ASK)
+            .await
+            .unwrap();
         assert!(matches!(reply, ProbeReply::At { ref node, .. } if node == "host"));
     }
     assert!(proxy.state(ASK).await.unwrap().shards.is_empty());
-    let hosted: usize = host.state(ASK).await.unwrap().shards.values().map(Vec::len).sum();
+    let hosted: usize = host
+        .state(ASK)
+        .await
+        .unwrap()
+        .shards
+        .values()
+        .map(Vec::len)
+        .sum();
     assert_eq!(hosted, 50);
-    assert!(!cluster.shard_counts().contains_key("proxy"), "a proxy is never a shard home");
+    assert!(
+        !cluster.shard_counts().contains_key("proxy"),
+        "a proxy is never a shard home"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,10 +193,30 @@ async fn buffer_overflow_returns_an_error_to_the_sender_and_counts_the_drop() {
     let a = cluster.add_node("a");
     // No coordinator: nothing leaves the buffer.
     for seq in 0..10 {
-        a.tell("x", ProbeMsg::Record { from: "a".into(), seq }).await.unwrap();
+        a.tell(
+            "x",
+            ProbeMsg::Record {
+                from: "a".into(),
+                seq,
+            },
+        )
+        .await
+        .unwrap();
     }
-    let err = a.tell("x", ProbeMsg::Record { from: "a".into(), seq: 10 }).await.unwrap_err();
-    assert!(matches!(err, TellError::BufferFull { limit: 10, .. }), "{err}");
+    let err = a
+        .tell(
+            "x",
+            ProbeMsg::Record {
+                from: "a".into(),
+                seq: 10,
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, TellError::BufferFull { limit: 10, .. }),
+        "{err}"
+    );
     let err = a.ask("y", ProbeMsg::Where, ASK).await.unwrap_err();
     assert!(err.to_string().contains("buffer"), "{err}");
     let dropped = counter(
@@ -131,16 +226,23 @@ async fn buffer_overflow_returns_an_error_to_the_sender_and_counts_the_drop() {
     assert_eq!(dropped, 2);
     // What was accepted is not lost.
     cluster.start_coordinator(least_shard_new(0, 0.1));
-    eventually("the 10 accepted messages delivered", Duration::from_secs(5), || async {
-        cluster.world.delivered() == 10
-    })
+    eventually(
+        "the 10 accepted messages delivered",
+        Duration::from_secs(5),
+        || async { cluster.world.delivered() == 10 },
+    )
     .await;
-    cluster.world.assert_complete_in_order(&BTreeMap::from([(("x".into(), "a".into()), 10)]));
+    cluster
+        .world
+        .assert_complete_in_order(&BTreeMap::from([(("x".into(), "a".into()), 10)]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_entity_id_is_refused() {
     let mut cluster = Cluster::new("emptyid", fast_settings(10));
     let a = cluster.add_node("a");
-    assert_eq!(a.tell("", ProbeMsg::Where).await.unwrap_err(), TellError::EmptyEntityId);
+    assert_eq!(
+        a.tell("", ProbeMsg::Where).await.unwrap_err(),
+        TellError::EmptyEntityId
+    );
 }

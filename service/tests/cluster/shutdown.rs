@@ -11,7 +11,10 @@ async fn graceful_shutdown_moves_every_shard_away_with_no_message_lost() {
     for n in ["a", "b", "c"] {
         cluster.add_node(n);
     }
-    eventually("three regions", Duration::from_secs(5), || async { cluster.shard_counts().len() == 3 }).await;
+    eventually("three regions", Duration::from_secs(5), || async {
+        cluster.shard_counts().len() == 3
+    })
+    .await;
     let ids: Vec<String> = cluster.touch_all_shards("a").await.into_values().collect();
     let on_b = cluster.shard_counts()["b"];
     assert!(on_b > 0);
@@ -22,15 +25,28 @@ async fn graceful_shutdown_moves_every_shard_away_with_no_message_lost() {
     let b = cluster.region("b");
     let mut from_b = 0u64;
     for _ in 0..500 {
-        b.tell(&ids[0], ProbeMsg::Record { from: "b".into(), seq: from_b }).await.unwrap();
+        b.tell(
+            &ids[0],
+            ProbeMsg::Record {
+                from: "b".into(),
+                seq: from_b,
+            },
+        )
+        .await
+        .unwrap();
         from_b += 1;
     }
     b.shutdown().await;
-    assert!(matches!(b.tell(&ids[0], ProbeMsg::Where).await, Err(TellError::RegionStopped(_))));
+    assert!(matches!(
+        b.tell(&ids[0], ProbeMsg::Where).await,
+        Err(TellError::RegionStopped(_))
+    ));
 
-    eventually("b gone from the coordinator", Duration::from_secs(5), || async {
-        !cluster.shard_counts().contains_key("b")
-    })
+    eventually(
+        "b gone from the coordinator",
+        Duration::from_secs(5),
+        || async { !cluster.shard_counts().contains_key("b") },
+    )
     .await;
     let mut sent = from_a.stop().await;
     sent.extend(from_c.stop().await);
@@ -39,5 +55,10 @@ async fn graceful_shutdown_moves_every_shard_away_with_no_message_lost() {
     cluster.world.assert_complete_in_order(&sent);
     cluster.world.assert_never_live_twice();
     let total: usize = cluster.shard_counts().values().sum();
-    assert_eq!(total, 12, "every shard has a home on a or c: {:?}", cluster.shard_counts());
+    assert_eq!(
+        total,
+        12,
+        "every shard has a home on a or c: {:?}",
+        cluster.shard_counts()
+    );
 }

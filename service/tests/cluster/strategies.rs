@@ -15,7 +15,10 @@ async fn external_strategy_moves_a_shard_to_the_location_set_through_its_client(
     cluster.start_coordinator(Box::new(ExternalAllocationStrategy::new(client.clone())));
     let a = cluster.add_node("a");
     cluster.add_node("b");
-    eventually("two regions", Duration::from_secs(5), || async { cluster.shard_counts().len() == 2 }).await;
+    eventually("two regions", Duration::from_secs(5), || async {
+        cluster.shard_counts().len() == 2
+    })
+    .await;
     // Unset locations go to the requester.
     let ids = cluster.touch_all_shards("a").await;
     assert_eq!(cluster.shard_counts()["a"], 6);
@@ -26,10 +29,16 @@ async fn external_strategy_moves_a_shard_to_the_location_set_through_its_client(
     })
     .await;
     let reply = a.ask(&ids[&shard], ProbeMsg::Where, ASK).await.unwrap();
-    assert!(matches!(reply, ProbeReply::At { ref node, .. } if node == "b"), "{reply:?}");
+    assert!(
+        matches!(reply, ProbeReply::At { ref node, .. } if node == "b"),
+        "{reply:?}"
+    );
     // Bulk update.
     client.set_locations((0..3).map(|s| (ShardId(s), RegionId::new("b"))));
-    eventually("shards 0..3 on b", Duration::from_secs(5), || async { cluster.shard_counts()["b"] == 4 }).await;
+    eventually("shards 0..3 on b", Duration::from_secs(5), || async {
+        cluster.shard_counts()["b"] == 4
+    })
+    .await;
     cluster.world.assert_never_live_twice();
 }
 
@@ -37,11 +46,20 @@ async fn external_strategy_moves_a_shard_to_the_location_set_through_its_client(
 struct LastRegion;
 
 impl AllocationStrategy for LastRegion {
-    fn allocate(&mut self, _requester: &RegionId, _shard: ShardId, current: &Allocations) -> Option<RegionId> {
+    fn allocate(
+        &mut self,
+        _requester: &RegionId,
+        _shard: ShardId,
+        current: &Allocations,
+    ) -> Option<RegionId> {
         current.keys().next_back().cloned()
     }
 
-    fn rebalance(&mut self, _current: &Allocations, _in_progress: &BTreeSet<ShardId>) -> BTreeSet<ShardId> {
+    fn rebalance(
+        &mut self,
+        _current: &Allocations,
+        _in_progress: &BTreeSet<ShardId>,
+    ) -> BTreeSet<ShardId> {
         BTreeSet::new()
     }
 }
@@ -52,7 +70,10 @@ async fn custom_strategy_is_used_when_registered() {
     cluster.start_coordinator(Box::new(LastRegion));
     cluster.add_node("a");
     cluster.add_node("z");
-    eventually("two regions", Duration::from_secs(5), || async { cluster.shard_counts().len() == 2 }).await;
+    eventually("two regions", Duration::from_secs(5), || async {
+        cluster.shard_counts().len() == 2
+    })
+    .await;
     cluster.touch_all_shards("a").await;
     assert_eq!(cluster.shard_counts()["z"], 5);
     assert_eq!(cluster.shard_counts()["a"], 0);

@@ -2,9 +2,7 @@
 //! checker that no entity id is ever live in two places, a cluster builder,
 //! and polling with a deadline.
 
-use colo::allocation::{
-    AllocationStrategy, LeastShardAllocationStrategy, LeastShardSettings,
-};
+use colo::allocation::{AllocationStrategy, LeastShardAllocationStrategy, LeastShardSettings};
 use colo::{
     CoordinatorHandle, Entity, EntityContext, EntityError, EntityType, InMemoryNetwork,
     InMemoryStore, Node, Region, ShardId, ShardingSettings,
@@ -72,7 +70,12 @@ impl World {
         for ((entity, from), n) in expected {
             let seqs: Vec<u64> = log
                 .get(entity)
-                .map(|d| d.iter().filter(|d| &d.from == from).map(|d| d.seq).collect())
+                .map(|d| {
+                    d.iter()
+                        .filter(|d| &d.from == from)
+                        .map(|d| d.seq)
+                        .collect()
+                })
                 .unwrap_or_default();
             let want: Vec<u64> = (0..*n).collect();
             assert_eq!(seqs, want, "deliveries to {entity} from {from}");
@@ -122,7 +125,11 @@ impl Entity for Probe {
     type Message = ProbeMsg;
     type Reply = ProbeReply;
 
-    async fn handle(&mut self, _ctx: &EntityContext, message: ProbeMsg) -> Result<ProbeReply, EntityError> {
+    async fn handle(
+        &mut self,
+        _ctx: &EntityContext,
+        message: ProbeMsg,
+    ) -> Result<ProbeReply, EntityError> {
         self.handled += 1;
         match message {
             ProbeMsg::Record { from, seq } => {
@@ -206,27 +213,38 @@ impl Cluster {
     pub fn entity_type(&self, node: &str) -> EntityType<Probe> {
         let world = self.world.clone();
         let node = node.to_string();
-        EntityType::new(self.name.clone(), move |id| Probe::new(id, &node, world.clone()))
-            .with_settings(self.settings.clone())
-            .with_stop_message(|| ProbeMsg::Stop)
+        EntityType::new(self.name.clone(), move |id| {
+            Probe::new(id, &node, world.clone())
+        })
+        .with_settings(self.settings.clone())
+        .with_stop_message(|| ProbeMsg::Stop)
     }
 
     pub fn start_coordinator(&mut self, strategy: Box<dyn AllocationStrategy>) {
-        let c = CoordinatorHandle::spawn(&self.name, self.settings.clone(), strategy, Arc::new(self.store.clone()));
+        let c = CoordinatorHandle::spawn(
+            &self.name,
+            self.settings.clone(),
+            strategy,
+            Arc::new(self.store.clone()),
+        );
         self.network.host_coordinator(c.clone());
         self.coordinator = Some(c);
     }
 
     pub fn add_node(&mut self, name: &str) -> Region<Probe> {
         let node = Node::new(self.network.transport(name));
-        let region = node.start_region(self.entity_type(name)).expect("valid entity type");
+        let region = node
+            .start_region(self.entity_type(name))
+            .expect("valid entity type");
         self.nodes.insert(name.to_string(), (node, region.clone()));
         region
     }
 
     pub fn add_proxy(&mut self, name: &str) -> Region<Probe> {
         let node = Node::new(self.network.transport(name));
-        let region = node.start_proxy(self.entity_type(name)).expect("valid entity type");
+        let region = node
+            .start_proxy(self.entity_type(name))
+            .expect("valid entity type");
         self.nodes.insert(name.to_string(), (node, region.clone()));
         region
     }
@@ -268,7 +286,10 @@ impl Cluster {
             i += 1;
         }
         for id in ids.values() {
-            region.ask(id, ProbeMsg::Where, ASK).await.expect("touch ask");
+            region
+                .ask(id, ProbeMsg::Where, ASK)
+                .await
+                .expect("touch ask");
         }
         ids
     }
@@ -287,7 +308,10 @@ where
         if check().await {
             return;
         }
-        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for: {what}");
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for: {what}"
+        );
     }
 }
 
@@ -297,14 +321,19 @@ pub fn metrics() -> &'static Snapshotter {
     SNAPSHOTTER.get_or_init(|| {
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
-        recorder.install().expect("no other recorder in this test binary");
+        recorder
+            .install()
+            .expect("no other recorder in this test binary");
         snapshotter
     })
 }
 
 /// The value of a counter with the given labels (0 when absent).
 pub fn counter(name: &str, labels: &[(&str, &str)]) -> u64 {
-    let want: BTreeSet<(String, String)> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let want: BTreeSet<(String, String)> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     metrics()
         .snapshot()
         .into_vec()
@@ -343,7 +372,13 @@ impl Sender {
                 for id in &ids {
                     let seq = sent.entry((id.clone(), from.clone())).or_insert(0);
                     region
-                        .tell(id, ProbeMsg::Record { from: from.clone(), seq: *seq })
+                        .tell(
+                            id,
+                            ProbeMsg::Record {
+                                from: from.clone(),
+                                seq: *seq,
+                            },
+                        )
                         .await
                         .expect("tell accepted");
                     *seq += 1;
@@ -364,9 +399,11 @@ impl Sender {
 /// Waits until every message sent has been delivered somewhere.
 pub async fn all_delivered(world: &World, sent: &BTreeMap<(String, String), u64>) {
     let total: u64 = sent.values().sum();
-    eventually("every sent message delivered", Duration::from_secs(20), || async {
-        world.delivered() as u64 >= total
-    })
+    eventually(
+        "every sent message delivered",
+        Duration::from_secs(20),
+        || async { world.delivered() as u64 >= total },
+    )
     .await;
 }
 

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what the tests need (idempotently) and runs all of them:
+# formatting, lints, unit tests, the in-process cluster scenarios, doc tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# --- what the tests need -----------------------------------------------------
+# The Rust toolchain comes with the machine; make sure its lint and format
+# components are there (a no-op when they are).
+if command -v rustup >/dev/null 2>&1; then
+  rustup component add rustfmt clippy >/dev/null 2>&1 || true
+fi
+
+# --- the tests -----------------------------------------------------------------
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked
