@@ -14,4 +14,10 @@ fi
 # --- the tests -----------------------------------------------------------------
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --locked 2>&1 | tee "$log"
+# One closing line for the whole run (cargo's own last line is the last
+# crate's doc tests, often 0 of them).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "%d passed, %d failed\n", p, f }' "$log"

@@ -77,7 +77,8 @@ async fn start_region(completion: Arc<Completion>, shards: u32) -> (Node, Region
         settings.clone(),
         Box::new(strategy),
         Arc::new(InMemoryStore::new()),
-    );
+    )
+    .expect("coordinator settings");
     network.host_coordinator(coordinator);
     let node = Node::new(network.transport("bench-node"));
     let entity_type =

@@ -14,7 +14,7 @@ pub mod store;
 use crate::inspection::RegionStats;
 use crate::metrics;
 use crate::protocol::{CoordinatorLink, CoordinatorToRegion, RegionToCoordinator, LINK_CAPACITY};
-use crate::settings::ShardingSettings;
+use crate::settings::{SettingsError, ShardingSettings};
 use colo_allocation::{AllocationStrategy, Allocations, RegionId, ShardId};
 use rebalance::{HandOffPlan, WorkerInput, WORKER_CAPACITY};
 use state::{CoordinatorEvent, CoordinatorState};
@@ -69,12 +69,16 @@ pub struct CoordinatorHandle {
 
 impl CoordinatorHandle {
     /// Starts a coordinator for `entity_type`: replays `store`, then serves.
+    ///
+    /// # Errors
+    /// A setting cannot work.
     pub fn spawn(
         entity_type: &str,
         settings: ShardingSettings,
         strategy: Box<dyn AllocationStrategy>,
         store: Arc<dyn CoordinatorStore>,
-    ) -> Self {
+    ) -> Result<Self, SettingsError> {
+        settings.validate()?;
         let (inbox, rx) = mpsc::channel(INBOX_CAPACITY);
         let coordinator = Coordinator {
             entity_type: entity_type.to_string(),
@@ -88,15 +92,16 @@ impl CoordinatorHandle {
             unacked_host: HashMap::new(),
             stats_requests: HashMap::new(),
             next_request: 0,
+            recovered: HashMap::new(),
             inbox: inbox.clone(),
         };
         let task = tokio::spawn(coordinator.run(rx));
-        Self {
+        Ok(Self {
             entity_type: Arc::from(entity_type),
             inbox,
             next_link: Arc::default(),
             task: Arc::new(parking_lot::Mutex::new(Some(task))),
-        }
+        })
     }
 
     /// The entity type this coordinator decides for.
@@ -183,6 +188,10 @@ struct Coordinator {
     unacked_host: HashMap<ShardId, (RegionId, Instant)>,
     stats_requests: HashMap<u64, mpsc::Sender<(RegionId, RegionStats)>>,
     next_request: u64,
+    /// Regions and proxies found in the replayed state that have not
+    /// connected since; terminated when still absent after the grace period,
+    /// since a region that died while no coordinator ran never disconnects.
+    recovered: HashMap<RegionId, Instant>,
     inbox: mpsc::Sender<Input>,
 }
 
@@ -194,7 +203,10 @@ impl Coordinator {
             Ok(Err(e)) => return tracing::error!(error = %e, "coordinator state does not replay"),
             Err(e) => return tracing::error!(error = %e, "coordinator store cannot be read"),
         }
-        tracing::info!(entity_type = %self.entity_type, "coordinator active");
+        let now = Instant::now();
+        let known = self.state.allocations().keys().chain(self.state.proxies());
+        self.recovered = known.map(|r| (r.clone(), now)).collect();
+        tracing::info!(entity_type = %self.entity_type, recovered = self.recovered.len(), "coordinator active");
         // Phase 2: active.
         let mut rebalance_tick = tokio::time::interval(self.settings.rebalance_interval);
         rebalance_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -209,7 +221,10 @@ impl Coordinator {
                     None => return,
                 },
                 _ = rebalance_tick.tick() => self.on_rebalance_tick().await,
-                _ = host_tick.tick() => { self.resend_host_shard(); Ok(()) }
+                _ = host_tick.tick() => {
+                    self.resend_host_shard();
+                    self.terminate_absent_regions().await
+                }
             };
             if let Err(e) = result {
                 tracing::error!(entity_type = %self.entity_type, error = %e, "coordinator stops: store failed");
@@ -225,6 +240,7 @@ impl Coordinator {
                 link,
                 to_region,
             } => {
+                self.recovered.remove(&region);
                 self.links.insert(
                     region,
                     Link {
@@ -401,6 +417,23 @@ impl Coordinator {
         Ok(())
     }
 
+    /// Recovered regions get `shard_start_timeout` to connect again.
+    async fn terminate_absent_regions(&mut self) -> Result<(), StoreError> {
+        let grace = self.settings.shard_start_timeout;
+        let absent: Vec<RegionId> = self
+            .recovered
+            .iter()
+            .filter(|(_, since)| since.elapsed() >= grace)
+            .map(|(r, _)| r.clone())
+            .collect();
+        for region in absent {
+            self.recovered.remove(&region);
+            tracing::warn!(%region, "region from the recovered state did not come back; terminating it");
+            self.region_terminated(region).await?;
+        }
+        Ok(())
+    }
+
     fn resend_host_shard(&mut self) {
         let now = Instant::now();
         let timeout = self.settings.shard_start_timeout;
@@ -507,14 +540,13 @@ impl Coordinator {
             // A leaving region asks again; its shards are retried then.
             self.graceful_shutdown.remove(&done.owner);
         }
+        for requester in &done.deferred {
+            self.get_shard_home(shard, requester.clone()).await?;
+        }
         // A moved shard gets its new home at once rather than on its next
         // message, so the next rebalance round sees where it went.
-        let requester = done.deferred.first().cloned().unwrap_or(done.owner);
-        if ok && self.state.is_region(&requester) {
-            self.get_shard_home(shard, requester).await?;
-        }
-        for requester in done.deferred {
-            self.get_shard_home(shard, requester).await?;
+        if ok && done.deferred.is_empty() && self.state.is_region(&done.owner) {
+            self.get_shard_home(shard, done.owner).await?;
         }
         Ok(())
     }

@@ -67,7 +67,8 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
         settings.clone(),
         Box::new(strategy),
         Arc::new(InMemoryStore::new()),
-    );
+    )
+    .map_err(step("coordinator settings"))?;
     network.host_coordinator(coordinator);
     let counter = EntityType::new(COUNTER, |_| Counter::default()).with_settings(settings.clone());
 

@@ -24,22 +24,35 @@ use tokio::task::JoinSet;
 pub(crate) struct Tasks {
     shards: Mutex<JoinSet<()>>,
     others: Mutex<JoinSet<()>>,
+    /// Set when the node dies: a task spawned after that (say, a region
+    /// restarting a shard while it is being aborted) is never started.
+    dying: std::sync::atomic::AtomicBool,
 }
 
 impl Tasks {
     pub fn spawn_shard(&self, task: impl Future<Output = ()> + Send + 'static) {
-        let mut set = self.shards.lock();
-        while set.try_join_next().is_some() {}
-        set.spawn(task);
+        Self::spawn_in(&self.shards, &self.dying, task);
     }
 
     pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
-        let mut set = self.others.lock();
+        Self::spawn_in(&self.others, &self.dying, task);
+    }
+
+    fn spawn_in(
+        set: &Mutex<JoinSet<()>>,
+        dying: &std::sync::atomic::AtomicBool,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) {
+        let mut set = set.lock();
+        if dying.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
         while set.try_join_next().is_some() {}
         set.spawn(task);
     }
 
     async fn abort_all(&self) {
+        self.dying.store(true, std::sync::atomic::Ordering::Release);
         for set in [&self.shards, &self.others] {
             let mut set = std::mem::take(&mut *set.lock());
             set.abort_all();
@@ -97,25 +110,21 @@ struct NodeInbound {
 }
 
 impl Inbound for NodeInbound {
-    fn deliver(&self, batch: Vec<WireEnvelope>) -> BoxFuture<'_, ()> {
+    fn deliver(&self, batch: Vec<WireEnvelope>) -> BoxFuture<'_, Result<(), usize>> {
         Box::pin(async move {
-            for env in batch {
+            for (i, env) in batch.into_iter().enumerate() {
                 let region = self.regions.read().get(&env.entity_type).cloned();
-                match region {
+                // No region (it stopped and left) or a stopped one: refuse the
+                // rest, so the sender keeps them and finds the new home.
+                let accepted = match region {
                     Some(region) => region.deliver(env).await,
-                    None => {
-                        tracing::warn!(entity_type = %env.entity_type, node = %self.context.id, "no region for a received message");
-                        if let Some(to) = env.reply_to {
-                            let reason = format!(
-                                "no region for entity type {:?} on node {}",
-                                env.entity_type, self.context.id
-                            );
-                            self.context
-                                .reply::<()>(Reply::Remote(to), Err(AskError::Dropped(reason)));
-                        }
-                    }
+                    None => false,
+                };
+                if !accepted {
+                    return Err(i);
                 }
             }
+            Ok(())
         })
     }
 

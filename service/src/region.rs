@@ -47,6 +47,10 @@ pub(crate) enum RegionCmd<E: Entity> {
         to: RegionId,
         envelopes: Vec<Envelope<E>>,
     },
+    /// The outbound queue to `to` has ended: nothing more comes back from it.
+    OutboundClosed {
+        to: RegionId,
+    },
     State {
         timeout: Duration,
         reply: oneshot::Sender<CurrentRegionState>,
@@ -84,8 +88,9 @@ impl<E: Entity> Shared<E> {
 /// A region as the node sees it: where the transport hands received
 /// envelopes, and how the node stops it.
 pub(crate) trait RegionInbound: Send + Sync + 'static {
-    /// Routes an envelope received from another node.
-    fn deliver(&self, env: WireEnvelope) -> BoxFuture<'_, ()>;
+    /// Routes an envelope received from another node; `false` when the
+    /// region has stopped and the sender must keep it.
+    fn deliver(&self, env: WireEnvelope) -> BoxFuture<'_, bool>;
     /// Refuses new messages (the node is dying).
     fn stop_accepting(&self);
     /// Hands off every shard and stops.
@@ -98,7 +103,7 @@ struct Inbound<E: Entity> {
 }
 
 impl<E: Entity> RegionInbound for Inbound<E> {
-    fn deliver(&self, env: WireEnvelope) -> BoxFuture<'_, ()> {
+    fn deliver(&self, env: WireEnvelope) -> BoxFuture<'_, bool> {
         Box::pin(async move {
             let shared = &self.shared;
             let reply = env.reply_to.map_or(Reply::None, Reply::Remote);
@@ -113,27 +118,33 @@ impl<E: Entity> RegionInbound for Inbound<E> {
                         &shared.node,
                         "message cannot be decoded by the receiving node",
                     );
-                    return;
+                    return true;
                 }
             };
-            if shared.stopped.load(Ordering::Acquire) {
-                shard::dropped(reply, &shared.node, "the receiving region has stopped");
-                return;
-            }
             let envelope = Envelope {
                 entity_id: env.entity_id,
                 shard: env.shard,
                 message,
                 reply,
             };
-            if let Err(e) = shared.route(envelope).await {
-                tracing::debug!(error = %e, "received message refused");
+            match shared.route(envelope).await {
+                Ok(()) => true,
+                Err(TellError::RegionStopped(_)) => false,
+                Err(e) => {
+                    // The sender was told its message was accepted; this one
+                    // is lost here, so it is counted and logged.
+                    shared.metrics.dropped_undeliverable.increment(1);
+                    tracing::warn!(entity_type = %shared.entity_type.name, error = %e, "received message refused by this region; dropped");
+                    true
+                }
             }
         })
     }
 
     fn stop_accepting(&self) {
         self.shared.stopped.store(true, Ordering::Release);
+        self.shared.routes.stop();
+        self.shared.metrics.hosted_shards.set(0.0);
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {

@@ -93,13 +93,25 @@ impl<E: Entity> Shard<E> {
             entity_id: env.entity_id,
             shard: self.id,
         };
-        let entity = match self.entities.get_mut(&ctx.entity_id) {
-            Some(entity) => entity,
-            None => {
-                let entity = (self.entity_type.factory)(&ctx.entity_id);
-                self.metrics.hosted_entities.increment(1.0);
-                self.entities.entry(ctx.entity_id.clone()).or_insert(entity)
+        if !self.entities.contains_key(&ctx.entity_id) {
+            // The factory sees the entity id, which comes from outside: a
+            // panic in it fails this message only, not the whole shard.
+            let factory = &self.entity_type.factory;
+            match std::panic::catch_unwind(AssertUnwindSafe(|| factory(&ctx.entity_id))) {
+                Ok(entity) => {
+                    self.metrics.hosted_entities.increment(1.0);
+                    self.entities.insert(ctx.entity_id.clone(), entity);
+                }
+                Err(panic) => {
+                    let error =
+                        self.entity_failed(&ctx, format!("factory {}", panic_message(&panic)));
+                    self.node.reply(env.reply, Err(error));
+                    return;
+                }
             }
+        }
+        let Some(entity) = self.entities.get_mut(&ctx.entity_id) else {
+            unreachable!("the entity was inserted just above")
         };
         let outcome = AssertUnwindSafe(entity.handle(&ctx, env.message))
             .catch_unwind()

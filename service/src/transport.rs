@@ -20,6 +20,15 @@ pub enum TransportError {
     /// No node with that name is reachable.
     #[error("node {0} is unreachable")]
     Unreachable(RegionId),
+    /// The node took the first `accepted` envelopes of a batch and refused
+    /// the rest (its region has stopped); the sender keeps the rest.
+    #[error("node {node} refused all but the first {accepted} envelopes")]
+    Refused {
+        /// The refusing node.
+        node: RegionId,
+        /// How many envelopes it routed.
+        accepted: usize,
+    },
     /// No coordinator for the entity type is reachable.
     #[error("no coordinator for entity type {0:?} is reachable")]
     NoCoordinator(String),
@@ -34,7 +43,8 @@ pub trait Transport: Send + Sync + 'static {
     fn local(&self) -> &RegionId;
 
     /// Delivers a batch in order to node `to`. Ok means the receiving node
-    /// has routed every envelope (to a shard, or into its buffer).
+    /// has routed every envelope (to a shard, or into its buffer); an error
+    /// says how many, if any, were taken.
     fn deliver(
         &self,
         to: &RegionId,
@@ -60,8 +70,9 @@ pub trait Transport: Send + Sync + 'static {
 
 /// What a transport hands received traffic to: the node.
 pub trait Inbound: Send + Sync + 'static {
-    /// Routes a received batch, in order.
-    fn deliver(&self, batch: Vec<WireEnvelope>) -> BoxFuture<'_, ()>;
+    /// Routes a received batch, in order. `Err(accepted)`: only the first
+    /// `accepted` envelopes were taken; the sender keeps the rest.
+    fn deliver(&self, batch: Vec<WireEnvelope>) -> BoxFuture<'_, Result<(), usize>>;
     /// Completes a pending ask.
     fn reply(&self, reply: WireReply);
 }

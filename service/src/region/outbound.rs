@@ -8,6 +8,7 @@ use crate::entity::Entity;
 use crate::envelope::{Envelope, Reply, ReplyTo, WireEnvelope};
 use crate::error::AskError;
 use crate::node::NodeContext;
+use crate::transport::TransportError;
 use colo_allocation::RegionId;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
@@ -30,7 +31,7 @@ pub(crate) fn start<E: Entity>(
     let task_node = node.clone();
     node.tasks.spawn(async move {
         let node = task_node;
-        let mut unreachable = false;
+        let mut failed = false;
         while let Some(first) = queue.recv().await {
             let mut envelopes = Vec::new();
             let mut barriers = Vec::new();
@@ -41,31 +42,41 @@ pub(crate) fn start<E: Entity>(
                     Err(_) => break,
                 }
             }
-            if !envelopes.is_empty() {
-                if !unreachable {
-                    let wire = encode_batch(&entity_type, &node, &mut envelopes);
-                    match node.transport.deliver(&to, wire).await {
-                        Ok(()) => envelopes.clear(),
-                        Err(e) => {
-                            tracing::warn!(node = %to, error = %e, "remote region unreachable; messages go back to the buffer");
-                            unreachable = true;
-                        }
+            let mut undelivered = Vec::new();
+            if failed {
+                undelivered = envelopes;
+            } else {
+                while !envelopes.is_empty() {
+                    let rest = envelopes.split_off(envelopes.len().min(MAX_BATCH));
+                    let mut chunk = std::mem::replace(&mut envelopes, rest);
+                    let wire = encode_batch(&entity_type, &node, &mut chunk);
+                    if let Err(e) = node.transport.deliver(&to, wire).await {
+                        let accepted = match e {
+                            TransportError::Refused { accepted, .. } => accepted,
+                            _ => 0,
+                        };
+                        tracing::warn!(node = %to, error = %e, "remote region unreachable; messages go back to the buffer");
+                        failed = true;
+                        undelivered = chunk.split_off(accepted.min(chunk.len()));
+                        undelivered.append(&mut envelopes);
                     }
                 }
-                if !envelopes.is_empty() {
-                    let cmd = RegionCmd::Undeliverable {
-                        to: to.clone(),
-                        envelopes,
-                    };
-                    if region.send(cmd).await.is_err() {
-                        return;
-                    }
+            }
+            if !undelivered.is_empty() {
+                let cmd = RegionCmd::Undeliverable {
+                    to: to.clone(),
+                    envelopes: undelivered,
+                };
+                if region.send(cmd).await.is_err() {
+                    return;
                 }
             }
             for barrier in barriers {
                 let _ = barrier.send(());
             }
         }
+        // Every sender is gone: the region learns that nothing more comes back.
+        let _ = region.send(RegionCmd::OutboundClosed { to }).await;
     });
     sink
 }

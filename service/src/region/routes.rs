@@ -56,6 +56,8 @@ enum Route<E: Entity> {
         requested: bool,
     },
     Home(Home<E>),
+    /// The region has stopped: refuse, so nothing is accepted and then lost.
+    Stopped,
 }
 
 /// What routing under the lock decided.
@@ -180,6 +182,7 @@ impl<E: Entity> Routes<E> {
                     Ok(Step::Retry(unwrap_one(mail)))
                 }
             },
+            Route::Stopped => Err(TellError::RegionStopped(self.entity_type.clone())),
             Route::Buffering { queue, requested } => {
                 self.reserve()?;
                 let shard = env.shard;
@@ -251,7 +254,7 @@ impl<E: Entity> Routes<E> {
     /// Forgets a shard's home and buffers from now on; returns the old home.
     pub fn unset_home(&self, shard: ShardId) -> Option<Home<E>> {
         let mut slot = self.slot(shard).lock();
-        if matches!(slot.route, Route::Buffering { .. }) {
+        if !matches!(slot.route, Route::Home(_)) {
             return None;
         }
         let old = std::mem::replace(
@@ -264,35 +267,40 @@ impl<E: Entity> Routes<E> {
         slot.generation += 1;
         match old {
             Route::Home(home) => Some(home),
-            Route::Buffering { .. } => None,
+            Route::Buffering { .. } | Route::Stopped => None,
         }
+    }
+
+    /// Makes any flush prepared before now lose: a hand-off has begun.
+    pub fn invalidate(&self, shard: ShardId) {
+        self.slot(shard).lock().generation += 1;
     }
 
     /// The remote home of a shard, if it has one.
     pub fn remote_home(&self, shard: ShardId) -> Option<RegionId> {
         match &self.slot(shard).lock().route {
             Route::Home(home) => home.remote.clone(),
-            Route::Buffering { .. } => None,
+            Route::Buffering { .. } | Route::Stopped => None,
         }
     }
 
-    /// Forgets every home on `region`.
-    pub fn forget_region(&self, region: &RegionId) {
-        for slot in self.slots.iter() {
+    /// Forgets every home on `region`; returns the shards it had.
+    pub fn forget_region(&self, region: &RegionId) -> Vec<ShardId> {
+        let mut forgotten = Vec::new();
+        for (i, slot) in self.slots.iter().enumerate() {
             let mut slot = slot.lock();
-            if let Route::Home(Home {
-                remote: Some(r), ..
-            }) = &slot.route
-            {
-                if r == region {
-                    slot.route = Route::Buffering {
-                        queue: VecDeque::new(),
-                        requested: false,
-                    };
-                    slot.generation += 1;
-                }
+            let on_region =
+                matches!(&slot.route, Route::Home(Home { remote: Some(r), .. }) if r == region);
+            if on_region {
+                slot.route = Route::Buffering {
+                    queue: VecDeque::new(),
+                    requested: false,
+                };
+                slot.generation += 1;
+                forgotten.push(ShardId(i as u32));
             }
         }
+        forgotten
     }
 
     /// Puts messages that were already accepted back in front of the shard's
@@ -322,7 +330,7 @@ impl<E: Entity> Routes<E> {
                 }
                 None
             }
-            Route::Home(_) => Some(messages),
+            Route::Home(_) | Route::Stopped => Some(messages),
         }
     }
 
@@ -339,20 +347,18 @@ impl<E: Entity> Routes<E> {
             .collect()
     }
 
-    /// Drops every buffered message (the region stops without a way to
-    /// deliver them); returns how many were dropped.
-    pub fn drop_buffers(&self) -> usize {
+    /// Stops routing: every later message is refused, and what is still
+    /// buffered is dropped (the region has no way left to deliver it).
+    /// Returns how many were dropped.
+    pub fn stop(&self) -> usize {
         let mut dropped = 0;
         for slot in self.slots.iter() {
             let mut slot = slot.lock();
             if let Route::Buffering { queue, .. } = &mut slot.route {
                 dropped += queue.len();
-                queue.clear();
             }
-            slot.route = Route::Buffering {
-                queue: VecDeque::new(),
-                requested: false,
-            };
+            slot.route = Route::Stopped;
+            slot.generation += 1;
         }
         self.release(dropped);
         dropped

@@ -48,6 +48,13 @@ pub(super) struct RegionTask<E: Entity> {
     /// Nodes whose delivery just failed: their homes are ignored for a
     /// `retry_interval`, until the coordinator has noticed the death.
     unreachable: HashMap<RegionId, Instant>,
+    /// Outbound queues being emptied after their node failed or left: per
+    /// node, the shards that were routed there and the messages that came
+    /// back, in order. Those shards are held (no new home) until the queue
+    /// has closed, so returned messages go out before anything newer.
+    draining: HashMap<RegionId, BTreeMap<ShardId, VecDeque<Envelope<E>>>>,
+    /// Homes learned for held shards, applied once they are released.
+    pending_home: HashMap<ShardId, RegionId>,
     asked_at: HashMap<ShardId, Instant>,
     stats_waiting: HashMap<u64, oneshot::Sender<ClusterShardingStats>>,
     next_request: u64,
@@ -73,6 +80,8 @@ impl<E: Entity> RegionTask<E> {
             hosted: BTreeMap::new(),
             outbound: HashMap::new(),
             unreachable: HashMap::new(),
+            draining: HashMap::new(),
+            pending_home: HashMap::new(),
             asked_at: HashMap::new(),
             stats_waiting: HashMap::new(),
             next_request: 0,
@@ -211,8 +220,7 @@ impl<E: Entity> RegionTask<E> {
             CoordinatorToRegion::BeginHandOff { shard } => self.begin_handoff(shard),
             CoordinatorToRegion::HandOff { shard } => self.handoff(shard, true),
             CoordinatorToRegion::RegionTerminated { region } => {
-                self.shared.routes.forget_region(&region);
-                self.outbound.remove(&region);
+                self.start_draining(&region);
                 self.ask_waiting_homes();
             }
             CoordinatorToRegion::GetRegionStats { request, timeout } => {
@@ -250,6 +258,10 @@ impl<E: Entity> RegionTask<E> {
                 .shard_home_latency
                 .record(asked.elapsed().as_secs_f64());
         }
+        if self.is_held(shard) {
+            self.pending_home.insert(shard, region);
+            return;
+        }
         if region == self.shared.id {
             if self.shared.proxy {
                 tracing::warn!(%shard, "coordinator named a proxy as shard home; ignored");
@@ -276,6 +288,40 @@ impl<E: Entity> RegionTask<E> {
                 remote: Some(region),
             },
         );
+    }
+
+    /// Whether a shard must not get a home yet: its hand-off is running, or
+    /// messages sent to its old home may still come back.
+    fn is_held(&self, shard: ShardId) -> bool {
+        matches!(self.hosted.get(&shard), Some(Hosted::HandingOff { .. }))
+            || self
+                .draining
+                .values()
+                .any(|shards| shards.contains_key(&shard))
+    }
+
+    /// A held shard is free again: apply the home learned meanwhile, or ask.
+    fn release(&mut self, shard: ShardId) {
+        if self.is_held(shard) {
+            return;
+        }
+        match self.pending_home.remove(&shard) {
+            Some(home) => self.on_shard_home(shard, home),
+            None => self.ask_home(shard),
+        }
+    }
+
+    /// Stops routing to `node` and holds its shards until its outbound queue
+    /// has given back whatever it could not deliver.
+    fn start_draining(&mut self, node: &RegionId) {
+        let forgotten = self.shared.routes.forget_region(node);
+        if self.outbound.remove(node).is_none() && !self.draining.contains_key(node) {
+            return; // nothing was ever queued for it
+        }
+        let held = self.draining.entry(node.clone()).or_default();
+        for shard in forgotten {
+            held.entry(shard).or_default();
+        }
     }
 
     fn outbound_to(&mut self, region: &RegionId) -> mpsc::Sender<Mail<E>> {
@@ -342,6 +388,10 @@ impl<E: Entity> RegionTask<E> {
     /// forwarded there has arrived; the owner keeps delivering until HandOff,
     /// so all of it is handled before the shard stops, in order.
     fn begin_handoff(&mut self, shard: ShardId) {
+        // A flush prepared before this (waiting for room) must not install
+        // the old home after the ack.
+        self.shared.routes.invalidate(shard);
+        self.pending_home.remove(&shard);
         if self.shared.routes.remote_home(shard).is_some() {
             if let Some(old) = self.shared.routes.unset_home(shard) {
                 let commands = self.commands.clone();
@@ -373,8 +423,13 @@ impl<E: Entity> RegionTask<E> {
                         .await;
                 });
             }
-            Some(handing_off @ Hosted::HandingOff { .. }) => {
-                self.hosted.insert(shard, handing_off);
+            Some(Hosted::HandingOff { notify: already }) => {
+                self.hosted.insert(
+                    shard,
+                    Hosted::HandingOff {
+                        notify: notify || already,
+                    },
+                );
             }
             None => {
                 if notify {
@@ -399,6 +454,7 @@ impl<E: Entity> RegionTask<E> {
                 if notify {
                     self.send(RegionToCoordinator::ShardStopped { shard });
                 }
+                self.release(shard);
                 tracing::debug!(entity_type = %self.name(), %shard, "shard stopped");
             }
             RegionCmd::BeginHandOffReady { shard } => {
@@ -406,14 +462,18 @@ impl<E: Entity> RegionTask<E> {
             }
             RegionCmd::Undeliverable { to, envelopes } => {
                 self.unreachable.insert(to.clone(), Instant::now());
-                self.outbound.remove(&to);
-                self.shared.routes.forget_region(&to);
-                let mut by_shard: BTreeMap<ShardId, VecDeque<Envelope<E>>> = BTreeMap::new();
+                self.start_draining(&to);
+                let returned = self.draining.entry(to).or_default();
                 for env in envelopes {
-                    by_shard.entry(env.shard).or_default().push_back(env);
+                    returned.entry(env.shard).or_default().push_back(env);
                 }
-                for (shard, queue) in by_shard {
-                    self.requeue(shard, queue);
+            }
+            RegionCmd::OutboundClosed { to } => {
+                if let Some(shards) = self.draining.remove(&to) {
+                    for (shard, returned) in shards {
+                        self.requeue(shard, returned);
+                        self.release(shard);
+                    }
                 }
             }
             RegionCmd::State { timeout, reply } => {
@@ -439,6 +499,8 @@ impl<E: Entity> RegionTask<E> {
     /// them if the shard has a home again.
     fn requeue(&mut self, shard: ShardId, messages: VecDeque<Envelope<E>>) {
         if let Some(back) = self.shared.routes.prepend(shard, messages) {
+            // Held shards are buffering, so this only happens when the region
+            // has stopped; routing refuses them then.
             let shared = self.shared.clone();
             tokio::spawn(async move {
                 for env in back {
@@ -513,7 +575,9 @@ impl<E: Entity> RegionTask<E> {
     /// Done when no shard is hosted and nothing is buffered; then every
     /// outbound queue is drained before the region stops.
     async fn continue_shutdown(&mut self, deadline: Instant) {
-        let idle = self.hosted.is_empty() && self.shared.routes.buffered() == 0;
+        let idle = self.hosted.is_empty()
+            && self.draining.is_empty()
+            && self.shared.routes.buffered() == 0;
         if idle {
             let barriers: Vec<_> = self.outbound.values().cloned().collect();
             let drained = futures::future::join_all(barriers.into_iter().map(|sink| async move {
@@ -540,7 +604,14 @@ impl<E: Entity> RegionTask<E> {
     fn stop(&mut self) {
         self.phase = Phase::Stopped;
         self.shared.stopped.store(true, Ordering::Release);
-        let dropped = self.shared.routes.drop_buffers();
+        let returned: usize = self
+            .draining
+            .values()
+            .flat_map(|s| s.values())
+            .map(VecDeque::len)
+            .sum();
+        self.draining.clear();
+        let dropped = self.shared.routes.stop() + returned;
         if dropped > 0 {
             tracing::warn!(entity_type = %self.name(), dropped, "region stopped with buffered messages");
             self.shared

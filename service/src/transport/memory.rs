@@ -94,12 +94,18 @@ impl Transport for InMemoryTransport {
         batch: Vec<WireEnvelope>,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
         let target = self.network.node(to);
+        let to = to.clone();
         Box::pin(async move {
             let target = target?;
             let bytes = codec::encode(&batch)?;
             let batch: Vec<WireEnvelope> = codec::decode(&bytes)?;
-            target.deliver(batch).await;
-            Ok(())
+            target
+                .deliver(batch)
+                .await
+                .map_err(|accepted| TransportError::Refused {
+                    node: to.clone(),
+                    accepted,
+                })
         })
     }
 

@@ -139,3 +139,103 @@ async fn invalid_entity_types_are_refused_at_registration() {
     let err = node.start_region(cluster.entity_type("n")).unwrap_err();
     assert!(err.to_string().contains("already registered"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn panicking_factory_fails_that_message_only() {
+    let mut cluster = Cluster::new("factorypanic", fast_settings(1));
+    cluster.start_coordinator(least_shard_new(0, 0.1));
+    *cluster.world.refused_id.lock() = Some("bad".into());
+    let a = cluster.add_node("a");
+    a.ask("good", ProbeMsg::Where, ASK).await.unwrap();
+    let err = a.ask("bad", ProbeMsg::Where, ASK).await.unwrap_err();
+    assert!(
+        matches!(err, AskError::EntityFailed(ref m) if m.contains("factory")),
+        "{err}"
+    );
+    // The shard (and the entity sharing it) carried on.
+    let reply = a.ask("good", ProbeMsg::Where, ASK).await.unwrap();
+    assert_eq!(
+        reply,
+        ProbeReply::At {
+            node: "a".into(),
+            handled: 2
+        }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_a_dead_node_never_received_come_back_in_order() {
+    use colo::allocation::{ExternalAllocationClient, ExternalAllocationStrategy};
+    use colo::{RegionId, ShardId};
+    let settings = colo::ShardingSettings {
+        shard_mailbox_capacity: 16,
+        ..fast_settings(1)
+    };
+    let mut cluster = Cluster::new("undelivered", settings);
+    let client = ExternalAllocationClient::new();
+    cluster.start_coordinator(Box::new(ExternalAllocationStrategy::new(client.clone())));
+    let a = cluster.add_node("a");
+    cluster.add_node("b");
+    eventually("two regions", Duration::from_secs(5), || async {
+        cluster.shard_counts().len() == 2
+    })
+    .await;
+    client.set_location(ShardId(0), RegionId::new("b"));
+    *cluster.world.slow_node.lock() = Some("b".into());
+    // b handles a record a millisecond: a's queue to b backs up.
+    let sender = tokio::spawn({
+        let a = a.clone();
+        async move {
+            for seq in 0..3000u64 {
+                a.tell(
+                    "x",
+                    ProbeMsg::Record {
+                        from: "a".into(),
+                        seq,
+                    },
+                )
+                .await
+                .unwrap();
+            }
+        }
+    });
+    eventually("b is handling", Duration::from_secs(5), || async {
+        cluster.world.delivered() > 20
+    })
+    .await;
+    client.set_location(ShardId(0), RegionId::new("a"));
+    cluster.nodes["b"].0.kill().await;
+    sender.await.unwrap();
+    eventually(
+        "the last message arrives at a",
+        Duration::from_secs(10),
+        || async {
+            cluster.world.log.lock()["x"]
+                .last()
+                .is_some_and(|d| d.seq == 2999)
+        },
+    )
+    .await;
+    let log = cluster.world.log.lock();
+    let seqs: Vec<u64> = log["x"].iter().map(|d| d.seq).collect();
+    // What b had taken into its mailbox died with it; everything else came
+    // back to a and was delivered there, in order.
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "out of order: {seqs:?}"
+    );
+    let on_a: Vec<u64> = log["x"]
+        .iter()
+        .filter(|d| d.node == "a")
+        .map(|d| d.seq)
+        .collect();
+    assert!(!on_a.is_empty());
+    let first_on_a = on_a[0];
+    assert_eq!(
+        on_a,
+        (first_on_a..3000).collect::<Vec<_>>(),
+        "nothing lost after the first returned message"
+    );
+    drop(log);
+    cluster.world.assert_never_live_twice();
+}

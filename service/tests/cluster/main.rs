@@ -3,6 +3,7 @@
 
 mod support;
 
+mod failover;
 mod failures;
 mod handoff;
 mod inspection;

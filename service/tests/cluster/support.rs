@@ -54,6 +54,10 @@ pub struct World {
     live: Mutex<HashMap<String, String>>,
     pub violations: Mutex<Vec<String>>,
     pub stops: AtomicU64,
+    /// Probes on this node take a millisecond per record (a slow consumer).
+    pub slow_node: Mutex<Option<String>>,
+    /// The factory panics for this entity id.
+    pub refused_id: Mutex<Option<String>>,
 }
 
 impl World {
@@ -96,6 +100,9 @@ pub struct Probe {
 
 impl Probe {
     fn new(id: &str, node: &str, world: Arc<World>) -> Self {
+        if world.refused_id.lock().as_deref() == Some(id) {
+            panic!("factory refuses {id}");
+        }
         let previous = world.live.lock().insert(id.to_string(), node.to_string());
         if let Some(other) = previous {
             world
@@ -133,6 +140,11 @@ impl Entity for Probe {
         self.handled += 1;
         match message {
             ProbeMsg::Record { from, seq } => {
+                let slow = self.world.slow_node.lock().as_deref() == Some(self.node.as_str());
+                if slow {
+                    // Simulated work, not synchronisation.
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
                 self.world
                     .log
                     .lock()
@@ -226,7 +238,8 @@ impl Cluster {
             self.settings.clone(),
             strategy,
             Arc::new(self.store.clone()),
-        );
+        )
+        .expect("valid coordinator settings");
         self.network.host_coordinator(c.clone());
         self.coordinator = Some(c);
     }
