@@ -13,7 +13,8 @@
 //! - [`region`]: routing, buffering, hosting; `region/routes.rs` is the
 //!   routing table, `region/task.rs` the region's state machine,
 //!   `region/outbound.rs` the queue to each remote node.
-//! - [`shard`]: the task that owns a shard's entities.
+//! - [`shard`]: the task that owns a shard's entities; `mailbox.rs`, the
+//!   bounded queue in front of a shard or a remote node.
 //! - [`coordinator`]: shard homes, rebalancing, hand-off; its event-sourced
 //!   state and store.
 //! - [`protocol`]: the coordinator protocol, by direction.
@@ -33,6 +34,7 @@ pub mod entity;
 pub mod envelope;
 pub mod error;
 pub mod inspection;
+mod mailbox;
 pub mod metrics;
 pub mod node;
 pub mod protocol;

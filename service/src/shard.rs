@@ -8,6 +8,7 @@
 use crate::entity::{Entity, EntityContext, EntityId, EntityType};
 use crate::envelope::{Envelope, Reply};
 use crate::error::AskError;
+use crate::mailbox::{Consumer, Mailbox};
 use crate::metrics::RegionMetrics;
 use crate::node::NodeContext;
 use crate::region::routes::Mail;
@@ -16,7 +17,7 @@ use futures::FutureExt;
 use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 type Entities<E> = HashMap<EntityId, E, foldhash::fast::RandomState>;
 
@@ -31,7 +32,7 @@ pub(crate) struct Shard<E: Entity> {
 
 /// A started shard, as its region sees it.
 pub(crate) struct ShardHandle<E: Entity> {
-    pub sink: mpsc::Sender<Mail<E>>,
+    pub sink: Arc<Mailbox<Mail<E>>>,
     /// The messages left in the mailbox when the shard stopped.
     pub stopped: oneshot::Receiver<VecDeque<Envelope<E>>>,
 }
@@ -44,7 +45,8 @@ impl<E: Entity> Shard<E> {
         node: Arc<NodeContext>,
         metrics: RegionMetrics,
     ) -> ShardHandle<E> {
-        let (sink, mailbox) = mpsc::channel(entity_type.settings.shard_mailbox_capacity);
+        let sink = Arc::new(Mailbox::new(entity_type.settings.shard_mailbox_capacity));
+        let mailbox = Consumer(sink.clone());
         let (done, stopped) = oneshot::channel();
         let shard = Shard {
             id,
@@ -60,30 +62,35 @@ impl<E: Entity> Shard<E> {
         ShardHandle { sink, stopped }
     }
 
-    async fn run(mut self, mut mailbox: mpsc::Receiver<Mail<E>>) -> VecDeque<Envelope<E>> {
-        while let Some(mail) = mailbox.recv().await {
-            match mail {
-                Mail::One(env) => self.deliver(env).await,
-                Mail::Batch(batch) => {
-                    for env in batch {
-                        self.deliver(env).await;
+    async fn run(mut self, mailbox: Consumer<Mail<E>>) -> VecDeque<Envelope<E>> {
+        let mailbox = &mailbox.0;
+        let mut batch = VecDeque::new();
+        while mailbox.recv_all(&mut batch).await {
+            while let Some(mail) = batch.pop_front() {
+                match mail {
+                    Mail::One(env) => self.deliver(env).await,
+                    Mail::Batch(envs) => {
+                        for env in envs {
+                            self.deliver(env).await;
+                        }
                     }
-                }
-                Mail::Query(reply) => {
-                    let mut ids: Vec<EntityId> = self.entities.keys().cloned().collect();
-                    ids.sort();
-                    let _ = reply.send(ids);
-                }
-                Mail::Barrier(done) => {
-                    let _ = done.send(());
-                }
-                Mail::HandOff => {
-                    self.stop_entities().await;
-                    return drain(mailbox);
+                    Mail::Query(reply) => {
+                        let mut ids: Vec<EntityId> = self.entities.keys().cloned().collect();
+                        ids.sort();
+                        let _ = reply.send(ids);
+                    }
+                    Mail::Barrier(done) => {
+                        let _ = done.send(());
+                    }
+                    Mail::HandOff => {
+                        self.stop_entities().await;
+                        batch.extend(mailbox.close_and_drain());
+                        return leftovers(batch);
+                    }
                 }
             }
         }
-        // Every sender is gone: the region stopped without a hand-off.
+        // Closed without a hand-off: the region stopped.
         self.drop_entities();
         VecDeque::new()
     }
@@ -178,13 +185,12 @@ impl<E: Entity> Shard<E> {
     }
 }
 
-/// Closes the mailbox and returns what is still in it. After a hand-off the
-/// region routes nothing here, so this is normally empty; it is the safety
-/// net that keeps an accepted message from being lost.
-fn drain<E: Entity>(mut mailbox: mpsc::Receiver<Mail<E>>) -> VecDeque<Envelope<E>> {
-    mailbox.close();
+/// What was still queued behind a hand-off. After a hand-off the region
+/// routes nothing here, so this is normally empty; it is the safety net that
+/// keeps an accepted message from being lost.
+fn leftovers<E: Entity>(rest: VecDeque<Mail<E>>) -> VecDeque<Envelope<E>> {
     let mut leftovers = VecDeque::new();
-    while let Ok(mail) = mailbox.try_recv() {
+    for mail in rest {
         match mail {
             Mail::One(env) => leftovers.push_back(env),
             Mail::Batch(batch) => leftovers.extend(batch),

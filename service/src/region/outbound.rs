@@ -7,9 +7,11 @@ use crate::codec;
 use crate::entity::Entity;
 use crate::envelope::{Envelope, Reply, ReplyTo, WireEnvelope};
 use crate::error::AskError;
+use crate::mailbox::{Consumer, Mailbox};
 use crate::node::NodeContext;
 use crate::transport::TransportError;
 use colo_allocation::RegionId;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
@@ -26,21 +28,19 @@ pub(crate) fn start<E: Entity>(
     entity_type: Arc<str>,
     node: Arc<NodeContext>,
     region: mpsc::Sender<RegionCmd<E>>,
-) -> mpsc::Sender<Mail<E>> {
-    let (sink, mut queue) = mpsc::channel::<Mail<E>>(OUTBOUND_CAPACITY);
+) -> Arc<Mailbox<Mail<E>>> {
+    let sink = Arc::new(Mailbox::new(OUTBOUND_CAPACITY));
+    let queue = Consumer(sink.clone());
     let task_node = node.clone();
     node.tasks.spawn(async move {
         let node = task_node;
         let mut failed = false;
-        while let Some(first) = queue.recv().await {
+                let mut mails = VecDeque::new();
+        while queue.0.recv_all(&mut mails).await {
             let mut envelopes = Vec::new();
             let mut barriers = Vec::new();
-            collect(first, &mut envelopes, &mut barriers);
-            while envelopes.len() < MAX_BATCH {
-                match queue.try_recv() {
-                    Ok(mail) => collect(mail, &mut envelopes, &mut barriers),
-                    Err(_) => break,
-                }
+            for mail in mails.drain(..) {
+                collect(mail, &mut envelopes, &mut barriers);
             }
             let mut undelivered = Vec::new();
             if failed {
@@ -75,7 +75,7 @@ pub(crate) fn start<E: Entity>(
                 let _ = barrier.send(());
             }
         }
-        // Every sender is gone: the region learns that nothing more comes back.
+                // Closed by the region and emptied: nothing more comes back.
         let _ = region.send(RegionCmd::OutboundClosed { to }).await;
     });
     sink

@@ -10,12 +10,14 @@
 use crate::entity::{Entity, EntityId};
 use crate::envelope::Envelope;
 use crate::error::TellError;
+use crate::mailbox::{Mailbox, PushError};
 use crate::metrics::RegionMetrics;
 use colo_allocation::{RegionId, ShardId};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use tokio::sync::mpsc::{self, error::TrySendError, OwnedPermit};
+use std::sync::Arc;
+use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 
 /// What goes into a shard's mailbox or a remote node's outbound queue.
@@ -34,7 +36,7 @@ pub(crate) enum Mail<E: Entity> {
 
 /// Where a shard lives, seen from this region.
 pub(crate) struct Home<E: Entity> {
-    pub sink: mpsc::Sender<Mail<E>>,
+    pub sink: Arc<Mailbox<Mail<E>>>,
     /// `None` for a shard hosted by this region.
     pub remote: Option<RegionId>,
 }
@@ -63,17 +65,14 @@ enum Route<E: Entity> {
 /// What routing under the lock decided.
 enum Step<E: Entity> {
     Placed,
-    /// The mailbox is full: wait for room in `sink`.
-    Full(mpsc::Sender<Mail<E>>, Envelope<E>),
+    /// The mailbox is full: wait for room in it.
+    Full(Arc<Mailbox<Mail<E>>>, Envelope<E>),
     /// The route changed: route again.
     Retry(Envelope<E>),
 }
 
 struct Slot<E: Entity> {
     route: Route<E>,
-    /// Bumped on every change of home, so a flush prepared before a change
-    /// does not install a stale home after it.
-    generation: u64,
 }
 
 /// The routing table of one region.
@@ -103,7 +102,6 @@ impl<E: Entity> Routes<E> {
                         queue: VecDeque::new(),
                         requested: false,
                     },
-                    generation: 0,
                 })
             })
             .collect();
@@ -135,22 +133,10 @@ impl<E: Entity> Routes<E> {
             match self.try_route(env)? {
                 Step::Placed => return Ok(()),
                 Step::Full(sink, back) => {
+                    // Wait for room outside the lock, then route again: the
+                    // home may have changed meanwhile.
                     env = back;
-                    // Wait for room outside the lock, then place the message
-                    // only if the home is still the same.
-                    let Ok(permit) = sink.clone().reserve_owned().await else {
-                        continue;
-                    };
-                    let slot = self.slot(env.shard).lock();
-                    if let Route::Home(home) = &slot.route {
-                        if home.sink.same_channel(&sink) {
-                            if home.remote.is_some() {
-                                self.metrics.forwarded.increment(1);
-                            }
-                            permit.send(Mail::One(env));
-                            return Ok(());
-                        }
-                    }
+                    sink.wait_for_space().await;
                 }
                 Step::Retry(back) => env = back,
             }
@@ -161,24 +147,21 @@ impl<E: Entity> Routes<E> {
     fn try_route(&self, env: Envelope<E>) -> Result<Step<E>, TellError> {
         let mut slot = self.slot(env.shard).lock();
         match &mut slot.route {
-            Route::Home(home) => match home.sink.try_send(Mail::One(env)) {
+            Route::Home(home) => match home.sink.try_push(Mail::One(env)) {
                 Ok(()) => {
                     if home.remote.is_some() {
                         self.metrics.forwarded.increment(1);
                     }
                     Ok(Step::Placed)
                 }
-                Err(TrySendError::Full(mail)) => {
-                    Ok(Step::Full(home.sink.clone(), unwrap_one(mail)))
-                }
-                Err(TrySendError::Closed(mail)) => {
-                    // The home went away (a shard stopped by force, an
-                    // outbound queue closed): buffer and ask again.
+                Err(PushError::Full(mail)) => Ok(Step::Full(home.sink.clone(), unwrap_one(mail))),
+                Err(PushError::Closed(mail)) => {
+                    // The home went away (a shard stopped, an outbound queue
+                    // closed): buffer and ask again.
                     slot.route = Route::Buffering {
                         queue: VecDeque::new(),
                         requested: false,
                     };
-                    slot.generation += 1;
                     Ok(Step::Retry(unwrap_one(mail)))
                 }
             },
@@ -218,36 +201,34 @@ impl<E: Entity> Routes<E> {
         }
     }
 
-    /// The current generation of a shard's route.
-    pub fn generation(&self, shard: ShardId) -> u64 {
-        self.slot(shard).lock().generation
-    }
-
-    /// Installs a home and flushes the buffer into it through `permit`,
-    /// unless the route changed since `generation`. Returns whether it did.
-    pub fn install(
-        &self,
-        shard: ShardId,
-        generation: u64,
-        home: Home<E>,
-        permit: OwnedPermit<Mail<E>>,
-    ) -> bool {
+    /// Installs a home and flushes the buffer into it, in one step under the
+    /// shard's lock so that nothing routed later can overtake the flush.
+    /// Returns `false` (and keeps buffering) when the home has closed.
+    pub fn install(&self, shard: ShardId, home: Home<E>) -> bool {
         let mut slot = self.slot(shard).lock();
-        if slot.generation != generation {
+        if matches!(slot.route, Route::Stopped) {
             return false;
         }
-        let old = std::mem::replace(&mut slot.route, Route::Home(home.clone()));
-        slot.generation += 1;
-        if let Route::Buffering { queue, .. } = old {
-            if !queue.is_empty() {
-                let n = queue.len();
-                self.release(n);
-                if home.remote.is_some() {
-                    self.metrics.forwarded.increment(n as u64);
+        let queue = match &mut slot.route {
+            Route::Buffering { queue, .. } => std::mem::take(queue),
+            _ => VecDeque::new(),
+        };
+        let n = queue.len();
+        if n > 0 {
+            if let Err(Mail::Batch(queue)) = home.sink.push(Mail::Batch(queue)) {
+                if let Route::Buffering { queue: q, .. } = &mut slot.route {
+                    *q = queue;
                 }
-                permit.send(Mail::Batch(queue));
+                return false;
             }
+        } else if home.sink.is_closed() {
+            return false;
         }
+        self.release(n);
+        if home.remote.is_some() {
+            self.metrics.forwarded.increment(n as u64);
+        }
+        slot.route = Route::Home(home);
         true
     }
 
@@ -264,16 +245,10 @@ impl<E: Entity> Routes<E> {
                 requested: false,
             },
         );
-        slot.generation += 1;
         match old {
             Route::Home(home) => Some(home),
             Route::Buffering { .. } | Route::Stopped => None,
         }
-    }
-
-    /// Makes any flush prepared before now lose: a hand-off has begun.
-    pub fn invalidate(&self, shard: ShardId) {
-        self.slot(shard).lock().generation += 1;
     }
 
     /// The remote home of a shard, if it has one.
@@ -296,7 +271,6 @@ impl<E: Entity> Routes<E> {
                     queue: VecDeque::new(),
                     requested: false,
                 };
-                slot.generation += 1;
                 forgotten.push(ShardId(i as u32));
             }
         }
@@ -358,7 +332,6 @@ impl<E: Entity> Routes<E> {
                 dropped += queue.len();
             }
             slot.route = Route::Stopped;
-            slot.generation += 1;
         }
         self.release(dropped);
         dropped

@@ -7,6 +7,7 @@ use super::{RegionCmd, Shared};
 use crate::entity::{Entity, EntityId};
 use crate::envelope::Envelope;
 use crate::inspection::{ClusterShardingStats, CurrentRegionState, RegionStats};
+use crate::mailbox::Mailbox;
 use crate::protocol::{CoordinatorToRegion, RegionToCoordinator};
 use crate::shard::{Shard, ShardHandle};
 use colo_allocation::{RegionId, ShardId};
@@ -44,7 +45,7 @@ pub(super) struct RegionTask<E: Entity> {
     from_coordinator: Option<mpsc::Receiver<CoordinatorToRegion>>,
     registered: bool,
     hosted: BTreeMap<ShardId, Hosted<E>>,
-    outbound: HashMap<RegionId, mpsc::Sender<Mail<E>>>,
+    outbound: HashMap<RegionId, Arc<Mailbox<Mail<E>>>>,
     /// Nodes whose delivery just failed: their homes are ignored for a
     /// `retry_interval`, until the coordinator has noticed the death.
     unreachable: HashMap<RegionId, Instant>,
@@ -315,8 +316,11 @@ impl<E: Entity> RegionTask<E> {
     /// has given back whatever it could not deliver.
     fn start_draining(&mut self, node: &RegionId) {
         let forgotten = self.shared.routes.forget_region(node);
-        if self.outbound.remove(node).is_none() && !self.draining.contains_key(node) {
-            return; // nothing was ever queued for it
+        match self.outbound.remove(node) {
+            // Closing ends the queue once it has given back what it holds.
+            Some(sink) => sink.close(),
+            None if !self.draining.contains_key(node) => return, // nothing queued for it
+            None => {}
         }
         let held = self.draining.entry(node.clone()).or_default();
         for shard in forgotten {
@@ -324,7 +328,7 @@ impl<E: Entity> RegionTask<E> {
         }
     }
 
-    fn outbound_to(&mut self, region: &RegionId) -> mpsc::Sender<Mail<E>> {
+    fn outbound_to(&mut self, region: &RegionId) -> Arc<Mailbox<Mail<E>>> {
         if let Some(sink) = self.outbound.get(region).filter(|s| !s.is_closed()) {
             return sink.clone();
         }
@@ -363,24 +367,11 @@ impl<E: Entity> RegionTask<E> {
         self.set_home(shard, Home { sink, remote: None });
     }
 
-    /// Installs a home and flushes the shard's buffer into it. When the
-    /// mailbox has no room for the flush, a helper waits for it, so the
-    /// region task never blocks on a slow shard or node.
     fn set_home(&mut self, shard: ShardId, home: Home<E>) {
-        let generation = self.shared.routes.generation(shard);
-        match home.sink.clone().try_reserve_owned() {
-            Ok(permit) => {
-                self.shared.routes.install(shard, generation, home, permit);
-            }
-            Err(TrySendError::Full(sink)) => {
-                let shared = self.shared.clone();
-                tokio::spawn(async move {
-                    if let Ok(permit) = sink.reserve_owned().await {
-                        shared.routes.install(shard, generation, home, permit);
-                    }
-                });
-            }
-            Err(TrySendError::Closed(_)) => {}
+        if !self.shared.routes.install(shard, home) {
+            // The home closed meanwhile (a shard stopped, a queue to a dead
+            // node): keep buffering and ask again.
+            self.ask_home(shard);
         }
     }
 
@@ -388,21 +379,18 @@ impl<E: Entity> RegionTask<E> {
     /// forwarded there has arrived; the owner keeps delivering until HandOff,
     /// so all of it is handled before the shard stops, in order.
     fn begin_handoff(&mut self, shard: ShardId) {
-        // A flush prepared before this (waiting for room) must not install
-        // the old home after the ack.
-        self.shared.routes.invalidate(shard);
         self.pending_home.remove(&shard);
         if self.shared.routes.remote_home(shard).is_some() {
             if let Some(old) = self.shared.routes.unset_home(shard) {
-                let commands = self.commands.clone();
-                tokio::spawn(async move {
-                    let (done, passed) = oneshot::channel();
-                    if old.sink.send(Mail::Barrier(done)).await.is_ok() {
+                let (done, passed) = oneshot::channel();
+                if old.sink.push(Mail::Barrier(done)).is_ok() {
+                    let commands = self.commands.clone();
+                    tokio::spawn(async move {
                         let _ = passed.await;
-                    }
-                    let _ = commands.send(RegionCmd::BeginHandOffReady { shard }).await;
-                });
-                return;
+                        let _ = commands.send(RegionCmd::BeginHandOffReady { shard }).await;
+                    });
+                    return;
+                }
             }
         }
         self.send(RegionToCoordinator::BeginHandOffAck { shard });
@@ -413,10 +401,11 @@ impl<E: Entity> RegionTask<E> {
         match self.hosted.remove(&shard) {
             Some(Hosted::Active(handle)) => {
                 self.hosted.insert(shard, Hosted::HandingOff { notify });
+                // Behind every message routed so far; nothing is routed here
+                // after `unset_home`.
+                let _ = handle.sink.push(Mail::HandOff);
                 let commands = self.commands.clone();
                 tokio::spawn(async move {
-                    let _ = handle.sink.send(Mail::HandOff).await;
-                    drop(handle.sink);
                     let leftovers = handle.stopped.await.unwrap_or_default();
                     let _ = commands
                         .send(RegionCmd::ShardStopped { shard, leftovers })
@@ -515,7 +504,7 @@ impl<E: Entity> RegionTask<E> {
         &self,
         timeout: Duration,
     ) -> impl std::future::Future<Output = CurrentRegionState> + Send + 'static {
-        let shards: Vec<(ShardId, mpsc::Sender<Mail<E>>)> = self
+        let shards: Vec<(ShardId, Arc<Mailbox<Mail<E>>>)> = self
             .hosted
             .iter()
             .filter_map(|(id, h)| match h {
@@ -529,7 +518,7 @@ impl<E: Entity> RegionTask<E> {
                 futures::future::join_all(shards.into_iter().map(|(id, sink)| async move {
                     let ask = async {
                         let (tx, rx) = oneshot::channel::<Vec<EntityId>>();
-                        sink.send(Mail::Query(tx)).await.ok()?;
+                        sink.push(Mail::Query(tx)).ok()?;
                         rx.await.ok()
                     };
                     (
@@ -582,7 +571,7 @@ impl<E: Entity> RegionTask<E> {
             let barriers: Vec<_> = self.outbound.values().cloned().collect();
             let drained = futures::future::join_all(barriers.into_iter().map(|sink| async move {
                 let (done, passed) = oneshot::channel();
-                if sink.send(Mail::Barrier(done)).await.is_ok() {
+                if sink.push(Mail::Barrier(done)).is_ok() {
                     let _ = passed.await;
                 }
             }));
@@ -619,10 +608,17 @@ impl<E: Entity> RegionTask<E> {
                 .dropped_undeliverable
                 .increment(dropped as u64);
         }
-        // Dropping the handles closes the mailboxes: shards drop their entities.
-        self.hosted.clear();
+        // Closing the mailboxes ends the shards (dropping their entities) and
+        // the outbound queues (after what they still hold).
+        for hosted in std::mem::take(&mut self.hosted).into_values() {
+            if let Hosted::Active(handle) = hosted {
+                handle.sink.close();
+            }
+        }
         self.shared.metrics.hosted_shards.set(0.0);
-        self.outbound.clear();
+        for (_, sink) in self.outbound.drain() {
+            sink.close();
+        }
         // Dropping the link tells the coordinator this region is gone.
         self.to_coordinator = None;
         self.from_coordinator = None;
