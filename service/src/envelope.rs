@@ -22,7 +22,8 @@ pub(crate) enum Reply<R> {
     /// An ask from this node.
     Local(oneshot::Sender<Result<R, AskError>>),
     /// An ask from another node (or one that left this node and came back).
-    Remote(ReplyTo),
+    /// Boxed: it is rare, and keeps every envelope within one cache line.
+    Remote(Box<ReplyTo>),
 }
 
 /// The node and correlation id an ask's reply is sent back to.

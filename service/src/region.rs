@@ -106,7 +106,9 @@ impl<E: Entity> RegionInbound for Inbound<E> {
     fn deliver(&self, env: WireEnvelope) -> BoxFuture<'_, bool> {
         Box::pin(async move {
             let shared = &self.shared;
-            let reply = env.reply_to.map_or(Reply::None, Reply::Remote);
+            let reply = env
+                .reply_to
+                .map_or(Reply::None, |to| Reply::Remote(Box::new(to)));
             let in_range = env.shard.0 < shared.extractor.number_of_shards();
             let message = match codec::decode::<E::Message>(&env.payload) {
                 Ok(m) if in_range => m,

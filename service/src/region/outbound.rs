@@ -123,14 +123,14 @@ fn encode_batch<E: Entity>(
         if let Reply::Local(_) = env.reply {
             if let Reply::Local(tx) = std::mem::replace(&mut env.reply, Reply::None) {
                 let correlation = node.pending.register(tx);
-                env.reply = Reply::Remote(ReplyTo {
+                env.reply = Reply::Remote(Box::new(ReplyTo {
                     node: node.id.clone(),
                     correlation,
-                });
+                }));
             }
         }
         let reply_to = match &env.reply {
-            Reply::Remote(to) => Some(to.clone()),
+            Reply::Remote(to) => Some((**to).clone()),
             _ => None,
         };
         wire.push(WireEnvelope {
