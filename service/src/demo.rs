@@ -113,7 +113,9 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     nodes.push((node, region));
     let started = Instant::now();
     let deadline = started + Duration::from_secs(60);
+    let mut poll = tokio::time::interval(Duration::from_millis(200));
     loop {
+        poll.tick().await;
         // Touch every counter so that moved shards start at their new home.
         for id in &ids {
             nodes[0]
@@ -141,7 +143,6 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
                 "the rebalance did not finish within 60 s".into(),
             ));
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     for (node, _) in &nodes {
         node.shutdown().await;

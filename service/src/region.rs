@@ -276,6 +276,11 @@ impl<E: Entity> Region<E> {
     /// message is accepted (delivered to a mailbox, forwarded, or buffered);
     /// waits while the target shard's mailbox is full.
     ///
+    /// That wait is the backpressure that bounds memory. An entity handler
+    /// that tells other entities and awaits the tell can therefore wait on a
+    /// full mailbox; two shards that do so towards each other can wait on
+    /// each other. Handlers that fan out heavily should spawn their tells.
+    ///
     /// # Errors
     /// The buffer is full, the id is empty, or the region has stopped.
     pub async fn tell(&self, entity_id: &str, message: E::Message) -> Result<(), TellError> {

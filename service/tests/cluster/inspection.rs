@@ -76,8 +76,8 @@ async fn region_state_and_cluster_stats_return_exactly_what_is_live() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_stats_lists_regions_that_do_not_answer() {
-    let mut cluster = Cluster::new("inspect-silent", fast_settings(4));
+async fn queries_list_the_shards_that_do_not_answer_in_time() {
+    let mut cluster = Cluster::new("inspect-stuck", fast_settings(4));
     cluster.start_coordinator(least_shard_new(0, 0.1));
     let a = cluster.add_node("a");
     cluster.add_node("b");
@@ -85,34 +85,26 @@ async fn cluster_stats_lists_regions_that_do_not_answer() {
         cluster.shard_counts().len() == 2
     })
     .await;
-    cluster.touch_all_shards("a").await;
-    // A shard of b is stuck in a slow handler: b's answer lists it as failed.
-    let stuck = cluster
-        .homes()
-        .into_iter()
-        .find(|(_, r)| r == "b")
-        .map(|(s, _)| s)
+    let ids = cluster.touch_all_shards("a").await;
+    let (stuck, home) = cluster.homes().into_iter().find(|(_, r)| r == "b").unwrap();
+    // One entity of b keeps its shard busy for two seconds.
+    a.tell(&ids[&stuck], ProbeMsg::Block(2000)).await.unwrap();
+
+    let state = cluster
+        .region(&home)
+        .state(Duration::from_millis(200))
+        .await
         .unwrap();
-    let id = (0..)
-        .map(|i| format!("s{i}"))
-        .find(|id| a.shard_of(id) == stuck)
-        .unwrap();
-    let b = cluster.region("b");
-    let blocker = tokio::spawn({
-        let b = b.clone();
-        async move {
-            b.ask(
-                &id,
-                ProbeMsg::Record {
-                    from: "x".into(),
-                    seq: 0,
-                },
-                ASK,
-            )
-            .await
-        }
-    });
-    blocker.await.unwrap().unwrap();
-    let stats = a.cluster_stats(Duration::from_millis(500)).await.unwrap();
-    assert_eq!(stats.regions.len() + stats.failed_regions.len(), 2);
+    assert_eq!(state.failed, vec![stuck]);
+    assert!(!state.shards.contains_key(&stuck));
+
+    let stats = a.cluster_stats(Duration::from_millis(300)).await.unwrap();
+    assert!(stats.failed_regions.is_empty());
+    let b = &stats.regions[&colo::RegionId::new("b")];
+    assert_eq!(b.failed, vec![stuck]);
+    assert_eq!(
+        stats.total_entities(),
+        3,
+        "the three answering shards hold one entity each"
+    );
 }

@@ -246,3 +246,43 @@ async fn empty_entity_id_is_refused() {
         TellError::EmptyEntityId
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_shard_is_allocated_before_min_members_regions_registered() {
+    let settings = colo::ShardingSettings {
+        min_members: 2,
+        ..fast_settings(10)
+    };
+    let mut cluster = Cluster::new("minmembers", settings);
+    cluster.start_coordinator(least_shard_new(0, 0.1));
+    let a = cluster.add_node("a");
+    eventually("a registered", Duration::from_secs(5), || async {
+        cluster.shard_counts().len() == 1
+    })
+    .await;
+    for seq in 0..20 {
+        a.tell(
+            &format!("m{seq}"),
+            ProbeMsg::Record {
+                from: "a".into(),
+                seq: 0,
+            },
+        )
+        .await
+        .unwrap();
+    }
+    // Several retry intervals pass with one region: nothing is allocated.
+    let err = a
+        .ask("m0", ProbeMsg::Where, Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, colo::AskError::Timeout(_)));
+    assert!(cluster.homes().is_empty());
+    cluster.add_node("b");
+    eventually("all 20 delivered", Duration::from_secs(5), || async {
+        cluster.world.delivered() == 20
+    })
+    .await;
+    let counts = cluster.shard_counts();
+    assert!(counts["a"] > 0 && counts["b"] > 0, "{counts:?}");
+}

@@ -31,6 +31,8 @@ pub enum ProbeMsg {
     Panic,
     /// The stop message.
     Stop,
+    /// Keep the handler busy this many milliseconds (a stuck entity).
+    Block(u64),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,6 +165,10 @@ impl Entity for Probe {
             }),
             ProbeMsg::Fail => Err(EntityError::new("asked to fail")),
             ProbeMsg::Panic => panic!("asked to panic"),
+            ProbeMsg::Block(ms) => {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(ProbeReply::Ok)
+            }
             ProbeMsg::Stop => {
                 self.world.stops.fetch_add(1, Ordering::Relaxed);
                 Ok(ProbeReply::Ok)
