@@ -12,10 +12,7 @@ async fn coordinator_failover_keeps_known_homes_buffers_the_rest_and_takes_over(
     for n in ["a", "b", "c"] {
         cluster.add_node(n);
     }
-    eventually("three regions", Duration::from_secs(5), || async {
-        cluster.shard_counts().len() == 3
-    })
-    .await;
+    cluster.await_regions(3).await;
     let a = cluster.region("a");
     let id_in = |shard: u32, prefix: &str| {
         (0..)

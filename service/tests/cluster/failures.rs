@@ -11,10 +11,7 @@ async fn region_that_disappears_gets_its_shards_reallocated_on_the_next_message(
     for n in ["a", "b"] {
         cluster.add_node(n);
     }
-    eventually("two regions", Duration::from_secs(5), || async {
-        cluster.shard_counts().len() == 2
-    })
-    .await;
+    cluster.await_regions(2).await;
     let ids = cluster.touch_all_shards("a").await;
     let on_b: Vec<String> = ids
         .iter()
@@ -176,13 +173,11 @@ async fn messages_a_dead_node_never_received_come_back_in_order() {
     cluster.start_coordinator(Box::new(ExternalAllocationStrategy::new(client.clone())));
     let a = cluster.add_node("a");
     cluster.add_node("b");
-    eventually("two regions", Duration::from_secs(5), || async {
-        cluster.shard_counts().len() == 2
-    })
-    .await;
+    cluster.await_regions(2).await;
     client.set_location(ShardId(0), RegionId::new("b"));
-    *cluster.world.slow_node.lock() = Some("b".into());
-    // b handles a record a millisecond: a's queue to b backs up.
+    // b stops keeping up after 20 records: its mailbox, then a's queue to
+    // b, fill up behind it.
+    *cluster.world.stall_node.lock() = Some(("b".into(), 20));
     let sender = tokio::spawn({
         let a = a.clone();
         async move {
@@ -199,8 +194,8 @@ async fn messages_a_dead_node_never_received_come_back_in_order() {
             }
         }
     });
-    eventually("b is handling", Duration::from_secs(5), || async {
-        cluster.world.delivered() > 20
+    eventually("b has stalled", Duration::from_secs(5), || async {
+        cluster.world.delivered_on("b") >= 20
     })
     .await;
     client.set_location(ShardId(0), RegionId::new("a"));

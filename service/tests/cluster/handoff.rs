@@ -15,10 +15,7 @@ async fn handoff_buffers_and_delivers_in_order_at_the_new_home() {
     let a = cluster.add_node("a");
     let b = cluster.add_node("b");
     let c = cluster.add_node("c");
-    eventually("regions registered", Duration::from_secs(5), || async {
-        cluster.shard_counts().len() == 3
-    })
-    .await;
+    cluster.await_regions(3).await;
     let ids: Vec<String> = (0..40).map(|i| format!("h{i}")).collect();
     for s in 0..4 {
         client.set_location(colo::ShardId(s), RegionId::new("a"));

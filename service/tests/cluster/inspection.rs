@@ -13,10 +13,7 @@ async fn region_state_and_cluster_stats_return_exactly_what_is_live() {
         cluster.add_node(n);
     }
     cluster.add_proxy("p");
-    eventually("three regions", Duration::from_secs(5), || async {
-        cluster.shard_counts().len() == 3
-    })
-    .await;
+    cluster.await_regions(3).await;
     let p = cluster.region("p");
     let ids: Vec<String> = (0..60).map(|i| format!("i{i}")).collect();
     for id in &ids {
@@ -81,14 +78,16 @@ async fn queries_list_the_shards_that_do_not_answer_in_time() {
     cluster.start_coordinator(least_shard_new(0, 0.1));
     let a = cluster.add_node("a");
     cluster.add_node("b");
-    eventually("two regions", Duration::from_secs(5), || async {
-        cluster.shard_counts().len() == 2
-    })
-    .await;
+    cluster.await_regions(2).await;
     let ids = cluster.touch_all_shards("a").await;
     let (stuck, home) = cluster.homes().into_iter().find(|(_, r)| r == "b").unwrap();
-    // One entity of b keeps its shard busy for two seconds.
-    a.tell(&ids[&stuck], ProbeMsg::Block(2000)).await.unwrap();
+    // One entity of b keeps its shard busy until released.
+    // Told through b itself, so it is in the shard's mailbox before the queries.
+    cluster
+        .region(&home)
+        .tell(&ids[&stuck], ProbeMsg::Block)
+        .await
+        .unwrap();
 
     let state = cluster
         .region(&home)
@@ -107,4 +106,7 @@ async fn queries_list_the_shards_that_do_not_answer_in_time() {
         3,
         "the three answering shards hold one entity each"
     );
+    cluster.world.unblock.notify_waiters();
+    let state = cluster.region(&home).state(ASK).await.unwrap();
+    assert!(state.failed.is_empty() && state.shards.contains_key(&stuck));
 }

@@ -15,12 +15,7 @@ async fn join_and_rebalance(test: &str, absolute: usize, relative: f64) -> (Clus
     for n in ["a", "b", "c"] {
         cluster.add_node(n);
     }
-    eventually(
-        "three regions registered",
-        Duration::from_secs(5),
-        || async { cluster.shard_counts().len() == 3 },
-    )
-    .await;
+    cluster.await_regions(3).await;
     let ids: Vec<String> = cluster.touch_all_shards("a").await.into_values().collect();
     assert!(
         balanced(&cluster.shard_counts(), 30),
@@ -75,10 +70,7 @@ async fn original_algorithm_moves_at_most_threshold_per_round() {
     for n in ["a", "b"] {
         cluster.add_node(n);
     }
-    eventually("two regions", Duration::from_secs(5), || async {
-        cluster.shard_counts().len() == 2
-    })
-    .await;
+    cluster.await_regions(2).await;
     let ids: Vec<String> = cluster.touch_all_shards("a").await.into_values().collect();
     let sender = Sender::start(cluster.region("a"), "a", ids);
     cluster.add_node("c");

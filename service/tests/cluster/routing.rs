@@ -256,10 +256,7 @@ async fn no_shard_is_allocated_before_min_members_regions_registered() {
     let mut cluster = Cluster::new("minmembers", settings);
     cluster.start_coordinator(least_shard_new(0, 0.1));
     let a = cluster.add_node("a");
-    eventually("a registered", Duration::from_secs(5), || async {
-        cluster.shard_counts().len() == 1
-    })
-    .await;
+    cluster.await_regions(1).await;
     for seq in 0..20 {
         a.tell(
             &format!("m{seq}"),

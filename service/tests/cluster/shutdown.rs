@@ -11,10 +11,7 @@ async fn graceful_shutdown_moves_every_shard_away_with_no_message_lost() {
     for n in ["a", "b", "c"] {
         cluster.add_node(n);
     }
-    eventually("three regions", Duration::from_secs(5), || async {
-        cluster.shard_counts().len() == 3
-    })
-    .await;
+    cluster.await_regions(3).await;
     let ids: Vec<String> = cluster.touch_all_shards("a").await.into_values().collect();
     let on_b = cluster.shard_counts()["b"];
     assert!(on_b > 0);

@@ -15,10 +15,7 @@ async fn external_strategy_moves_a_shard_to_the_location_set_through_its_client(
     cluster.start_coordinator(Box::new(ExternalAllocationStrategy::new(client.clone())));
     let a = cluster.add_node("a");
     cluster.add_node("b");
-    eventually("two regions", Duration::from_secs(5), || async {
-        cluster.shard_counts().len() == 2
-    })
-    .await;
+    cluster.await_regions(2).await;
     // Unset locations go to the requester.
     let ids = cluster.touch_all_shards("a").await;
     assert_eq!(cluster.shard_counts()["a"], 6);
@@ -70,10 +67,7 @@ async fn custom_strategy_is_used_when_registered() {
     cluster.start_coordinator(Box::new(LastRegion));
     cluster.add_node("a");
     cluster.add_node("z");
-    eventually("two regions", Duration::from_secs(5), || async {
-        cluster.shard_counts().len() == 2
-    })
-    .await;
+    cluster.await_regions(2).await;
     cluster.touch_all_shards("a").await;
     assert_eq!(cluster.shard_counts()["z"], 5);
     assert_eq!(cluster.shard_counts()["a"], 0);

@@ -31,8 +31,8 @@ pub enum ProbeMsg {
     Panic,
     /// The stop message.
     Stop,
-    /// Keep the handler busy this many milliseconds (a stuck entity).
-    Block(u64),
+    /// Keep the handler busy until the test releases it (a stuck entity).
+    Block,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,8 +56,11 @@ pub struct World {
     live: Mutex<HashMap<String, String>>,
     pub violations: Mutex<Vec<String>>,
     pub stops: AtomicU64,
-    /// Probes on this node take a millisecond per record (a slow consumer).
-    pub slow_node: Mutex<Option<String>>,
+    /// Probes on this node stall (until `unblock`) once the node has
+    /// handled this many records: a consumer that stops keeping up.
+    pub stall_node: Mutex<Option<(String, usize)>>,
+    /// Releases stalled and blocked handlers.
+    pub unblock: tokio::sync::Notify,
     /// The factory panics for this entity id.
     pub refused_id: Mutex<Option<String>>,
 }
@@ -90,6 +93,15 @@ impl World {
 
     pub fn delivered(&self) -> usize {
         self.log.lock().values().map(Vec::len).sum()
+    }
+
+    pub fn delivered_on(&self, node: &str) -> usize {
+        self.log
+            .lock()
+            .values()
+            .flatten()
+            .filter(|d| d.node == node)
+            .count()
     }
 }
 
@@ -142,10 +154,16 @@ impl Entity for Probe {
         self.handled += 1;
         match message {
             ProbeMsg::Record { from, seq } => {
-                let slow = self.world.slow_node.lock().as_deref() == Some(self.node.as_str());
-                if slow {
-                    // Simulated work, not synchronisation.
-                    tokio::time::sleep(Duration::from_millis(1)).await;
+                let stall = self
+                    .world
+                    .stall_node
+                    .lock()
+                    .as_ref()
+                    .is_some_and(|(node, after)| {
+                        *node == self.node && self.world.delivered_on(node) >= *after
+                    });
+                if stall {
+                    self.world.unblock.notified().await;
                 }
                 self.world
                     .log
@@ -165,8 +183,8 @@ impl Entity for Probe {
             }),
             ProbeMsg::Fail => Err(EntityError::new("asked to fail")),
             ProbeMsg::Panic => panic!("asked to panic"),
-            ProbeMsg::Block(ms) => {
-                tokio::time::sleep(Duration::from_millis(ms)).await;
+            ProbeMsg::Block => {
+                self.world.unblock.notified().await;
                 Ok(ProbeReply::Ok)
             }
             ProbeMsg::Stop => {
@@ -270,6 +288,16 @@ impl Cluster {
 
     pub fn region(&self, name: &str) -> Region<Probe> {
         self.nodes[name].1.clone()
+    }
+
+    /// Waits until `n` regions (not proxies) are registered.
+    pub async fn await_regions(&self, n: usize) {
+        eventually(
+            &format!("{n} regions registered"),
+            Duration::from_secs(5),
+            || async { self.shard_counts().len() == n },
+        )
+        .await;
     }
 
     /// Shard homes as the coordinator's persisted events say.
