@@ -17,6 +17,13 @@ pub struct CurrentRegionState {
     pub failed: Vec<ShardId>,
 }
 
+impl CurrentRegionState {
+    /// Live entities in the region's shards that answered.
+    pub fn total_entities(&self) -> usize {
+        self.shards.values().map(Vec::len).sum()
+    }
+}
+
 /// One region's shard -> number of live entities.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegionStats {

@@ -66,13 +66,6 @@ async fn handoff_buffers_and_delivers_in_order_at_the_new_home() {
     // Every live entity got the stop message when its shard left a.
     assert_eq!(cluster.world.stops.load(Ordering::Relaxed), 40);
     assert!(a.state(ASK).await.unwrap().shards.is_empty());
-    let on_b: usize = b
-        .state(ASK)
-        .await
-        .unwrap()
-        .shards
-        .values()
-        .map(Vec::len)
-        .sum();
+    let on_b = b.state(ASK).await.unwrap().total_entities();
     assert_eq!(on_b, 40);
 }

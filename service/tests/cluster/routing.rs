@@ -167,14 +167,7 @@ async fn proxy_region_hosts_nothing_and_routes() {
         assert!(matches!(reply, ProbeReply::At { ref node, .. } if node == "host"));
     }
     assert!(proxy.state(ASK).await.unwrap().shards.is_empty());
-    let hosted: usize = host
-        .state(ASK)
-        .await
-        .unwrap()
-        .shards
-        .values()
-        .map(Vec::len)
-        .sum();
+    let hosted = host.state(ASK).await.unwrap().total_entities();
     assert_eq!(hosted, 50);
     assert!(
         !cluster.shard_counts().contains_key("proxy"),
