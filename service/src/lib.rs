@@ -21,6 +21,7 @@
 //! - [`envelope`], [`codec`]: messages and the one codec boundary.
 //! - [`transport`]: how nodes reach each other; an in-memory network.
 //! - [`inspection`]: the region-state and cluster-stats queries.
+//! - [`passivation`]: replacement policies and passivation settings.
 //! - [`metrics`]: every metric name.
 //! - [`error`]: what senders see.
 //! - [`counter`]: the built-in counter entity type; [`demo`]: the embedded demo.
@@ -37,6 +38,7 @@ pub mod inspection;
 mod mailbox;
 pub mod metrics;
 pub mod node;
+pub mod passivation;
 pub mod protocol;
 pub mod region;
 mod replies;
