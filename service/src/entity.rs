@@ -6,6 +6,7 @@ use compact_str::CompactString;
 use serde::{de::DeserializeOwned, Serialize};
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// An entity's id inside its entity type. Short ids (up to 24 bytes) are kept
@@ -33,14 +34,35 @@ pub trait Entity: Send + 'static {
     ) -> impl Future<Output = Result<Self::Reply, EntityError>> + Send;
 }
 
-/// Where a handler runs: its entity id and shard.
-#[derive(Debug, Clone)]
+/// Where a handler runs: its entity id and shard, and the way to ask for
+/// passivation.
+#[derive(Debug)]
 pub struct EntityContext {
     pub(crate) entity_id: EntityId,
     pub(crate) shard: ShardId,
+    passivate: AtomicBool,
 }
 
 impl EntityContext {
+    pub(crate) fn new(entity_id: EntityId, shard: ShardId) -> Self {
+        Self {
+            entity_id,
+            shard,
+            passivate: AtomicBool::new(false),
+        }
+    }
+
+    /// Asks the shard to passivate this entity once the current message is
+    /// handled (the stop message runs first, if the entity type has one).
+    /// Messages that arrive later go to a new incarnation; none is lost.
+    pub fn passivate(&self) {
+        self.passivate.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn passivation_requested(&self) -> bool {
+        self.passivate.load(Ordering::Relaxed)
+    }
+
     /// The entity's id.
     pub fn entity_id(&self) -> &str {
         &self.entity_id

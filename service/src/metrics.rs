@@ -4,6 +4,7 @@
 //! Prometheus style: `colo_` prefix, base units, `_total` for counters, and
 //! only bounded labels (`entity_type`, `reason`, `outcome`).
 
+use crate::passivation::PassivationReason;
 use metrics::{Counter, Gauge, Histogram, Unit};
 use std::sync::Once;
 use std::time::Duration;
@@ -21,6 +22,8 @@ pub const HANDOFFS: &str = "colo_handoffs_total";
 pub const HANDOFF_DURATION: &str = "colo_handoff_duration_seconds";
 pub const REBALANCED_SHARDS: &str = "colo_rebalanced_shards_total";
 pub const COORDINATOR_REGIONS: &str = "colo_coordinator_regions";
+pub const PASSIVATIONS: &str = "colo_passivations_total";
+pub const ACTIVATIONS: &str = "colo_entity_activations_total";
 
 /// Registers descriptions with the installed recorder; cheap to call again.
 pub fn describe() {
@@ -80,6 +83,8 @@ pub(crate) struct RegionMetrics {
     pub dropped_bad_payload: Counter,
     pub entity_failures: Counter,
     pub shard_home_latency: Histogram,
+    pub activations: Counter,
+    passivations: [Counter; 4],
 }
 
 impl RegionMetrics {
@@ -97,8 +102,20 @@ impl RegionMetrics {
             dropped_undeliverable: dropped("undeliverable"),
             dropped_bad_payload: dropped("bad_payload"),
             entity_failures: metrics::counter!(ENTITY_FAILURES, "entity_type" => et.clone()),
-            shard_home_latency: metrics::histogram!(SHARD_HOME_LATENCY, "entity_type" => et),
+            shard_home_latency: metrics::histogram!(SHARD_HOME_LATENCY, "entity_type" => et.clone()),
+            activations: metrics::counter!(ACTIVATIONS, "entity_type" => et.clone()),
+            passivations: [
+                PassivationReason::Idle,
+                PassivationReason::Limit,
+                PassivationReason::Explicit,
+                PassivationReason::HandOff,
+            ]
+            .map(|r| metrics::counter!(PASSIVATIONS, "entity_type" => et.clone(), "reason" => r.as_str())),
         }
+    }
+
+    pub fn passivated(&self, reason: PassivationReason) {
+        self.passivations[reason as usize].increment(1);
     }
 }
 

@@ -1,5 +1,6 @@
 //! Per entity type settings, with Akka Cluster Sharding's defaults.
 
+use crate::passivation::PassivationStrategy;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -26,6 +27,8 @@ pub struct ShardingSettings {
     /// How many regions must be registered before the coordinator allocates
     /// the first shard, so that the first region does not get every shard.
     pub min_members: usize,
+    /// How entities are passivated (Akka's default: idle for 120 s).
+    pub passivation: PassivationStrategy,
     /// Capacity of each shard's mailbox: senders wait when a shard is this far
     /// behind, which is the backpressure that keeps memory bounded.
     pub shard_mailbox_capacity: usize,
@@ -41,6 +44,7 @@ impl Default for ShardingSettings {
             rebalance_interval: Duration::from_secs(10),
             shard_start_timeout: Duration::from_secs(10),
             min_members: 1,
+            passivation: PassivationStrategy::default(),
             shard_mailbox_capacity: 1024,
         }
     }
@@ -91,7 +95,7 @@ impl ShardingSettings {
         if self.shard_mailbox_capacity == 0 {
             return err("shard_mailbox_capacity", "must be at least 1");
         }
-        Ok(())
+        self.passivation.validate()
     }
 
     /// How long a shard waits for its entities to handle the stop message

@@ -4,6 +4,12 @@
 //! Phases: active (delivering) -> handing off (stop message to every entity,
 //! dropped by force after the deadline) -> stopped (mailbox closed, leftovers
 //! returned to the region so nothing accepted is lost).
+//!
+//! While active, the shard passivates entities: after an explicit request
+//! (once the handler returns; later messages start a new incarnation), when
+//! idle for the timeout (checked on a tick, so no clock is read per message),
+//! and when its replacement policy picks them to stay within its share of
+//! the region's active-entity limit.
 
 use crate::entity::{Entity, EntityContext, EntityId, EntityType};
 use crate::envelope::{Envelope, Reply};
@@ -11,6 +17,7 @@ use crate::error::AskError;
 use crate::mailbox::{Consumer, Mailbox};
 use crate::metrics::RegionMetrics;
 use crate::node::NodeContext;
+use crate::passivation::{PassivationReason, ReplacementPolicy};
 use crate::region::routes::Mail;
 use colo_allocation::ShardId;
 use futures::FutureExt;
@@ -18,8 +25,15 @@ use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
-type Entities<E> = HashMap<EntityId, E, foldhash::fast::RandomState>;
+type Entities<E> = HashMap<EntityId, Active<E>, foldhash::fast::RandomState>;
+
+/// An active entity with the idle tick of its last message.
+struct Active<E> {
+    entity: E,
+    touched: u64,
+}
 
 /// A shard task's state.
 pub(crate) struct Shard<E: Entity> {
@@ -28,6 +42,13 @@ pub(crate) struct Shard<E: Entity> {
     entities: Entities<E>,
     node: Arc<NodeContext>,
     metrics: RegionMetrics,
+    /// Idle ticks elapsed; an entity is idle when not touched for
+    /// `IdleCheck::ticks` of them.
+    clock: u64,
+    /// The limit-based replacement policy, when the strategy has one.
+    policy: Option<Box<dyn ReplacementPolicy<EntityId>>>,
+    /// Reused buffer for the entities a policy wants passivated.
+    evicted: Vec<EntityId>,
 }
 
 /// A started shard, as its region sees it.
@@ -44,6 +65,7 @@ impl<E: Entity> Shard<E> {
         entity_type: Arc<EntityType<E>>,
         node: Arc<NodeContext>,
         metrics: RegionMetrics,
+        policy: Option<Box<dyn ReplacementPolicy<EntityId>>>,
     ) -> ShardHandle<E> {
         let sink = Arc::new(Mailbox::new(entity_type.settings.shard_mailbox_capacity));
         let mailbox = Consumer(sink.clone());
@@ -54,6 +76,9 @@ impl<E: Entity> Shard<E> {
             entities: Entities::default(),
             node: node.clone(),
             metrics,
+            clock: 0,
+            policy,
+            evicted: Vec::new(),
         };
         node.tasks.spawn_shard(async move {
             let leftovers = shard.run(mailbox).await;
@@ -65,7 +90,29 @@ impl<E: Entity> Shard<E> {
     async fn run(mut self, mailbox: Consumer<Mail<E>>) -> VecDeque<Envelope<E>> {
         let mailbox = &mailbox.0;
         let mut batch = VecDeque::new();
-        while mailbox.recv_all(&mut batch).await {
+        let idle = self.entity_type.settings.passivation.idle_check();
+        let mut idle_tick = idle.map(|check| {
+            let mut tick =
+                tokio::time::interval_at(Instant::now() + check.interval, check.interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick
+        });
+        loop {
+            let more = match (&mut idle_tick, idle) {
+                (Some(tick), Some(check)) => {
+                    tokio::select! {
+                        more = mailbox.recv_all(&mut batch) => more,
+                        _ = tick.tick() => {
+                            self.passivate_idle(check.ticks).await;
+                            continue;
+                        }
+                    }
+                }
+                _ => mailbox.recv_all(&mut batch).await,
+            };
+            if !more {
+                break;
+            }
             while let Some(mail) = batch.pop_front() {
                 match mail {
                     Mail::One(env) => self.deliver(env).await,
@@ -82,6 +129,7 @@ impl<E: Entity> Shard<E> {
                     Mail::Barrier(done) => {
                         let _ = done.send(());
                     }
+                    Mail::SetLimit(limit) => self.set_limit(limit).await,
                     Mail::HandOff => {
                         self.stop_entities().await;
                         batch.extend(mailbox.close_and_drain());
@@ -96,31 +144,22 @@ impl<E: Entity> Shard<E> {
     }
 
     async fn deliver(&mut self, env: Envelope<E>) {
-        let ctx = EntityContext {
-            entity_id: env.entity_id,
-            shard: self.id,
-        };
-        if !self.entities.contains_key(&ctx.entity_id) {
-            // The factory sees the entity id, which comes from outside: a
-            // panic in it fails this message only, not the whole shard.
-            let factory = &self.entity_type.factory;
-            match std::panic::catch_unwind(AssertUnwindSafe(|| factory(&ctx.entity_id))) {
-                Ok(entity) => {
-                    self.metrics.hosted_entities.increment(1.0);
-                    self.entities.insert(ctx.entity_id.clone(), entity);
-                }
-                Err(panic) => {
-                    let error =
-                        self.entity_failed(&ctx, format!("factory {}", panic_message(&panic)));
-                    self.node.reply(env.reply, Err(error));
-                    return;
-                }
+        let ctx = EntityContext::new(env.entity_id, self.id);
+        if self.entities.contains_key(&ctx.entity_id) {
+            if let Some(policy) = &mut self.policy {
+                policy.on_access(&ctx.entity_id);
             }
+        } else if let Err(reason) = self.activate(&ctx) {
+            let error = self.entity_failed(&ctx, reason);
+            self.node.reply(env.reply, Err(error));
+            return;
         }
-        let Some(entity) = self.entities.get_mut(&ctx.entity_id) else {
-            unreachable!("the entity was inserted just above")
+        let clock = self.clock;
+        let Some(active) = self.entities.get_mut(&ctx.entity_id) else {
+            unreachable!("the entity is active: found or activated just above")
         };
-        let outcome = AssertUnwindSafe(entity.handle(&ctx, env.message))
+        active.touched = clock;
+        let outcome = AssertUnwindSafe(active.entity.handle(&ctx, env.message))
             .catch_unwind()
             .await;
         self.metrics.delivered.increment(1);
@@ -130,6 +169,35 @@ impl<E: Entity> Shard<E> {
             Err(panic) => Err(self.entity_failed(&ctx, panic_message(&panic))),
         };
         self.node.reply(env.reply, result);
+        if ctx.passivation_requested() && self.entities.contains_key(&ctx.entity_id) {
+            self.passivate(&ctx.entity_id, PassivationReason::Explicit)
+                .await;
+        }
+        self.passivate_evicted().await;
+    }
+
+    /// Creates the entity for its first message and tells the policy, which
+    /// may pick others to passivate (done once this message is handled).
+    ///
+    /// # Errors
+    /// The factory panicked; the reason.
+    fn activate(&mut self, ctx: &EntityContext) -> Result<(), String> {
+        // The factory sees the entity id, which comes from outside: a panic
+        // in it fails this message only, not the whole shard.
+        let factory = &self.entity_type.factory;
+        let entity = std::panic::catch_unwind(AssertUnwindSafe(|| factory(&ctx.entity_id)))
+            .map_err(|panic| format!("factory {}", panic_message(&panic)))?;
+        self.metrics.hosted_entities.increment(1.0);
+        self.metrics.activations.increment(1);
+        let active = Active {
+            entity,
+            touched: self.clock,
+        };
+        self.entities.insert(ctx.entity_id.clone(), active);
+        if let Some(policy) = &mut self.policy {
+            policy.on_activate(ctx.entity_id.clone(), &mut self.evicted);
+        }
+        Ok(())
     }
 
     /// Drops a failed entity: the next message creates it anew.
@@ -144,8 +212,73 @@ impl<E: Entity> Shard<E> {
         self.metrics.entity_failures.increment(1);
         if self.entities.remove(&ctx.entity_id).is_some() {
             self.metrics.hosted_entities.decrement(1.0);
+            if let Some(policy) = &mut self.policy {
+                policy.on_remove(&ctx.entity_id);
+            }
         }
         AskError::EntityFailed(reason)
+    }
+
+    /// Stops one entity: the stop message first, if the entity type has one
+    /// (bounded by the entity stop timeout), then it is dropped. Messages for
+    /// it that come later start a new incarnation.
+    async fn passivate(&mut self, id: &EntityId, reason: PassivationReason) {
+        let Some(mut active) = self.entities.remove(id) else {
+            return;
+        };
+        if let Some(stop) = self.entity_type.stop_message.clone() {
+            let ctx = EntityContext::new(id.clone(), self.id);
+            let deadline = self.entity_type.settings.entity_stop_timeout();
+            let stopping = AssertUnwindSafe(active.entity.handle(&ctx, stop())).catch_unwind();
+            if tokio::time::timeout(deadline, stopping).await.is_err() {
+                tracing::warn!(entity_type = %self.entity_type.name, entity_id = %id, "entity did not stop in time; dropped");
+            }
+        }
+        drop(active);
+        self.metrics.hosted_entities.decrement(1.0);
+        self.metrics.passivated(reason);
+        if reason != PassivationReason::Limit {
+            if let Some(policy) = &mut self.policy {
+                policy.on_remove(id);
+            }
+        }
+    }
+
+    /// Passivates what the policy picked.
+    async fn passivate_evicted(&mut self) {
+        if self.evicted.is_empty() {
+            return;
+        }
+        let evicted = std::mem::take(&mut self.evicted);
+        for id in &evicted {
+            self.passivate(id, PassivationReason::Limit).await;
+        }
+        // Keep the buffer's capacity for the next time.
+        self.evicted = evicted;
+        self.evicted.clear();
+    }
+
+    /// The shard's share of the region's limit changed.
+    async fn set_limit(&mut self, limit: usize) {
+        if let Some(policy) = &mut self.policy {
+            policy.set_limit(limit, &mut self.evicted);
+        }
+        self.passivate_evicted().await;
+    }
+
+    /// One idle tick: passivates the entities untouched for `ticks` ticks.
+    async fn passivate_idle(&mut self, ticks: u64) {
+        self.clock += 1;
+        let clock = self.clock;
+        let idle: Vec<EntityId> = self
+            .entities
+            .iter()
+            .filter(|(_, active)| clock - active.touched >= ticks)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in idle {
+            self.passivate(&id, PassivationReason::Idle).await;
+        }
     }
 
     /// Gives every entity the stop message, then drops them all; entities
@@ -156,12 +289,9 @@ impl<E: Entity> Shard<E> {
             let shard = self.id;
             let entities = &mut self.entities;
             let all = async move {
-                for (id, entity) in entities.iter_mut() {
-                    let ctx = EntityContext {
-                        entity_id: id.clone(),
-                        shard,
-                    };
-                    let _ = AssertUnwindSafe(entity.handle(&ctx, stop()))
+                for (id, active) in entities.iter_mut() {
+                    let ctx = EntityContext::new(id.clone(), shard);
+                    let _ = AssertUnwindSafe(active.entity.handle(&ctx, stop()))
                         .catch_unwind()
                         .await;
                 }
@@ -174,6 +304,9 @@ impl<E: Entity> Shard<E> {
                     "entities did not stop in time; stopping them by force"
                 );
             }
+        }
+        for _ in 0..self.entities.len() {
+            self.metrics.passivated(PassivationReason::HandOff);
         }
         self.drop_entities();
     }
@@ -200,7 +333,7 @@ fn leftovers<E: Entity>(rest: VecDeque<Mail<E>>) -> VecDeque<Envelope<E>> {
             Mail::Barrier(done) => {
                 let _ = done.send(());
             }
-            Mail::HandOff => {}
+            Mail::HandOff | Mail::SetLimit(_) => {}
         }
     }
     leftovers

@@ -91,7 +91,7 @@ fn collect<E: Entity>(
         Mail::Batch(batch) => envelopes.extend(batch),
         Mail::Barrier(done) => barriers.push(done),
         // Only shards are handed off or queried.
-        Mail::HandOff => {}
+        Mail::HandOff | Mail::SetLimit(_) => {}
         Mail::Query(reply) => {
             let _ = reply.send(Vec::new());
         }

@@ -32,6 +32,8 @@ pub(crate) enum Mail<E: Entity> {
     /// Answered once everything before it has been handled (shard) or has
     /// reached the remote node (outbound).
     Barrier(oneshot::Sender<()>),
+    /// The shard's share of the region's active-entity limit (shards only).
+    SetLimit(usize),
 }
 
 /// Where a shard lives, seen from this region.

@@ -348,18 +348,20 @@ impl<E: Entity> RegionTask<E> {
             // Asked again once the hand-off is done.
             Some(Hosted::HandingOff { .. }) => return,
             _ => {
+                let passivation = &self.shared.entity_type.settings.passivation;
+                let policy = passivation
+                    .shard_limit(self.hosted.len() + 1)
+                    .and_then(|limit| passivation.policy(limit));
                 let handle = Shard::start(
                     shard,
                     self.shared.entity_type.clone(),
                     self.shared.node.clone(),
                     self.shared.metrics.clone(),
+                    policy,
                 );
                 let sink = handle.sink.clone();
                 self.hosted.insert(shard, Hosted::Active(handle));
-                self.shared
-                    .metrics
-                    .hosted_shards
-                    .set(self.hosted.len() as f64);
+                self.shards_changed();
                 tracing::debug!(entity_type = %self.name(), %shard, "shard started");
                 sink
             }
@@ -372,6 +374,23 @@ impl<E: Entity> RegionTask<E> {
             // The home closed meanwhile (a shard stopped, a queue to a dead
             // node): keep buffering and ask again.
             self.ask_home(shard);
+        }
+    }
+
+    /// The number of hosted shards changed: every shard gets its new share
+    /// of the region's active-entity limit.
+    fn shards_changed(&mut self) {
+        self.shared
+            .metrics
+            .hosted_shards
+            .set(self.hosted.len() as f64);
+        let passivation = &self.shared.entity_type.settings.passivation;
+        if let Some(limit) = passivation.shard_limit(self.hosted.len()) {
+            for hosted in self.hosted.values() {
+                if let Hosted::Active(handle) = hosted {
+                    let _ = handle.sink.push(Mail::SetLimit(limit));
+                }
+            }
         }
     }
 
@@ -435,10 +454,7 @@ impl<E: Entity> RegionTask<E> {
                     self.hosted.remove(&shard),
                     Some(Hosted::HandingOff { notify: true })
                 );
-                self.shared
-                    .metrics
-                    .hosted_shards
-                    .set(self.hosted.len() as f64);
+                self.shards_changed();
                 self.requeue(shard, leftovers);
                 if notify {
                     self.send(RegionToCoordinator::ShardStopped { shard });

@@ -7,6 +7,7 @@ mod failover;
 mod failures;
 mod handoff;
 mod inspection;
+mod passivation;
 mod rebalance;
 mod routing;
 mod shutdown;

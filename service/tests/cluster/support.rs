@@ -33,6 +33,8 @@ pub enum ProbeMsg {
     Stop,
     /// Keep the handler busy until the test releases it (a stuck entity).
     Block,
+    /// Ask to be passivated after this message.
+    Passivate,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,7 +150,7 @@ impl Entity for Probe {
 
     async fn handle(
         &mut self,
-        _ctx: &EntityContext,
+        ctx: &EntityContext,
         message: ProbeMsg,
     ) -> Result<ProbeReply, EntityError> {
         self.handled += 1;
@@ -183,6 +185,10 @@ impl Entity for Probe {
             }),
             ProbeMsg::Fail => Err(EntityError::new("asked to fail")),
             ProbeMsg::Panic => panic!("asked to panic"),
+            ProbeMsg::Passivate => {
+                ctx.passivate();
+                Ok(ProbeReply::Ok)
+            }
             ProbeMsg::Block => {
                 self.world.unblock.notified().await;
                 Ok(ProbeReply::Ok)
@@ -376,29 +382,35 @@ pub fn metrics() -> &'static Snapshotter {
 }
 
 /// The value of a counter with the given labels (0 when absent).
+///
+/// The debugging recorder's snapshot resets every counter it reads, so each
+/// snapshot is added to process-wide totals: tests that read metrics at the
+/// same time then never erase each other's counts.
 pub fn counter(name: &str, labels: &[(&str, &str)]) -> u64 {
-    let want: BTreeSet<(String, String)> = labels
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    metrics()
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter(|(key, _, _, _)| {
-            key.key().name() == name
-                && key
-                    .key()
-                    .labels()
-                    .map(|l| (l.key().to_string(), l.value().to_string()))
-                    .collect::<BTreeSet<_>>()
-                    == want
-        })
-        .map(|(_, _, _, v)| match v {
-            DebugValue::Counter(c) => c,
-            _ => 0,
-        })
-        .sum()
+    type Key = (String, BTreeSet<(String, String)>);
+    static TOTALS: OnceLock<Mutex<HashMap<Key, u64>>> = OnceLock::new();
+    let totals = TOTALS.get_or_init(Mutex::default);
+    let mut totals = totals.lock();
+    for (key, _, _, value) in metrics().snapshot().into_vec() {
+        if let DebugValue::Counter(delta) = value {
+            let labels = key
+                .key()
+                .labels()
+                .map(|l| (l.key().to_string(), l.value().to_string()))
+                .collect();
+            *totals
+                .entry((key.key().name().to_string(), labels))
+                .or_default() += delta;
+        }
+    }
+    let want: Key = (
+        name.to_string(),
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    totals.get(&want).copied().unwrap_or(0)
 }
 
 /// Tells `Record` messages round-robin over `ids` from one sender until
