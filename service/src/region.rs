@@ -20,7 +20,7 @@ use crate::node::NodeContext;
 use crate::{codec, shard};
 use colo_allocation::{MessageExtractor, RegionId, ShardId};
 use futures::future::BoxFuture;
-use routes::Routes;
+use routes::{Refused, Routes};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -45,11 +45,13 @@ pub(crate) enum RegionCmd<E: Entity> {
     /// A remote node could not be reached; these go back to the buffer.
     Undeliverable {
         to: RegionId,
+        serial: u64,
         envelopes: Vec<Envelope<E>>,
     },
     /// The outbound queue to `to` has ended: nothing more comes back from it.
     OutboundClosed {
         to: RegionId,
+        serial: u64,
     },
     State {
         timeout: Duration,
@@ -77,9 +79,13 @@ pub(crate) struct Shared<E: Entity> {
 }
 
 impl<E: Entity> Shared<E> {
-    async fn route(&self, env: Envelope<E>) -> Result<(), TellError> {
+    async fn route(&self, env: Envelope<E>) -> Result<(), Refused<E>> {
         if self.stopped.load(Ordering::Acquire) {
-            return Err(TellError::RegionStopped(self.entity_type.name.clone()));
+            let error = TellError::RegionStopped(self.entity_type.name.clone());
+            return Err(Refused {
+                error,
+                envelope: env,
+            });
         }
         self.routes.route(env).await
     }
@@ -131,12 +137,18 @@ impl<E: Entity> RegionInbound for Inbound<E> {
             };
             match shared.route(envelope).await {
                 Ok(()) => true,
-                Err(TellError::RegionStopped(_)) => false,
-                Err(e) => {
-                    // The sender was told its message was accepted; this one
-                    // is lost here, so it is counted and logged.
+                Err(Refused {
+                    error: TellError::RegionStopped(_),
+                    ..
+                }) => false,
+                Err(Refused { error, envelope }) => {
+                    // The sending node already accepted it; it is lost here,
+                    // so it is counted, logged and an asker is told why.
                     shared.metrics.dropped_undeliverable.increment(1);
-                    tracing::warn!(entity_type = %shared.entity_type.name, error = %e, "received message refused by this region; dropped");
+                    tracing::warn!(entity_type = %shared.entity_type.name, %error, "received message refused by this region; dropped");
+                    shared
+                        .node
+                        .reply(envelope.reply, Err(AskError::Tell(error)));
                     true
                 }
             }
@@ -285,7 +297,10 @@ impl<E: Entity> Region<E> {
     /// The buffer is full, the id is empty, or the region has stopped.
     pub async fn tell(&self, entity_id: &str, message: E::Message) -> Result<(), TellError> {
         let env = self.envelope(entity_id, message, Reply::None)?;
-        self.shared.route(env).await
+        self.shared
+            .route(env)
+            .await
+            .map_err(|refused| refused.error)
     }
 
     /// Sends a message and waits for the entity's reply.
@@ -302,7 +317,10 @@ impl<E: Entity> Region<E> {
         let (tx, rx) = oneshot::channel();
         let env = self.envelope(entity_id, message, Reply::Local(tx))?;
         let exchange = async {
-            self.shared.route(env).await?;
+            self.shared
+                .route(env)
+                .await
+                .map_err(|refused| refused.error)?;
             rx.await.map_err(|_| {
                 AskError::Dropped("the message was dropped before it was handled".into())
             })?

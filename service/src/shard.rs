@@ -7,7 +7,8 @@
 //!
 //! While active, the shard passivates entities: after an explicit request
 //! (once the handler returns; later messages start a new incarnation), when
-//! idle for the timeout (checked on a tick, so no clock is read per message),
+//! idle for the timeout (on the region's idle tick, so no clock is read per
+//! message and the delivery loop waits on its mailbox only),
 //! and when its replacement policy picks them to stay within its share of
 //! the region's active-entity limit.
 
@@ -25,7 +26,6 @@ use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 
 type Entities<E> = HashMap<EntityId, Active<E>, foldhash::fast::RandomState>;
 
@@ -90,29 +90,13 @@ impl<E: Entity> Shard<E> {
     async fn run(mut self, mailbox: Consumer<Mail<E>>) -> VecDeque<Envelope<E>> {
         let mailbox = &mailbox.0;
         let mut batch = VecDeque::new();
-        let idle = self.entity_type.settings.passivation.idle_check();
-        let mut idle_tick = idle.map(|check| {
-            let mut tick =
-                tokio::time::interval_at(Instant::now() + check.interval, check.interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick
-        });
-        loop {
-            let more = match (&mut idle_tick, idle) {
-                (Some(tick), Some(check)) => {
-                    tokio::select! {
-                        more = mailbox.recv_all(&mut batch) => more,
-                        _ = tick.tick() => {
-                            self.passivate_idle(check.ticks).await;
-                            continue;
-                        }
-                    }
-                }
-                _ => mailbox.recv_all(&mut batch).await,
-            };
-            if !more {
-                break;
-            }
+        let idle_ticks = self
+            .entity_type
+            .settings
+            .passivation
+            .idle_check()
+            .map(|c| c.ticks);
+        while mailbox.recv_all(&mut batch).await {
             while let Some(mail) = batch.pop_front() {
                 match mail {
                     Mail::One(env) => self.deliver(env).await,
@@ -130,6 +114,11 @@ impl<E: Entity> Shard<E> {
                         let _ = done.send(());
                     }
                     Mail::SetLimit(limit) => self.set_limit(limit).await,
+                    Mail::IdleTick => {
+                        if let Some(ticks) = idle_ticks {
+                            self.passivate_idle(ticks).await;
+                        }
+                    }
                     Mail::HandOff => {
                         self.stop_entities().await;
                         batch.extend(mailbox.close_and_drain());
@@ -333,7 +322,7 @@ fn leftovers<E: Entity>(rest: VecDeque<Mail<E>>) -> VecDeque<Envelope<E>> {
             Mail::Barrier(done) => {
                 let _ = done.send(());
             }
-            Mail::HandOff | Mail::SetLimit(_) => {}
+            Mail::HandOff | Mail::SetLimit(_) | Mail::IdleTick => {}
         }
     }
     leftovers

@@ -25,6 +25,7 @@ const MAX_BATCH: usize = 512;
 /// Starts the outbound task towards `to`.
 pub(crate) fn start<E: Entity>(
     to: RegionId,
+    serial: u64,
     entity_type: Arc<str>,
     node: Arc<NodeContext>,
     region: mpsc::Sender<RegionCmd<E>>,
@@ -63,8 +64,9 @@ pub(crate) fn start<E: Entity>(
                 }
             }
             if !undelivered.is_empty() {
-                let cmd = RegionCmd::Undeliverable {
+                                let cmd = RegionCmd::Undeliverable {
                     to: to.clone(),
+                    serial,
                     envelopes: undelivered,
                 };
                 if region.send(cmd).await.is_err() {
@@ -76,7 +78,7 @@ pub(crate) fn start<E: Entity>(
             }
         }
                 // Closed by the region and emptied: nothing more comes back.
-        let _ = region.send(RegionCmd::OutboundClosed { to }).await;
+        let _ = region.send(RegionCmd::OutboundClosed { to, serial }).await;
     });
     sink
 }
@@ -91,7 +93,7 @@ fn collect<E: Entity>(
         Mail::Batch(batch) => envelopes.extend(batch),
         Mail::Barrier(done) => barriers.push(done),
         // Only shards are handed off or queried.
-        Mail::HandOff | Mail::SetLimit(_) => {}
+        Mail::HandOff | Mail::SetLimit(_) | Mail::IdleTick => {}
         Mail::Query(reply) => {
             let _ = reply.send(Vec::new());
         }

@@ -34,6 +34,8 @@ pub(crate) enum Mail<E: Entity> {
     Barrier(oneshot::Sender<()>),
     /// The shard's share of the region's active-entity limit (shards only).
     SetLimit(usize),
+    /// An idle-check interval passed (shards only).
+    IdleTick,
 }
 
 /// Where a shard lives, seen from this region.
@@ -62,6 +64,12 @@ enum Route<E: Entity> {
     Home(Home<E>),
     /// The region has stopped: refuse, so nothing is accepted and then lost.
     Stopped,
+}
+
+/// A message routing refused, with why.
+pub(crate) struct Refused<E: Entity> {
+    pub error: TellError,
+    pub envelope: Envelope<E>,
 }
 
 /// What routing under the lock decided.
@@ -130,7 +138,10 @@ impl<E: Entity> Routes<E> {
     }
 
     /// Routes one message: into its home's mailbox, or into the buffer.
-    pub async fn route(&self, mut env: Envelope<E>) -> Result<(), TellError> {
+    ///
+    /// # Errors
+    /// The message is refused (buffer full, region stopped); it comes back.
+    pub async fn route(&self, mut env: Envelope<E>) -> Result<(), Refused<E>> {
         loop {
             match self.try_route(env)? {
                 Step::Placed => return Ok(()),
@@ -146,7 +157,7 @@ impl<E: Entity> Routes<E> {
     }
 
     /// The synchronous part of routing, under the shard's lock.
-    fn try_route(&self, env: Envelope<E>) -> Result<Step<E>, TellError> {
+    fn try_route(&self, env: Envelope<E>) -> Result<Step<E>, Refused<E>> {
         let mut slot = self.slot(env.shard).lock();
         match &mut slot.route {
             Route::Home(home) => match home.sink.try_push(Mail::One(env)) {
@@ -167,9 +178,17 @@ impl<E: Entity> Routes<E> {
                     Ok(Step::Retry(unwrap_one(mail)))
                 }
             },
-            Route::Stopped => Err(TellError::RegionStopped(self.entity_type.clone())),
+            Route::Stopped => Err(Refused {
+                error: TellError::RegionStopped(self.entity_type.clone()),
+                envelope: env,
+            }),
             Route::Buffering { queue, requested } => {
-                self.reserve()?;
+                if let Err(error) = self.reserve() {
+                    return Err(Refused {
+                        error,
+                        envelope: env,
+                    });
+                }
                 let shard = env.shard;
                 queue.push_back(env);
                 if !*requested {

@@ -28,6 +28,17 @@ enum Phase {
     Stopped,
 }
 
+/// Messages an outbound queue gave back, per shard, in order; a shard with
+/// an empty queue is held all the same until the queue has closed.
+type Returned<E> = BTreeMap<ShardId, VecDeque<Envelope<E>>>;
+
+/// The current outbound queue to a node; `serial` tells it apart from
+/// earlier queues to the same node that may still be giving messages back.
+struct Queue<E: Entity> {
+    serial: u64,
+    sink: Arc<Mailbox<Mail<E>>>,
+}
+
 enum Hosted<E: Entity> {
     Active(ShardHandle<E>),
     /// `notify`: the coordinator asked for the hand-off and waits for
@@ -45,7 +56,8 @@ pub(super) struct RegionTask<E: Entity> {
     from_coordinator: Option<mpsc::Receiver<CoordinatorToRegion>>,
     registered: bool,
     hosted: BTreeMap<ShardId, Hosted<E>>,
-    outbound: HashMap<RegionId, Arc<Mailbox<Mail<E>>>>,
+    outbound: HashMap<RegionId, Queue<E>>,
+    next_queue: u64,
     /// Nodes whose delivery just failed: their homes are ignored for a
     /// `retry_interval`, until the coordinator has noticed the death.
     unreachable: HashMap<RegionId, Instant>,
@@ -53,7 +65,7 @@ pub(super) struct RegionTask<E: Entity> {
     /// node, the shards that were routed there and the messages that came
     /// back, in order. Those shards are held (no new home) until the queue
     /// has closed, so returned messages go out before anything newer.
-    draining: HashMap<RegionId, BTreeMap<ShardId, VecDeque<Envelope<E>>>>,
+    draining: HashMap<(RegionId, u64), Returned<E>>,
     /// Homes learned for held shards, applied once they are released.
     pending_home: HashMap<ShardId, RegionId>,
     asked_at: HashMap<ShardId, Instant>,
@@ -80,6 +92,7 @@ impl<E: Entity> RegionTask<E> {
             registered: false,
             hosted: BTreeMap::new(),
             outbound: HashMap::new(),
+            next_queue: 0,
             unreachable: HashMap::new(),
             draining: HashMap::new(),
             pending_home: HashMap::new(),
@@ -97,6 +110,13 @@ impl<E: Entity> RegionTask<E> {
     ) {
         let mut tick = tokio::time::interval(self.shared.entity_type.settings.retry_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // One timer per region rather than per shard: shards get an idle
+        // tick in their mailbox.
+        let idle = self.shared.entity_type.settings.passivation.idle_check();
+        let mut idle_tick =
+            tokio::time::interval(idle.map_or(Duration::from_secs(3600), |c| c.interval));
+        idle_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        idle_tick.reset();
         loop {
             tokio::select! {
                 biased;
@@ -106,10 +126,11 @@ impl<E: Entity> RegionTask<E> {
                 },
                 Some(cmd) = commands.recv() => self.on_command(cmd),
                 Some(shard) = home_requests.recv() => self.ask_home(shard),
-                _ = tick.tick() => self.on_tick().await,
+                                _ = tick.tick() => self.on_tick().await,
+                _ = idle_tick.tick(), if idle.is_some() => self.broadcast(|| Mail::IdleTick),
             }
             if let Phase::ShuttingDown { deadline } = self.phase {
-                self.continue_shutdown(deadline).await;
+                self.continue_shutdown(deadline, &mut commands).await;
             }
             if matches!(self.phase, Phase::Stopped) {
                 return;
@@ -214,7 +235,13 @@ impl<E: Entity> RegionTask<E> {
             CoordinatorToRegion::ShardHome { shard, region } => self.on_shard_home(shard, region),
             CoordinatorToRegion::HostShard { shard } => {
                 if !self.shared.proxy && !matches!(self.phase, Phase::Stopped) {
-                    self.host_locally(shard);
+                    if self.is_held(shard) {
+                        // Messages from before may still come back: host it
+                        // once they have.
+                        self.pending_home.insert(shard, self.shared.id.clone());
+                    } else {
+                        self.host_locally(shard);
+                    }
                     self.send(RegionToCoordinator::ShardStarted { shard });
                 }
             }
@@ -312,33 +339,42 @@ impl<E: Entity> RegionTask<E> {
         }
     }
 
-    /// Stops routing to `node` and holds its shards until its outbound queue
-    /// has given back whatever it could not deliver.
+    /// Stops routing to `node` and holds its shards until its current
+    /// outbound queue has given back whatever it could not deliver.
     fn start_draining(&mut self, node: &RegionId) {
         let forgotten = self.shared.routes.forget_region(node);
-        match self.outbound.remove(node) {
-            // Closing ends the queue once it has given back what it holds.
-            Some(sink) => sink.close(),
-            None if !self.draining.contains_key(node) => return, // nothing queued for it
-            None => {}
-        }
-        let held = self.draining.entry(node.clone()).or_default();
+        let Some(queue) = self.outbound.remove(node) else {
+            return; // nothing queued for it
+        };
+        // Closing ends the queue once it has given back what it holds.
+        queue.sink.close();
+        let held = self
+            .draining
+            .entry((node.clone(), queue.serial))
+            .or_default();
         for shard in forgotten {
             held.entry(shard).or_default();
         }
     }
 
     fn outbound_to(&mut self, region: &RegionId) -> Arc<Mailbox<Mail<E>>> {
-        if let Some(sink) = self.outbound.get(region).filter(|s| !s.is_closed()) {
-            return sink.clone();
+        if let Some(queue) = self.outbound.get(region).filter(|q| !q.sink.is_closed()) {
+            return queue.sink.clone();
         }
+        let serial = self.next_queue;
+        self.next_queue += 1;
         let sink = outbound::start(
             region.clone(),
+            serial,
             Arc::from(self.name()),
             self.shared.node.clone(),
             self.commands.clone(),
         );
-        self.outbound.insert(region.clone(), sink.clone());
+        let queue = Queue {
+            serial,
+            sink: sink.clone(),
+        };
+        self.outbound.insert(region.clone(), queue);
         sink
     }
 
@@ -386,10 +422,15 @@ impl<E: Entity> RegionTask<E> {
             .set(self.hosted.len() as f64);
         let passivation = &self.shared.entity_type.settings.passivation;
         if let Some(limit) = passivation.shard_limit(self.hosted.len()) {
-            for hosted in self.hosted.values() {
-                if let Hosted::Active(handle) = hosted {
-                    let _ = handle.sink.push(Mail::SetLimit(limit));
-                }
+            self.broadcast(|| Mail::SetLimit(limit));
+        }
+    }
+
+    /// Puts a control mail in every active shard's mailbox.
+    fn broadcast(&self, mail: impl Fn() -> Mail<E>) {
+        for hosted in self.hosted.values() {
+            if let Hosted::Active(handle) = hosted {
+                let _ = handle.sink.push(mail());
             }
         }
     }
@@ -465,16 +506,22 @@ impl<E: Entity> RegionTask<E> {
             RegionCmd::BeginHandOffReady { shard } => {
                 self.send(RegionToCoordinator::BeginHandOffAck { shard });
             }
-            RegionCmd::Undeliverable { to, envelopes } => {
+            RegionCmd::Undeliverable {
+                to,
+                serial,
+                envelopes,
+            } => {
                 self.unreachable.insert(to.clone(), Instant::now());
-                self.start_draining(&to);
-                let returned = self.draining.entry(to).or_default();
+                if self.outbound.get(&to).is_some_and(|q| q.serial == serial) {
+                    self.start_draining(&to);
+                }
+                let returned = self.draining.entry((to, serial)).or_default();
                 for env in envelopes {
                     returned.entry(env.shard).or_default().push_back(env);
                 }
             }
-            RegionCmd::OutboundClosed { to } => {
-                if let Some(shards) = self.draining.remove(&to) {
+            RegionCmd::OutboundClosed { to, serial } => {
+                if let Some(shards) = self.draining.remove(&(to, serial)) {
                     for (shard, returned) in shards {
                         self.requeue(shard, returned);
                         self.release(shard);
@@ -579,12 +626,13 @@ impl<E: Entity> RegionTask<E> {
 
     /// Done when no shard is hosted and nothing is buffered; then every
     /// outbound queue is drained before the region stops.
-    async fn continue_shutdown(&mut self, deadline: Instant) {
-        let idle = self.hosted.is_empty()
-            && self.draining.is_empty()
-            && self.shared.routes.buffered() == 0;
-        if idle {
-            let barriers: Vec<_> = self.outbound.values().cloned().collect();
+    async fn continue_shutdown(
+        &mut self,
+        deadline: Instant,
+        commands: &mut mpsc::Receiver<RegionCmd<E>>,
+    ) {
+        if self.idle() {
+            let barriers: Vec<_> = self.outbound.values().map(|q| q.sink.clone()).collect();
             let drained = futures::future::join_all(barriers.into_iter().map(|sink| async move {
                 let (done, passed) = oneshot::channel();
                 if sink.push(Mail::Barrier(done)).is_ok() {
@@ -594,7 +642,14 @@ impl<E: Entity> RegionTask<E> {
             if tokio::time::timeout_at(deadline, drained).await.is_err() {
                 tracing::warn!(entity_type = %self.name(), "outbound queues not drained before the shutdown deadline");
             }
-            self.stop();
+            // A queue that failed while draining gave messages back: route
+            // them (and go round again) rather than stop without them.
+            while let Ok(cmd) = commands.try_recv() {
+                self.on_command(cmd);
+            }
+            if self.idle() || Instant::now() >= deadline {
+                self.stop();
+            }
         } else if Instant::now() >= deadline {
             tracing::warn!(
                 entity_type = %self.name(),
@@ -604,6 +659,11 @@ impl<E: Entity> RegionTask<E> {
             );
             self.stop();
         }
+    }
+
+    /// Nothing hosted, buffered or on its way back.
+    fn idle(&self) -> bool {
+        self.hosted.is_empty() && self.draining.is_empty() && self.shared.routes.buffered() == 0
     }
 
     fn stop(&mut self) {
@@ -632,8 +692,8 @@ impl<E: Entity> RegionTask<E> {
             }
         }
         self.shared.metrics.hosted_shards.set(0.0);
-        for (_, sink) in self.outbound.drain() {
-            sink.close();
+        for (_, queue) in self.outbound.drain() {
+            queue.sink.close();
         }
         // Dropping the link tells the coordinator this region is gone.
         self.to_coordinator = None;

@@ -12,7 +12,9 @@ use colo_allocation::RegionId;
 use futures::future::BoxFuture;
 use parking_lot::RwLock;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The nodes and coordinators of one process.
 #[derive(Default, Clone)]
@@ -24,6 +26,10 @@ pub struct InMemoryNetwork {
 struct Inner {
     nodes: RwLock<HashMap<RegionId, Arc<dyn Inbound>>>,
     coordinators: RwLock<HashMap<String, CoordinatorHandle>>,
+    /// Simulated one-way delay of deliveries to a node.
+    latency: RwLock<HashMap<RegionId, Duration>>,
+    /// Deliveries under way, per target node.
+    in_flight: RwLock<HashMap<RegionId, Arc<AtomicUsize>>>,
 }
 
 impl std::fmt::Debug for InMemoryNetwork {
@@ -46,6 +52,33 @@ impl InMemoryNetwork {
             local: RegionId::new(name),
             network: self.clone(),
         })
+    }
+
+    /// Delays every delivery to `node` by `latency`, as a slow link would
+    /// (tests use it to keep a batch in flight while something else happens).
+    pub fn set_latency(&self, node: &str, latency: Duration) {
+        self.inner
+            .latency
+            .write()
+            .insert(RegionId::new(node), latency);
+    }
+
+    /// Deliveries to `node` under way now (sent, not yet routed there).
+    pub fn in_flight(&self, node: &str) -> usize {
+        self.inner
+            .in_flight
+            .read()
+            .get(&RegionId::new(node))
+            .map_or(0, |n| n.load(Ordering::Relaxed))
+    }
+
+    fn in_flight_counter(&self, node: &RegionId) -> Arc<AtomicUsize> {
+        self.inner
+            .in_flight
+            .write()
+            .entry(node.clone())
+            .or_default()
+            .clone()
     }
 
     /// Makes a coordinator reachable by every node.
@@ -94,9 +127,16 @@ impl Transport for InMemoryTransport {
         batch: Vec<WireEnvelope>,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
         let target = self.network.node(to);
+        let latency = self.network.inner.latency.read().get(to).copied();
+        let in_flight = self.network.in_flight_counter(to);
         let to = to.clone();
         Box::pin(async move {
             let target = target?;
+            in_flight.fetch_add(1, Ordering::Relaxed);
+            if let Some(latency) = latency {
+                tokio::time::sleep(latency).await;
+            }
+            in_flight.fetch_sub(1, Ordering::Relaxed);
             let bytes = codec::encode(&batch)?;
             let batch: Vec<WireEnvelope> = codec::decode(&bytes)?;
             target

@@ -2,6 +2,7 @@
 
 use crate::support::*;
 use colo::{AskError, EntityType, Node};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -232,5 +233,74 @@ async fn messages_a_dead_node_never_received_come_back_in_order() {
         "nothing lost after the first returned message"
     );
     drop(log);
+    cluster.world.assert_never_live_twice();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_home_waits_for_messages_still_coming_back_from_a_dead_node() {
+    use colo::allocation::{ExternalAllocationClient, ExternalAllocationStrategy};
+    use colo::{RegionId, ShardId};
+    let mut cluster = Cluster::new("heldhome", fast_settings(1));
+    let client = ExternalAllocationClient::new();
+    cluster.start_coordinator(Box::new(ExternalAllocationStrategy::new(client.clone())));
+    let a = cluster.add_node("a");
+    cluster.add_node("b");
+    cluster.await_regions(2).await;
+    client.set_location(ShardId(0), RegionId::new("b"));
+    for seq in 0..10u64 {
+        a.tell(
+            "x",
+            ProbeMsg::Record {
+                from: "a".into(),
+                seq,
+            },
+        )
+        .await
+        .unwrap();
+    }
+    eventually("0..10 handled on b", Duration::from_secs(5), || async {
+        cluster.world.delivered_on("b") == 10
+    })
+    .await;
+    // 10..20 leave a over a slow link; b dies while they are in flight, and
+    // the shard's new home is a itself.
+    cluster.network.set_latency("b", Duration::from_millis(500));
+    for seq in 10..20u64 {
+        a.tell(
+            "x",
+            ProbeMsg::Record {
+                from: "a".into(),
+                seq,
+            },
+        )
+        .await
+        .unwrap();
+    }
+    eventually("10..20 in flight to b", Duration::from_secs(5), || async {
+        cluster.network.in_flight("b") == 1
+    })
+    .await;
+    client.set_location(ShardId(0), RegionId::new("a"));
+    cluster.nodes["b"].0.kill().await;
+    eventually("b terminated", Duration::from_secs(5), || async {
+        !cluster.shard_counts().contains_key("b")
+    })
+    .await;
+    // Told after the death is known, while 10..20 are still in flight: they
+    // must not overtake them.
+    for seq in 20..30u64 {
+        a.tell(
+            "x",
+            ProbeMsg::Record {
+                from: "a".into(),
+                seq,
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let sent = BTreeMap::from([(("x".to_string(), "a".to_string()), 30)]);
+    all_delivered(&cluster.world, &sent).await;
+    cluster.world.assert_complete_in_order(&sent);
     cluster.world.assert_never_live_twice();
 }
