@@ -22,6 +22,7 @@
 //! - [`transport`]: how nodes reach each other; an in-memory network.
 //! - [`inspection`]: the region-state and cluster-stats queries.
 //! - [`passivation`]: replacement policies and passivation settings.
+//! - [`simulate`]: the passivation trace simulator behind `colo simulate`.
 //! - [`metrics`]: every metric name.
 //! - [`error`]: what senders see.
 //! - [`counter`]: the built-in counter entity type; [`demo`]: the embedded demo.
@@ -44,6 +45,7 @@ pub mod region;
 mod replies;
 pub mod settings;
 pub mod shard;
+pub mod simulate;
 pub mod transport;
 
 pub use colo_allocation as allocation;

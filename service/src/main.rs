@@ -1,6 +1,8 @@
 //! The `colo` command.
 
 use clap::{Parser, Subcommand};
+use colo::simulate::{self, SimulateOptions, TraceFormat};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -29,6 +31,52 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         adds: usize,
     },
+    /// Replays a cache-replacement trace through passivation strategies
+    /// under Akka's sharding emulation and prints each one's active rate
+    /// (the share of messages that found their entity already active).
+    Simulate(SimulateArgs),
+}
+
+#[derive(clap::Args)]
+struct SimulateArgs {
+    /// The trace file; gzip or xz input is decompressed transparently.
+    #[arg(long)]
+    trace: PathBuf,
+    /// lirs, lirs2, corda, arc or simple. Default: from the file name once a
+    /// .gz/.xz suffix is dropped: .trace or .lirs is lirs, .lirs2 lirs2,
+    /// .corda corda, .arc arc, .txt simple; anything else needs --format.
+    #[arg(long, value_parser = parse_format)]
+    format: Option<TraceFormat>,
+    /// Comma-separated: opt, lru, slru, s4lru, mru, lfu, lfuda, w-tinylfu,
+    /// w-tinylfu-hc, default.
+    #[arg(long, value_delimiter = ',', required = true)]
+    strategy: Vec<String>,
+    /// Comma-separated active-entity limits, totals across regions.
+    #[arg(long, value_delimiter = ',', required = true,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    limits: Vec<u64>,
+    /// Regions the shards are allocated to (least shards first).
+    #[arg(long, default_value_t = 1, conflicts_with = "single",
+          value_parser = clap::value_parser!(u32).range(1..=i32::MAX as i64))]
+    regions: u32,
+    /// Shards ids are spread over: abs(javaStringHashCode(id) % shards).
+    #[arg(long, default_value_t = 10, conflicts_with = "single",
+          value_parser = clap::value_parser!(u32).range(1..=i32::MAX as i64))]
+    shards: u32,
+    /// One region with one shard holding the whole limit.
+    #[arg(long)]
+    single: bool,
+    /// Print CSV: trace,strategy,limit,accesses,activations,active_percent.
+    #[arg(long)]
+    csv: bool,
+    /// Also write an SVG chart of active % against limit to this file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+}
+
+fn parse_format(s: &str) -> Result<TraceFormat, String> {
+    s.parse()
+        .map_err(|e: simulate::trace::UnknownFormat| e.to_string())
 }
 
 fn main() -> ExitCode {
@@ -38,23 +86,17 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("colo: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let result = match cli.command {
         Command::Demo {
             entities,
             shards,
             adds,
-        } => runtime.block_on(colo::demo::run(colo::demo::DemoOptions {
+        } => demo(colo::demo::DemoOptions {
             entities,
             shards,
             adds_per_entity: adds,
-        })),
+        }),
+        Command::Simulate(args) => run_simulation(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -63,4 +105,44 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn demo(options: colo::demo::DemoOptions) -> Result<(), String> {
+    let runtime = tokio::runtime::Runtime::new()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime
+        .block_on(colo::demo::run(options))
+        .map_err(|e| e.to_string())
+}
+
+fn run_simulation(args: SimulateArgs) -> Result<(), String> {
+    let (regions, shards) = if args.single {
+        (1, 1)
+    } else {
+        (args.regions, args.shards)
+    };
+    let limits = args
+        .limits
+        .iter()
+        .map(|&l| usize::try_from(l).map_err(|_| format!("limit {l} is too large")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let options = SimulateOptions {
+        trace: args.trace,
+        format: args.format,
+        strategies: args.strategy,
+        limits,
+        regions,
+        shards,
+    };
+    let report = simulate::simulate(&options).map_err(|e| e.to_string())?;
+    if let Some(path) = &args.plot {
+        std::fs::write(path, simulate::plot::svg(&report))
+            .map_err(|e| format!("cannot write the plot {}: {e}", path.display()))?;
+    }
+    if args.csv {
+        print!("{}", simulate::report::csv(&report));
+    } else {
+        print!("{}", simulate::report::table(&report));
+    }
+    Ok(())
 }

@@ -5,8 +5,39 @@
 //! - [`policy`]: the `ReplacementPolicy` trait shards and the simulator share.
 //! - [`strategy`]: an entity type's passivation strategy (idle timeout,
 //!   limit) and the passivation reasons.
+//! - [`settings`]: the replacement policy of a limit, with Akka's names and
+//!   defaults, the presets, and `build` for one shard.
+//! - [`lru`], [`mru`], [`lfu`]: least recently used (plain and segmented),
+//!   most recently used, least frequently used (with dynamic aging).
+//! - [`composite`]: admission window + admission filter + main area
+//!   (Window-TinyLFU), with [`hill_climbing`] sizing the window and
+//!   [`frequency_sketch`] as the filter.
+//! - `recency_list`, `frequency_list`: the O(1), allocation-free
+//!   structures under the policies; `area`: what the composite needs from
+//!   its areas' policies.
+mod area;
+pub mod composite;
+mod frequency_list;
+pub mod frequency_sketch;
+pub mod hill_climbing;
+pub mod lfu;
+pub mod lru;
+pub mod mru;
 pub mod policy;
+mod recency_list;
+pub mod settings;
 pub mod strategy;
 
+pub use composite::Composite;
+pub use frequency_sketch::{FrequencySketch, SketchHash};
+pub use hill_climbing::HillClimbing;
+pub use lfu::LeastFrequentlyUsed;
+pub use lru::{LeastRecentlyUsed, SegmentedLeastRecentlyUsed};
+pub use mru::MostRecentlyUsed;
 pub use policy::{PolicyKey, ReplacementPolicy};
+pub use settings::{
+    AdmissionWindowSettings, CompositeSettings, FrequencySketchSettings, HillClimbingSettings,
+    LeastFrequentlyUsedSettings, LeastRecentlyUsedSettings, PassivationSettingsError,
+    ReplacementSettings, SegmentedSettings,
+};
 pub use strategy::{PassivationReason, PassivationStrategy};

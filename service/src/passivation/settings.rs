@@ -1,0 +1,608 @@
+//! The replacement policy of a limit-based passivation strategy, with the
+//! names and defaults of the passivation section of Akka's reference.conf,
+//! plus named presets for the simulator.
+//!
+//! Enums are externally tagged and nothing is flattened, so the settings
+//! round-trip through postcard (our wire codec) as well as through
+//! self-describing formats; names are kebab-case like Akka's keys.
+
+use super::composite::{AdmissionWindow, Composite};
+use super::frequency_sketch::{SketchHash, COUNTER_BITS, MAX_DEPTH};
+use super::lfu::LeastFrequentlyUsed;
+use super::lru::{LeastRecentlyUsed, SegmentedLeastRecentlyUsed};
+use super::mru::MostRecentlyUsed;
+use super::{PolicyKey, ReplacementPolicy};
+use serde::{Deserialize, Serialize};
+
+/// Which entities to passivate once a shard reaches its share of the
+/// active-entity limit (Akka's `replacement` and `admission` sections).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplacementSettings {
+    /// Least recently used, optionally segmented.
+    LeastRecentlyUsed(LeastRecentlyUsedSettings),
+    /// Most recently used.
+    MostRecentlyUsed,
+    /// Least frequently used, optionally with dynamic aging.
+    LeastFrequentlyUsed(LeastFrequentlyUsedSettings),
+    /// An admission window and filter in front of a main area
+    /// (Window-TinyLFU when the window is LRU and the filter a sketch).
+    Composite(Box<CompositeSettings>),
+}
+
+/// Akka's `least-recently-used` section.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+pub struct LeastRecentlyUsedSettings {
+    /// Segmented LRU levels; `None` is plain LRU (Akka: `levels = none`).
+    pub segmented: Option<SegmentedSettings>,
+}
+
+/// Akka's `least-recently-used.segmented` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SegmentedSettings {
+    /// Number of levels.
+    pub levels: usize,
+    /// Fractions of the limit per level, lowest first; empty divides the
+    /// limit evenly among the levels.
+    #[serde(default)]
+    pub proportions: Vec<f64>,
+    /// Truncate every level's share, as Akka 2.6.18 did, instead of giving
+    /// level 0 what the upper levels leave (Akka's current rounding, the
+    /// default). The levels may then add up to less than the limit; Akka's
+    /// published SLRU/S4LRU simulator figures were made this way.
+    #[serde(default)]
+    pub truncate_levels: bool,
+}
+
+impl SegmentedSettings {
+    fn build<K: PolicyKey>(&self, limit: usize) -> SegmentedLeastRecentlyUsed<K> {
+        if self.truncate_levels {
+            SegmentedLeastRecentlyUsed::with_truncated_levels(limit, self.effective_proportions())
+        } else {
+            SegmentedLeastRecentlyUsed::new(limit, self.effective_proportions())
+        }
+    }
+
+    /// The proportions to build with: the configured ones, or even ones.
+    pub fn effective_proportions(&self) -> Vec<f64> {
+        if self.proportions.is_empty() {
+            let levels = self.levels.max(1);
+            vec![1.0 / levels as f64; levels]
+        } else {
+            self.proportions.clone()
+        }
+    }
+}
+
+/// Akka's `least-frequently-used` section.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+pub struct LeastFrequentlyUsedSettings {
+    /// Age frequencies as entities are passivated (LFU-DA). Default off.
+    pub dynamic_aging: bool,
+}
+
+/// A composite strategy (Akka's `admission` section with the main
+/// `replacement`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CompositeSettings {
+    /// Where new entities enter; `None` admits them straight to the main
+    /// area through the filter (Akka: window `policy = none`).
+    pub window: Option<AdmissionWindowSettings>,
+    /// Who may enter the main area; `None` always admits (Akka:
+    /// `filter = none`).
+    pub filter: Option<FrequencySketchSettings>,
+    /// The main area's policy (not itself composite).
+    pub main: ReplacementSettings,
+}
+
+/// Akka's `admission.window` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+pub struct AdmissionWindowSettings {
+    /// The window's own policy (not itself composite). Default LRU.
+    pub policy: ReplacementSettings,
+    /// Initial share of the limit. Default 0.01.
+    pub proportion: f64,
+    /// Smallest share the optimizer may choose. Default 0.01.
+    pub minimum_proportion: f64,
+    /// Largest share the optimizer may choose. Default 1.0.
+    pub maximum_proportion: f64,
+    /// Adaptive sizing; `None` keeps the initial proportion (Akka:
+    /// `optimizer = off`, the default).
+    pub optimizer: Option<HillClimbingSettings>,
+}
+
+impl Default for AdmissionWindowSettings {
+    fn default() -> Self {
+        Self {
+            policy: ReplacementSettings::lru(),
+            proportion: 0.01,
+            minimum_proportion: 0.01,
+            maximum_proportion: 1.0,
+            optimizer: None,
+        }
+    }
+}
+
+/// Akka's `admission.window.hill-climbing` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+pub struct HillClimbingSettings {
+    /// Sample every `adjust_multiplier x limit` accesses. Default 10.
+    pub adjust_multiplier: f64,
+    /// The first step (and the step after a restart). Default 0.0625.
+    pub initial_step: f64,
+    /// A change in active rate that restarts the climb. Default 0.05.
+    pub restart_threshold: f64,
+    /// Decay of the step per sample. Default 0.98.
+    pub step_decay: f64,
+}
+
+impl Default for HillClimbingSettings {
+    fn default() -> Self {
+        Self {
+            adjust_multiplier: 10.0,
+            initial_step: 0.0625,
+            restart_threshold: 0.05,
+            step_decay: 0.98,
+        }
+    }
+}
+
+/// Akka's `admission.frequency-sketch` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+pub struct FrequencySketchSettings {
+    /// Rows (hash functions), 1 to 8. Default 4.
+    pub depth: usize,
+    /// Bits per counter: 2, 4, 8, 16, 32 or 64. Default 4.
+    pub counter_bits: u32,
+    /// Counters per row = multiplier x limit (rounded up to a power of
+    /// two); a power of two. Default 4.
+    pub width_multiplier: usize,
+    /// Halve the counters after `reset_multiplier x limit` increments.
+    /// Default 10.
+    pub reset_multiplier: f64,
+}
+
+impl Default for FrequencySketchSettings {
+    fn default() -> Self {
+        Self {
+            depth: 4,
+            counter_bits: 4,
+            width_multiplier: 4,
+            reset_multiplier: 10.0,
+        }
+    }
+}
+
+/// A replacement setting that cannot work.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("passivation.{field}: {reason}")]
+pub struct PassivationSettingsError {
+    /// The setting's path, e.g. `window.proportion`.
+    pub field: String,
+    /// Why the value is refused.
+    pub reason: String,
+}
+
+/// False for NaN too, unlike `!(x <= 0.0)`.
+fn above_zero(x: f64) -> bool {
+    x > 0.0
+}
+
+fn refuse(field: &str, reason: &str) -> Result<(), PassivationSettingsError> {
+    Err(PassivationSettingsError {
+        field: field.to_string(),
+        reason: reason.to_string(),
+    })
+}
+
+impl Default for ReplacementSettings {
+    /// Akka's `default-strategy`.
+    fn default() -> Self {
+        Self::w_tinylfu(true)
+    }
+}
+
+impl ReplacementSettings {
+    /// The preset names [`ReplacementSettings::preset`] knows.
+    pub const PRESETS: [&'static str; 9] = [
+        "lru",
+        "slru",
+        "s4lru",
+        "mru",
+        "lfu",
+        "lfuda",
+        "w-tinylfu",
+        "w-tinylfu-hc",
+        "default",
+    ];
+
+    /// A named preset: `lru`, `slru` (2 levels, [0.2, 0.8]), `s4lru` (4
+    /// even levels), `mru`, `lfu`, `lfuda` (dynamic aging), `w-tinylfu`
+    /// (LRU window 1%, frequency sketch, SLRU main), `w-tinylfu-hc` (the
+    /// same with hill climbing) and `default` (also `default-strategy`:
+    /// Akka's default strategy, equal to `w-tinylfu-hc`).
+    ///
+    /// `slru` and `s4lru` truncate every level's share
+    /// ([`SegmentedSettings::truncate_levels`]) so that they reproduce
+    /// Akka's published simulator figures, which predate Akka's current
+    /// rounding; the composites' SLRU main area uses the current rounding,
+    /// as Akka's composite strategy always has.
+    pub fn preset(name: &str) -> Option<ReplacementSettings> {
+        Some(match name {
+            "lru" => Self::lru(),
+            "slru" => Self::slru(true),
+            "s4lru" => Self::LeastRecentlyUsed(LeastRecentlyUsedSettings {
+                segmented: Some(SegmentedSettings {
+                    levels: 4,
+                    proportions: Vec::new(),
+                    truncate_levels: true,
+                }),
+            }),
+            "mru" => Self::MostRecentlyUsed,
+            "lfu" => Self::LeastFrequentlyUsed(LeastFrequentlyUsedSettings {
+                dynamic_aging: false,
+            }),
+            "lfuda" => Self::LeastFrequentlyUsed(LeastFrequentlyUsedSettings {
+                dynamic_aging: true,
+            }),
+            "w-tinylfu" => Self::w_tinylfu(false),
+            "w-tinylfu-hc" | "default" | "default-strategy" => Self::w_tinylfu(true),
+            _ => return None,
+        })
+    }
+
+    fn lru() -> Self {
+        Self::LeastRecentlyUsed(LeastRecentlyUsedSettings::default())
+    }
+
+    fn slru(truncate_levels: bool) -> Self {
+        Self::LeastRecentlyUsed(LeastRecentlyUsedSettings {
+            segmented: Some(SegmentedSettings {
+                levels: 2,
+                proportions: vec![0.2, 0.8],
+                truncate_levels,
+            }),
+        })
+    }
+
+    fn w_tinylfu(hill_climbing: bool) -> Self {
+        Self::Composite(Box::new(CompositeSettings {
+            window: Some(AdmissionWindowSettings {
+                optimizer: hill_climbing.then(HillClimbingSettings::default),
+                ..AdmissionWindowSettings::default()
+            }),
+            filter: Some(FrequencySketchSettings::default()),
+            main: Self::slru(false),
+        }))
+    }
+
+    /// A policy for one shard, holding at most `limit` entities. Expects
+    /// settings that passed [`ReplacementSettings::validate`]; out-of-range
+    /// values are clamped rather than refused here.
+    pub fn build<K: PolicyKey>(&self, limit: usize) -> Box<dyn ReplacementPolicy<K>> {
+        // spelled out rather than upcasting `build_area`'s box, which needs
+        // a newer compiler than our minimum
+        match self {
+            Self::LeastRecentlyUsed(LeastRecentlyUsedSettings { segmented: None }) => {
+                Box::new(LeastRecentlyUsed::new(limit))
+            }
+            Self::LeastRecentlyUsed(LeastRecentlyUsedSettings {
+                segmented: Some(segmented),
+            }) => Box::new(segmented.build(limit)),
+            Self::MostRecentlyUsed => Box::new(MostRecentlyUsed::new(limit)),
+            Self::LeastFrequentlyUsed(lfu) => {
+                Box::new(LeastFrequentlyUsed::new(limit, lfu.dynamic_aging))
+            }
+            Self::Composite(composite) => Box::new(composite.build(limit, None)),
+        }
+    }
+
+    /// [`ReplacementSettings::build`], with the frequency sketch (if any)
+    /// hashing keys with `hash` instead of foldhash. For the simulator, to
+    /// count exactly as Akka does (see [`SketchHash`]); other policies
+    /// ignore it.
+    pub fn build_with_sketch_hash<K: PolicyKey>(
+        &self,
+        limit: usize,
+        hash: SketchHash<K>,
+    ) -> Box<dyn ReplacementPolicy<K>> {
+        match self {
+            Self::Composite(composite) => Box::new(composite.build(limit, Some(hash))),
+            simple => simple.build(limit),
+        }
+    }
+
+    /// The policy of a composite's area (a composite inside a composite
+    /// is refused by `validate`; here its main area stands in for it).
+    fn build_area<K: PolicyKey>(&self, limit: usize) -> Box<dyn super::area::ActiveArea<K>> {
+        match self {
+            Self::LeastRecentlyUsed(LeastRecentlyUsedSettings { segmented: None }) => {
+                Box::new(LeastRecentlyUsed::new(limit))
+            }
+            Self::LeastRecentlyUsed(LeastRecentlyUsedSettings {
+                segmented: Some(segmented),
+            }) => Box::new(segmented.build(limit)),
+            Self::MostRecentlyUsed => Box::new(MostRecentlyUsed::new(limit)),
+            Self::LeastFrequentlyUsed(lfu) => {
+                Box::new(LeastFrequentlyUsed::new(limit, lfu.dynamic_aging))
+            }
+            Self::Composite(composite) => composite.main.build_area(limit),
+        }
+    }
+
+    /// Checks the settings.
+    ///
+    /// # Errors
+    /// The first field that cannot work, and why.
+    pub fn validate(&self) -> Result<(), PassivationSettingsError> {
+        self.validate_at("replacement")
+    }
+
+    fn validate_at(&self, at: &str) -> Result<(), PassivationSettingsError> {
+        match self {
+            Self::LeastRecentlyUsed(LeastRecentlyUsedSettings {
+                segmented: Some(segmented),
+            }) => {
+                let field = format!("{at}.least-recently-used.segmented");
+                if segmented.levels == 0 {
+                    return refuse(&format!("{field}.levels"), "must be at least 1");
+                }
+                let proportions = &segmented.proportions;
+                if proportions.is_empty() {
+                    return Ok(());
+                }
+                let field = format!("{field}.proportions");
+                if proportions.len() != segmented.levels {
+                    return refuse(&field, "must be empty or have one entry per level");
+                }
+                if proportions.iter().any(|p| !(0.0..=1.0).contains(p)) {
+                    return refuse(&field, "each must be between 0 and 1");
+                }
+                let sum: f64 = proportions.iter().sum();
+                if (sum - 1.0).abs() > 1e-6 {
+                    return refuse(&field, "must add up to 1");
+                }
+                Ok(())
+            }
+            Self::LeastRecentlyUsed(_) | Self::MostRecentlyUsed | Self::LeastFrequentlyUsed(_) => {
+                Ok(())
+            }
+            Self::Composite(composite) => composite.validate_at(at),
+        }
+    }
+}
+
+impl CompositeSettings {
+    fn build<K: PolicyKey>(&self, limit: usize, hash: Option<SketchHash<K>>) -> Composite<K> {
+        let window = self.window.as_ref().map(|w| AdmissionWindow {
+            area: w.policy.build_area(limit),
+            proportion: w.proportion,
+            minimum_proportion: w.minimum_proportion,
+            maximum_proportion: w.maximum_proportion,
+            optimizer: w.optimizer.clone(),
+        });
+        Composite::new(
+            limit,
+            window,
+            self.filter.clone(),
+            self.main.build_area(limit),
+            hash,
+        )
+    }
+
+    fn validate_at(&self, at: &str) -> Result<(), PassivationSettingsError> {
+        if matches!(self.main, ReplacementSettings::Composite(_)) {
+            return refuse(&format!("{at}.main"), "cannot itself be composite");
+        }
+        self.main.validate_at(&format!("{at}.main"))?;
+        if let Some(window) = &self.window {
+            let at = format!("{at}.window");
+            if matches!(window.policy, ReplacementSettings::Composite(_)) {
+                return refuse(&format!("{at}.policy"), "cannot itself be composite");
+            }
+            window.policy.validate_at(&format!("{at}.policy"))?;
+            for (name, value) in [
+                ("proportion", window.proportion),
+                ("minimum-proportion", window.minimum_proportion),
+                ("maximum-proportion", window.maximum_proportion),
+            ] {
+                if !(0.0..=1.0).contains(&value) {
+                    return refuse(&format!("{at}.{name}"), "must be between 0 and 1");
+                }
+            }
+            if window.minimum_proportion > window.maximum_proportion {
+                return refuse(
+                    &format!("{at}.minimum-proportion"),
+                    "must not exceed maximum-proportion",
+                );
+            }
+            if let Some(hill) = &window.optimizer {
+                let at = format!("{at}.hill-climbing");
+                if !above_zero(hill.adjust_multiplier) {
+                    return refuse(&format!("{at}.adjust-multiplier"), "must be above 0");
+                }
+                if !above_zero(hill.initial_step) || hill.initial_step > 1.0 {
+                    return refuse(&format!("{at}.initial-step"), "must be in (0, 1]");
+                }
+                if !(0.0..=f64::MAX).contains(&hill.restart_threshold) {
+                    return refuse(&format!("{at}.restart-threshold"), "must be at least 0");
+                }
+                if !above_zero(hill.step_decay) || hill.step_decay > 1.0 {
+                    return refuse(&format!("{at}.step-decay"), "must be in (0, 1]");
+                }
+            }
+        }
+        if let Some(sketch) = &self.filter {
+            let at = format!("{at}.frequency-sketch");
+            if !(1..=MAX_DEPTH).contains(&sketch.depth) {
+                return refuse(&format!("{at}.depth"), "must be between 1 and 8");
+            }
+            if !COUNTER_BITS.contains(&sketch.counter_bits) {
+                return refuse(
+                    &format!("{at}.counter-bits"),
+                    "must be 2, 4, 8, 16, 32 or 64",
+                );
+            }
+            if !sketch.width_multiplier.is_power_of_two() {
+                return refuse(
+                    &format!("{at}.width-multiplier"),
+                    "must be a power of two (1, 2, 4, ...)",
+                );
+            }
+            if !above_zero(sketch.reset_multiplier) {
+                return refuse(&format!("{at}.reset-multiplier"), "must be above 0");
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_builds_and_validates() {
+        for name in ReplacementSettings::PRESETS {
+            let settings = ReplacementSettings::preset(name).unwrap();
+            settings.validate().unwrap();
+            let mut policy = settings.build::<u64>(100);
+            let mut out = Vec::new();
+            for id in 0..1000u64 {
+                if !policy.is_empty() && id.is_multiple_of(3) {
+                    policy.on_access(&(id - 1));
+                }
+                policy.on_activate(id, &mut out);
+            }
+            assert!(policy.len() <= 100, "{name}: {}", policy.len());
+            assert_eq!(policy.len() + out.len(), 1000, "{name}");
+        }
+        assert!(ReplacementSettings::preset("arc").is_none());
+        assert_eq!(
+            ReplacementSettings::preset("default"),
+            Some(ReplacementSettings::default())
+        );
+    }
+
+    /// The caller's view (what it activated minus what it was told to
+    /// passivate) always equals what the policy tracks, through limit
+    /// changes and removals, for every preset.
+    #[test]
+    fn every_preset_tracks_exactly_the_active_entities() {
+        use std::collections::HashSet;
+        for name in ReplacementSettings::PRESETS {
+            let mut policy = ReplacementSettings::preset(name).unwrap().build::<u64>(64);
+            let mut active = HashSet::new();
+            let mut out = Vec::new();
+            let mut limit = 64;
+            let mut state = 0x2545_f491_4f6c_dd1du64;
+            for step in 0..20_000u64 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                // skewed: half the accesses go to 16 hot ids
+                let id = if state.is_multiple_of(2) {
+                    state % 16
+                } else {
+                    state % 500
+                };
+                out.clear();
+                match step {
+                    5_000 | 12_000 => {
+                        limit = if step == 5_000 { 20 } else { 90 };
+                        policy.set_limit(limit, &mut out);
+                    }
+                    _ if step.is_multiple_of(97) => {
+                        policy.on_remove(&id);
+                        active.remove(&id);
+                    }
+                    _ if active.contains(&id) => policy.on_access(&id),
+                    _ => {
+                        active.insert(id);
+                        policy.on_activate(id, &mut out);
+                    }
+                }
+                for gone in &out {
+                    assert!(active.remove(gone), "{name}: {gone} passivated twice");
+                }
+                assert_eq!(policy.len(), active.len(), "{name} at step {step}");
+                assert!(policy.len() <= limit, "{name} over its limit at {step}");
+            }
+        }
+    }
+
+    #[test]
+    fn default_is_akkas_default_strategy() {
+        let ReplacementSettings::Composite(c) = ReplacementSettings::default() else {
+            panic!("composite expected");
+        };
+        let window = c.window.unwrap();
+        assert_eq!(window.policy, ReplacementSettings::lru());
+        assert_eq!(window.proportion, 0.01);
+        assert_eq!(window.minimum_proportion, 0.01);
+        assert_eq!(window.maximum_proportion, 1.0);
+        assert_eq!(window.optimizer, Some(HillClimbingSettings::default()));
+        assert_eq!(c.filter, Some(FrequencySketchSettings::default()));
+        assert_eq!(c.main, ReplacementSettings::slru(false));
+    }
+
+    #[test]
+    fn validate_names_the_field() {
+        let bad = ReplacementSettings::LeastRecentlyUsed(LeastRecentlyUsedSettings {
+            segmented: Some(SegmentedSettings {
+                levels: 2,
+                proportions: vec![0.5, 0.6],
+                truncate_levels: false,
+            }),
+        });
+        let err = bad.validate().unwrap_err();
+        assert_eq!(
+            err.field,
+            "replacement.least-recently-used.segmented.proportions"
+        );
+        let mut composite = CompositeSettings {
+            window: Some(AdmissionWindowSettings::default()),
+            filter: Some(FrequencySketchSettings {
+                counter_bits: 3,
+                ..FrequencySketchSettings::default()
+            }),
+            main: ReplacementSettings::MostRecentlyUsed,
+        };
+        let err = ReplacementSettings::Composite(Box::new(composite.clone()))
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.field, "replacement.frequency-sketch.counter-bits");
+        composite.filter = None;
+        composite.window = Some(AdmissionWindowSettings {
+            minimum_proportion: 0.5,
+            maximum_proportion: 0.2,
+            ..AdmissionWindowSettings::default()
+        });
+        let err = ReplacementSettings::Composite(Box::new(composite.clone()))
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.field, "replacement.window.minimum-proportion");
+        composite.window = None;
+        composite.main = ReplacementSettings::default();
+        assert!(ReplacementSettings::Composite(Box::new(composite))
+            .validate()
+            .is_err());
+    }
+
+    #[test]
+    fn settings_round_trip_through_the_wire_codec() {
+        for name in ReplacementSettings::PRESETS {
+            let settings = ReplacementSettings::preset(name).unwrap();
+            let bytes = postcard::to_stdvec(&settings).unwrap();
+            let back: ReplacementSettings = postcard::from_bytes(&bytes).unwrap();
+            assert_eq!(back, settings);
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! `colo simulate` end to end: the binary on small checked-in traces.
+//!
+//! The expected figures were worked out by hand (see each test). The
+//! fixture `tiny.*` holds the accesses 1 2 3 1 2 4 1 2 3 4 in every format.
+
+use colo::simulate::sharding::{java_string_hash, shard_of};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn fixture(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn colo(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_colo"))
+        .arg("simulate")
+        .args(args)
+        .output()
+        .expect("run colo")
+}
+
+fn stdout_ok(args: &[&str]) -> String {
+    let out = colo(args);
+    assert!(
+        out.status.success(),
+        "colo simulate {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+fn fails_with(args: &[&str], expected: &[&str]) {
+    let out = colo(args);
+    assert!(!out.status.success(), "colo simulate {args:?} succeeded");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for part in expected {
+        assert!(
+            stderr.contains(part),
+            "stderr of {args:?} lacks {part:?}: {stderr}"
+        );
+    }
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// LRU, one shard: at limit 2 every access misses (the loop of 3-4 ids is
+/// longer than the cache); at limit 3 the misses are 1 2 3, 4 (evicts 3),
+/// 3 (evicts 4), 4 (evicts 1): 6.
+/// OPT at limit 2: misses 1 2 3 (bypassed: next use farthest), 4
+/// (bypassed), 3, 4: 6. At limit 3: 1 2 3, 4 (bypassed), 4 again: 5.
+#[test]
+fn csv_for_a_hand_made_trace() {
+    let csv = stdout_ok(&[
+        "--trace",
+        &fixture("tiny.trace"),
+        "--strategy",
+        "lru,opt",
+        "--limits",
+        "2,3",
+        "--single",
+        "--csv",
+    ]);
+    assert_eq!(
+        csv,
+        "trace,strategy,limit,accesses,activations,active_percent\n\
+         tiny,lru,2,10,10,0.00\n\
+         tiny,lru,3,10,6,40.00\n\
+         tiny,opt,2,10,6,40.00\n\
+         tiny,opt,3,10,5,50.00\n"
+    );
+}
+
+/// `0 2 0 1 0 2 0` over 2 shards (even ids in shard 0, odd in shard 1),
+/// limit 2. Shard 0 starts with the whole limit; when `1` starts shard 1,
+/// both shards get 1 before that access is replayed, so shard 0 passivates
+/// one entity. LRU: 0, 2, (0 hit), 1 (shard 0 drops 2), (0 hit), 2, 0: 5
+/// activations. OPT: 0, 2, (0), 1 (shard 0 drops 2, used later than 0),
+/// (0), 2 (bypassed), (0): 4.
+#[test]
+fn limit_split_recomputed_when_a_shard_starts() {
+    let csv = stdout_ok(&[
+        "--trace",
+        &fixture("sharded.trace"),
+        "--strategy",
+        "lru,opt",
+        "--limits",
+        "2",
+        "--shards",
+        "2",
+        "--csv",
+    ]);
+    assert_eq!(
+        csv,
+        "trace,strategy,limit,accesses,activations,active_percent\n\
+         sharded,lru,2,7,5,28.57\n\
+         sharded,opt,2,7,4,42.86\n"
+    );
+}
+
+/// Two regions, two shards: each shard goes to its own region, each region
+/// gets half of the limit 4, so each shard keeps 2: only the first access
+/// of 0, 2 and 1 activates.
+#[test]
+fn regions_split_the_total_limit() {
+    let csv = stdout_ok(&[
+        "--trace",
+        &fixture("sharded.trace"),
+        "--strategy",
+        "lru,opt",
+        "--limits",
+        "4",
+        "--shards",
+        "2",
+        "--regions",
+        "2",
+        "--csv",
+    ]);
+    assert!(csv.contains("sharded,lru,4,7,3,57.14\n"), "{csv}");
+    assert!(csv.contains("sharded,opt,4,7,3,57.14\n"), "{csv}");
+}
+
+/// Every reader yields 1 2 3 1 2 4 1 2 3 4, so every format gives the
+/// figures of the hand-made trace; compressed input is recognised by its
+/// magic bytes.
+#[test]
+fn every_reader_reads_the_same_accesses() {
+    let cases: &[(&str, Option<&str>)] = &[
+        ("tiny.trace", None),
+        ("tiny.trace.gz", None),
+        ("tiny.trace.xz", None),
+        ("tiny.txt", None),
+        ("tiny.trace", Some("simple")),
+        ("tiny.lirs2", None),
+        ("tiny.corda", None),
+        ("tiny.corda.gz", Some("corda")),
+        ("tiny.arc", None),
+    ];
+    for (file, format) in cases {
+        let path = fixture(file);
+        let mut args = vec![
+            "--trace",
+            &path,
+            "--strategy",
+            "lru,opt",
+            "--limits",
+            "3",
+            "--single",
+            "--csv",
+        ];
+        if let Some(format) = format {
+            args.extend(["--format", format]);
+        }
+        let csv = stdout_ok(&args);
+        let rows: Vec<&str> = csv
+            .lines()
+            .skip(1)
+            .map(|row| row.split_once(',').expect("a trace column").1)
+            .collect();
+        assert_eq!(rows, ["lru,3,10,6,40.00", "opt,3,10,5,50.00"], "{file}");
+    }
+}
+
+/// `5 CRLF, * CRLF, CRLF, 7 CRLF, 5`: `*` is skipped, the blank line is the
+/// id "" (as in Akka's reader), CR is dropped, and the last line needs no
+/// newline: accesses "5" "" "7" "5", 3 activations.
+#[test]
+fn lirs_keeps_blank_lines_and_skips_stars() {
+    let csv = stdout_ok(&[
+        "--trace",
+        &fixture("marks.trace"),
+        "--strategy",
+        "opt",
+        "--limits",
+        "10",
+        "--single",
+        "--csv",
+    ]);
+    assert!(csv.ends_with("marks,opt,10,4,3,25.00\n"), "{csv}");
+}
+
+#[test]
+fn java_string_hash_vectors() {
+    assert_eq!(java_string_hash("0"), 48);
+    assert_eq!(java_string_hash("10"), 1567);
+    assert_eq!(java_string_hash("abc"), 96354);
+    assert_eq!(java_string_hash(""), 0);
+    assert_eq!(java_string_hash("1234567890"), -2_054_162_789);
+    assert_eq!(java_string_hash("polygenelubricants"), i32::MIN);
+    // Java: Math.abs(-2054162789 % 10) == 9
+    assert_eq!(shard_of("1234567890", 10), 9);
+    assert_eq!(shard_of("0", 10), 8);
+    assert_eq!(shard_of("10", 10), 7);
+}
+
+#[test]
+fn readable_table_and_svg_plot() {
+    let plot = std::env::temp_dir().join(format!("colo-simulate-{}.svg", std::process::id()));
+    let plot_arg = plot.display().to_string();
+    let table = stdout_ok(&[
+        "--trace",
+        &fixture("tiny.trace"),
+        "--strategy",
+        "opt,lru",
+        "--limits",
+        "2,3",
+        "--single",
+        "--plot",
+        &plot_arg,
+    ]);
+    assert!(
+        table.starts_with("tiny (lirs): 10 accesses, 4 distinct ids"),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("opt") && l.ends_with("40.00   50.00")),
+        "{table}"
+    );
+    let svg = std::fs::read_to_string(&plot).expect("plot written");
+    let _ = std::fs::remove_file(&plot);
+    assert!(svg.starts_with("<svg"), "{svg}");
+    assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
+    assert!(
+        svg.contains(">opt</text>") && svg.contains(">lru</text>"),
+        "{svg}"
+    );
+}
+
+#[test]
+fn unknown_strategy_is_refused() {
+    fails_with(
+        &[
+            "--trace",
+            &fixture("tiny.trace"),
+            "--strategy",
+            "lru,fifo",
+            "--limits",
+            "2",
+        ],
+        &["unknown strategy 'fifo'", "known: opt, lru"],
+    );
+}
+
+#[test]
+fn missing_file_is_refused() {
+    fails_with(
+        &[
+            "--trace",
+            &fixture("nope.trace"),
+            "--strategy",
+            "lru",
+            "--limits",
+            "2",
+        ],
+        &["cannot read trace", "nope.trace"],
+    );
+}
+
+#[test]
+fn binary_data_read_as_lirs_is_refused() {
+    fails_with(
+        &[
+            "--trace",
+            &fixture("tiny.lirs2"),
+            "--format",
+            "lirs",
+            "--strategy",
+            "lru",
+            "--limits",
+            "2",
+        ],
+        &["not valid lirs: line 1", "not a decimal id"],
+    );
+}
+
+#[test]
+fn truncated_lirs2_record_is_refused() {
+    fails_with(
+        &[
+            "--trace",
+            &fixture("truncated.lirs2"),
+            "--strategy",
+            "lru",
+            "--limits",
+            "2",
+        ],
+        &["not valid lirs2: byte offset 4", "2 of its 4 bytes"],
+    );
+}
+
+#[test]
+fn corrupt_gzip_is_refused() {
+    fails_with(
+        &[
+            "--trace",
+            &fixture("truncated.trace.gz"),
+            "--strategy",
+            "lru",
+            "--limits",
+            "2",
+        ],
+        &["cannot read trace", "corrupt or truncated gzip data"],
+    );
+}
+
+#[test]
+fn bad_arc_line_is_refused() {
+    fails_with(
+        &[
+            "--trace",
+            &fixture("bad.arc"),
+            "--strategy",
+            "lru",
+            "--limits",
+            "2",
+        ],
+        &[
+            "not valid arc: line 2",
+            "expected \"start count\"",
+            "foo bar",
+        ],
+    );
+}
+
+#[test]
+fn unknown_format_is_refused() {
+    let manifest = format!("{}/Cargo.toml", env!("CARGO_MANIFEST_DIR"));
+    fails_with(
+        &["--trace", &manifest, "--strategy", "lru", "--limits", "2"],
+        &["cannot tell the format", "--format"],
+    );
+    fails_with(
+        &[
+            "--trace",
+            &fixture("tiny.trace"),
+            "--format",
+            "csv",
+            "--strategy",
+            "lru",
+            "--limits",
+            "2",
+        ],
+        &["unknown trace format 'csv'"],
+    );
+}
