@@ -2,8 +2,9 @@
 //! defaults: idle timeout, an active-entity limit with a replacement policy,
 //! both, or none.
 
-use super::ReplacementPolicy;
+use super::{ReplacementPolicy, ReplacementSettings};
 use crate::entity::EntityId;
+use crate::settings::SettingsError;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -19,16 +20,15 @@ pub struct PassivationStrategy {
     /// region's active shards. Without a replacement policy it is ignored,
     /// as in Akka.
     pub active_entity_limit: Option<usize>,
+    /// Which entities to passivate once a shard reaches its share of the
+    /// limit.
+    pub replacement: Option<ReplacementSettings>,
 }
 
 impl Default for PassivationStrategy {
     /// Akka's `default-idle-strategy`: idle entities stop after two minutes.
     fn default() -> Self {
-        Self {
-            idle_timeout: Some(Duration::from_secs(120)),
-            idle_interval: None,
-            active_entity_limit: None,
-        }
+        Self::idle(Duration::from_secs(120))
     }
 }
 
@@ -40,6 +40,7 @@ impl PassivationStrategy {
             idle_timeout: None,
             idle_interval: None,
             active_entity_limit: None,
+            replacement: None,
         }
     }
 
@@ -47,9 +48,25 @@ impl PassivationStrategy {
     pub fn idle(timeout: Duration) -> Self {
         Self {
             idle_timeout: Some(timeout),
-            idle_interval: None,
-            active_entity_limit: None,
+            ..Self::none()
         }
+    }
+
+    /// An active-entity limit per region with a replacement policy, and no
+    /// idle timeout (set `idle_timeout` as well to combine them).
+    pub fn limit(active_entity_limit: usize, replacement: ReplacementSettings) -> Self {
+        Self {
+            active_entity_limit: Some(active_entity_limit),
+            replacement: Some(replacement),
+            ..Self::none()
+        }
+    }
+
+    /// Akka's `default-strategy`: at most 100,000 active entities per region,
+    /// chosen by W-TinyLFU (an LRU admission window sized by hill climbing,
+    /// a frequency-sketch filter, a segmented-LRU main area); no idle timeout.
+    pub fn default_strategy() -> Self {
+        Self::limit(100_000, ReplacementSettings::default())
     }
 
     /// The idle check: every `interval`, entities untouched for at least
@@ -70,13 +87,14 @@ impl PassivationStrategy {
     /// limit-based.
     pub(crate) fn policy(
         &self,
-        _shard_limit: usize,
+        shard_limit: usize,
     ) -> Option<Box<dyn ReplacementPolicy<EntityId>>> {
-        None
+        Some(self.replacement.as_ref()?.build(shard_limit))
     }
 
-    /// Each shard's share of the region's limit.
+    /// Each shard's share of the region's limit; `None` without a policy.
     pub(crate) fn shard_limit(&self, active_shards: usize) -> Option<usize> {
+        self.replacement.as_ref()?;
         self.active_entity_limit
             .map(|limit| limit / active_shards.max(1))
     }
@@ -85,9 +103,9 @@ impl PassivationStrategy {
     ///
     /// # Errors
     /// The field that cannot work, and why.
-    pub fn validate(&self) -> Result<(), crate::settings::SettingsError> {
+    pub fn validate(&self) -> Result<(), SettingsError> {
         let err = |field, reason: &str| {
-            Err(crate::settings::SettingsError {
+            Err(SettingsError {
                 field,
                 reason: reason.to_string(),
             })
@@ -103,6 +121,18 @@ impl PassivationStrategy {
                 "passivation.idle_interval",
                 "must be longer than zero (or default)",
             );
+        }
+        if self.replacement.is_some() && self.active_entity_limit.is_none() {
+            return err(
+                "passivation.active_entity_limit",
+                "a replacement policy needs a limit",
+            );
+        }
+        if let Some(replacement) = &self.replacement {
+            replacement.validate().map_err(|e| SettingsError {
+                field: "passivation.replacement",
+                reason: e.to_string(),
+            })?;
         }
         Ok(())
     }
@@ -151,15 +181,31 @@ mod tests {
         let check = s.idle_check().unwrap();
         assert_eq!(check.interval, Duration::from_secs(60));
         assert_eq!(check.ticks, 2);
+        assert_eq!(s.shard_limit(3), None);
         assert!(PassivationStrategy::none().idle_check().is_none());
         let odd = PassivationStrategy {
-            idle_timeout: Some(Duration::from_secs(10)),
             idle_interval: Some(Duration::from_secs(3)),
-            active_entity_limit: None,
+            ..PassivationStrategy::idle(Duration::from_secs(10))
         };
         assert_eq!(odd.idle_check().unwrap().ticks, 4);
         assert!(PassivationStrategy::idle(Duration::ZERO)
             .validate()
             .is_err());
+    }
+
+    #[test]
+    fn default_strategy_divides_the_limit() {
+        let s = PassivationStrategy::default_strategy();
+        assert_eq!(s.active_entity_limit, Some(100_000));
+        assert!(s.idle_timeout.is_none());
+        assert!(s.validate().is_ok());
+        assert_eq!(s.shard_limit(3), Some(33_333));
+        assert!(s.policy(10).is_some());
+        let without_limit = PassivationStrategy {
+            active_entity_limit: None,
+            ..s
+        };
+        let e = without_limit.validate().unwrap_err();
+        assert_eq!(e.field, "passivation.active_entity_limit");
     }
 }

@@ -102,3 +102,63 @@ async fn explicit_passivation_loses_no_message() {
     assert_eq!(explicit, 10, "explicit passivations counted");
     cluster.world.assert_never_live_twice();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_limit_is_divided_among_active_shards_and_recomputed_when_one_starts() {
+    use colo::passivation::ReplacementSettings;
+    let _ = metrics();
+    let lru = ReplacementSettings::preset("lru").unwrap();
+    let settings = colo::ShardingSettings {
+        passivation: PassivationStrategy::limit(8, lru),
+        ..fast_settings(4)
+    };
+    let mut cluster = Cluster::new("limit", settings);
+    cluster.start_coordinator(least_shard_new(0, 0.1));
+    let a = cluster.add_node("a");
+    let in_shard = |shard: u32, n: usize| -> Vec<String> {
+        (0..)
+            .map(|i| format!("l{i}"))
+            .filter(|id| a.shard_of(id) == colo::ShardId(shard))
+            .take(n)
+            .collect()
+    };
+    let live = |state: colo::CurrentRegionState, shard: u32| -> Vec<String> {
+        let mut ids: Vec<String> = state
+            .shards
+            .get(&colo::ShardId(shard))
+            .map(|ids| ids.iter().map(|id| id.to_string()).collect())
+            .unwrap_or_default();
+        ids.sort();
+        ids
+    };
+    let sorted = |ids: &[String]| {
+        let mut ids = ids.to_vec();
+        ids.sort();
+        ids
+    };
+    // One active shard: it has the whole limit of 8; the 2 least recent of
+    // 10 are passivated.
+    let zero = in_shard(0, 10);
+    for id in &zero {
+        a.ask(id, ProbeMsg::Where, ASK).await.unwrap();
+    }
+    assert_eq!(live(a.state(ASK).await.unwrap(), 0), sorted(&zero[2..]));
+    // A second shard starts: 8 / 2 = 4 each, and shard 0 shrinks at once.
+    a.ask(&in_shard(1, 1)[0], ProbeMsg::Where, ASK)
+        .await
+        .unwrap();
+    assert_eq!(live(a.state(ASK).await.unwrap(), 0), sorted(&zero[6..]));
+    // A third: 8 / 3 = 2 each.
+    a.ask(&in_shard(2, 1)[0], ProbeMsg::Where, ASK)
+        .await
+        .unwrap();
+    let state = a.state(ASK).await.unwrap();
+    assert_eq!(live(state.clone(), 0), sorted(&zero[8..]));
+    assert_eq!(live(state, 1).len(), 1);
+    let limit = counter(
+        colo::metrics::PASSIVATIONS,
+        &[("entity_type", &cluster.name), ("reason", "limit")],
+    );
+    assert_eq!(limit, 8);
+    cluster.world.assert_never_live_twice();
+}
