@@ -24,6 +24,8 @@ pub const REBALANCED_SHARDS: &str = "colo_rebalanced_shards_total";
 pub const COORDINATOR_REGIONS: &str = "colo_coordinator_regions";
 pub const PASSIVATIONS: &str = "colo_passivations_total";
 pub const ACTIVATIONS: &str = "colo_entity_activations_total";
+pub const ACTIVE_RATIO: &str = "colo_passivation_active_ratio";
+pub const WINDOW_PROPORTION: &str = "colo_passivation_window_proportion";
 
 /// Registers descriptions with the installed recorder; cheap to call again.
 pub fn describe() {
@@ -84,6 +86,8 @@ pub(crate) struct RegionMetrics {
     pub entity_failures: Counter,
     pub shard_home_latency: Histogram,
     pub activations: Counter,
+    pub active_ratio: Gauge,
+    pub window_proportion: Gauge,
     passivations: [Counter; 4],
 }
 
@@ -103,7 +107,9 @@ impl RegionMetrics {
             dropped_bad_payload: dropped("bad_payload"),
             entity_failures: metrics::counter!(ENTITY_FAILURES, "entity_type" => et.clone()),
             shard_home_latency: metrics::histogram!(SHARD_HOME_LATENCY, "entity_type" => et.clone()),
-            activations: metrics::counter!(ACTIVATIONS, "entity_type" => et.clone()),
+                        activations: metrics::counter!(ACTIVATIONS, "entity_type" => et.clone()),
+            active_ratio: metrics::gauge!(ACTIVE_RATIO, "entity_type" => et.clone()),
+            window_proportion: metrics::gauge!(WINDOW_PROPORTION, "entity_type" => et.clone()),
             passivations: [
                 PassivationReason::Idle,
                 PassivationReason::Limit,

@@ -7,6 +7,7 @@
 //! batches, queries and shutdown. Its phases: connecting -> registering ->
 //! active -> shutting down -> stopped.
 
+pub(crate) mod activity;
 pub(crate) mod outbound;
 pub(crate) mod routes;
 mod task;
@@ -76,6 +77,7 @@ pub(crate) struct Shared<E: Entity> {
     pub stopped: AtomicBool,
     pub node: Arc<NodeContext>,
     pub metrics: RegionMetrics,
+    pub activity: Arc<activity::Activity>,
 }
 
 impl<E: Entity> Shared<E> {
@@ -242,6 +244,7 @@ impl<E: Entity> Region<E> {
             stopped: AtomicBool::new(false),
             node: node.clone(),
             metrics,
+            activity: Arc::default(),
         });
         let task = task::RegionTask::new(shared.clone(), commands.clone());
         node.tasks.spawn(task.run(command_rx, home_rx));

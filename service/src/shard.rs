@@ -19,6 +19,7 @@ use crate::mailbox::{Consumer, Mailbox};
 use crate::metrics::RegionMetrics;
 use crate::node::NodeContext;
 use crate::passivation::{PassivationReason, ReplacementPolicy};
+use crate::region::activity::{Activity, ShardActivity, FLUSH_EVERY};
 use crate::region::routes::Mail;
 use colo_allocation::ShardId;
 use futures::FutureExt;
@@ -49,6 +50,9 @@ pub(crate) struct Shard<E: Entity> {
     policy: Option<Box<dyn ReplacementPolicy<EntityId>>>,
     /// Reused buffer for the entities a policy wants passivated.
     evicted: Vec<EntityId>,
+    /// Where the region's active rate and window gauges come from.
+    activity: Arc<Activity>,
+    counts: ShardActivity,
 }
 
 /// A started shard, as its region sees it.
@@ -66,6 +70,7 @@ impl<E: Entity> Shard<E> {
         node: Arc<NodeContext>,
         metrics: RegionMetrics,
         policy: Option<Box<dyn ReplacementPolicy<EntityId>>>,
+        activity: Arc<Activity>,
     ) -> ShardHandle<E> {
         let sink = Arc::new(Mailbox::new(entity_type.settings.shard_mailbox_capacity));
         let mailbox = Consumer(sink.clone());
@@ -79,6 +84,8 @@ impl<E: Entity> Shard<E> {
             clock: 0,
             policy,
             evicted: Vec::new(),
+            activity,
+            counts: ShardActivity::default(),
         };
         node.tasks.spawn_shard(async move {
             let leftovers = shard.run(mailbox).await;
@@ -106,6 +113,7 @@ impl<E: Entity> Shard<E> {
                         }
                     }
                     Mail::Query(reply) => {
+                        self.flush_activity();
                         let mut ids: Vec<EntityId> = self.entities.keys().cloned().collect();
                         ids.sort();
                         let _ = reply.send(ids);
@@ -115,11 +123,14 @@ impl<E: Entity> Shard<E> {
                     }
                     Mail::SetLimit(limit) => self.set_limit(limit).await,
                     Mail::IdleTick => {
+                        self.flush_activity();
                         if let Some(ticks) = idle_ticks {
                             self.passivate_idle(ticks).await;
                         }
                     }
                     Mail::HandOff => {
+                        self.flush_activity();
+                        self.activity.forget(self.id);
                         self.stop_entities().await;
                         batch.extend(mailbox.close_and_drain());
                         return leftovers(batch);
@@ -128,6 +139,8 @@ impl<E: Entity> Shard<E> {
             }
         }
         // Closed without a hand-off: the region stopped.
+        self.flush_activity();
+        self.activity.forget(self.id);
         self.drop_entities();
         VecDeque::new()
     }
@@ -152,6 +165,10 @@ impl<E: Entity> Shard<E> {
             .catch_unwind()
             .await;
         self.metrics.delivered.increment(1);
+        self.counts.accesses += 1;
+        if self.counts.accesses >= FLUSH_EVERY {
+            self.flush_activity();
+        }
         let result = match outcome {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(e)) => Err(self.entity_failed(&ctx, e.0)),
@@ -178,6 +195,7 @@ impl<E: Entity> Shard<E> {
             .map_err(|panic| format!("factory {}", panic_message(&panic)))?;
         self.metrics.hosted_entities.increment(1.0);
         self.metrics.activations.increment(1);
+        self.counts.activations += 1;
         let active = Active {
             entity,
             touched: self.clock,
@@ -187,6 +205,11 @@ impl<E: Entity> Shard<E> {
             policy.on_activate(ctx.entity_id.clone(), &mut self.evicted);
         }
         Ok(())
+    }
+
+    fn flush_activity(&mut self) {
+        let window = self.policy.as_ref().and_then(|p| p.window_proportion());
+        self.activity.flush(self.id, &mut self.counts, window);
     }
 
     /// Drops a failed entity: the next message creates it anew.

@@ -191,6 +191,13 @@ impl<E: Entity> RegionTask<E> {
         if matches!(self.phase, Phase::Stopped) {
             return;
         }
+        let metrics = &self.shared.metrics;
+        if let Some(rate) = self.shared.activity.active_rate() {
+            metrics.active_ratio.set(rate);
+        }
+        if let Some(window) = self.shared.activity.mean_window() {
+            metrics.window_proportion.set(window);
+        }
         if self.to_coordinator.is_none() {
             self.connect().await;
         } else if !self.registered {
@@ -394,6 +401,7 @@ impl<E: Entity> RegionTask<E> {
                     self.shared.node.clone(),
                     self.shared.metrics.clone(),
                     policy,
+                    self.shared.activity.clone(),
                 );
                 let sink = handle.sink.clone();
                 self.hosted.insert(shard, Hosted::Active(handle));

@@ -162,3 +162,52 @@ async fn the_limit_is_divided_among_active_shards_and_recomputed_when_one_starts
     assert_eq!(limit, 8);
     cluster.world.assert_never_live_twice();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_rate_and_adaptive_window_are_reported() {
+    use colo::passivation::ReplacementSettings;
+    let _ = metrics();
+    let settings = colo::ShardingSettings {
+        passivation: PassivationStrategy::limit(40, ReplacementSettings::default()),
+        ..fast_settings(2)
+    };
+    let mut cluster = Cluster::new("gauges", settings);
+    cluster.start_coordinator(least_shard_new(0, 0.1));
+    let a = cluster.add_node("a");
+    // 600 messages over 60 entities, more than the limit: some hit, some miss.
+    for round in 0..10u64 {
+        for e in 0..60 {
+            a.tell(
+                &format!("g{e}"),
+                ProbeMsg::Record {
+                    from: "a".into(),
+                    seq: round,
+                },
+            )
+            .await
+            .unwrap();
+        }
+    }
+    a.ask("g0", ProbeMsg::Where, ASK).await.unwrap();
+    // A query makes every shard report; the region's next tick sets the gauges.
+    a.state(ASK).await.unwrap();
+    let labels = [("entity_type", cluster.name.as_str())];
+    let mut ratio = None;
+    eventually("active ratio reported", Duration::from_secs(5), || {
+        ratio = ratio.or_else(|| gauge(colo::metrics::ACTIVE_RATIO, &labels));
+        let found = ratio.is_some();
+        async move { found }
+    })
+    .await;
+    let ratio = ratio.unwrap();
+    assert!(ratio > 0.0 && ratio < 1.0, "{ratio}");
+    let mut window = None;
+    eventually("window proportion reported", Duration::from_secs(5), || {
+        window = window.or_else(|| gauge(colo::metrics::WINDOW_PROPORTION, &labels));
+        let found = window.is_some();
+        async move { found }
+    })
+    .await;
+    let window = window.unwrap();
+    assert!(window > 0.0 && window <= 1.0, "{window}");
+}

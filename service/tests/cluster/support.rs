@@ -501,3 +501,31 @@ pub fn balanced(counts: &BTreeMap<String, usize>, total: usize) -> bool {
     let min = counts.values().min().copied().unwrap_or(0);
     counts.values().sum::<usize>() == total && max - min <= 1
 }
+
+/// The value of a gauge with the given labels, if a tick set it since the
+/// last snapshot (snapshots reset gauges too: poll with `eventually`).
+pub fn gauge(name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let want: BTreeSet<(String, String)> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    metrics()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .find_map(|(key, _, _, value)| {
+            let labels: BTreeSet<(String, String)> = key
+                .key()
+                .labels()
+                .map(|l| (l.key().to_string(), l.value().to_string()))
+                .collect();
+            match value {
+                DebugValue::Gauge(g)
+                    if key.key().name() == name && labels == want && g.into_inner() != 0.0 =>
+                {
+                    Some(g.into_inner())
+                }
+                _ => None,
+            }
+        })
+}
