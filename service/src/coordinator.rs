@@ -545,8 +545,17 @@ impl Coordinator {
         }
         // A moved shard gets its new home at once rather than on its next
         // message, so the next rebalance round sees where it went.
-        if ok && done.deferred.is_empty() && self.state.is_region(&done.owner) {
-            self.get_shard_home(shard, done.owner).await?;
+        // When the owner has left meanwhile (the end of a graceful shutdown),
+        // any registered region asks on its behalf.
+        if ok && done.deferred.is_empty() {
+            let requester = if self.state.is_region(&done.owner) {
+                Some(done.owner)
+            } else {
+                self.state.allocations().keys().next().cloned()
+            };
+            if let Some(requester) = requester {
+                self.get_shard_home(shard, requester).await?;
+            }
         }
         Ok(())
     }

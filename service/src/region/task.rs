@@ -1,7 +1,6 @@
 //! The region task: the one place that changes where shards live, as seen
 //! from this node.
 
-use super::outbound;
 use super::routes::{Home, Mail};
 use super::{RegionCmd, Shared};
 use crate::entity::{Entity, EntityId};
@@ -12,12 +11,14 @@ use crate::protocol::{CoordinatorToRegion, RegionToCoordinator};
 use crate::shard::{Shard, ShardHandle};
 use colo_allocation::{RegionId, ShardId};
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
+
+mod draining;
+mod shutdown;
 
 enum Phase {
     Running,
@@ -325,66 +326,6 @@ impl<E: Entity> RegionTask<E> {
         );
     }
 
-    /// Whether a shard must not get a home yet: its hand-off is running, or
-    /// messages sent to its old home may still come back.
-    fn is_held(&self, shard: ShardId) -> bool {
-        matches!(self.hosted.get(&shard), Some(Hosted::HandingOff { .. }))
-            || self
-                .draining
-                .values()
-                .any(|shards| shards.contains_key(&shard))
-    }
-
-    /// A held shard is free again: apply the home learned meanwhile, or ask.
-    fn release(&mut self, shard: ShardId) {
-        if self.is_held(shard) {
-            return;
-        }
-        match self.pending_home.remove(&shard) {
-            Some(home) => self.on_shard_home(shard, home),
-            None => self.ask_home(shard),
-        }
-    }
-
-    /// Stops routing to `node` and holds its shards until its current
-    /// outbound queue has given back whatever it could not deliver.
-    fn start_draining(&mut self, node: &RegionId) {
-        let forgotten = self.shared.routes.forget_region(node);
-        let Some(queue) = self.outbound.remove(node) else {
-            return; // nothing queued for it
-        };
-        // Closing ends the queue once it has given back what it holds.
-        queue.sink.close();
-        let held = self
-            .draining
-            .entry((node.clone(), queue.serial))
-            .or_default();
-        for shard in forgotten {
-            held.entry(shard).or_default();
-        }
-    }
-
-    fn outbound_to(&mut self, region: &RegionId) -> Arc<Mailbox<Mail<E>>> {
-        if let Some(queue) = self.outbound.get(region).filter(|q| !q.sink.is_closed()) {
-            return queue.sink.clone();
-        }
-        let serial = self.next_queue;
-        self.next_queue += 1;
-        let sink = outbound::start(
-            region.clone(),
-            serial,
-            Arc::from(self.name()),
-            self.shared.node.clone(),
-            self.commands.clone(),
-        );
-        let queue = Queue {
-            serial,
-            sink: sink.clone(),
-        };
-        self.outbound.insert(region.clone(), queue);
-        sink
-    }
-
     fn host_locally(&mut self, shard: ShardId) {
         let sink = match self.hosted.get(&shard) {
             Some(Hosted::Active(handle)) if !handle.sink.is_closed() => handle.sink.clone(),
@@ -555,21 +496,6 @@ impl<E: Entity> RegionTask<E> {
         }
     }
 
-    /// Puts accepted messages back in front of the shard's buffer, or routes
-    /// them if the shard has a home again.
-    fn requeue(&mut self, shard: ShardId, messages: VecDeque<Envelope<E>>) {
-        if let Some(back) = self.shared.routes.prepend(shard, messages) {
-            // Held shards are buffering, so this only happens when the region
-            // has stopped; routing refuses them then.
-            let shared = self.shared.clone();
-            tokio::spawn(async move {
-                for env in back {
-                    let _ = shared.routes.route(env).await;
-                }
-            });
-        }
-    }
-
     /// Asks every active local shard for its live entities, within `timeout`.
     fn query_shards(
         &self,
@@ -609,106 +535,5 @@ impl<E: Entity> RegionTask<E> {
             }
             state
         }
-    }
-
-    fn begin_shutdown(&mut self, done: oneshot::Sender<()>) {
-        self.shutdown_waiters.push(done);
-        match self.phase {
-            Phase::Running => {}
-            Phase::ShuttingDown { .. } => return,
-            Phase::Stopped => {
-                for waiter in self.shutdown_waiters.drain(..) {
-                    let _ = waiter.send(());
-                }
-                return;
-            }
-        }
-        let settings = &self.shared.entity_type.settings;
-        let deadline = Instant::now() + settings.handoff_timeout * 2;
-        tracing::info!(entity_type = %self.name(), region = %self.shared.id, "graceful shutdown");
-        self.phase = Phase::ShuttingDown { deadline };
-        if self.registered && !self.shared.proxy {
-            self.send(RegionToCoordinator::GracefulShutdown);
-        }
-    }
-
-    /// Done when no shard is hosted and nothing is buffered; then every
-    /// outbound queue is drained before the region stops.
-    async fn continue_shutdown(
-        &mut self,
-        deadline: Instant,
-        commands: &mut mpsc::Receiver<RegionCmd<E>>,
-    ) {
-        if self.idle() {
-            let barriers: Vec<_> = self.outbound.values().map(|q| q.sink.clone()).collect();
-            let drained = futures::future::join_all(barriers.into_iter().map(|sink| async move {
-                let (done, passed) = oneshot::channel();
-                if sink.push(Mail::Barrier(done)).is_ok() {
-                    let _ = passed.await;
-                }
-            }));
-            if tokio::time::timeout_at(deadline, drained).await.is_err() {
-                tracing::warn!(entity_type = %self.name(), "outbound queues not drained before the shutdown deadline");
-            }
-            // A queue that failed while draining gave messages back: route
-            // them (and go round again) rather than stop without them.
-            while let Ok(cmd) = commands.try_recv() {
-                self.on_command(cmd);
-            }
-            if self.idle() || Instant::now() >= deadline {
-                self.stop();
-            }
-        } else if Instant::now() >= deadline {
-            tracing::warn!(
-                entity_type = %self.name(),
-                hosted = self.hosted.len(),
-                buffered = self.shared.routes.buffered(),
-                "graceful shutdown did not finish in time; stopping"
-            );
-            self.stop();
-        }
-    }
-
-    /// Nothing hosted, buffered or on its way back.
-    fn idle(&self) -> bool {
-        self.hosted.is_empty() && self.draining.is_empty() && self.shared.routes.buffered() == 0
-    }
-
-    fn stop(&mut self) {
-        self.phase = Phase::Stopped;
-        self.shared.stopped.store(true, Ordering::Release);
-        let returned: usize = self
-            .draining
-            .values()
-            .flat_map(|s| s.values())
-            .map(VecDeque::len)
-            .sum();
-        self.draining.clear();
-        let dropped = self.shared.routes.stop() + returned;
-        if dropped > 0 {
-            tracing::warn!(entity_type = %self.name(), dropped, "region stopped with buffered messages");
-            self.shared
-                .metrics
-                .dropped_undeliverable
-                .increment(dropped as u64);
-        }
-        // Closing the mailboxes ends the shards (dropping their entities) and
-        // the outbound queues (after what they still hold).
-        for hosted in std::mem::take(&mut self.hosted).into_values() {
-            if let Hosted::Active(handle) = hosted {
-                handle.sink.close();
-            }
-        }
-        self.shared.metrics.hosted_shards.set(0.0);
-        for (_, queue) in self.outbound.drain() {
-            queue.sink.close();
-        }
-        // Dropping the link tells the coordinator this region is gone.
-        self.to_coordinator = None;
-        self.from_coordinator = None;
-        for waiter in self.shutdown_waiters.drain(..) {
-            let _ = waiter.send(());
-        }
-        tracing::info!(entity_type = %self.name(), region = %self.shared.id, "region stopped");
     }
 }

@@ -51,11 +51,12 @@ async fn graceful_shutdown_moves_every_shard_away_with_no_message_lost() {
     all_delivered(&cluster.world, &sent).await;
     cluster.world.assert_complete_in_order(&sent);
     cluster.world.assert_never_live_twice();
-    let total: usize = cluster.shard_counts().values().sum();
-    assert_eq!(
-        total,
-        12,
-        "every shard has a home on a or c: {:?}",
-        cluster.shard_counts()
-    );
+    // Every shard ends up with a home on a or c (a rebalance between them
+    // may still be moving one, so wait for a settled view).
+    eventually(
+        "every shard homed on a or c",
+        Duration::from_secs(5),
+        || async { cluster.shard_counts().values().sum::<usize>() == 12 },
+    )
+    .await;
 }

@@ -1,0 +1,89 @@
+//! Holding shards whose messages are still coming back from a failed or
+//! departed node, and the outbound queues themselves.
+
+use super::{Hosted, Queue, RegionTask};
+use crate::entity::Entity;
+use crate::envelope::Envelope;
+use crate::mailbox::Mailbox;
+use crate::region::outbound;
+use crate::region::routes::Mail;
+use colo_allocation::{RegionId, ShardId};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+impl<E: Entity> RegionTask<E> {
+    /// Whether a shard must not get a home yet: its hand-off is running, or
+    /// messages sent to its old home may still come back.
+    pub(super) fn is_held(&self, shard: ShardId) -> bool {
+        matches!(self.hosted.get(&shard), Some(Hosted::HandingOff { .. }))
+            || self
+                .draining
+                .values()
+                .any(|shards| shards.contains_key(&shard))
+    }
+
+    /// A held shard is free again: apply the home learned meanwhile, or ask.
+    pub(super) fn release(&mut self, shard: ShardId) {
+        if self.is_held(shard) {
+            return;
+        }
+        match self.pending_home.remove(&shard) {
+            Some(home) => self.on_shard_home(shard, home),
+            None => self.ask_home(shard),
+        }
+    }
+
+    /// Stops routing to `node` and holds its shards until its current
+    /// outbound queue has given back whatever it could not deliver.
+    pub(super) fn start_draining(&mut self, node: &RegionId) {
+        let forgotten = self.shared.routes.forget_region(node);
+        let Some(queue) = self.outbound.remove(node) else {
+            return; // nothing queued for it
+        };
+        // Closing ends the queue once it has given back what it holds.
+        queue.sink.close();
+        let held = self
+            .draining
+            .entry((node.clone(), queue.serial))
+            .or_default();
+        for shard in forgotten {
+            held.entry(shard).or_default();
+        }
+    }
+
+    pub(super) fn outbound_to(&mut self, region: &RegionId) -> Arc<Mailbox<Mail<E>>> {
+        if let Some(queue) = self.outbound.get(region).filter(|q| !q.sink.is_closed()) {
+            return queue.sink.clone();
+        }
+        let serial = self.next_queue;
+        self.next_queue += 1;
+        let sink = outbound::start(
+            region.clone(),
+            serial,
+            Arc::from(self.name()),
+            self.shared.node.clone(),
+            self.commands.clone(),
+        );
+        let queue = Queue {
+            serial,
+            sink: sink.clone(),
+        };
+        self.outbound.insert(region.clone(), queue);
+        sink
+    }
+
+    /// Puts accepted messages back in front of the shard's buffer, or routes
+    /// them if the shard has a home again.
+    pub(super) fn requeue(&mut self, shard: ShardId, messages: VecDeque<Envelope<E>>) {
+        if let Some(back) = self.shared.routes.prepend(shard, messages) {
+            // Held shards are buffering, so this only happens when the region
+            // has stopped; routing refuses them then.
+            let shared = self.shared.clone();
+            tokio::spawn(async move {
+                for env in back {
+                    let _ = shared.routes.route(env).await;
+                }
+            });
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Graceful shutdown: hand every shard off, deliver every buffered message,
+//! drain the outbound queues, then stop.
+
+use super::{Hosted, Phase, RegionTask};
+use crate::entity::Entity;
+use crate::protocol::RegionToCoordinator;
+use crate::region::routes::Mail;
+use crate::region::RegionCmd;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+impl<E: Entity> RegionTask<E> {
+    pub(super) fn begin_shutdown(&mut self, done: oneshot::Sender<()>) {
+        self.shutdown_waiters.push(done);
+        match self.phase {
+            Phase::Running => {}
+            Phase::ShuttingDown { .. } => return,
+            Phase::Stopped => {
+                for waiter in self.shutdown_waiters.drain(..) {
+                    let _ = waiter.send(());
+                }
+                return;
+            }
+        }
+        let settings = &self.shared.entity_type.settings;
+        let deadline = Instant::now() + settings.handoff_timeout * 2;
+        tracing::info!(entity_type = %self.name(), region = %self.shared.id, "graceful shutdown");
+        self.phase = Phase::ShuttingDown { deadline };
+        if self.registered && !self.shared.proxy {
+            self.send(RegionToCoordinator::GracefulShutdown);
+        }
+    }
+
+    /// Done when no shard is hosted and nothing is buffered; then every
+    /// outbound queue is drained before the region stops.
+    pub(super) async fn continue_shutdown(
+        &mut self,
+        deadline: Instant,
+        commands: &mut mpsc::Receiver<RegionCmd<E>>,
+    ) {
+        if self.idle() {
+            let barriers: Vec<_> = self.outbound.values().map(|q| q.sink.clone()).collect();
+            let drained = futures::future::join_all(barriers.into_iter().map(|sink| async move {
+                let (done, passed) = oneshot::channel();
+                if sink.push(Mail::Barrier(done)).is_ok() {
+                    let _ = passed.await;
+                }
+            }));
+            if tokio::time::timeout_at(deadline, drained).await.is_err() {
+                tracing::warn!(entity_type = %self.name(), "outbound queues not drained before the shutdown deadline");
+            }
+            // A queue that failed while draining gave messages back: route
+            // them (and go round again) rather than stop without them.
+            while let Ok(cmd) = commands.try_recv() {
+                self.on_command(cmd);
+            }
+            if self.idle() || Instant::now() >= deadline {
+                self.stop();
+            }
+        } else if Instant::now() >= deadline {
+            tracing::warn!(
+                entity_type = %self.name(),
+                hosted = self.hosted.len(),
+                buffered = self.shared.routes.buffered(),
+                "graceful shutdown did not finish in time; stopping"
+            );
+            self.stop();
+        }
+    }
+
+    /// Nothing hosted, buffered or on its way back.
+    pub(super) fn idle(&self) -> bool {
+        self.hosted.is_empty() && self.draining.is_empty() && self.shared.routes.buffered() == 0
+    }
+
+    pub(super) fn stop(&mut self) {
+        self.phase = Phase::Stopped;
+        self.shared.stopped.store(true, Ordering::Release);
+        let returned: usize = self
+            .draining
+            .values()
+            .flat_map(|s| s.values())
+            .map(VecDeque::len)
+            .sum();
+        self.draining.clear();
+        let dropped = self.shared.routes.stop() + returned;
+        if dropped > 0 {
+            tracing::warn!(entity_type = %self.name(), dropped, "region stopped with buffered messages");
+            self.shared
+                .metrics
+                .dropped_undeliverable
+                .increment(dropped as u64);
+        }
+        // Closing the mailboxes ends the shards (dropping their entities) and
+        // the outbound queues (after what they still hold).
+        for hosted in std::mem::take(&mut self.hosted).into_values() {
+            if let Hosted::Active(handle) = hosted {
+                handle.sink.close();
+            }
+        }
+        self.shared.metrics.hosted_shards.set(0.0);
+        for (_, queue) in self.outbound.drain() {
+            queue.sink.close();
+        }
+        // Dropping the link tells the coordinator this region is gone.
+        self.to_coordinator = None;
+        self.from_coordinator = None;
+        for waiter in self.shutdown_waiters.drain(..) {
+            let _ = waiter.send(());
+        }
+        tracing::info!(entity_type = %self.name(), region = %self.shared.id, "region stopped");
+    }
+}
