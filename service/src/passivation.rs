@@ -9,6 +9,8 @@
 //!   defaults, the presets, and `build` for one shard.
 //! - [`lru`], [`mru`], [`lfu`]: least recently used (plain and segmented),
 //!   most recently used, least frequently used (with dynamic aging).
+//! - [`lirs`]: low inter-reference recency set, with an adaptive HIR share
+//!   (not an Akka policy).
 //! - [`composite`]: admission window + admission filter + main area
 //!   (Window-TinyLFU), with [`hill_climbing`] sizing the window and
 //!   [`frequency_sketch`] as the filter.
@@ -21,6 +23,7 @@ mod frequency_list;
 pub mod frequency_sketch;
 pub mod hill_climbing;
 pub mod lfu;
+pub mod lirs;
 pub mod lru;
 pub mod mru;
 pub mod policy;
@@ -32,12 +35,13 @@ pub use composite::Composite;
 pub use frequency_sketch::{FrequencySketch, SketchHash};
 pub use hill_climbing::HillClimbing;
 pub use lfu::LeastFrequentlyUsed;
+pub use lirs::LowInterReferenceRecencySet;
 pub use lru::{LeastRecentlyUsed, SegmentedLeastRecentlyUsed};
 pub use mru::MostRecentlyUsed;
 pub use policy::{PolicyKey, ReplacementPolicy};
 pub use settings::{
     AdmissionWindowSettings, CompositeSettings, FrequencySketchSettings, HillClimbingSettings,
-    LeastFrequentlyUsedSettings, LeastRecentlyUsedSettings, PassivationSettingsError,
+    LeastFrequentlyUsedSettings, LeastRecentlyUsedSettings, LirsSettings, PassivationSettingsError,
     ReplacementSettings, SegmentedSettings,
 };
 pub use strategy::{PassivationReason, PassivationStrategy};

@@ -9,6 +9,7 @@
 use super::composite::{AdmissionWindow, Composite};
 use super::frequency_sketch::{SketchHash, COUNTER_BITS, MAX_DEPTH};
 use super::lfu::LeastFrequentlyUsed;
+use super::lirs::LowInterReferenceRecencySet;
 use super::lru::{LeastRecentlyUsed, SegmentedLeastRecentlyUsed};
 use super::mru::MostRecentlyUsed;
 use super::{PolicyKey, ReplacementPolicy};
@@ -28,6 +29,52 @@ pub enum ReplacementSettings {
     /// An admission window and filter in front of a main area
     /// (Window-TinyLFU when the window is LRU and the filter a sketch).
     Composite(Box<CompositeSettings>),
+    /// Low inter-reference recency set (LIRS).
+    LowInterReferenceRecencySet(LirsSettings),
+}
+
+/// The settings of LIRS (not an Akka policy).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+pub struct LirsSettings {
+    /// Share of the limit for HIR entities (at least one). Default 0.01.
+    pub hir_proportion: f64,
+    /// Passivated HIR entities remembered, as a multiple of the limit.
+    /// Default 8 (shards' limits are small: a short history cannot see
+    /// the reuse distances LIRS ranks by).
+    pub history_multiplier: f64,
+    /// Smallest HIR share the optimizer may choose. Default 0.01.
+    pub minimum_proportion: f64,
+    /// Largest HIR share the optimizer may choose. Default 1.0.
+    pub maximum_proportion: f64,
+    /// Adaptive sizing of the HIR share (hill climbing that also turns at
+    /// a bound); `None` keeps it fixed. Default on.
+    pub optimizer: Option<HillClimbingSettings>,
+}
+
+impl Default for LirsSettings {
+    fn default() -> Self {
+        Self {
+            hir_proportion: 0.01,
+            history_multiplier: 8.0,
+            minimum_proportion: 0.01,
+            maximum_proportion: 1.0,
+            optimizer: Some(HillClimbingSettings::default()),
+        }
+    }
+}
+
+impl LirsSettings {
+    fn build<K: PolicyKey>(&self, limit: usize) -> LowInterReferenceRecencySet<K> {
+        let lirs =
+            LowInterReferenceRecencySet::new(limit, self.hir_proportion, self.history_multiplier);
+        match &self.optimizer {
+            Some(hc) => {
+                lirs.with_optimizer(hc.clone(), self.minimum_proportion, self.maximum_proportion)
+            }
+            None => lirs,
+        }
+    }
 }
 
 /// Akka's `least-recently-used` section.
@@ -211,7 +258,7 @@ impl Default for ReplacementSettings {
 
 impl ReplacementSettings {
     /// The preset names [`ReplacementSettings::preset`] knows.
-    pub const PRESETS: [&'static str; 9] = [
+    pub const PRESETS: [&'static str; 10] = [
         "lru",
         "slru",
         "s4lru",
@@ -221,13 +268,16 @@ impl ReplacementSettings {
         "w-tinylfu",
         "w-tinylfu-hc",
         "default",
+        "lirs",
     ];
 
     /// A named preset: `lru`, `slru` (2 levels, [0.2, 0.8]), `s4lru` (4
     /// even levels), `mru`, `lfu`, `lfuda` (dynamic aging), `w-tinylfu`
     /// (LRU window 1%, frequency sketch, SLRU main), `w-tinylfu-hc` (the
-    /// same with hill climbing) and `default` (also `default-strategy`:
-    /// Akka's default strategy, equal to `w-tinylfu-hc`).
+    /// same with hill climbing), `default` (also `default-strategy`:
+    /// Akka's default strategy, equal to `w-tinylfu-hc`) and `lirs` (not
+    /// an Akka policy: LIRS with an adaptive HIR share, see
+    /// [`LirsSettings`]).
     ///
     /// `slru` and `s4lru` truncate every level's share
     /// ([`SegmentedSettings::truncate_levels`]) so that they reproduce
@@ -254,6 +304,7 @@ impl ReplacementSettings {
             }),
             "w-tinylfu" => Self::w_tinylfu(false),
             "w-tinylfu-hc" | "default" | "default-strategy" => Self::w_tinylfu(true),
+            "lirs" => Self::LowInterReferenceRecencySet(LirsSettings::default()),
             _ => return None,
         })
     }
@@ -301,6 +352,7 @@ impl ReplacementSettings {
                 Box::new(LeastFrequentlyUsed::new(limit, lfu.dynamic_aging))
             }
             Self::Composite(composite) => Box::new(composite.build(limit, None)),
+            Self::LowInterReferenceRecencySet(lirs) => Box::new(lirs.build(limit)),
         }
     }
 
@@ -334,6 +386,7 @@ impl ReplacementSettings {
                 Box::new(LeastFrequentlyUsed::new(limit, lfu.dynamic_aging))
             }
             Self::Composite(composite) => composite.main.build_area(limit),
+            Self::LowInterReferenceRecencySet(lirs) => Box::new(lirs.build(limit)),
         }
     }
 
@@ -372,6 +425,25 @@ impl ReplacementSettings {
                 Ok(())
             }
             Self::LeastRecentlyUsed(_) | Self::MostRecentlyUsed | Self::LeastFrequentlyUsed(_) => {
+                Ok(())
+            }
+            Self::LowInterReferenceRecencySet(lirs) => {
+                let at = format!("{at}.lirs");
+                if !(0.0..=1.0).contains(&lirs.hir_proportion) {
+                    return refuse(&format!("{at}.hir-proportion"), "must be between 0 and 1");
+                }
+                if !(0.0..=f64::MAX).contains(&lirs.history_multiplier) {
+                    return refuse(&format!("{at}.history-multiplier"), "must be at least 0");
+                }
+                if !(0.0..=1.0).contains(&lirs.minimum_proportion)
+                    || !(0.0..=1.0).contains(&lirs.maximum_proportion)
+                    || lirs.minimum_proportion > lirs.maximum_proportion
+                {
+                    return refuse(
+                        &format!("{at}.minimum-proportion"),
+                        "proportions must be between 0 and 1, minimum not above maximum",
+                    );
+                }
                 Ok(())
             }
             Self::Composite(composite) => composite.validate_at(at),
@@ -485,6 +557,14 @@ mod tests {
             assert_eq!(policy.len() + out.len(), 1000, "{name}");
         }
         assert!(ReplacementSettings::preset("arc").is_none());
+        let bad = ReplacementSettings::LowInterReferenceRecencySet(LirsSettings {
+            hir_proportion: 1.5,
+            ..LirsSettings::default()
+        });
+        assert_eq!(
+            bad.validate().unwrap_err().field,
+            "replacement.lirs.hir-proportion"
+        );
         assert_eq!(
             ReplacementSettings::preset("default"),
             Some(ReplacementSettings::default())
