@@ -51,6 +51,19 @@ impl HillClimbing {
         self.adjust_size = self.settings.adjust_multiplier * limit as f64;
     }
 
+    /// The last step was blocked by a bound of the proportion: the next one
+    /// goes the other way from the initial step. Without it, a flat active
+    /// rate (a loop over more entities than fit: zero either way) keeps the
+    /// climber pushing against the bound for ever. Akka's window optimizer
+    /// does not turn; LIRS's probation share does.
+    pub fn turn(&mut self) {
+        self.next_step = if self.next_step > 0.0 {
+            -self.settings.initial_step
+        } else {
+            self.settings.initial_step
+        };
+    }
+
     /// The change to apply to the window proportion now: 0.0 until a
     /// sample is complete.
     pub fn adjustment(&mut self) -> f64 {

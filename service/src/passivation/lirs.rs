@@ -22,6 +22,7 @@
 //! lists have held their peak.
 
 use super::area::ActiveArea;
+use super::hill_climbing::HillClimbing;
 use super::recency_list::RecencyList;
 use super::settings::HillClimbingSettings;
 use super::{PolicyKey, ReplacementPolicy};
@@ -30,75 +31,6 @@ use super::{PolicyKey, ReplacementPolicy};
 const RESIDENT: usize = 0;
 /// Level of Q holding passivated HIR entities remembered in S.
 const GHOST: usize = 1;
-
-/// Akka's hill climbing (see [`super::hill_climbing::HillClimbing`]),
-/// plus a turn when a step is blocked by a bound of the proportion: with a
-/// flat active rate (a loop over more entities than fit: zero either way)
-/// plain hill climbing keeps pushing against the bound forever.
-#[derive(Debug, Clone)]
-struct BouncingClimber {
-    settings: HillClimbingSettings,
-    adjust_size: f64,
-    accesses: u64,
-    active_accesses: u64,
-    previous_active_rate: f64,
-    next_step: f64,
-}
-
-impl BouncingClimber {
-    fn new(settings: HillClimbingSettings, limit: usize) -> Self {
-        Self {
-            adjust_size: settings.adjust_multiplier * limit as f64,
-            accesses: 0,
-            active_accesses: 0,
-            previous_active_rate: 0.0,
-            next_step: -settings.initial_step,
-            settings,
-        }
-    }
-
-    fn record(&mut self, active: bool) {
-        self.accesses += 1;
-        self.active_accesses += u64::from(active);
-    }
-
-    fn set_limit(&mut self, limit: usize) {
-        self.adjust_size = self.settings.adjust_multiplier * limit as f64;
-    }
-
-    /// The last step hit a bound: the next one goes the other way, from
-    /// the initial step.
-    fn turn(&mut self) {
-        self.next_step = if self.next_step > 0.0 {
-            -self.settings.initial_step
-        } else {
-            self.settings.initial_step
-        };
-    }
-
-    fn adjustment(&mut self) -> f64 {
-        if (self.accesses as f64) < self.adjust_size {
-            return 0.0;
-        }
-        let active_rate = self.active_accesses as f64 / self.accesses as f64;
-        let delta = active_rate - self.previous_active_rate;
-        let adjustment = if delta >= 0.0 {
-            self.next_step
-        } else {
-            -self.next_step
-        };
-        let direction = if adjustment >= 0.0 { 1.0 } else { -1.0 };
-        self.next_step = if delta.abs() >= self.settings.restart_threshold {
-            self.settings.initial_step * direction
-        } else {
-            adjustment * self.settings.step_decay
-        };
-        self.previous_active_rate = active_rate;
-        self.accesses = 0;
-        self.active_accesses = 0;
-        adjustment
-    }
-}
 
 /// LIRS over the entities of one shard.
 #[derive(Debug)]
@@ -111,7 +43,7 @@ pub struct LowInterReferenceRecencySet<K> {
     lir_count: usize,
     minimum_proportion: f64,
     maximum_proportion: f64,
-    optimizer: Option<BouncingClimber>,
+    optimizer: Option<HillClimbing>,
     stack: RecencyList<K>,
     queue: RecencyList<K>,
 }
@@ -149,7 +81,7 @@ impl<K: PolicyKey> LowInterReferenceRecencySet<K> {
         self.minimum_proportion = minimum.min(maximum);
         self.maximum_proportion = maximum;
         self.hir_proportion = self.hir_proportion.clamp(self.minimum_proportion, maximum);
-        self.optimizer = Some(BouncingClimber::new(settings, self.limit));
+        self.optimizer = Some(HillClimbing::new(settings, self.limit));
         self.compute_limits();
         self
     }
@@ -355,7 +287,7 @@ impl<K: PolicyKey> ReplacementPolicy<K> for LowInterReferenceRecencySet<K> {
             return;
         }
         if let Some(optimizer) = self.optimizer.as_mut() {
-            optimizer.record(false);
+            optimizer.record_passive();
         }
         if self.limit == 0 {
             // nothing fits: passivated right after this message
@@ -392,7 +324,7 @@ impl<K: PolicyKey> ReplacementPolicy<K> for LowInterReferenceRecencySet<K> {
             return; // not active: a caller bug
         }
         if let Some(optimizer) = self.optimizer.as_mut() {
-            optimizer.record(true);
+            optimizer.record_active();
         }
         self.access(id);
         self.adapt();
