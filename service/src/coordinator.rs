@@ -6,15 +6,18 @@
 //! is an event persisted before it is applied, so a coordinator that takes
 //! over from the same store continues where the last one stopped.
 
+mod handle;
 pub mod rebalance;
 pub mod state;
 pub mod stats;
 pub mod store;
 
+pub use handle::{CoordinatorHandle, CoordinatorStopped};
+
 use crate::inspection::RegionStats;
 use crate::metrics;
-use crate::protocol::{CoordinatorLink, CoordinatorToRegion, RegionToCoordinator, LINK_CAPACITY};
-use crate::settings::{SettingsError, ShardingSettings};
+use crate::protocol::{CoordinatorToRegion, RegionToCoordinator};
+use crate::settings::ShardingSettings;
 use colo_allocation::{AllocationStrategy, Allocations, RegionId, ShardId};
 use rebalance::{HandOffPlan, WorkerInput, WORKER_CAPACITY};
 use state::{CoordinatorEvent, CoordinatorState};
@@ -24,7 +27,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use store::{CoordinatorStore, StoreError};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// Capacity of the coordinator's inbox, shared by every region link: links
@@ -57,109 +59,6 @@ enum Input {
         request: u64,
     },
 }
-
-/// A running coordinator. Dropping the handle does not stop it; `stop` does.
-#[derive(Debug, Clone)]
-pub struct CoordinatorHandle {
-    entity_type: Arc<str>,
-    inbox: mpsc::Sender<Input>,
-    next_link: Arc<std::sync::atomic::AtomicU64>,
-    task: Arc<parking_lot::Mutex<Option<JoinHandle<()>>>>,
-}
-
-impl CoordinatorHandle {
-    /// Starts a coordinator for `entity_type`: replays `store`, then serves.
-    ///
-    /// # Errors
-    /// A setting cannot work.
-    pub fn spawn(
-        entity_type: &str,
-        settings: ShardingSettings,
-        strategy: Box<dyn AllocationStrategy>,
-        store: Arc<dyn CoordinatorStore>,
-    ) -> Result<Self, SettingsError> {
-        settings.validate()?;
-        let (inbox, rx) = mpsc::channel(INBOX_CAPACITY);
-        let coordinator = Coordinator {
-            entity_type: entity_type.to_string(),
-            settings,
-            strategy,
-            store,
-            state: CoordinatorState::default(),
-            links: HashMap::new(),
-            in_progress: BTreeMap::new(),
-            graceful_shutdown: BTreeSet::new(),
-            unacked_host: HashMap::new(),
-            stats_requests: HashMap::new(),
-            next_request: 0,
-            recovered: HashMap::new(),
-            inbox: inbox.clone(),
-        };
-        let task = tokio::spawn(coordinator.run(rx));
-        Ok(Self {
-            entity_type: Arc::from(entity_type),
-            inbox,
-            next_link: Arc::default(),
-            task: Arc::new(parking_lot::Mutex::new(Some(task))),
-        })
-    }
-
-    /// The entity type this coordinator decides for.
-    pub fn entity_type(&self) -> &str {
-        &self.entity_type
-    }
-
-    /// Opens a link for `region`. The coordinator learns that the region is
-    /// gone when the region drops its end.
-    ///
-    /// # Errors
-    /// The coordinator has stopped.
-    pub async fn connect(&self, region: RegionId) -> Result<CoordinatorLink, CoordinatorStopped> {
-        let link = self
-            .next_link
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (to_region, from_coordinator) = mpsc::channel(LINK_CAPACITY);
-        let (to_coordinator, mut from_region) = mpsc::channel(LINK_CAPACITY);
-        self.inbox
-            .send(Input::Connected {
-                region: region.clone(),
-                link,
-                to_region,
-            })
-            .await
-            .map_err(|_| CoordinatorStopped)?;
-        let inbox = self.inbox.clone();
-        tokio::spawn(async move {
-            while let Some(message) = from_region.recv().await {
-                let input = Input::FromRegion {
-                    region: region.clone(),
-                    link,
-                    message,
-                };
-                if inbox.send(input).await.is_err() {
-                    return;
-                }
-            }
-            let _ = inbox.send(Input::Disconnected { region, link }).await;
-        });
-        Ok(CoordinatorLink {
-            to_coordinator,
-            from_coordinator,
-        })
-    }
-
-    /// Stops the coordinator; links close and regions keep what they know.
-    pub fn stop(&self) {
-        if let Some(task) = self.task.lock().take() {
-            task.abort();
-        }
-    }
-}
-
-/// The coordinator is not running.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("coordinator has stopped")]
-pub struct CoordinatorStopped;
 
 struct Link {
     id: u64,
