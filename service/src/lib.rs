@@ -11,12 +11,13 @@
 //! - [`settings`]: per entity type settings with Akka's defaults.
 //! - [`node`]: a node and its regions.
 //! - [`region`]: routing, buffering, hosting; `region/routes.rs` is the
-//!   routing table, `region/task.rs` the region's state machine,
-//!   `region/outbound.rs` the queue to each remote node.
+//!   routing table, `region/task.rs` the region's state machine (with
+//!   `task/draining.rs` and `task/shutdown.rs`), `region/outbound.rs` the
+//!   queue to each remote node, `region/activity.rs` the passivation gauges.
 //! - [`shard`]: the task that owns a shard's entities; `mailbox.rs`, the
 //!   bounded queue in front of a shard or a remote node.
-//! - [`coordinator`]: shard homes, rebalancing, hand-off; its event-sourced
-//!   state and store.
+//! - [`coordinator`]: shard homes, rebalancing, hand-off; its handle, its
+//!   event-sourced state and store, one task per hand-off.
 //! - [`protocol`]: the coordinator protocol, by direction.
 //! - [`envelope`], [`codec`]: messages and the one codec boundary.
 //! - [`transport`]: how nodes reach each other; an in-memory network.
