@@ -32,6 +32,15 @@ const RESIDENT: usize = 0;
 /// Level of Q holding passivated HIR entities remembered in S.
 const GHOST: usize = 1;
 
+/// Level of the sizing list holding active HIR entities demoted from LIR.
+const DEMOTED: usize = 0;
+/// Level of the sizing list holding entities passivated as HIR that were
+/// never LIR since their activation (ARC's B1).
+const PASSED: usize = 1;
+/// Level of the sizing list holding passivated entities that had been LIR
+/// (ARC's B2).
+const DROPPED: usize = 2;
+
 /// LIRS over the entities of one shard.
 #[derive(Debug)]
 pub struct LowInterReferenceRecencySet<K> {
@@ -44,8 +53,21 @@ pub struct LowInterReferenceRecencySet<K> {
     minimum_proportion: f64,
     maximum_proportion: f64,
     optimizer: Option<HillClimbing>,
+    /// Ghost-driven sizing of the HIR share (ARC-style), if enabled.
+    ghost_sizing: bool,
     stack: RecencyList<K>,
     queue: RecencyList<K>,
+    /// With ghost sizing: the active HIR entities that were LIR, and ARC's
+    /// two ghost lists (see [`DEMOTED`], [`PASSED`], [`DROPPED`]).
+    sizing: RecencyList<K>,
+    /// With ghost sizing: the entities seen most recently, in two levels:
+    /// the `limit` most recent (what an LRU of the same limit would hold)
+    /// and as many before them.
+    shadow: RecencyList<K>,
+    /// With ghost sizing: messages an LRU of the same limit would have had
+    /// active and this policy did not, minus the reverse, within
+    /// `[-limit, limit]`.
+    recency_lead: i64,
 }
 
 impl<K: PolicyKey> LowInterReferenceRecencySet<K> {
@@ -63,8 +85,12 @@ impl<K: PolicyKey> LowInterReferenceRecencySet<K> {
             minimum_proportion: hir_proportion,
             maximum_proportion: hir_proportion,
             optimizer: None,
+            ghost_sizing: false,
             stack: RecencyList::new(1),
             queue: RecencyList::new(2),
+            sizing: RecencyList::new(3),
+            shadow: RecencyList::new(2),
+            recency_lead: 0,
         };
         lirs.compute_limits();
         lirs
@@ -84,6 +110,159 @@ impl<K: PolicyKey> LowInterReferenceRecencySet<K> {
         self.optimizer = Some(HillClimbing::new(settings, self.limit));
         self.compute_limits();
         self
+    }
+
+    /// Sizes the HIR share between `minimum` and `maximum` from ghost hits,
+    /// as ARC sizes its recency side against its frequency side. The HIR
+    /// queue plays ARC's T1 and the LIR set its T2: a message for an
+    /// entity recently passivated from the HIR queue without ever having
+    /// been LIR (a larger queue would have kept it) grows the HIR share at
+    /// once; one for an entity recently passivated after being LIR (a
+    /// larger LIR set would have kept it) shrinks it. Each step is one
+    /// entity times the ratio of the other ghost list's length to this
+    /// one's, at least one, as in ARC. No sampling, so a reversal of the
+    /// access pattern moves the share within a few misses. A shadow LRU of
+    /// the same limit (keys only, 2 x limit of them, as ARC's directory)
+    /// guards both signals (see `size_by_ghosts`). Every step is O(1)
+    /// amortised and allocation-free once the lists have held their peak;
+    /// memory grows by at most 5 x limit keys. Replaces any optimizer.
+    pub fn with_ghost_sizing(mut self, minimum: f64, maximum: f64) -> Self {
+        self.minimum_proportion = minimum.min(maximum);
+        self.maximum_proportion = maximum;
+        self.hir_proportion = self.hir_proportion.clamp(self.minimum_proportion, maximum);
+        self.optimizer = None;
+        self.ghost_sizing = true;
+        self.compute_limits();
+        self
+    }
+
+    /// Moves the HIR share by `entities` (negative shrinks it), within the
+    /// bounds; LIR entities beyond a smaller LIR share are demoted.
+    fn resize_hir(&mut self, entities: f64) {
+        if self.limit == 0 {
+            return;
+        }
+        let proportion = (self.hir_proportion + entities / self.limit as f64)
+            .min(self.maximum_proportion)
+            .max(self.minimum_proportion);
+        if proportion == self.hir_proportion {
+            return;
+        }
+        self.hir_proportion = proportion;
+        self.compute_limits();
+        while self.lir_count > self.lir_limit {
+            self.demote_bottom();
+        }
+    }
+
+    /// Records a message for `id` in the shadow LRU; true if an LRU of
+    /// the same limit would have had it active.
+    fn touch_shadow(&mut self, id: &K) -> bool {
+        let hit = match self.shadow.slot(id) {
+            Some(slot) => {
+                let hit = self.shadow.level_of(slot) == 0;
+                self.shadow.move_to_back(slot, 0);
+                hit
+            }
+            None => {
+                self.shadow.push(id.clone(), 0);
+                false
+            }
+        };
+        while self.shadow.level_len(0) > self.limit {
+            let Some(slot) = self.shadow.least_recent(0) else {
+                break;
+            };
+            self.shadow.move_to_back(slot, 1);
+        }
+        while self.shadow.level_len(1) > self.limit {
+            let Some(slot) = self.shadow.least_recent(1) else {
+                break;
+            };
+            self.shadow.remove(slot);
+        }
+        hit
+    }
+
+    /// Counts a message only the shadow LRU (`by` 1) or only this policy
+    /// (`by` -1) had active.
+    fn lead(&mut self, by: i64) {
+        let bound = self.limit as i64;
+        self.recency_lead = (self.recency_lead + by).clamp(-bound, bound);
+    }
+
+    /// ARC's adaptation, on the activation of `id`: a ghost hit moves the
+    /// share towards the side that would have kept it.
+    ///
+    /// Two guards keep ARC's reasoning true for LIRS, where growing one
+    /// side shrinks the other:
+    /// - an entity passed through the HIR queue only grows it if recency
+    ///   alone (an LRU of the whole limit) would have kept it: in a loop
+    ///   over more entities than fit, a larger queue would not;
+    /// - an entity dropped after being LIR only shrinks the queue while
+    ///   LIRS is not losing to that LRU: in a pattern that favours recency
+    ///   (a sweep up and back down), a larger LIR set would have kept it,
+    ///   but at the expense of more hits at the turns.
+    fn size_by_ghosts(&mut self, id: &K) {
+        let recency_hit = self.touch_shadow(id);
+        if recency_hit {
+            self.lead(1);
+        }
+        let Some(slot) = self.sizing.slot(id) else {
+            return;
+        };
+        let passed = self.sizing.level_len(PASSED) as f64;
+        let dropped = self.sizing.level_len(DROPPED) as f64;
+        match self.sizing.level_of(slot) {
+            PASSED if recency_hit => self.resize_hir((dropped / passed).max(1.0)),
+            DROPPED if self.recency_lead <= 0 => self.resize_hir(-(passed / dropped).max(1.0)),
+            _ => {}
+        }
+        self.sizing.remove(slot);
+    }
+
+    /// Records, for ghost sizing, the passivation of `key`, which had been
+    /// LIR if `was_lir` (else it may still be marked as demoted).
+    fn remember_passivated(&mut self, key: &K, was_lir: bool) {
+        if !self.ghost_sizing {
+            return;
+        }
+        match self.sizing.slot(key) {
+            Some(slot) => {
+                let level = if was_lir || self.sizing.level_of(slot) == DEMOTED {
+                    DROPPED
+                } else {
+                    PASSED
+                };
+                self.sizing.move_to_back(slot, level);
+            }
+            None => {
+                self.sizing
+                    .push(key.clone(), if was_lir { DROPPED } else { PASSED });
+            }
+        }
+        // ARC's bounds: |T1| + |B1| <= c and |B1| + |B2| <= 2c
+        let passed_cap = self.limit.saturating_sub(self.resident_hir());
+        while self.sizing.level_len(PASSED) > passed_cap {
+            let Some(slot) = self.sizing.least_recent(PASSED) else {
+                break;
+            };
+            self.sizing.remove(slot);
+        }
+        let dropped_cap = (2 * self.limit).saturating_sub(self.sizing.level_len(PASSED));
+        while self.sizing.level_len(DROPPED) > dropped_cap {
+            let Some(slot) = self.sizing.least_recent(DROPPED) else {
+                break;
+            };
+            self.sizing.remove(slot);
+        }
+    }
+
+    /// Forgets that an entity leaving the HIR queue had been LIR.
+    fn forget_demotion(&mut self, key: &K) {
+        if self.ghost_sizing {
+            self.sizing.remove_key(key);
+        }
     }
 
     /// The current HIR share of the limit.
@@ -119,9 +298,16 @@ impl<K: PolicyKey> LowInterReferenceRecencySet<K> {
     }
 
     fn compute_limits(&mut self) {
+        // with ghost sizing, at least one LIR entity anchors S, so that
+        // promotions (and with them the signal to shrink) stay possible
+        let most = if self.ghost_sizing && self.limit > 1 {
+            self.limit - 1
+        } else {
+            self.limit
+        };
         let hir = ((self.hir_proportion * self.limit as f64).ceil() as usize)
             .max(1)
-            .min(self.limit);
+            .min(most);
         self.lir_limit = self.limit - hir;
         self.history_limit = (self.history_multiplier * self.limit as f64) as usize;
     }
@@ -158,6 +344,10 @@ impl<K: PolicyKey> LowInterReferenceRecencySet<K> {
         self.prune();
         if let Some(slot) = self.stack.least_recent(0) {
             if let Some(key) = self.stack.remove(slot) {
+                if self.ghost_sizing {
+                    self.sizing.remove_key(&key);
+                    self.sizing.push(key.clone(), DEMOTED);
+                }
                 self.queue.push(key, RESIDENT);
                 self.lir_count -= 1;
             }
@@ -196,6 +386,7 @@ impl<K: PolicyKey> LowInterReferenceRecencySet<K> {
                     self.queue.push(key.clone(), GHOST);
                     self.bound_history();
                 }
+                self.remember_passivated(&key, false);
                 passivate.push(key);
                 true
             }
@@ -205,6 +396,7 @@ impl<K: PolicyKey> LowInterReferenceRecencySet<K> {
                 };
                 self.lir_count -= 1;
                 self.prune();
+                self.remember_passivated(&key, true);
                 passivate.push(key);
                 true
             }
@@ -231,11 +423,13 @@ impl<K: PolicyKey> LowInterReferenceRecencySet<K> {
                 match self.stack.slot(id) {
                     Some(slot) => {
                         self.queue.remove(qslot);
+                        self.forget_demotion(id);
                         self.promote(slot);
                     }
                     None if self.lir_count < self.lir_limit => {
                         // room in the LIR set (it was resized): promote
                         self.queue.remove(qslot);
+                        self.forget_demotion(id);
                         self.stack.push(id.clone(), 0);
                         self.lir_count += 1;
                     }
@@ -294,6 +488,9 @@ impl<K: PolicyKey> ReplacementPolicy<K> for LowInterReferenceRecencySet<K> {
             passivate.push(id);
             return;
         }
+        if self.ghost_sizing {
+            self.size_by_ghosts(&id);
+        }
         if self.len() >= self.limit {
             self.evict(passivate);
         }
@@ -326,11 +523,15 @@ impl<K: PolicyKey> ReplacementPolicy<K> for LowInterReferenceRecencySet<K> {
         if let Some(optimizer) = self.optimizer.as_mut() {
             optimizer.record_active();
         }
+        if self.ghost_sizing && !self.touch_shadow(id) {
+            self.lead(-1);
+        }
         self.access(id);
         self.adapt();
     }
 
     fn on_remove(&mut self, id: &K) {
+        self.forget_demotion(id);
         match self.queue.slot(id) {
             Some(qslot) if self.queue.level_of(qslot) == RESIDENT => {
                 self.queue.remove(qslot);
@@ -420,6 +621,96 @@ mod tests {
         p.on_remove(&8);
         assert_eq!(p.len(), 3);
         assert!(!p.contains(&8));
+    }
+
+    /// Active % of `ids` replayed through `p`.
+    fn active_percent(p: &mut LowInterReferenceRecencySet<u32>, ids: &[u32]) -> f64 {
+        let mut out = Vec::new();
+        let mut misses = 0;
+        for &id in ids {
+            if p.contains(&id) {
+                p.on_access(&id);
+            } else {
+                misses += 1;
+                p.on_activate(id, &mut out);
+            }
+        }
+        100.0 * (1.0 - misses as f64 / ids.len() as f64)
+    }
+
+    fn ghost_sized(limit: usize) -> LowInterReferenceRecencySet<u32> {
+        LowInterReferenceRecencySet::new(limit, 0.01, 8.0).with_ghost_sizing(0.01, 1.0)
+    }
+
+    #[test]
+    fn ghost_sizing_turns_to_recency_on_a_sweep_up_and_down() {
+        // sweeps over 0..100 up then down, limit 20: an LRU keeps the 20
+        // most recent at each turn; a fixed 1% HIR share keeps almost none
+        let sweep: Vec<u32> = (0..100).chain((0..100).rev()).collect();
+        let trace: Vec<u32> = sweep.iter().copied().cycle().take(200 * 30).collect();
+        let mut fixed = LowInterReferenceRecencySet::new(20, 0.01, 8.0);
+        let mut sized = ghost_sized(20);
+        let fixed_rate = active_percent(&mut fixed, &trace);
+        let sized_rate = active_percent(&mut sized, &trace);
+        assert!(fixed_rate < 2.0, "{fixed_rate}");
+        // LRU: 19 of every 100 messages (the turn's own entity aside)
+        assert!(sized_rate > 15.0, "{sized_rate}");
+        assert!(sized.hir_proportion() > 0.5, "{}", sized.hir_proportion());
+        assert_eq!(sized.len(), 20);
+    }
+
+    #[test]
+    fn ghost_sizing_keeps_the_lir_set_on_a_loop_larger_than_the_limit() {
+        // a loop over 30 entities, limit 20: recency gets nothing; LIRS
+        // keeps 19 LIR entities and a larger HIR queue would not help
+        let trace: Vec<u32> = (0..30).cycle().take(30 * 50).collect();
+        let mut p = ghost_sized(20);
+        let rate = active_percent(&mut p, &trace);
+        assert_eq!(p.hir_proportion(), 0.01);
+        assert!(rate > 55.0, "{rate}");
+    }
+
+    #[test]
+    fn ghost_sizing_steps_like_arc() {
+        // limit 4, half HIR: 1, 2 LIR; 3, 4 HIR
+        let mut p =
+            LowInterReferenceRecencySet::<u32>::new(4, 0.5, 8.0).with_ghost_sizing(0.01, 1.0);
+        // 3 is promoted and demotes 1; 5, 6, 7 passivate 4 (passed
+        // through), 1 (dropped after being LIR) and 5 (passed through)
+        assert_eq!(replay(&mut p, &[1, 2, 3, 4, 3, 5, 6, 7]), vec![4, 1, 5]);
+        assert_eq!(p.sizing.level_len(PASSED), 2);
+        assert_eq!(p.sizing.level_len(DROPPED), 1);
+        assert_eq!(p.hir_proportion(), 0.5);
+        // 1 comes back, 6 distinct entities later (an LRU of 4 would have
+        // lost it) while LIRS is not behind LRU: a larger LIR set would
+        // have kept it; shrink by max(1, passed / dropped) = 2 entities
+        assert_eq!(p.recency_lead, 0);
+        replay(&mut p, &[1]);
+        assert_eq!(p.hir_proportion(), 0.01);
+        // 5 comes back 3 distinct entities later: an LRU of 4 would have
+        // kept it; grow by max(1, dropped / passed) = 1 entity
+        replay(&mut p, &[5]);
+        assert!(
+            (p.hir_proportion() - 0.26).abs() < 1e-9,
+            "{}",
+            p.hir_proportion()
+        );
+        assert_eq!(p.len(), 4);
+    }
+
+    #[test]
+    fn ghost_sizing_memory_stays_bounded() {
+        let mut p = ghost_sized(10);
+        let trace: Vec<u32> = (0..5000).map(|i| i % 7 + (i / 3) * 13).collect();
+        active_percent(&mut p, &trace);
+        assert_eq!(p.len(), 10);
+        assert!(p.shadow.len() <= 20);
+        assert!(p.sizing.len() <= 3 * 10);
+        assert!(p.stack.len() <= 10 + 8 * 10 + 10);
+        let mut out = Vec::new();
+        p.set_limit(4, &mut out);
+        assert_eq!(p.len(), 4);
+        assert_eq!(out.len(), 6);
     }
 
     #[test]

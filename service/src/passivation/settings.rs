@@ -50,6 +50,9 @@ pub struct LirsSettings {
     /// Adaptive sizing of the HIR share (hill climbing that also turns at
     /// a bound); `None` keeps it fixed. Default on.
     pub optimizer: Option<HillClimbingSettings>,
+    /// Size the HIR share from ghost hits, as ARC does, instead of with
+    /// the optimizer (which is then ignored). Default off.
+    pub ghost_sizing: bool,
 }
 
 impl Default for LirsSettings {
@@ -60,6 +63,7 @@ impl Default for LirsSettings {
             minimum_proportion: 0.01,
             maximum_proportion: 1.0,
             optimizer: Some(HillClimbingSettings::default()),
+            ghost_sizing: false,
         }
     }
 }
@@ -68,6 +72,9 @@ impl LirsSettings {
     fn build<K: PolicyKey>(&self, limit: usize) -> LowInterReferenceRecencySet<K> {
         let lirs =
             LowInterReferenceRecencySet::new(limit, self.hir_proportion, self.history_multiplier);
+        if self.ghost_sizing {
+            return lirs.with_ghost_sizing(self.minimum_proportion, self.maximum_proportion);
+        }
         match &self.optimizer {
             Some(hc) => {
                 lirs.with_optimizer(hc.clone(), self.minimum_proportion, self.maximum_proportion)
@@ -258,7 +265,7 @@ impl Default for ReplacementSettings {
 
 impl ReplacementSettings {
     /// The preset names [`ReplacementSettings::preset`] knows.
-    pub const PRESETS: [&'static str; 10] = [
+    pub const PRESETS: [&'static str; 11] = [
         "lru",
         "slru",
         "s4lru",
@@ -269,6 +276,7 @@ impl ReplacementSettings {
         "w-tinylfu-hc",
         "default",
         "lirs",
+        "lirs-arc",
     ];
 
     /// A named preset: `lru`, `slru` (2 levels, [0.2, 0.8]), `s4lru` (4
@@ -277,7 +285,9 @@ impl ReplacementSettings {
     /// same with hill climbing), `default` (also `default-strategy`:
     /// Akka's default strategy, equal to `w-tinylfu-hc`) and `lirs` (not
     /// an Akka policy: LIRS with an adaptive HIR share, see
-    /// [`LirsSettings`]).
+    /// [`LirsSettings`]) and `lirs-arc` (the same, its HIR share sized
+    /// from ghost hits as ARC does instead of by hill climbing, see
+    /// [`LirsSettings::ghost_sizing`]).
     ///
     /// `slru` and `s4lru` truncate every level's share
     /// ([`SegmentedSettings::truncate_levels`]) so that they reproduce
@@ -305,6 +315,11 @@ impl ReplacementSettings {
             "w-tinylfu" => Self::w_tinylfu(false),
             "w-tinylfu-hc" | "default" | "default-strategy" => Self::w_tinylfu(true),
             "lirs" => Self::LowInterReferenceRecencySet(LirsSettings::default()),
+            "lirs-arc" => Self::LowInterReferenceRecencySet(LirsSettings {
+                optimizer: None,
+                ghost_sizing: true,
+                ..LirsSettings::default()
+            }),
             _ => return None,
         })
     }
