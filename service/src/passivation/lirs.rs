@@ -22,9 +22,10 @@
 //! lists have held their peak.
 
 use super::area::ActiveArea;
+use super::frequency_sketch::FrequencySketch;
 use super::hill_climbing::HillClimbing;
 use super::recency_list::RecencyList;
-use super::settings::HillClimbingSettings;
+use super::settings::{FrequencySketchSettings, HillClimbingSettings};
 use super::{PolicyKey, ReplacementPolicy};
 
 /// Level of Q holding the active HIR entities.
@@ -40,6 +41,9 @@ const PASSED: usize = 1;
 /// Level of the sizing list holding passivated entities that had been LIR
 /// (ARC's B2).
 const DROPPED: usize = 2;
+/// Level of the sizing list holding new entities the frequency filter
+/// rejected.
+const REJECTED: usize = 3;
 
 /// LIRS over the entities of one shard.
 #[derive(Debug)]
@@ -68,6 +72,14 @@ pub struct LowInterReferenceRecencySet<K> {
     /// active and this policy did not, minus the reverse, within
     /// `[-limit, limit]`.
     recency_lead: i64,
+    /// With a frequency filter: its settings and the sketch, rebuilt for
+    /// every new limit.
+    filter: Option<(FrequencySketchSettings, FrequencySketch)>,
+    /// With a frequency filter: ghost hits of HIR entities passivated by
+    /// new ones (the filter would have kept them) minus returns of
+    /// rejected entities (the filter was wrong), within `[-limit, limit]`;
+    /// the filter applies only while it is positive.
+    filter_credit: i64,
 }
 
 impl<K: PolicyKey> LowInterReferenceRecencySet<K> {
@@ -88,9 +100,11 @@ impl<K: PolicyKey> LowInterReferenceRecencySet<K> {
             ghost_sizing: false,
             stack: RecencyList::new(1),
             queue: RecencyList::new(2),
-            sizing: RecencyList::new(3),
+            sizing: RecencyList::new(4),
             shadow: RecencyList::new(2),
             recency_lead: 0,
+            filter: None,
+            filter_credit: 0,
         };
         lirs.compute_limits();
         lirs
@@ -134,6 +148,39 @@ impl<K: PolicyKey> LowInterReferenceRecencySet<K> {
         self.ghost_sizing = true;
         self.compute_limits();
         self
+    }
+
+    /// Weighs the oldest HIR entity against the least recent LIR one
+    /// with a TinyLFU frequency sketch before passivating (see
+    /// [`LirsSettings::frequency_filter`](super::settings::LirsSettings)).
+    pub fn with_frequency_filter(mut self, settings: FrequencySketchSettings) -> Self {
+        let sketch = Self::sketch(&settings, self.limit);
+        self.filter = Some((settings, sketch));
+        self
+    }
+
+    fn sketch(settings: &FrequencySketchSettings, limit: usize) -> FrequencySketch {
+        FrequencySketch::new(
+            limit,
+            settings.width_multiplier,
+            settings.reset_multiplier,
+            settings.depth,
+            settings.counter_bits,
+        )
+    }
+
+    fn count(&mut self, id: &K) {
+        if let Some((_, sketch)) = self.filter.as_mut() {
+            sketch.increment(id);
+        }
+    }
+
+    /// Whether the sketch estimates `candidate` strictly more frequent
+    /// than `incumbent`.
+    fn more_frequent(&self, candidate: &K, incumbent: &K) -> bool {
+        self.filter
+            .as_ref()
+            .is_some_and(|(_, sketch)| sketch.frequency(candidate) > sketch.frequency(incumbent))
     }
 
     /// Moves the HIR share by `entities` (negative shrinks it), within the
@@ -184,6 +231,11 @@ impl<K: PolicyKey> LowInterReferenceRecencySet<K> {
         hit
     }
 
+    fn credit(&mut self, by: i64) {
+        let bound = self.limit as i64;
+        self.filter_credit = (self.filter_credit + by).clamp(-bound, bound);
+    }
+
     /// Counts a message only the shadow LRU (`by` 1) or only this policy
     /// (`by` -1) had active.
     fn lead(&mut self, by: i64) {
@@ -216,6 +268,11 @@ impl<K: PolicyKey> LowInterReferenceRecencySet<K> {
         match self.sizing.level_of(slot) {
             PASSED if recency_hit => self.resize_hir((dropped / passed).max(1.0)),
             DROPPED if self.recency_lead <= 0 => self.resize_hir(-(passed / dropped).max(1.0)),
+            _ => {}
+        }
+        match self.sizing.level_of(slot) {
+            PASSED => self.credit(1),
+            REJECTED => self.credit(-1),
             _ => {}
         }
         self.sizing.remove(slot);
@@ -404,6 +461,27 @@ impl<K: PolicyKey> LowInterReferenceRecencySet<K> {
         }
     }
 
+    /// TinyLFU's admission of a new entity (not remembered in the stack)
+    /// into a full HIR queue: rejected if estimated strictly less frequent
+    /// than the oldest active HIR entity it would displace.
+    fn reject(&self, id: &K) -> bool {
+        if self.filter.is_none()
+            || self.filter_credit <= 0
+            || self.queue.contains(id)
+            || self.stack.contains(id)
+        {
+            return false;
+        }
+        let Some(victim) = self
+            .queue
+            .least_recent(RESIDENT)
+            .and_then(|s| self.queue.key(s))
+        else {
+            return false;
+        };
+        self.more_frequent(victim, id)
+    }
+
     /// Forgets the oldest passivated entities beyond the history limit.
     fn bound_history(&mut self) {
         while self.queue.level_len(GHOST) > self.history_limit {
@@ -471,6 +549,9 @@ impl<K: PolicyKey> ReplacementPolicy<K> for LowInterReferenceRecencySet<K> {
         if let Some(optimizer) = self.optimizer.as_mut() {
             optimizer.set_limit(limit);
         }
+        if let Some((settings, sketch)) = self.filter.as_mut() {
+            *sketch = Self::sketch(settings, limit);
+        }
         self.compute_limits();
         self.enforce_limits(passivate);
     }
@@ -483,6 +564,7 @@ impl<K: PolicyKey> ReplacementPolicy<K> for LowInterReferenceRecencySet<K> {
         if let Some(optimizer) = self.optimizer.as_mut() {
             optimizer.record_passive();
         }
+        self.count(&id);
         if self.limit == 0 {
             // nothing fits: passivated right after this message
             passivate.push(id);
@@ -492,6 +574,24 @@ impl<K: PolicyKey> ReplacementPolicy<K> for LowInterReferenceRecencySet<K> {
             self.size_by_ghosts(&id);
         }
         if self.len() >= self.limit {
+            if self.reject(&id) {
+                self.stack.push(id.clone(), 0);
+                self.queue.push(id.clone(), GHOST);
+                self.prune();
+                self.bound_history();
+                if self.ghost_sizing {
+                    self.sizing.remove_key(&id);
+                    self.sizing.push(id.clone(), REJECTED);
+                    while self.sizing.level_len(REJECTED) > self.limit {
+                        let Some(slot) = self.sizing.least_recent(REJECTED) else {
+                            break;
+                        };
+                        self.sizing.remove(slot);
+                    }
+                }
+                passivate.push(id);
+                return;
+            }
             self.evict(passivate);
         }
         match self.queue.slot(&id) {
@@ -523,6 +623,7 @@ impl<K: PolicyKey> ReplacementPolicy<K> for LowInterReferenceRecencySet<K> {
         if let Some(optimizer) = self.optimizer.as_mut() {
             optimizer.record_active();
         }
+        self.count(id);
         if self.ghost_sizing && !self.touch_shadow(id) {
             self.lead(-1);
         }
@@ -711,6 +812,64 @@ mod tests {
         p.set_limit(4, &mut out);
         assert_eq!(p.len(), 4);
         assert_eq!(out.len(), 6);
+    }
+
+    fn filtered(limit: usize) -> LowInterReferenceRecencySet<u32> {
+        ghost_sized(limit).with_frequency_filter(FrequencySketchSettings::default())
+    }
+
+    #[test]
+    fn the_frequency_filter_rejects_rare_new_entities_once_it_has_credit() {
+        // limit 4, half HIR: 1, 2 LIR; 3, 4 HIR
+        let mut p =
+            LowInterReferenceRecencySet::<u32>::new(4, 0.5, 8.0).with_ghost_sizing(0.01, 1.0);
+        p = p.with_frequency_filter(FrequencySketchSettings::default());
+        // 1 is seen three times; 5 passivates 3 (passed through the HIR
+        // queue), which comes back within an LRU's reach: the filter would
+        // have kept it; 3 passivates 4 and, promoted, demotes 1
+        assert_eq!(replay(&mut p, &[1, 1, 1, 2, 3, 4, 5, 3]), vec![3, 4]);
+        assert_eq!(p.filter_credit, 1);
+        // 9 ties with the HIR victim 5 (both seen once): admitted
+        assert_eq!(replay(&mut p, &[9]), vec![5]);
+        // 10, seen once, is less frequent than the HIR victim 1: rejected,
+        // remembered as HIR
+        assert_eq!(p.select(), Some(&1));
+        assert_eq!(replay(&mut p, &[10]), vec![10]);
+        assert!(!p.contains(&10) && p.contains(&1));
+        assert_eq!(p.len(), 4);
+        // it returns: the filter was wrong, its credit is spent; as a
+        // remembered HIR entity it is promoted
+        replay(&mut p, &[10]);
+        assert_eq!(p.filter_credit, 0);
+        assert!(p.is_lir(&10));
+    }
+
+    #[test]
+    fn the_frequency_filter_stays_off_without_credit_and_without_ghost_sizing() {
+        // each entity seen twice in a row (corda's pattern): the second
+        // message must find it active
+        let trace: Vec<u32> = (0..2000).flat_map(|i| [i, i]).collect();
+        let mut p = filtered(20);
+        assert_eq!(active_percent(&mut p, &trace), 50.0);
+        let mut plain = LowInterReferenceRecencySet::<u32>::new(4, 0.5, 8.0)
+            .with_frequency_filter(FrequencySketchSettings::default());
+        let hot: Vec<u32> = [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4].into();
+        replay(&mut plain, &hot);
+        assert!(replay(&mut plain, &[5]).len() == 1 && plain.contains(&5));
+    }
+
+    #[test]
+    fn the_frequency_filter_keeps_memory_bounded() {
+        let mut p = filtered(10);
+        let trace: Vec<u32> = (0..5000).map(|i| i % 7 + (i / 3) * 13).collect();
+        active_percent(&mut p, &trace);
+        assert_eq!(p.len(), 10);
+        assert!(p.sizing.len() <= 4 * 10);
+        assert!(p.sizing.level_len(REJECTED) <= 10);
+        assert!(p.stack.len() <= 10 + 8 * 10 + 10);
+        let mut out = Vec::new();
+        p.set_limit(4, &mut out);
+        assert_eq!(p.len(), 4);
     }
 
     #[test]

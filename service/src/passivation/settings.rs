@@ -53,6 +53,14 @@ pub struct LirsSettings {
     /// Size the HIR share from ghost hits, as ARC does, instead of with
     /// the optimizer (which is then ignored). Default off.
     pub ghost_sizing: bool,
+    /// TinyLFU admission of new entities: one not remembered in the LIRS
+    /// stack that would displace the oldest active HIR entity is rejected
+    /// (passivated after its message, remembered as HIR) if this sketch
+    /// estimates it strictly less frequent. It acts only with ghost
+    /// sizing, and only while ghost hits of HIR entities that new ones
+    /// displaced outnumber returns of rejected ones (bounded by the
+    /// limit). `None` (the default): no filter.
+    pub frequency_filter: Option<FrequencySketchSettings>,
 }
 
 impl Default for LirsSettings {
@@ -64,14 +72,18 @@ impl Default for LirsSettings {
             maximum_proportion: 1.0,
             optimizer: Some(HillClimbingSettings::default()),
             ghost_sizing: false,
+            frequency_filter: None,
         }
     }
 }
 
 impl LirsSettings {
     fn build<K: PolicyKey>(&self, limit: usize) -> LowInterReferenceRecencySet<K> {
-        let lirs =
+        let mut lirs =
             LowInterReferenceRecencySet::new(limit, self.hir_proportion, self.history_multiplier);
+        if let Some(filter) = &self.frequency_filter {
+            lirs = lirs.with_frequency_filter(filter.clone());
+        }
         if self.ghost_sizing {
             return lirs.with_ghost_sizing(self.minimum_proportion, self.maximum_proportion);
         }
@@ -265,7 +277,7 @@ impl Default for ReplacementSettings {
 
 impl ReplacementSettings {
     /// The preset names [`ReplacementSettings::preset`] knows.
-    pub const PRESETS: [&'static str; 11] = [
+    pub const PRESETS: [&'static str; 12] = [
         "lru",
         "slru",
         "s4lru",
@@ -277,6 +289,7 @@ impl ReplacementSettings {
         "default",
         "lirs",
         "lirs-arc",
+        "lirs-tinylfu",
     ];
 
     /// A named preset: `lru`, `slru` (2 levels, [0.2, 0.8]), `s4lru` (4
@@ -287,7 +300,9 @@ impl ReplacementSettings {
     /// an Akka policy: LIRS with an adaptive HIR share, see
     /// [`LirsSettings`]) and `lirs-arc` (the same, its HIR share sized
     /// from ghost hits as ARC does instead of by hill climbing, see
-    /// [`LirsSettings::ghost_sizing`]).
+    /// [`LirsSettings::ghost_sizing`]) and `lirs-tinylfu` (`lirs-arc`
+    /// with a TinyLFU filter on new entities, see
+    /// [`LirsSettings::frequency_filter`]).
     ///
     /// `slru` and `s4lru` truncate every level's share
     /// ([`SegmentedSettings::truncate_levels`]) so that they reproduce
@@ -315,13 +330,21 @@ impl ReplacementSettings {
             "w-tinylfu" => Self::w_tinylfu(false),
             "w-tinylfu-hc" | "default" | "default-strategy" => Self::w_tinylfu(true),
             "lirs" => Self::LowInterReferenceRecencySet(LirsSettings::default()),
-            "lirs-arc" => Self::LowInterReferenceRecencySet(LirsSettings {
-                optimizer: None,
-                ghost_sizing: true,
-                ..LirsSettings::default()
+            "lirs-arc" => Self::LowInterReferenceRecencySet(Self::lirs_arc_settings()),
+            "lirs-tinylfu" => Self::LowInterReferenceRecencySet(LirsSettings {
+                frequency_filter: Some(FrequencySketchSettings::default()),
+                ..Self::lirs_arc_settings()
             }),
             _ => return None,
         })
+    }
+
+    fn lirs_arc_settings() -> LirsSettings {
+        LirsSettings {
+            optimizer: None,
+            ghost_sizing: true,
+            ..LirsSettings::default()
+        }
     }
 
     fn lru() -> Self {
