@@ -15,7 +15,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRACES = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "shared", "traces")
-STRATEGIES = ["opt", "lru", "slru", "s4lru", "mru", "lfu", "lfuda", "w-tinylfu", "w-tinylfu-hc", "default", "lirs", "lirs-arc"]
+STRATEGIES = ["opt", "lru", "slru", "s4lru", "mru", "lfu", "lfuda", "w-tinylfu", "w-tinylfu-hc", "default", "lirs", "lirs-arc", "lirs-tinylfu"]
 
 # Akka's published figures (shared/traces/README.md).
 AKKA = {
@@ -79,7 +79,7 @@ def best_non_opt(akka, i):
 
 
 def published():
-    distances = {"colo default": [], "colo lirs": [], "colo lirs-arc": [], "akka default": []}
+    distances = {"colo default": [], "colo lirs": [], "colo lirs-arc": [], "colo lirs-tinylfu": [], "akka default": []}
     for trace, (limits, akka) in AKKA.items():
         rows, cmd = simulate(os.path.join(TRACES, "lirs", f"{trace}.trace.gz"), limits, [])
         print(f"### {trace}\n\n    {cmd}\n")
@@ -101,6 +101,7 @@ def published():
             distances["colo default"].append(akka["opt"][i] - rows[("default", l)])
             distances["colo lirs"].append(akka["opt"][i] - rows[("lirs", l)])
             distances["colo lirs-arc"].append(akka["opt"][i] - rows[("lirs-arc", l)])
+            distances["colo lirs-tinylfu"].append(akka["opt"][i] - rows[("lirs-tinylfu", l)])
             distances["akka default"].append(akka["opt"][i] - akka["w-tinylfu-hc"][i])
         print()
     for k, v in distances.items():
