@@ -23,7 +23,6 @@ use colo_allocation::{MessageExtractor, RegionId, ShardId};
 use futures::future::BoxFuture;
 use routes::{Refused, Routes};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -74,7 +73,6 @@ pub(crate) struct Shared<E: Entity> {
     pub extractor: Arc<dyn MessageExtractor>,
     pub routes: Routes<E>,
     pub proxy: bool,
-    pub stopped: AtomicBool,
     pub node: Arc<NodeContext>,
     pub metrics: RegionMetrics,
     pub activity: Arc<activity::Activity>,
@@ -82,13 +80,6 @@ pub(crate) struct Shared<E: Entity> {
 
 impl<E: Entity> Shared<E> {
     async fn route(&self, env: Envelope<E>) -> Result<(), Refused<E>> {
-        if self.stopped.load(Ordering::Acquire) {
-            let error = TellError::RegionStopped(self.entity_type.name.clone());
-            return Err(Refused {
-                error,
-                envelope: env,
-            });
-        }
         self.routes.route(env).await
     }
 }
@@ -158,7 +149,6 @@ impl<E: Entity> RegionInbound for Inbound<E> {
     }
 
     fn stop_accepting(&self) {
-        self.shared.stopped.store(true, Ordering::Release);
         self.shared.routes.stop();
         self.shared.metrics.hosted_shards.set(0.0);
     }
@@ -241,7 +231,6 @@ impl<E: Entity> Region<E> {
             extractor,
             routes,
             proxy,
-            stopped: AtomicBool::new(false),
             node: node.clone(),
             metrics,
             activity: Arc::default(),

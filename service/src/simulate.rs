@@ -32,19 +32,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 pub use trace::{TraceError, TraceFormat};
 
-/// The strategy names `colo simulate` knows, in the order it lists them.
-pub const STRATEGIES: [&str; 10] = [
-    "opt",
-    "lru",
-    "slru",
-    "s4lru",
-    "mru",
-    "lfu",
-    "lfuda",
-    "w-tinylfu",
-    "w-tinylfu-hc",
-    "default",
-];
+/// The strategy names `colo simulate` knows: Belady's `opt`, then every
+/// replacement preset the shards can run.
+pub fn strategies() -> impl Iterator<Item = &'static str> {
+    std::iter::once("opt").chain(ReplacementSettings::PRESETS)
+}
 
 /// What to simulate.
 #[derive(Debug, Clone)]
@@ -54,7 +46,7 @@ pub struct SimulateOptions {
     /// Its format; `None` infers it from the file name
     /// ([`TraceFormat::infer`]).
     pub format: Option<TraceFormat>,
-    /// Strategy names, from [`STRATEGIES`].
+    /// Strategy names, from [`strategies`].
     pub strategies: Vec<String>,
     /// Active-entity limits, totals across regions.
     pub limits: Vec<usize>,
@@ -150,8 +142,8 @@ pub struct Report {
 /// Why a simulation could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum SimulateError {
-    /// A strategy name is not one of [`STRATEGIES`].
-    #[error("unknown strategy '{0}' (known: {known})", known = STRATEGIES.join(", "))]
+    /// A strategy name is not one of [`strategies`].
+    #[error("unknown strategy '{0}' (known: {known})", known = strategies().collect::<Vec<_>>().join(", "))]
     UnknownStrategy(String),
     /// No strategy or no limit was given.
     #[error("nothing to simulate: give at least one strategy and one limit")]

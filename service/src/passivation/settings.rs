@@ -376,21 +376,10 @@ impl ReplacementSettings {
     /// settings that passed [`ReplacementSettings::validate`]; out-of-range
     /// values are clamped rather than refused here.
     pub fn build<K: PolicyKey>(&self, limit: usize) -> Box<dyn ReplacementPolicy<K>> {
-        // spelled out rather than upcasting `build_area`'s box, which needs
-        // a newer compiler than our minimum
         match self {
-            Self::LeastRecentlyUsed(LeastRecentlyUsedSettings { segmented: None }) => {
-                Box::new(LeastRecentlyUsed::new(limit))
-            }
-            Self::LeastRecentlyUsed(LeastRecentlyUsedSettings {
-                segmented: Some(segmented),
-            }) => Box::new(segmented.build(limit)),
-            Self::MostRecentlyUsed => Box::new(MostRecentlyUsed::new(limit)),
-            Self::LeastFrequentlyUsed(lfu) => {
-                Box::new(LeastFrequentlyUsed::new(limit, lfu.dynamic_aging))
-            }
             Self::Composite(composite) => Box::new(composite.build(limit, None)),
-            Self::LowInterReferenceRecencySet(lirs) => Box::new(lirs.build(limit)),
+            // The other policies are exactly what a composite's area is.
+            simple => simple.build_area(limit),
         }
     }
 

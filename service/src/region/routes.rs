@@ -255,8 +255,17 @@ impl<E: Entity> Routes<E> {
 
     /// Forgets a shard's home and buffers from now on; returns the old home.
     pub fn unset_home(&self, shard: ShardId) -> Option<Home<E>> {
+        self.unset_home_if(shard, |_| true)
+    }
+
+    /// Like [`Self::unset_home`], only when the home is on another node.
+    pub fn unset_remote_home(&self, shard: ShardId) -> Option<Home<E>> {
+        self.unset_home_if(shard, |home| home.remote.is_some())
+    }
+
+    fn unset_home_if(&self, shard: ShardId, which: impl Fn(&Home<E>) -> bool) -> Option<Home<E>> {
         let mut slot = self.slot(shard).lock();
-        if !matches!(slot.route, Route::Home(_)) {
+        if !matches!(&slot.route, Route::Home(home) if which(home)) {
             return None;
         }
         let old = std::mem::replace(
@@ -268,14 +277,6 @@ impl<E: Entity> Routes<E> {
         );
         match old {
             Route::Home(home) => Some(home),
-            Route::Buffering { .. } | Route::Stopped => None,
-        }
-    }
-
-    /// The remote home of a shard, if it has one.
-    pub fn remote_home(&self, shard: ShardId) -> Option<RegionId> {
-        match &self.slot(shard).lock().route {
-            Route::Home(home) => home.remote.clone(),
             Route::Buffering { .. } | Route::Stopped => None,
         }
     }

@@ -389,17 +389,15 @@ impl<E: Entity> RegionTask<E> {
     /// so all of it is handled before the shard stops, in order.
     fn begin_handoff(&mut self, shard: ShardId) {
         self.pending_home.remove(&shard);
-        if self.shared.routes.remote_home(shard).is_some() {
-            if let Some(old) = self.shared.routes.unset_home(shard) {
-                let (done, passed) = oneshot::channel();
-                if old.sink.push(Mail::Barrier(done)).is_ok() {
-                    let commands = self.commands.clone();
-                    tokio::spawn(async move {
-                        let _ = passed.await;
-                        let _ = commands.send(RegionCmd::BeginHandOffReady { shard }).await;
-                    });
-                    return;
-                }
+        if let Some(old) = self.shared.routes.unset_remote_home(shard) {
+            let (done, passed) = oneshot::channel();
+            if old.sink.push(Mail::Barrier(done)).is_ok() {
+                let commands = self.commands.clone();
+                tokio::spawn(async move {
+                    let _ = passed.await;
+                    let _ = commands.send(RegionCmd::BeginHandOffReady { shard }).await;
+                });
+                return;
             }
         }
         self.send(RegionToCoordinator::BeginHandOffAck { shard });

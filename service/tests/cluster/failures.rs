@@ -49,51 +49,21 @@ async fn failing_or_panicking_entity_is_dropped_and_recreated_while_the_shard_ke
     )
     .await
     .unwrap();
-    assert_eq!(
-        a.ask("x", ProbeMsg::Where, ASK).await.unwrap(),
-        ProbeReply::At {
-            node: "a".into(),
-            handled: 2
-        }
-    );
-    assert_eq!(
-        a.ask("y", ProbeMsg::Where, ASK).await.unwrap(),
-        ProbeReply::At {
-            node: "a".into(),
-            handled: 1
-        }
-    );
+    assert_eq!(a.ask("x", ProbeMsg::Where, ASK).await.unwrap(), at("a", 2));
+    assert_eq!(a.ask("y", ProbeMsg::Where, ASK).await.unwrap(), at("a", 1));
 
     let err = a.ask("x", ProbeMsg::Fail, ASK).await.unwrap_err();
     assert_eq!(err, AskError::EntityFailed("asked to fail".into()));
     // Created anew: its count starts over. Its shard neighbour is untouched.
-    assert_eq!(
-        a.ask("x", ProbeMsg::Where, ASK).await.unwrap(),
-        ProbeReply::At {
-            node: "a".into(),
-            handled: 1
-        }
-    );
-    assert_eq!(
-        a.ask("y", ProbeMsg::Where, ASK).await.unwrap(),
-        ProbeReply::At {
-            node: "a".into(),
-            handled: 2
-        }
-    );
+    assert_eq!(a.ask("x", ProbeMsg::Where, ASK).await.unwrap(), at("a", 1));
+    assert_eq!(a.ask("y", ProbeMsg::Where, ASK).await.unwrap(), at("a", 2));
 
     let err = a.ask("y", ProbeMsg::Panic, ASK).await.unwrap_err();
     assert!(
         matches!(err, AskError::EntityFailed(ref m) if m.contains("asked to panic")),
         "{err}"
     );
-    assert_eq!(
-        a.ask("y", ProbeMsg::Where, ASK).await.unwrap(),
-        ProbeReply::At {
-            node: "a".into(),
-            handled: 1
-        }
-    );
+    assert_eq!(a.ask("y", ProbeMsg::Where, ASK).await.unwrap(), at("a", 1));
     assert_eq!(
         counter(
             colo::metrics::ENTITY_FAILURES,
@@ -152,13 +122,7 @@ async fn panicking_factory_fails_that_message_only() {
     );
     // The shard (and the entity sharing it) carried on.
     let reply = a.ask("good", ProbeMsg::Where, ASK).await.unwrap();
-    assert_eq!(
-        reply,
-        ProbeReply::At {
-            node: "a".into(),
-            handled: 2
-        }
-    );
+    assert_eq!(reply, at("a", 2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -47,13 +47,7 @@ async fn idle_entities_are_passivated_after_the_timeout() {
     assert_eq!(idle, 1);
     // A message for a passivated entity starts a new incarnation.
     let reply = a.ask("quiet", ProbeMsg::Where, ASK).await.unwrap();
-    assert_eq!(
-        reply,
-        ProbeReply::At {
-            node: "a".into(),
-            handled: 1
-        }
-    );
+    assert_eq!(reply, at("a", 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,14 +77,7 @@ async fn explicit_passivation_loses_no_message() {
         }
     }
     let reply = a.ask("p", ProbeMsg::Where, ASK).await.unwrap();
-    assert_eq!(
-        reply,
-        ProbeReply::At {
-            node: "a".into(),
-            handled: 1
-        },
-        "a fresh incarnation"
-    );
+    assert_eq!(reply, at("a", 1), "a fresh incarnation");
     cluster
         .world
         .assert_complete_in_order(&BTreeMap::from([(("p".into(), "a".into()), 100)]));

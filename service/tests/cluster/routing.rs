@@ -13,13 +13,7 @@ async fn scenario_1_unknown_shard_that_belongs_to_the_local_region() {
     let sr1 = cluster.add_node("sr1");
 
     let reply = sr1.ask("e1", ProbeMsg::Where, ASK).await.unwrap();
-    assert_eq!(
-        reply,
-        ProbeReply::At {
-            node: "sr1".into(),
-            handled: 1
-        }
-    );
+    assert_eq!(reply, at("sr1", 1));
     // The coordinator allocated the shard to the asking region, once.
     let s1 = sr1.shard_of("e1");
     assert_eq!(cluster.homes().get(&s1).map(String::as_str), Some("sr1"));
@@ -36,13 +30,7 @@ async fn scenario_1_unknown_shard_that_belongs_to_the_local_region() {
         .unwrap();
     }
     let reply = sr1.ask("e1", ProbeMsg::Where, ASK).await.unwrap();
-    assert_eq!(
-        reply,
-        ProbeReply::At {
-            node: "sr1".into(),
-            handled: 12
-        }
-    );
+    assert_eq!(reply, at("sr1", 12));
     let allocations = cluster
         .store
         .events()
@@ -87,13 +75,7 @@ async fn scenario_2_unknown_shard_that_belongs_to_a_remote_region() {
         .unwrap();
     }
     let reply = sr1.ask("e2", ProbeMsg::Where, ASK).await.unwrap();
-    assert_eq!(
-        reply,
-        ProbeReply::At {
-            node: "sr2".into(),
-            handled: 101
-        }
-    );
+    assert_eq!(reply, at("sr2", 101));
     cluster
         .world
         .assert_complete_in_order(&BTreeMap::from([(("e2".into(), "sr1".into()), 100)]));

@@ -43,6 +43,15 @@ pub enum ProbeReply {
     At { node: String, handled: u64 },
 }
 
+/// The reply to `Where` from an entity on `node` that has handled
+/// `handled` messages in this incarnation.
+pub fn at(node: &str, handled: u64) -> ProbeReply {
+    ProbeReply::At {
+        node: node.to_string(),
+        handled,
+    }
+}
+
 /// One delivery, as the world saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {

@@ -7,7 +7,6 @@ use crate::protocol::RegionToCoordinator;
 use crate::region::routes::Mail;
 use crate::region::RegionCmd;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -77,7 +76,6 @@ impl<E: Entity> RegionTask<E> {
 
     pub(super) fn stop(&mut self) {
         self.phase = Phase::Stopped;
-        self.shared.stopped.store(true, Ordering::Release);
         let returned: usize = self
             .draining
             .values()
