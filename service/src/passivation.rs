@@ -19,6 +19,7 @@
 //!   its areas' policies.
 mod area;
 pub mod composite;
+pub mod ensemble;
 mod frequency_list;
 pub mod frequency_sketch;
 pub mod hill_climbing;

@@ -7,6 +7,7 @@
 //! self-describing formats; names are kebab-case like Akka's keys.
 
 use super::composite::{AdmissionWindow, Composite};
+use super::ensemble::Ensemble;
 use super::frequency_sketch::{SketchHash, COUNTER_BITS, MAX_DEPTH};
 use super::lfu::LeastFrequentlyUsed;
 use super::lirs::LowInterReferenceRecencySet;
@@ -31,6 +32,34 @@ pub enum ReplacementSettings {
     Composite(Box<CompositeSettings>),
     /// Low inter-reference recency set (LIRS).
     LowInterReferenceRecencySet(LirsSettings),
+    /// Expert policies run as virtual caches; the shard follows the one
+    /// with the most recent hits (not an Akka policy).
+    Ensemble(EnsembleSettings),
+}
+
+/// The settings of an ensemble (not an Akka policy).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct EnsembleSettings {
+    /// The experts, at least one, none itself an ensemble; the first leads
+    /// until another one scores more.
+    pub experts: Vec<ReplacementSettings>,
+}
+
+impl EnsembleSettings {
+    fn build<K: PolicyKey>(&self, limit: usize) -> Ensemble<K> {
+        let experts = self
+            .experts
+            .iter()
+            .map(|expert| match expert {
+                ReplacementSettings::Composite(c) => {
+                    Box::new(c.build(limit, None)) as Box<dyn super::area::ActiveArea<K>>
+                }
+                other => other.build_area(limit),
+            })
+            .collect();
+        Ensemble::new(limit, experts)
+    }
 }
 
 /// The settings of LIRS (not an Akka policy).
@@ -277,7 +306,7 @@ impl Default for ReplacementSettings {
 
 impl ReplacementSettings {
     /// The preset names [`ReplacementSettings::preset`] knows.
-    pub const PRESETS: [&'static str; 12] = [
+    pub const PRESETS: [&'static str; 13] = [
         "lru",
         "slru",
         "s4lru",
@@ -290,6 +319,7 @@ impl ReplacementSettings {
         "lirs",
         "lirs-arc",
         "lirs-tinylfu",
+        "ensemble",
     ];
 
     /// A named preset: `lru`, `slru` (2 levels, [0.2, 0.8]), `s4lru` (4
@@ -334,6 +364,22 @@ impl ReplacementSettings {
             "lirs-tinylfu" => Self::LowInterReferenceRecencySet(LirsSettings {
                 frequency_filter: Some(FrequencySketchSettings::default()),
                 ..Self::lirs_arc_settings()
+            }),
+            "ensemble" => Self::Ensemble(EnsembleSettings {
+                experts: vec![
+                    Self::preset("lirs-tinylfu")?,
+                    Self::preset("w-tinylfu-hc")?,
+                ],
+            }),
+            "ens-w" => Self::Ensemble(EnsembleSettings {
+                experts: vec![Self::preset("lirs-tinylfu")?, Self::preset("w-tinylfu")?],
+            }),
+            "ens-3" => Self::Ensemble(EnsembleSettings {
+                experts: vec![
+                    Self::preset("lirs-tinylfu")?,
+                    Self::preset("w-tinylfu-hc")?,
+                    Self::preset("lru")?,
+                ],
             }),
             _ => return None,
         })
@@ -414,6 +460,7 @@ impl ReplacementSettings {
             }
             Self::Composite(composite) => composite.main.build_area(limit),
             Self::LowInterReferenceRecencySet(lirs) => Box::new(lirs.build(limit)),
+            Self::Ensemble(ensemble) => Box::new(ensemble.build(limit)),
         }
     }
 
@@ -474,6 +521,19 @@ impl ReplacementSettings {
                 Ok(())
             }
             Self::Composite(composite) => composite.validate_at(at),
+            Self::Ensemble(ensemble) => {
+                let at = format!("{at}.ensemble.experts");
+                if ensemble.experts.is_empty() {
+                    return refuse(&at, "must name at least one expert");
+                }
+                for expert in &ensemble.experts {
+                    if matches!(expert, Self::Ensemble(_)) {
+                        return refuse(&at, "cannot itself be an ensemble");
+                    }
+                    expert.validate_at(&at)?;
+                }
+                Ok(())
+            }
         }
     }
 }
