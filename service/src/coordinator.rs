@@ -177,7 +177,7 @@ impl Coordinator {
         message: RegionToCoordinator,
     ) -> Result<(), StoreError> {
         match message {
-            RegionToCoordinator::Register { proxy, .. } => {
+            RegionToCoordinator::Register { proxy, hosted, .. } => {
                 if proxy && !self.state.is_proxy(&region) {
                     self.update(CoordinatorEvent::RegionProxyRegistered {
                         region: region.clone(),
@@ -191,6 +191,9 @@ impl Coordinator {
                 }
                 metrics::coordinator_regions(&self.entity_type, self.state.allocations().len());
                 self.send(&region, CoordinatorToRegion::RegisterAck);
+                if !proxy {
+                    self.adopt(&region, hosted).await?;
+                }
             }
             RegionToCoordinator::GetShardHome { shard } => {
                 self.get_shard_home(shard, region).await?
@@ -313,6 +316,39 @@ impl Coordinator {
         self.unacked_host
             .insert(shard, (region.clone(), Instant::now()));
         self.send(&requester, CoordinatorToRegion::ShardHome { shard, region });
+        Ok(())
+    }
+
+    /// Shards a region reports running when it registers: those without a
+    /// home stay where they run (a coordinator that started afresh learns
+    /// the cluster from its regions); those with another home, or moving,
+    /// are stopped there by telling the region where they live.
+    async fn adopt(&mut self, region: &RegionId, hosted: Vec<ShardId>) -> Result<(), StoreError> {
+        for shard in hosted {
+            match self.state.home(shard) {
+                Some(home) if home == region => {}
+                Some(home) => {
+                    let home = home.clone();
+                    tracing::warn!(%shard, %region, %home, "region runs a shard that lives elsewhere");
+                    self.send(
+                        region,
+                        CoordinatorToRegion::ShardHome {
+                            shard,
+                            region: home,
+                        },
+                    );
+                }
+                None if self.in_progress.contains_key(&shard) => {}
+                None => {
+                    tracing::info!(%shard, %region, "keeping a shard where it runs");
+                    self.update(CoordinatorEvent::ShardHomeAllocated {
+                        shard,
+                        region: region.clone(),
+                    })
+                    .await?;
+                }
+            }
+        }
         Ok(())
     }
 

@@ -17,7 +17,17 @@ use tokio::sync::mpsc;
 pub enum RegionToCoordinator {
     /// Sent on connect and every `retry_interval` until answered by
     /// [`CoordinatorToRegion::RegisterAck`]. A proxy hosts nothing.
-    Register { region: RegionId, proxy: bool },
+    /// `hosted`: the shards the region still runs, when it registers again
+    /// after losing its link; the coordinator keeps those that have no other
+    /// home there, and answers the others with their [`ShardHome`], which
+    /// makes the region stop its copy.
+    ///
+    /// [`ShardHome`]: CoordinatorToRegion::ShardHome
+    Register {
+        region: RegionId,
+        proxy: bool,
+        hosted: Vec<ShardId>,
+    },
     /// Where does this shard live? Answered by [`CoordinatorToRegion::ShardHome`],
     /// possibly much later (during a hand-off, or before `min_members`);
     /// resent every `retry_interval` while messages wait.

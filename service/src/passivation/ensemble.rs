@@ -187,8 +187,7 @@ impl<K: PolicyKey> ReplacementPolicy<K> for Ensemble<K> {
         }
         if self.active.len() >= self.limit {
             let leader = &self.outside[self.leader];
-            let Some(victim) = leader.least_recent(0).and_then(|s| leader.key(s)).cloned()
-            else {
+            let Some(victim) = leader.least_recent(0).and_then(|s| leader.key(s)).cloned() else {
                 // the leader rejected it and holds all the active ones
                 passivate.push(id);
                 return;

@@ -366,10 +366,31 @@ impl ReplacementSettings {
                 ..Self::lirs_arc_settings()
             }),
             "ensemble" => Self::Ensemble(EnsembleSettings {
-                experts: vec![
-                    Self::preset("lirs-tinylfu")?,
-                    Self::preset("w-tinylfu-hc")?,
-                ],
+                experts: vec![Self::preset("lirs-tinylfu")?, Self::preset("w-tinylfu-hc")?],
+            }),
+            "lirs-x" => {
+                let env = |n: &str, d: f64| {
+                    std::env::var(n)
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(d)
+                };
+                Self::LowInterReferenceRecencySet(LirsSettings {
+                    frequency_filter: (env("LX_FILTER", 1.0) > 0.0).then(|| {
+                        FrequencySketchSettings {
+                            width_multiplier: env("LX_WIDTH", 4.0) as usize,
+                            reset_multiplier: env("LX_RESET", 10.0),
+                            ..FrequencySketchSettings::default()
+                        }
+                    }),
+                    history_multiplier: env("LX_HIST", 8.0),
+                    hir_proportion: env("LX_HIR", 0.01),
+                    minimum_proportion: env("LX_MIN", 0.01),
+                    ..Self::lirs_arc_settings()
+                })
+            }
+            "ens-x" => Self::Ensemble(EnsembleSettings {
+                experts: vec![Self::preset("lirs-x")?, Self::preset("w-tinylfu-hc")?],
             }),
             "ens-w" => Self::Ensemble(EnsembleSettings {
                 experts: vec![Self::preset("lirs-tinylfu")?, Self::preset("w-tinylfu")?],

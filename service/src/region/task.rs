@@ -166,15 +166,28 @@ impl<E: Entity> RegionTask<E> {
                 self.to_coordinator = Some(link.to_coordinator);
                 self.from_coordinator = Some(link.from_coordinator);
                 self.registered = false;
-                self.send(RegionToCoordinator::Register {
-                    region: self.shared.id.clone(),
-                    proxy: self.shared.proxy,
-                });
+                self.register();
             }
             Err(e) => {
                 tracing::debug!(entity_type = %self.name(), error = %e, "coordinator not reachable yet")
             }
         }
+    }
+
+    /// Registers, naming the shards that run here: after a lost link the
+    /// coordinator may have forgotten them, and must not start them twice.
+    fn register(&mut self) {
+        let hosted = self
+            .hosted
+            .iter()
+            .filter(|(_, h)| matches!(h, Hosted::Active(_)))
+            .map(|(shard, _)| *shard)
+            .collect();
+        self.send(RegionToCoordinator::Register {
+            region: self.shared.id.clone(),
+            proxy: self.shared.proxy,
+            hosted,
+        });
     }
 
     /// The coordinator went away: keep serving known homes, buffer the rest,
@@ -202,10 +215,7 @@ impl<E: Entity> RegionTask<E> {
         if self.to_coordinator.is_none() {
             self.connect().await;
         } else if !self.registered {
-            self.send(RegionToCoordinator::Register {
-                region: self.shared.id.clone(),
-                proxy: self.shared.proxy,
-            });
+            self.register();
         } else {
             self.ask_waiting_homes();
             if matches!(self.phase, Phase::ShuttingDown { .. }) && !self.shared.proxy {

@@ -88,3 +88,42 @@ async fn coordinator_failover_keeps_known_homes_buffers_the_rest_and_takes_over(
     }
     cluster.world.assert_never_live_twice();
 }
+
+/// A coordinator that starts afresh (its store lost, as with the in-memory
+/// store of a node that restarted) learns the shard homes from the regions
+/// as they register again: every shard stays where it runs, and none is
+/// started a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coordinator_restarted_without_state_keeps_shards_where_they_run() {
+    let mut cluster = Cluster::new("fresh-coordinator", fast_settings(12));
+    cluster.start_coordinator(least_shard_new(0, 0.1));
+    for n in ["a", "b", "c"] {
+        cluster.add_node(n);
+    }
+    cluster.await_regions(3).await;
+    let ids = cluster.touch_all_shards("a").await;
+    let homes_before = cluster.homes();
+    assert_eq!(homes_before.len(), 12);
+
+    cluster.coordinator.as_ref().unwrap().stop();
+    cluster.store = colo::InMemoryStore::new();
+    cluster.start_coordinator(least_shard_new(0, 0.1));
+    eventually(
+        "every shard re-adopted",
+        Duration::from_secs(10),
+        || async { cluster.homes().len() == 12 },
+    )
+    .await;
+    assert_eq!(cluster.homes(), homes_before);
+    // A node that joins asks for homes: it is told the adopted ones.
+    let d = cluster.add_node("d");
+    for (shard, id) in &ids {
+        let reply = d.ask(id, ProbeMsg::Where, ASK).await.unwrap();
+        let home = &homes_before[shard];
+        assert!(
+            matches!(reply, ProbeReply::At { ref node, .. } if node == home),
+            "{reply:?}"
+        );
+    }
+    cluster.world.assert_never_live_twice();
+}
