@@ -7,6 +7,7 @@
 //! over from the same store continues where the last one stopped.
 
 mod handle;
+pub mod hosting;
 pub mod rebalance;
 pub mod state;
 pub mod stats;

@@ -11,6 +11,8 @@
 //!   most recently used, least frequently used (with dynamic aging).
 //! - [`lirs`]: low inter-reference recency set, with an adaptive HIR share
 //!   (not an Akka policy).
+//! - [`ensemble`]: expert policies run as virtual caches, the shard
+//!   following the one with the most recent hits (not an Akka policy).
 //! - [`composite`]: admission window + admission filter + main area
 //!   (Window-TinyLFU), with [`hill_climbing`] sizing the window and
 //!   [`frequency_sketch`] as the filter.
@@ -33,6 +35,7 @@ pub mod settings;
 pub mod strategy;
 
 pub use composite::Composite;
+pub use ensemble::Ensemble;
 pub use frequency_sketch::{FrequencySketch, SketchHash};
 pub use hill_climbing::HillClimbing;
 pub use lfu::LeastFrequentlyUsed;
@@ -41,7 +44,7 @@ pub use lru::{LeastRecentlyUsed, SegmentedLeastRecentlyUsed};
 pub use mru::MostRecentlyUsed;
 pub use policy::{PolicyKey, ReplacementPolicy};
 pub use settings::{
-    AdmissionWindowSettings, CompositeSettings, FrequencySketchSettings, HillClimbingSettings,
+    AdmissionWindowSettings, CompositeSettings, EnsembleSettings, FrequencySketchSettings, HillClimbingSettings,
     LeastFrequentlyUsedSettings, LeastRecentlyUsedSettings, LirsSettings, PassivationSettingsError,
     ReplacementSettings, SegmentedSettings,
 };

@@ -6,6 +6,7 @@
 //! transport of a later issue connects processes. Both move bytes: payloads
 //! are encoded at the codec boundary before they get here.
 
+pub mod grpc;
 pub mod memory;
 
 use crate::envelope::{WireEnvelope, WireReply};

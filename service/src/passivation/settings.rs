@@ -7,6 +7,7 @@
 //! self-describing formats; names are kebab-case like Akka's keys.
 
 use super::composite::{AdmissionWindow, Composite};
+use super::area::ActiveArea;
 use super::ensemble::Ensemble;
 use super::frequency_sketch::{SketchHash, COUNTER_BITS, MAX_DEPTH};
 use super::lfu::LeastFrequentlyUsed;
@@ -33,32 +34,63 @@ pub enum ReplacementSettings {
     /// Low inter-reference recency set (LIRS).
     LowInterReferenceRecencySet(LirsSettings),
     /// Expert policies run as virtual caches; the shard follows the one
-    /// with the most recent hits (not an Akka policy).
+    /// with the most recent hits.
     Ensemble(EnsembleSettings),
 }
 
-/// The settings of an ensemble (not an Akka policy).
+/// The settings of an ensemble (not an Akka policy): experts that run
+/// as virtual caches of the whole limit, and the shard follows the one
+/// with the most recent virtual hits (see [`Ensemble`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(default, rename_all = "kebab-case")]
 pub struct EnsembleSettings {
     /// The experts, at least one, none itself an ensemble; the first leads
-    /// until another one scores more.
+    /// until another one scores more. Default: `lirs-tinylfu`, then
+    /// `w-tinylfu-hc`.
     pub experts: Vec<ReplacementSettings>,
+    /// Hits are halved every `period_multiplier x limit` messages. Default
+    /// 10, the frequency sketch's reset period.
+    pub period_multiplier: f64,
+    /// Another expert leads once its hits exceed the leader's by more than
+    /// `margin_multiplier x limit`. Default 1: moving the active set over
+    /// to a new leader costs up to `limit` misses.
+    pub margin_multiplier: f64,
+}
+
+impl Default for EnsembleSettings {
+    fn default() -> Self {
+        Self {
+            experts: vec![
+                ReplacementSettings::LowInterReferenceRecencySet(
+                    ReplacementSettings::lirs_tinylfu_settings(),
+                ),
+                ReplacementSettings::w_tinylfu(true),
+            ],
+            period_multiplier: 10.0,
+            margin_multiplier: 1.0,
+        }
+    }
 }
 
 impl EnsembleSettings {
-    fn build<K: PolicyKey>(&self, limit: usize) -> Ensemble<K> {
+    pub(crate) fn build<K: PolicyKey>(&self, limit: usize) -> Ensemble<K> {
         let experts = self
             .experts
             .iter()
             .map(|expert| match expert {
-                ReplacementSettings::Composite(c) => {
-                    Box::new(c.build(limit, None)) as Box<dyn super::area::ActiveArea<K>>
+                // the experts need membership, which a composite has
+                ReplacementSettings::Composite(composite) => {
+                    Box::new(composite.build(limit, None)) as Box<dyn ActiveArea<K>>
                 }
                 other => other.build_area(limit),
             })
             .collect();
-        Ensemble::new(limit, experts)
+        Ensemble::new(
+            limit,
+            experts,
+            self.period_multiplier,
+            self.margin_multiplier,
+        )
     }
 }
 
@@ -332,7 +364,10 @@ impl ReplacementSettings {
     /// from ghost hits as ARC does instead of by hill climbing, see
     /// [`LirsSettings::ghost_sizing`]) and `lirs-tinylfu` (`lirs-arc`
     /// with a TinyLFU filter on new entities, see
-    /// [`LirsSettings::frequency_filter`]).
+    /// [`LirsSettings::frequency_filter`]) and `ensemble` (not an Akka
+    /// policy: `lirs-tinylfu` and `w-tinylfu-hc` as virtual caches, the
+    /// shard following the one with more recent hits, see
+    /// [`EnsembleSettings`]).
     ///
     /// `slru` and `s4lru` truncate every level's share
     /// ([`SegmentedSettings::truncate_levels`]) so that they reproduce
@@ -361,49 +396,17 @@ impl ReplacementSettings {
             "w-tinylfu-hc" | "default" | "default-strategy" => Self::w_tinylfu(true),
             "lirs" => Self::LowInterReferenceRecencySet(LirsSettings::default()),
             "lirs-arc" => Self::LowInterReferenceRecencySet(Self::lirs_arc_settings()),
-            "lirs-tinylfu" => Self::LowInterReferenceRecencySet(LirsSettings {
-                frequency_filter: Some(FrequencySketchSettings::default()),
-                ..Self::lirs_arc_settings()
-            }),
-            "ensemble" => Self::Ensemble(EnsembleSettings {
-                experts: vec![Self::preset("lirs-tinylfu")?, Self::preset("w-tinylfu-hc")?],
-            }),
-            "lirs-x" => {
-                let env = |n: &str, d: f64| {
-                    std::env::var(n)
-                        .ok()
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(d)
-                };
-                Self::LowInterReferenceRecencySet(LirsSettings {
-                    frequency_filter: (env("LX_FILTER", 1.0) > 0.0).then(|| {
-                        FrequencySketchSettings {
-                            width_multiplier: env("LX_WIDTH", 4.0) as usize,
-                            reset_multiplier: env("LX_RESET", 10.0),
-                            ..FrequencySketchSettings::default()
-                        }
-                    }),
-                    history_multiplier: env("LX_HIST", 8.0),
-                    hir_proportion: env("LX_HIR", 0.01),
-                    minimum_proportion: env("LX_MIN", 0.01),
-                    ..Self::lirs_arc_settings()
-                })
-            }
-            "ens-x" => Self::Ensemble(EnsembleSettings {
-                experts: vec![Self::preset("lirs-x")?, Self::preset("w-tinylfu-hc")?],
-            }),
-            "ens-w" => Self::Ensemble(EnsembleSettings {
-                experts: vec![Self::preset("lirs-tinylfu")?, Self::preset("w-tinylfu")?],
-            }),
-            "ens-3" => Self::Ensemble(EnsembleSettings {
-                experts: vec![
-                    Self::preset("lirs-tinylfu")?,
-                    Self::preset("w-tinylfu-hc")?,
-                    Self::preset("lru")?,
-                ],
-            }),
+            "lirs-tinylfu" => Self::LowInterReferenceRecencySet(Self::lirs_tinylfu_settings()),
+            "ensemble" => Self::Ensemble(EnsembleSettings::default()),
             _ => return None,
         })
+    }
+
+    fn lirs_tinylfu_settings() -> LirsSettings {
+        LirsSettings {
+            frequency_filter: Some(FrequencySketchSettings::default()),
+            ..Self::lirs_arc_settings()
+        }
     }
 
     fn lirs_arc_settings() -> LirsSettings {
@@ -467,7 +470,7 @@ impl ReplacementSettings {
 
     /// The policy of a composite's area (a composite inside a composite
     /// is refused by `validate`; here its main area stands in for it).
-    fn build_area<K: PolicyKey>(&self, limit: usize) -> Box<dyn super::area::ActiveArea<K>> {
+    fn build_area<K: PolicyKey>(&self, limit: usize) -> Box<dyn ActiveArea<K>> {
         match self {
             Self::LeastRecentlyUsed(LeastRecentlyUsedSettings { segmented: None }) => {
                 Box::new(LeastRecentlyUsed::new(limit))
@@ -543,7 +546,14 @@ impl ReplacementSettings {
             }
             Self::Composite(composite) => composite.validate_at(at),
             Self::Ensemble(ensemble) => {
-                let at = format!("{at}.ensemble.experts");
+                let at = format!("{at}.ensemble");
+                if !above_zero(ensemble.period_multiplier) {
+                    return refuse(&format!("{at}.period-multiplier"), "must be above 0");
+                }
+                if !(0.0..=f64::MAX).contains(&ensemble.margin_multiplier) {
+                    return refuse(&format!("{at}.margin-multiplier"), "must be at least 0");
+                }
+                let at = format!("{at}.experts");
                 if ensemble.experts.is_empty() {
                     return refuse(&at, "must name at least one expert");
                 }

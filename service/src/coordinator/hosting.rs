@@ -1,0 +1,103 @@
+//! Where the coordinator of an entity type runs, as a node sees it.
+//!
+//! Regions do not care how the choice is made: they ask [`CoordinatorHosting`]
+//! every time they (re)connect. Today one node hosts every coordinator,
+//! chosen by configuration ([`StaticHosting`]); an election through Kafka can
+//! answer the same question later without changing the protocol, because
+//! every coordinator message carries the epoch of the coordinator that sent
+//! it.
+
+use super::CoordinatorHandle;
+use colo_allocation::ExternalAllocationClient;
+use parking_lot::RwLock;
+use std::collections::HashMap;
+
+/// The answer to "where is the coordinator of this entity type?".
+#[derive(Debug, Clone)]
+pub enum CoordinatorLocation {
+    /// This node hosts it.
+    Local {
+        /// The running coordinator.
+        handle: CoordinatorHandle,
+        /// Its epoch: higher than any coordinator before it.
+        epoch: u64,
+        /// The external strategy's client, when the coordinator uses one:
+        /// regions' location updates go there.
+        external: Option<ExternalAllocationClient>,
+    },
+    /// Another node hosts it, at this gRPC address.
+    Remote {
+        /// The hosting node's advertised address.
+        address: String,
+    },
+    /// No coordinator is known yet; regions retry.
+    Unknown,
+}
+
+/// Decides, or learns, which node hosts each coordinator.
+pub trait CoordinatorHosting: Send + Sync + 'static {
+    /// Where the coordinator of `entity_type` is now.
+    fn locate(&self, entity_type: &str) -> CoordinatorLocation;
+}
+
+#[derive(Debug, Clone)]
+struct Hosted {
+    handle: CoordinatorHandle,
+    epoch: u64,
+    external: Option<ExternalAllocationClient>,
+}
+
+/// One node, named by configuration, hosts every coordinator; the others
+/// are told its address.
+#[derive(Debug)]
+pub struct StaticHosting {
+    address: String,
+    local: RwLock<HashMap<String, Hosted>>,
+}
+
+impl StaticHosting {
+    /// Coordinators live on the node advertised as `address`.
+    pub fn new(address: impl Into<String>) -> Self {
+        Self {
+            address: address.into(),
+            local: RwLock::default(),
+        }
+    }
+
+    /// The hosting node's address.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Makes a coordinator started on this node reachable; `external` is
+    /// its strategy's client when it allocates by desired locations.
+    pub fn host(
+        &self,
+        handle: CoordinatorHandle,
+        epoch: u64,
+        external: Option<ExternalAllocationClient>,
+    ) {
+        let entity_type = handle.entity_type().to_string();
+        let hosted = Hosted {
+            handle,
+            epoch,
+            external,
+        };
+        self.local.write().insert(entity_type, hosted);
+    }
+}
+
+impl CoordinatorHosting for StaticHosting {
+    fn locate(&self, entity_type: &str) -> CoordinatorLocation {
+        if let Some(hosted) = self.local.read().get(entity_type).cloned() {
+            return CoordinatorLocation::Local {
+                handle: hosted.handle,
+                epoch: hosted.epoch,
+                external: hosted.external,
+            };
+        }
+        CoordinatorLocation::Remote {
+            address: self.address.clone(),
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! The gRPC transport: nodes in different processes, reached at their
+//! advertised addresses (a node's address is its [`RegionId`]).
+//!
+//! - [`peer`]: this node's Link to each other node (batches and replies);
+//! - [`node_service`]: the server end of other nodes' Links;
+//! - [`coordinator_link`]: a region's stream to a remote coordinator;
+//! - [`coordinator_service`]: the server end, on the hosting node;
+//! - [`convert`]: colo.v1 messages to and from the runtime's types.
+//!
+//! Where a coordinator runs comes from [`CoordinatorHosting`]; a region whose
+//! coordinator is on this node links to it directly, without a socket.
+
+mod convert;
+mod coordinator_link;
+mod coordinator_service;
+mod node_service;
+mod peer;
+
+pub use coordinator_service::CoordinatorService;
+pub use node_service::NodeService;
+
+use super::{Inbound, Transport, TransportError};
+use crate::coordinator::hosting::{CoordinatorHosting, CoordinatorLocation};
+use crate::envelope::{WireEnvelope, WireReply};
+use crate::protocol::CoordinatorLink;
+use colo_allocation::RegionId;
+use futures::future::BoxFuture;
+use node_service::InboundSlot;
+use parking_lot::Mutex;
+use peer::Peer;
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Timings of the gRPC transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrpcSettings {
+    /// How long to wait for a TCP connection and a stream to open.
+    pub connect_timeout: Duration,
+    /// How often both ends of a coordinator link send a heartbeat.
+    pub heartbeat_interval: Duration,
+    /// Silence after which a coordinator link is dropped: the coordinator
+    /// terminates the region, the region registers again.
+    pub region_timeout: Duration,
+}
+
+impl Default for GrpcSettings {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(2),
+            heartbeat_interval: Duration::from_secs(1),
+            region_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// One peer's Link, opened on first use and again after it breaks. The
+/// async lock makes concurrent senders share one connection attempt.
+type PeerSlot = Arc<tokio::sync::Mutex<Option<Arc<Peer>>>>;
+
+/// This node's end of the gRPC network.
+pub struct GrpcTransport {
+    local: RegionId,
+    settings: GrpcSettings,
+    hosting: Arc<dyn CoordinatorHosting>,
+    inbound: InboundSlot,
+    peers: Mutex<HashMap<RegionId, PeerSlot>>,
+    /// Per entity type, the newest coordinator epoch heard.
+    epochs: Mutex<HashMap<String, Arc<AtomicU64>>>,
+}
+
+impl std::fmt::Debug for GrpcTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcTransport")
+            .field("local", &self.local)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GrpcTransport {
+    /// The transport of the node advertised at `address`.
+    pub fn new(
+        address: impl AsRef<str>,
+        settings: GrpcSettings,
+        hosting: Arc<dyn CoordinatorHosting>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            local: RegionId::new(address),
+            settings,
+            hosting,
+            inbound: Arc::default(),
+            peers: Mutex::default(),
+            epochs: Mutex::default(),
+        })
+    }
+
+    /// The services another node or a region calls on this one.
+    pub fn node_service(&self) -> colo_proto::v1::node_server::NodeServer<NodeService> {
+        colo_proto::v1::node_server::NodeServer::new(NodeService::new(self.inbound.clone()))
+    }
+
+    /// The coordinator protocol's server end, for coordinators hosted here.
+    pub fn coordinator_service(
+        &self,
+    ) -> colo_proto::v1::coordinator_server::CoordinatorServer<CoordinatorService> {
+        colo_proto::v1::coordinator_server::CoordinatorServer::new(CoordinatorService::new(
+            self.hosting.clone(),
+            self.settings.clone(),
+        ))
+    }
+
+    async fn peer(&self, to: &RegionId) -> Result<Arc<Peer>, TransportError> {
+        let slot = self.peers.lock().entry(to.clone()).or_default().clone();
+        let mut slot = slot.lock().await;
+        if let Some(peer) = slot.as_ref().filter(|p| !p.is_broken()) {
+            return Ok(peer.clone());
+        }
+        *slot = None;
+        let peer = Peer::open(
+            self.local.as_str(),
+            to.as_str(),
+            self.settings.connect_timeout,
+        )
+        .await
+        .map_err(|_| TransportError::Unreachable(to.clone()))?;
+        let peer = Arc::new(peer);
+        *slot = Some(peer.clone());
+        Ok(peer)
+    }
+
+    fn epoch(&self, entity_type: &str) -> Arc<AtomicU64> {
+        self.epochs
+            .lock()
+            .entry(entity_type.to_string())
+            .or_default()
+            .clone()
+    }
+}
+
+impl Transport for GrpcTransport {
+    fn local(&self) -> &RegionId {
+        &self.local
+    }
+
+    fn deliver(
+        &self,
+        to: &RegionId,
+        batch: Vec<WireEnvelope>,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let to = to.clone();
+        Box::pin(async move {
+            let count = batch.len();
+            let peer = self.peer(&to).await?;
+            let accepted = peer
+                .deliver(batch)
+                .await
+                .map_err(|_| TransportError::Unreachable(to.clone()))?;
+            let accepted = usize::try_from(accepted).unwrap_or(usize::MAX);
+            if accepted >= count {
+                Ok(())
+            } else {
+                Err(TransportError::Refused { node: to, accepted })
+            }
+        })
+    }
+
+    fn reply(&self, to: &RegionId, reply: WireReply) -> BoxFuture<'_, Result<(), TransportError>> {
+        let to = to.clone();
+        Box::pin(async move {
+            if to == self.local {
+                if let Some(inbound) = self.inbound.read().clone() {
+                    inbound.reply(reply);
+                }
+                return Ok(());
+            }
+            let peer = self.peer(&to).await?;
+            peer.reply(reply)
+                .await
+                .map_err(|_| TransportError::Unreachable(to))
+        })
+    }
+
+    fn attach(&self, inbound: Arc<dyn Inbound>) {
+        *self.inbound.write() = Some(inbound);
+    }
+
+    fn detach(&self) {
+        *self.inbound.write() = None;
+    }
+
+    fn connect_coordinator(
+        &self,
+        entity_type: &str,
+        region: RegionId,
+    ) -> BoxFuture<'_, Result<CoordinatorLink, TransportError>> {
+        let entity_type = entity_type.to_string();
+        Box::pin(async move {
+            let unreachable = || TransportError::NoCoordinator(entity_type.clone());
+            match self.hosting.locate(&entity_type) {
+                CoordinatorLocation::Local { handle, .. } => {
+                    handle.connect(region).await.map_err(|_| unreachable())
+                }
+                CoordinatorLocation::Remote { address } => coordinator_link::open(
+                    &address,
+                    &entity_type,
+                    &region,
+                    &self.settings,
+                    self.epoch(&entity_type),
+                )
+                .await
+                .map_err(|reason| {
+                    tracing::debug!(%address, %reason, "coordinator not reachable");
+                    unreachable()
+                }),
+                CoordinatorLocation::Unknown => Err(unreachable()),
+            }
+        })
+    }
+}

@@ -1,0 +1,487 @@
+//! Between the runtime's types and colo.v1's. Everything that comes off the
+//! wire is checked here, so a malformed frame is refused with a reason
+//! instead of reaching a region or the coordinator.
+
+use crate::envelope::{ReplyTo, WireEnvelope, WireReply};
+use crate::error::AskError;
+use crate::inspection::{ClusterShardingStats, RegionStats};
+use crate::protocol::{CoordinatorToRegion, RegionToCoordinator};
+use colo_allocation::{RegionId, ShardId};
+use colo_proto::v1 as pb;
+use pb::coordinator_message::Message as ToRegion;
+use pb::region_message::Message as ToCoordinator;
+use std::time::Duration;
+
+/// A frame that does not make sense.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed {what}: {reason}")]
+pub struct Malformed {
+    what: &'static str,
+    reason: &'static str,
+}
+
+fn malformed(what: &'static str, reason: &'static str) -> Malformed {
+    Malformed { what, reason }
+}
+
+pub fn envelope_to_pb(env: WireEnvelope) -> pb::Envelope {
+    pb::Envelope {
+        entity_type: env.entity_type,
+        entity_id: env.entity_id.into(),
+        shard: env.shard.0,
+        payload: env.payload.into(),
+        reply_to: env.reply_to.map(|r| pb::ReplyTo {
+            node: r.node.to_string(),
+            correlation: r.correlation,
+        }),
+    }
+}
+
+pub fn envelope_from_pb(env: pb::Envelope) -> Result<WireEnvelope, Malformed> {
+    if env.entity_type.is_empty() {
+        return Err(malformed("envelope", "empty entity_type"));
+    }
+    if env.entity_id.is_empty() {
+        return Err(malformed("envelope", "empty entity_id"));
+    }
+    let reply_to = match env.reply_to {
+        Some(r) if r.node.is_empty() => return Err(malformed("envelope", "empty reply_to.node")),
+        Some(r) => Some(ReplyTo {
+            node: RegionId::new(r.node),
+            correlation: r.correlation,
+        }),
+        None => None,
+    };
+    Ok(WireEnvelope {
+        entity_type: env.entity_type,
+        entity_id: env.entity_id.into(),
+        shard: ShardId(env.shard),
+        payload: env.payload.into(),
+        reply_to,
+    })
+}
+
+pub fn reply_to_pb(reply: WireReply) -> pb::Reply {
+    use pb::ask_failure::Kind;
+    let failure = |kind: Kind, message: String| {
+        pb::reply::Result::Failure(pb::AskFailure {
+            kind: kind as i32,
+            message,
+        })
+    };
+    let result = match reply.result {
+        Ok(payload) => pb::reply::Result::Payload(payload.into()),
+        Err(e) => {
+            let message = e.to_string();
+            match e {
+                AskError::Tell(_) => failure(Kind::Refused, message),
+                AskError::Timeout(_) => failure(Kind::Timeout, message),
+                AskError::EntityFailed(m) => failure(Kind::EntityFailed, m),
+                AskError::Dropped(m) => failure(Kind::Dropped, m),
+                AskError::Codec(m) => failure(Kind::Codec, m),
+            }
+        }
+    };
+    pb::Reply {
+        correlation: reply.correlation,
+        result: Some(result),
+    }
+}
+
+/// A failure's kind survives the trip; refusals and timeouts on the remote
+/// node reach the asker as drops with the remote reason, since the asker's
+/// own refusal and timeout variants describe its own node.
+pub fn reply_from_pb(reply: pb::Reply) -> Result<WireReply, Malformed> {
+    use pb::ask_failure::Kind;
+    let result = match reply.result {
+        Some(pb::reply::Result::Payload(p)) => Ok(p.into()),
+        Some(pb::reply::Result::Failure(f)) => Err(match Kind::try_from(f.kind) {
+            Ok(Kind::EntityFailed) => AskError::EntityFailed(f.message),
+            Ok(Kind::Codec) => AskError::Codec(f.message),
+            Ok(Kind::Refused | Kind::Timeout | Kind::Dropped | Kind::Unspecified) | Err(_) => {
+                AskError::Dropped(f.message)
+            }
+        }),
+        None => return Err(malformed("reply", "no result")),
+    };
+    Ok(WireReply {
+        correlation: reply.correlation,
+        result,
+    })
+}
+
+fn duration_to_pb(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+/// A protobuf duration as a std one; negative or absent is refused.
+pub fn duration_from_pb(d: Option<prost_types::Duration>) -> Result<Duration, Malformed> {
+    let d = d.ok_or(malformed("duration", "absent"))?;
+    let seconds = u64::try_from(d.seconds).map_err(|_| malformed("duration", "negative"))?;
+    let nanos = u32::try_from(d.nanos).map_err(|_| malformed("duration", "negative"))?;
+    if nanos >= 1_000_000_000 {
+        return Err(malformed("duration", "nanos out of range"));
+    }
+    Ok(Duration::new(seconds, nanos))
+}
+
+fn stats_to_pb(stats: RegionStats) -> pb::RegionStats {
+    pb::RegionStats {
+        entities: stats
+            .stats
+            .into_iter()
+            .map(|(s, n)| (s.0, n as u64))
+            .collect(),
+        failed: stats.failed.into_iter().map(|s| s.0).collect(),
+    }
+}
+
+fn stats_from_pb(stats: pb::RegionStats) -> RegionStats {
+    RegionStats {
+        stats: stats
+            .entities
+            .into_iter()
+            .map(|(s, n)| (ShardId(s), usize::try_from(n).unwrap_or(usize::MAX)))
+            .collect(),
+        failed: stats.failed.into_iter().map(ShardId).collect(),
+    }
+}
+
+fn shards(ids: Vec<u32>) -> Vec<ShardId> {
+    ids.into_iter().map(ShardId).collect()
+}
+
+pub fn region_message_to_pb(entity_type: &str, message: RegionToCoordinator) -> pb::RegionMessage {
+    let message = match message {
+        RegionToCoordinator::Register {
+            region,
+            proxy,
+            hosted,
+        } => ToCoordinator::Register(pb::Register {
+            region: region.to_string(),
+            proxy,
+            hosted: hosted.into_iter().map(|s| s.0).collect(),
+        }),
+        RegionToCoordinator::GetShardHome { shard } => {
+            ToCoordinator::GetShardHome(pb::GetShardHome { shard: shard.0 })
+        }
+        RegionToCoordinator::ShardStarted { shard } => {
+            ToCoordinator::ShardStarted(pb::ShardStarted { shard: shard.0 })
+        }
+        RegionToCoordinator::BeginHandOffAck { shard } => {
+            ToCoordinator::BeginHandOffAck(pb::BeginHandOffAck { shard: shard.0 })
+        }
+        RegionToCoordinator::ShardStopped { shard } => {
+            ToCoordinator::ShardStopped(pb::ShardStopped { shard: shard.0 })
+        }
+        RegionToCoordinator::GracefulShutdown => {
+            ToCoordinator::GracefulShutdown(pb::GracefulShutdown {})
+        }
+        RegionToCoordinator::GetClusterStats { request, timeout } => {
+            ToCoordinator::GetClusterStats(pb::GetClusterStats {
+                request,
+                timeout: Some(duration_to_pb(timeout)),
+            })
+        }
+        RegionToCoordinator::RegionStats { request, stats } => {
+            ToCoordinator::RegionStats(pb::RegionStatsReply {
+                request,
+                stats: Some(stats_to_pb(stats)),
+            })
+        }
+    };
+    pb::RegionMessage {
+        entity_type: entity_type.to_string(),
+        message: Some(message),
+    }
+}
+
+/// What a region's frame means to the coordinator; heartbeats and location
+/// updates are the transport's business and come back as such.
+#[derive(Debug)]
+pub enum FromRegion {
+    Protocol(RegionToCoordinator),
+    Heartbeat,
+    UpdateLocations(Vec<(ShardId, RegionId)>),
+}
+
+pub fn region_message_from_pb(message: pb::RegionMessage) -> Result<FromRegion, Malformed> {
+    let what = "region message";
+    let message = message.message.ok_or(malformed(what, "empty"))?;
+    Ok(FromRegion::Protocol(match message {
+        ToCoordinator::Register(r) => {
+            if r.region.is_empty() {
+                return Err(malformed(what, "register without a region"));
+            }
+            RegionToCoordinator::Register {
+                region: RegionId::new(r.region),
+                proxy: r.proxy,
+                hosted: shards(r.hosted),
+            }
+        }
+        ToCoordinator::GetShardHome(m) => RegionToCoordinator::GetShardHome {
+            shard: ShardId(m.shard),
+        },
+        ToCoordinator::ShardStarted(m) => RegionToCoordinator::ShardStarted {
+            shard: ShardId(m.shard),
+        },
+        ToCoordinator::BeginHandOffAck(m) => RegionToCoordinator::BeginHandOffAck {
+            shard: ShardId(m.shard),
+        },
+        ToCoordinator::ShardStopped(m) => RegionToCoordinator::ShardStopped {
+            shard: ShardId(m.shard),
+        },
+        ToCoordinator::GracefulShutdown(_) => RegionToCoordinator::GracefulShutdown,
+        ToCoordinator::GetClusterStats(m) => RegionToCoordinator::GetClusterStats {
+            request: m.request,
+            timeout: duration_from_pb(m.timeout)?,
+        },
+        ToCoordinator::RegionStats(m) => RegionToCoordinator::RegionStats {
+            request: m.request,
+            stats: stats_from_pb(m.stats.unwrap_or_default()),
+        },
+        ToCoordinator::Heartbeat(_) => return Ok(FromRegion::Heartbeat),
+        ToCoordinator::UpdateLocations(u) => {
+            return Ok(FromRegion::UpdateLocations(
+                u.locations
+                    .into_iter()
+                    .map(|l| (ShardId(l.shard), RegionId::new(l.region)))
+                    .collect(),
+            ))
+        }
+    }))
+}
+
+pub fn coordinator_message_to_pb(
+    epoch: u64,
+    message: CoordinatorToRegion,
+) -> pb::CoordinatorMessage {
+    let message = match message {
+        CoordinatorToRegion::RegisterAck => ToRegion::RegisterAck(pb::RegisterAck {}),
+        CoordinatorToRegion::ShardHome { shard, region } => ToRegion::ShardHome(pb::ShardHome {
+            location: Some(pb::ShardLocation {
+                shard: shard.0,
+                region: region.to_string(),
+            }),
+        }),
+        CoordinatorToRegion::HostShard { shard } => {
+            ToRegion::HostShard(pb::HostShard { shard: shard.0 })
+        }
+        CoordinatorToRegion::BeginHandOff { shard } => {
+            ToRegion::BeginHandOff(pb::BeginHandOff { shard: shard.0 })
+        }
+        CoordinatorToRegion::HandOff { shard } => ToRegion::HandOff(pb::HandOff { shard: shard.0 }),
+        CoordinatorToRegion::RegionTerminated { region } => {
+            ToRegion::RegionTerminated(pb::RegionTerminated {
+                region: region.to_string(),
+            })
+        }
+        CoordinatorToRegion::GetRegionStats { request, timeout } => {
+            ToRegion::GetRegionStats(pb::GetRegionStats {
+                request,
+                timeout: Some(duration_to_pb(timeout)),
+            })
+        }
+        CoordinatorToRegion::ClusterStats { request, stats } => {
+            ToRegion::ClusterStats(pb::ClusterStats {
+                request,
+                regions: stats
+                    .regions
+                    .into_iter()
+                    .map(|(r, s)| (r.to_string(), stats_to_pb(s)))
+                    .collect(),
+                failed_regions: stats.failed_regions.iter().map(|r| r.to_string()).collect(),
+            })
+        }
+    };
+    pb::CoordinatorMessage {
+        epoch,
+        message: Some(message),
+    }
+}
+
+/// What a coordinator frame means to a region.
+#[derive(Debug)]
+pub enum FromCoordinator {
+    Protocol(CoordinatorToRegion),
+    Heartbeat,
+    Refused(String),
+}
+
+pub fn coordinator_message_from_pb(message: ToRegion) -> Result<FromCoordinator, Malformed> {
+    let what = "coordinator message";
+    Ok(FromCoordinator::Protocol(match message {
+        ToRegion::RegisterAck(_) => CoordinatorToRegion::RegisterAck,
+        ToRegion::ShardHome(m) => {
+            let l = m
+                .location
+                .ok_or(malformed(what, "shard home without a location"))?;
+            if l.region.is_empty() {
+                return Err(malformed(what, "shard home without a region"));
+            }
+            CoordinatorToRegion::ShardHome {
+                shard: ShardId(l.shard),
+                region: RegionId::new(l.region),
+            }
+        }
+        ToRegion::HostShard(m) => CoordinatorToRegion::HostShard {
+            shard: ShardId(m.shard),
+        },
+        ToRegion::BeginHandOff(m) => CoordinatorToRegion::BeginHandOff {
+            shard: ShardId(m.shard),
+        },
+        ToRegion::HandOff(m) => CoordinatorToRegion::HandOff {
+            shard: ShardId(m.shard),
+        },
+        ToRegion::RegionTerminated(m) => CoordinatorToRegion::RegionTerminated {
+            region: RegionId::new(m.region),
+        },
+        ToRegion::GetRegionStats(m) => CoordinatorToRegion::GetRegionStats {
+            request: m.request,
+            timeout: duration_from_pb(m.timeout)?,
+        },
+        ToRegion::ClusterStats(m) => CoordinatorToRegion::ClusterStats {
+            request: m.request,
+            stats: ClusterShardingStats {
+                regions: m
+                    .regions
+                    .into_iter()
+                    .map(|(r, s)| (RegionId::new(r), stats_from_pb(s)))
+                    .collect(),
+                failed_regions: m.failed_regions.into_iter().map(RegionId::new).collect(),
+            },
+        },
+        ToRegion::Heartbeat(_) => return Ok(FromCoordinator::Heartbeat),
+        ToRegion::Refused(r) => return Ok(FromCoordinator::Refused(r.reason)),
+    }))
+}
+
+pub fn heartbeat_to_coordinator(entity_type: &str) -> pb::RegionMessage {
+    pb::RegionMessage {
+        entity_type: entity_type.to_string(),
+        message: Some(ToCoordinator::Heartbeat(pb::Heartbeat {})),
+    }
+}
+
+pub fn heartbeat_to_region(epoch: u64) -> pb::CoordinatorMessage {
+    pb::CoordinatorMessage {
+        epoch,
+        message: Some(ToRegion::Heartbeat(pb::Heartbeat {})),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn envelopes_and_replies_survive_the_trip() {
+        let env = WireEnvelope {
+            entity_type: "counter".into(),
+            entity_id: "a".into(),
+            shard: ShardId(7),
+            payload: Bytes::from_static(b"\x01\x02"),
+            reply_to: Some(ReplyTo {
+                node: RegionId::new("127.0.0.1:1"),
+                correlation: 9,
+            }),
+        };
+        assert_eq!(envelope_from_pb(envelope_to_pb(env.clone())), Ok(env));
+        let ok = WireReply {
+            correlation: 3,
+            result: Ok(Bytes::from_static(b"x")),
+        };
+        assert_eq!(reply_from_pb(reply_to_pb(ok.clone())), Ok(ok));
+        let failed = WireReply {
+            correlation: 4,
+            result: Err(AskError::EntityFailed("boom".into())),
+        };
+        assert_eq!(reply_from_pb(reply_to_pb(failed.clone())), Ok(failed));
+    }
+
+    #[test]
+    fn malformed_frames_are_refused() {
+        let empty = pb::Envelope::default();
+        assert!(envelope_from_pb(empty).is_err());
+        assert!(reply_from_pb(pb::Reply::default()).is_err());
+        assert!(region_message_from_pb(pb::RegionMessage::default()).is_err());
+        let negative = prost_types::Duration {
+            seconds: -1,
+            nanos: 0,
+        };
+        assert!(duration_from_pb(Some(negative)).is_err());
+    }
+
+    #[test]
+    fn every_protocol_message_survives_the_trip() {
+        let stats = RegionStats {
+            stats: BTreeMap::from([(ShardId(1), 3)]),
+            failed: vec![ShardId(2)],
+        };
+        let up = [
+            RegionToCoordinator::Register {
+                region: RegionId::new("r"),
+                proxy: false,
+                hosted: vec![ShardId(1)],
+            },
+            RegionToCoordinator::GetShardHome { shard: ShardId(1) },
+            RegionToCoordinator::ShardStarted { shard: ShardId(1) },
+            RegionToCoordinator::BeginHandOffAck { shard: ShardId(1) },
+            RegionToCoordinator::ShardStopped { shard: ShardId(1) },
+            RegionToCoordinator::GracefulShutdown,
+            RegionToCoordinator::GetClusterStats {
+                request: 1,
+                timeout: Duration::from_millis(1500),
+            },
+            RegionToCoordinator::RegionStats {
+                request: 1,
+                stats: stats.clone(),
+            },
+        ];
+        for m in up {
+            let back = region_message_from_pb(region_message_to_pb("t", m.clone()));
+            assert!(
+                matches!(back, Ok(FromRegion::Protocol(ref b)) if *b == m),
+                "{m:?}"
+            );
+        }
+        let down = [
+            CoordinatorToRegion::RegisterAck,
+            CoordinatorToRegion::ShardHome {
+                shard: ShardId(1),
+                region: RegionId::new("r"),
+            },
+            CoordinatorToRegion::HostShard { shard: ShardId(1) },
+            CoordinatorToRegion::BeginHandOff { shard: ShardId(1) },
+            CoordinatorToRegion::HandOff { shard: ShardId(1) },
+            CoordinatorToRegion::RegionTerminated {
+                region: RegionId::new("r"),
+            },
+            CoordinatorToRegion::GetRegionStats {
+                request: 2,
+                timeout: Duration::from_secs(1),
+            },
+            CoordinatorToRegion::ClusterStats {
+                request: 2,
+                stats: ClusterShardingStats {
+                    regions: BTreeMap::from([(RegionId::new("r"), stats)]),
+                    failed_regions: vec![RegionId::new("s")],
+                },
+            },
+        ];
+        for m in down {
+            let pb = coordinator_message_to_pb(5, m.clone());
+            assert_eq!(pb.epoch, 5);
+            let back = coordinator_message_from_pb(pb.message.unwrap());
+            assert!(
+                matches!(back, Ok(FromCoordinator::Protocol(ref b)) if *b == m),
+                "{m:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! A region's link to a coordinator on another node: the runtime's pair of
+//! channels bridged to one `colo.v1.Coordinator/Link` stream, with
+//! heartbeats both ways.
+//!
+//! The link ends (and the region registers again on its next tick) when the
+//! stream breaks, or when the coordinator has sent nothing for
+//! `region_timeout`. Frames from a coordinator of an older epoch than one
+//! already heard are ignored: they come from a coordinator that has been
+//! replaced.
+
+use super::convert::{self, FromCoordinator};
+use super::GrpcSettings;
+use crate::protocol::{CoordinatorLink, CoordinatorToRegion, RegionToCoordinator, LINK_CAPACITY};
+use colo_allocation::RegionId;
+use colo_proto::v1 as pb;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// Opens the stream to the coordinator at `address`.
+pub async fn open(
+    address: &str,
+    entity_type: &str,
+    _region: &RegionId,
+    settings: &GrpcSettings,
+    newest_epoch: Arc<AtomicU64>,
+) -> Result<CoordinatorLink, String> {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(settings.connect_timeout)
+        .tcp_nodelay(true);
+    let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
+    let mut client = pb::coordinator_client::CoordinatorClient::new(channel);
+    let (up, up_rx) = mpsc::channel(LINK_CAPACITY);
+    let down = tokio::time::timeout(
+        settings.connect_timeout,
+        client.link(ReceiverStream::new(up_rx)),
+    );
+    let (to_coordinator, from_region) = mpsc::channel(LINK_CAPACITY);
+    let (to_region, from_coordinator) = mpsc::channel(LINK_CAPACITY);
+    tokio::spawn(pump_up(
+        entity_type.to_string(),
+        from_region,
+        up,
+        settings.heartbeat_interval,
+    ));
+    let down = down
+        .await
+        .map_err(|_| "coordinator did not answer in time".to_string())?
+        .map_err(|status| status.message().to_string())?
+        .into_inner();
+    tokio::spawn(pump_down(
+        down,
+        to_region,
+        settings.region_timeout,
+        newest_epoch,
+    ));
+    Ok(CoordinatorLink {
+        to_coordinator,
+        from_coordinator,
+    })
+}
+
+/// Region to coordinator, with a heartbeat every interval. Ends when the
+/// region drops its sender (it lost or left the link): that closes the
+/// stream, which the coordinator sees as the region leaving.
+async fn pump_up(
+    entity_type: String,
+    mut from_region: mpsc::Receiver<RegionToCoordinator>,
+    up: mpsc::Sender<pb::RegionMessage>,
+    heartbeat_interval: std::time::Duration,
+) {
+    let mut heartbeat = tokio::time::interval(heartbeat_interval);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let frame = tokio::select! {
+            biased;
+            message = from_region.recv() => match message {
+                Some(message) => convert::region_message_to_pb(&entity_type, message),
+                None => return,
+            },
+            _ = heartbeat.tick() => convert::heartbeat_to_coordinator(&entity_type),
+        };
+        if up.send(frame).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Coordinator to region. Ends when the stream breaks, the coordinator is
+/// silent for `region_timeout`, or the region dropped its receiver; dropping
+/// `to_region` then tells the region that the link is lost.
+async fn pump_down(
+    mut down: tonic::Streaming<pb::CoordinatorMessage>,
+    to_region: mpsc::Sender<CoordinatorToRegion>,
+    region_timeout: std::time::Duration,
+    newest_epoch: Arc<AtomicU64>,
+) {
+    loop {
+        let frame = match tokio::time::timeout(region_timeout, down.message()).await {
+            Err(_) => {
+                tracing::warn!(timeout = ?region_timeout, "coordinator silent; dropping the link");
+                return;
+            }
+            Ok(Err(status)) => {
+                tracing::debug!(%status, "coordinator link broke");
+                return;
+            }
+            Ok(Ok(None)) => return,
+            Ok(Ok(Some(frame))) => frame,
+        };
+        let newest = newest_epoch.fetch_max(frame.epoch, Ordering::AcqRel);
+        if frame.epoch < newest {
+            tracing::debug!(
+                epoch = frame.epoch,
+                newest,
+                "message from an older coordinator ignored"
+            );
+            continue;
+        }
+        let Some(message) = frame.message else {
+            continue;
+        };
+        match convert::coordinator_message_from_pb(message) {
+            Ok(FromCoordinator::Protocol(message)) => {
+                if to_region.send(message).await.is_err() {
+                    return;
+                }
+            }
+            Ok(FromCoordinator::Heartbeat) => {}
+            Ok(FromCoordinator::Refused(reason)) => {
+                tracing::warn!(%reason, "coordinator refused a message");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "malformed coordinator message; dropping the link");
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! The server end of regions' coordinator links, on the node that hosts the
+//! coordinator: each stream becomes a link to the local coordinator.
+//!
+//! The stream's end, or silence from the region for `region_timeout`
+//! (heartbeats count), drops the link, which the coordinator takes as the
+//! region's termination: its shards are deallocated and start elsewhere on
+//! their next message.
+
+use super::convert::{self, FromRegion};
+use super::GrpcSettings;
+use crate::coordinator::hosting::{CoordinatorHosting, CoordinatorLocation};
+use crate::protocol::{CoordinatorLink, RegionToCoordinator};
+use colo_allocation::ExternalAllocationClient;
+use colo_proto::v1 as pb;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// Frames waiting to be written to one region. The coordinator's own link
+/// channel is bounded too; this only decouples the socket from it.
+const DOWN_CAPACITY: usize = 1024;
+
+type Down = mpsc::Sender<Result<pb::CoordinatorMessage, Status>>;
+
+/// The `colo.v1.Coordinator` service.
+pub struct CoordinatorService {
+    hosting: Arc<dyn CoordinatorHosting>,
+    settings: GrpcSettings,
+}
+
+impl std::fmt::Debug for CoordinatorService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoordinatorService").finish_non_exhaustive()
+    }
+}
+
+impl CoordinatorService {
+    pub fn new(hosting: Arc<dyn CoordinatorHosting>, settings: GrpcSettings) -> Self {
+        Self { hosting, settings }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::coordinator_server::Coordinator for CoordinatorService {
+    type LinkStream = ReceiverStream<Result<pb::CoordinatorMessage, Status>>;
+
+    async fn link(
+        &self,
+        request: Request<Streaming<pb::RegionMessage>>,
+    ) -> Result<Response<Self::LinkStream>, Status> {
+        let (down, rx) = mpsc::channel(DOWN_CAPACITY);
+        let session = Session {
+            hosting: self.hosting.clone(),
+            settings: self.settings.clone(),
+            down,
+        };
+        // Answer the call at once: the region sends Register only once it
+        // has the stream, so waiting for it here would stall both ends.
+        tokio::spawn(session.run(request.into_inner()));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+struct Session {
+    hosting: Arc<dyn CoordinatorHosting>,
+    settings: GrpcSettings,
+    down: Down,
+}
+
+impl Session {
+    async fn fail(&self, status: Status) {
+        let _ = self.down.send(Err(status)).await;
+    }
+
+    async fn run(self, mut frames: Streaming<pb::RegionMessage>) {
+        let first = match tokio::time::timeout(self.settings.region_timeout, frames.message()).await
+        {
+            Ok(Ok(Some(first))) => first,
+            Ok(Ok(None)) | Ok(Err(_)) => return,
+            Err(_) => {
+                return self
+                    .fail(Status::deadline_exceeded(
+                        "no Register within the region timeout",
+                    ))
+                    .await
+            }
+        };
+        let entity_type = first.entity_type.clone();
+        let register = match convert::region_message_from_pb(first) {
+            Ok(FromRegion::Protocol(m @ RegionToCoordinator::Register { .. })) => m,
+            Ok(_) => {
+                return self
+                    .fail(Status::invalid_argument(
+                        "the first message must be register",
+                    ))
+                    .await
+            }
+            Err(e) => return self.fail(Status::invalid_argument(e.to_string())).await,
+        };
+        let RegionToCoordinator::Register { region, .. } = &register else {
+            return;
+        };
+        let region = region.clone();
+        let (handle, epoch, external) = match self.hosting.locate(&entity_type) {
+            CoordinatorLocation::Local {
+                handle,
+                epoch,
+                external,
+            } => (handle, epoch, external),
+            _ => {
+                let reason = format!("this node does not host the coordinator of {entity_type:?}");
+                return self.fail(Status::failed_precondition(reason)).await;
+            }
+        };
+        let Ok(link) = handle.connect(region.clone()).await else {
+            return self
+                .fail(Status::unavailable("coordinator has stopped"))
+                .await;
+        };
+        let CoordinatorLink {
+            to_coordinator,
+            from_coordinator,
+        } = link;
+        if to_coordinator.send(register).await.is_err() {
+            return self
+                .fail(Status::unavailable("coordinator has stopped"))
+                .await;
+        }
+        tokio::spawn(pump_down(
+            from_coordinator,
+            self.down.clone(),
+            epoch,
+            self.settings.heartbeat_interval,
+        ));
+        let silent = self
+            .pump_up(
+                &entity_type,
+                &region,
+                frames,
+                &to_coordinator,
+                (epoch, external),
+            )
+            .await;
+        if silent {
+            tracing::warn!(%region, %entity_type, timeout = ?self.settings.region_timeout, "region silent; terminating it");
+        }
+        // Dropping `to_coordinator` here ends the link: the region is gone.
+    }
+
+    /// Region to coordinator until the stream ends; `true` when it ended by
+    /// silence.
+    async fn pump_up(
+        &self,
+        entity_type: &str,
+        region: &colo_allocation::RegionId,
+        mut frames: Streaming<pb::RegionMessage>,
+        to_coordinator: &mpsc::Sender<RegionToCoordinator>,
+        (epoch, external): (u64, Option<ExternalAllocationClient>),
+    ) -> bool {
+        loop {
+            let frame =
+                match tokio::time::timeout(self.settings.region_timeout, frames.message()).await {
+                    Err(_) => return true,
+                    Ok(Ok(Some(frame))) => frame,
+                    Ok(Ok(None)) | Ok(Err(_)) => return false,
+                };
+            if frame.entity_type != entity_type {
+                let reason = format!(
+                    "entity_type {:?} on a link for {entity_type:?}",
+                    frame.entity_type
+                );
+                self.fail(Status::invalid_argument(reason)).await;
+                return false;
+            }
+            match convert::region_message_from_pb(frame) {
+                Ok(FromRegion::Protocol(message)) => {
+                    if to_coordinator.send(message).await.is_err() {
+                        return false;
+                    }
+                }
+                Ok(FromRegion::Heartbeat) => {}
+                Ok(FromRegion::UpdateLocations(locations)) => match &external {
+                    Some(client) => client.set_locations(locations),
+                    None => {
+                        let refused = pb::CoordinatorMessage {
+                            epoch,
+                            message: Some(pb::coordinator_message::Message::Refused(pb::Refused {
+                                reason: "the coordinator's allocation strategy is not external"
+                                    .into(),
+                            })),
+                        };
+                        let _ = self.down.send(Ok(refused)).await;
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(%region, error = %e, "malformed message from region");
+                    self.fail(Status::invalid_argument(e.to_string())).await;
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// Coordinator to region, stamped with the epoch, plus a heartbeat every
+/// interval. Ends when the coordinator drops the link or the region's
+/// stream is gone.
+async fn pump_down(
+    mut from_coordinator: mpsc::Receiver<crate::protocol::CoordinatorToRegion>,
+    down: Down,
+    epoch: u64,
+    heartbeat_interval: std::time::Duration,
+) {
+    let mut heartbeat = tokio::time::interval(heartbeat_interval);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let frame = tokio::select! {
+            biased;
+            message = from_coordinator.recv() => match message {
+                Some(message) => convert::coordinator_message_to_pb(epoch, message),
+                None => return,
+            },
+            _ = heartbeat.tick() => convert::heartbeat_to_region(epoch),
+        };
+        if down.send(Ok(frame)).await.is_err() {
+            return;
+        }
+    }
+}
