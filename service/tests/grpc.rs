@@ -108,9 +108,9 @@ async fn asks_reach_entities_on_every_node_over_grpc() {
     .await;
     // Each id gets 3 adds, one through each node, in turn.
     let ids: Vec<String> = (0..60).map(|i| format!("id-{i}")).collect();
-    for round in 0..3 {
+    for (round, via) in nodes.iter().enumerate() {
         for id in &ids {
-            let value = nodes[round]
+            let value = via
                 .region
                 .ask(id, CounterMsg::Add(1), ASK)
                 .await
