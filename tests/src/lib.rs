@@ -1,10 +1,13 @@
-//! End-to-end tests for colo.
+//! End-to-end test support: `colo run` processes on loopback ports, and
+//! clients for their gRPC and admin HTTP endpoints.
 //!
-//! This crate will start real `colo` processes, a real Kafka-protocol broker
-//! and a real Prometheus server on loopback, and check what users rely on:
-//! no event lost or applied twice when a node is killed under load, shards
-//! moving on rebalance, metrics scraped.
-//!
-//! The in-process cluster tests of the sharding runtime live with the runtime
-//! in `service/tests/`, because they need no process or broker.
+//! # Layout
+//! - [`process`]: a node process started from a generated config, stopped
+//!   by its PID when dropped.
+//! - [`http`]: a minimal HTTP/1.1 GET for the admin endpoints.
+//! - [`wait`]: waiting for a condition with a deadline.
 #![forbid(unsafe_code)]
+
+pub mod http;
+pub mod process;
+pub mod wait;

@@ -1,0 +1,28 @@
+//! A minimal HTTP/1.1 GET, enough for `/metrics` and the health endpoints.
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Status code and body of `GET path` on `address`.
+///
+/// # Errors
+/// The connection failed or the answer is not HTTP.
+pub async fn get(address: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(address).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP answer");
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(bad)?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}

@@ -1,0 +1,203 @@
+//! `colo run` as a child process, configured by a generated TOML file, its
+//! output kept in a log file that a failing test prints.
+
+use colo_proto::v1::sharding_client::ShardingClient;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+use tonic::transport::Channel;
+
+/// The `colo` binary next to the test executable (cargo builds it for the
+/// service crate's own integration tests in the same `cargo test`).
+pub fn colo_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target directory");
+    let colo = dir.join(format!("colo{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        colo.exists(),
+        "{} not found: build it with `cargo build -p colo` (cargo test --workspace does)",
+        colo.display()
+    );
+    colo
+}
+
+/// A loopback port nobody listens on now. Another process may take it
+/// before the node binds it; on this machine the window is small enough.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// One node of a test cluster.
+#[derive(Debug)]
+pub struct NodeProcess {
+    /// The node's advertised gRPC address (`127.0.0.1:port`).
+    pub grpc: String,
+    /// Its admin HTTP address.
+    pub admin: String,
+    config: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl NodeProcess {
+    /// Starts a node whose coordinator lives at `coordinator` (its own
+    /// address when `None`); `extra` is appended to the generated config.
+    pub fn start(coordinator: Option<&str>, extra: &str) -> Self {
+        let grpc = format!("127.0.0.1:{}", free_port());
+        let admin = format!("127.0.0.1:{}", free_port());
+        let coordinator = coordinator.unwrap_or(&grpc);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = dir.path().join("colo.toml");
+        let text = format!(
+            r#"[node]
+listen = "{grpc}"
+admin_listen = "{admin}"
+entity_types = ["counter"]
+
+[coordinator]
+address = "{coordinator}"
+heartbeat_interval = "200ms"
+region_timeout = "2s"
+
+[sharding]
+number_of_shards = 12
+retry_interval = "200ms"
+rebalance_interval = "500ms"
+handoff_timeout = "10s"
+shard_start_timeout = "2s"
+
+[log]
+level = "info,colo=debug"
+{extra}
+"#
+        );
+        std::fs::write(&config, text).expect("write config");
+        let log = dir.path().join("colo.log");
+        let mut node = Self {
+            grpc,
+            admin,
+            config,
+            log,
+            child: None,
+            _dir: dir,
+        };
+        node.spawn();
+        node
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open log file");
+        let err = log.try_clone().expect("clone log file");
+        let child = Command::new(colo_binary())
+            .arg("run")
+            .arg("--config")
+            .arg(&self.config)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .expect("start colo run");
+        self.child = Some(child);
+    }
+
+    /// Starts the node again with the same config, after it stopped.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "node still running");
+        self.spawn();
+    }
+
+    /// The process ID, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// kill -9: the process dies at once, without a hand-off.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits for the process to exit on its own.
+    pub async fn exited(&mut self, deadline: Duration) -> ExitStatus {
+        let end = tokio::time::Instant::now() + deadline;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Some(status) = child.try_wait().expect("child status") {
+                    self.child = None;
+                    return status;
+                }
+            } else {
+                panic!("node not running");
+            }
+            assert!(
+                tokio::time::Instant::now() < end,
+                "node {} did not exit within {deadline:?}; log:\n{}",
+                self.grpc,
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Everything the process printed.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether `/health/ready` answers 200.
+    pub async fn ready(&self) -> bool {
+        matches!(
+            crate::http::get(&self.admin, "/health/ready").await,
+            Ok((200, _))
+        )
+    }
+
+    /// Waits until the node is ready, printing its log if it never is.
+    pub async fn await_ready(&self, deadline: Duration) {
+        let end = tokio::time::Instant::now() + deadline;
+        while !self.ready().await {
+            assert!(
+                tokio::time::Instant::now() < end,
+                "node {} not ready within {deadline:?}; log:\n{}",
+                self.grpc,
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A client of the node's Sharding API.
+    pub async fn client(&self) -> ShardingClient<Channel> {
+        ShardingClient::connect(format!("http://{}", self.grpc))
+            .await
+            .unwrap_or_else(|e| panic!("connect to {}: {e}; log:\n{}", self.grpc, self.logs()))
+    }
+
+    /// The channel to the node's gRPC server.
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.grpc))
+            .expect("valid address")
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.grpc))
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,436 @@
+//! Several `colo run` processes on loopback: the runtime over gRPC, the
+//! client API, health, metrics and reflection, as an operator meets them.
+//! Every test has its own ports, so they run in parallel.
+
+use colo_proto::v1 as pb;
+use colo_tests::process::{colo_binary, NodeProcess};
+use colo_tests::{http, wait};
+use pb::sharding_client::ShardingClient;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+use tonic::transport::Channel;
+use tonic::Code;
+
+const READY: Duration = Duration::from_secs(30);
+
+fn json(text: &str) -> Option<pb::Payload> {
+    Some(pb::Payload {
+        content_type: "application/json".into(),
+        data: text.as_bytes().to_vec(),
+    })
+}
+
+fn ask_request(id: &str, message: &str) -> pb::AskRequest {
+    pb::AskRequest {
+        entity_type: "counter".into(),
+        entity_id: id.into(),
+        payload: json(message),
+        timeout: Some(prost_types::Duration {
+            seconds: 10,
+            nanos: 0,
+        }),
+    }
+}
+
+/// The counter's value after `message`, as the entity answered it.
+async fn ask(
+    client: &mut ShardingClient<Channel>,
+    id: &str,
+    message: &str,
+) -> Result<i64, tonic::Status> {
+    let reply = client.ask(ask_request(id, message)).await?.into_inner();
+    let data = reply.reply.map(|p| p.data).unwrap_or_default();
+    let text = String::from_utf8(data).map_err(|e| tonic::Status::internal(e.to_string()))?;
+    text.trim()
+        .parse()
+        .map_err(|_| tonic::Status::internal(format!("not a counter value: {text}")))
+}
+
+/// Entity ids per region, from each node's RegionState.
+async fn entities_by_node(nodes: &[&NodeProcess]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut by_node = BTreeMap::new();
+    for node in nodes {
+        let state = node
+            .client()
+            .await
+            .region_state(pb::RegionStateRequest {
+                entity_type: "counter".into(),
+                timeout: None,
+            })
+            .await
+            .expect("region state")
+            .into_inner();
+        let ids = state
+            .shards
+            .into_iter()
+            .flat_map(|s| s.entity_ids)
+            .collect();
+        by_node.insert(node.grpc.clone(), ids);
+    }
+    by_node
+}
+
+/// Shards per region, from the coordinator's view through `via`.
+async fn shards_by_region(via: &NodeProcess) -> Option<BTreeMap<String, usize>> {
+    let stats = via
+        .client()
+        .await
+        .cluster_stats(pb::ClusterStatsRequest {
+            entity_type: "counter".into(),
+            timeout: None,
+        })
+        .await
+        .ok()?
+        .into_inner();
+    Some(
+        stats
+            .regions
+            .into_iter()
+            .map(|r| (r.region, r.entities.len()))
+            .collect(),
+    )
+}
+
+async fn cluster_of_three() -> (NodeProcess, NodeProcess, NodeProcess) {
+    let a = NodeProcess::start(None, "");
+    let b = NodeProcess::start(Some(&a.grpc), "");
+    let c = NodeProcess::start(Some(&a.grpc), "");
+    for node in [&a, &b, &c] {
+        node.await_ready(READY).await;
+    }
+    (a, b, c)
+}
+
+fn ids(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// Scenario 2 of the concepts page, across processes: a message for a
+/// shard whose home is another node is forwarded there, and every later
+/// message through any node reaches the same entity.
+#[tokio::test]
+async fn scenario_2_messages_reach_a_home_on_another_node() {
+    let (a, b, c) = cluster_of_three().await;
+    let ids = ids("s2", 40);
+    let mut via_a = a.client().await;
+    for id in &ids {
+        assert_eq!(ask(&mut via_a, id, r#"{"Add":1}"#).await.unwrap(), 1);
+    }
+    let by_node = entities_by_node(&[&a, &b, &c]).await;
+    let all: BTreeSet<String> = by_node.values().flatten().cloned().collect();
+    assert_eq!(all, ids.iter().cloned().collect());
+    let live: usize = by_node.values().map(BTreeSet::len).sum();
+    assert_eq!(live, ids.len(), "an entity lives twice: {by_node:?}");
+    assert!(
+        by_node[&b.grpc].len() + by_node[&c.grpc].len() > 0,
+        "nothing was forwarded: {by_node:?}"
+    );
+    // Through another node: the same entities, one message later.
+    let mut via_c = c.client().await;
+    for id in &ids {
+        assert_eq!(ask(&mut via_c, id, r#"{"Add":1}"#).await.unwrap(), 2);
+    }
+}
+
+/// A node that joins gets its share of the shards.
+#[tokio::test]
+async fn a_joining_node_receives_shards() {
+    let a = NodeProcess::start(None, "");
+    let b = NodeProcess::start(Some(&a.grpc), "");
+    a.await_ready(READY).await;
+    b.await_ready(READY).await;
+    let mut via_a = a.client().await;
+    for id in ids("join", 120) {
+        ask(&mut via_a, &id, r#""Get""#).await.unwrap();
+    }
+    let c = NodeProcess::start(Some(&a.grpc), "");
+    c.await_ready(READY).await;
+    wait::until(
+        "the new node hosts shards",
+        Duration::from_secs(30),
+        || async {
+            shards_by_region(&a)
+                .await
+                .is_some_and(|s| s.get(&c.grpc).is_some_and(|n| *n >= 3) && s.len() == 3)
+        },
+    )
+    .await;
+}
+
+/// A node asked to shut down hands its shards over first: asks running
+/// meanwhile through another node all get their answer.
+#[tokio::test]
+async fn graceful_shutdown_moves_shards_and_loses_no_acknowledged_message() {
+    let (a, mut b, c) = cluster_of_three().await;
+    let ids = ids("gs", 30);
+    let mut via_a = a.client().await;
+    for id in &ids {
+        ask(&mut via_a, id, r#"{"Add":1}"#).await.unwrap();
+    }
+    let before = entities_by_node(&[&b]).await;
+    assert!(!before[&b.grpc].is_empty(), "b hosts nothing: {before:?}");
+
+    let load = {
+        let ids = ids.clone();
+        let mut client = c.client().await;
+        tokio::spawn(async move {
+            let mut answered = 0;
+            for _round in 0..15 {
+                for id in &ids {
+                    ask(&mut client, id, r#"{"Add":1}"#)
+                        .await
+                        .unwrap_or_else(|e| panic!("ask {id} failed during the shutdown: {e}"));
+                    answered += 1;
+                }
+            }
+            answered
+        })
+    };
+    b.client()
+        .await
+        .shutdown(pb::ShutdownRequest {})
+        .await
+        .expect("shutdown accepted");
+    let status = b.exited(Duration::from_secs(60)).await;
+    assert!(
+        status.success(),
+        "b exited with {status}; log:\n{}",
+        b.logs()
+    );
+    assert_eq!(load.await.unwrap(), 15 * ids.len());
+    let regions = shards_by_region(&a).await.expect("cluster stats");
+    assert_eq!(regions.len(), 2, "{regions:?}");
+    assert!(!regions.contains_key(&b.grpc));
+}
+
+/// kill -9 of a node that does not host the coordinator: its shards start
+/// elsewhere, and asks to its entities succeed again; restarted with the
+/// same config, it rejoins and gets shards again.
+#[tokio::test]
+async fn a_killed_node_is_replaced_and_rejoins_after_a_restart() {
+    let (a, mut b, c) = cluster_of_three().await;
+    let ids = ids("k9", 40);
+    let mut via_a = a.client().await;
+    for id in &ids {
+        ask(&mut via_a, id, r#"{"Add":1}"#).await.unwrap();
+    }
+    let on_b = entities_by_node(&[&b]).await.remove(&b.grpc).unwrap();
+    assert!(!on_b.is_empty());
+
+    b.kill();
+    for id in &on_b {
+        let mut client = a.client().await;
+        wait::until(
+            &format!("{id} answers again"),
+            Duration::from_secs(30),
+            || {
+                let mut client = client.clone();
+                async move { ask(&mut client, id, r#""Get""#).await.is_ok() }
+            },
+        )
+        .await;
+        let _ = &mut client;
+    }
+    let after = entities_by_node(&[&a, &c]).await;
+    let live: BTreeSet<String> = after.values().flatten().cloned().collect();
+    assert!(on_b.is_subset(&live), "{after:?}");
+
+    b.restart();
+    b.await_ready(READY).await;
+    wait::until("b hosts shards again", Duration::from_secs(30), || async {
+        shards_by_region(&a)
+            .await
+            .is_some_and(|s| s.len() == 3 && s.get(&b.grpc).is_some_and(|n| *n >= 1))
+    })
+    .await;
+}
+
+/// Malformed client requests are refused with INVALID_ARGUMENT and a
+/// message naming what is wrong.
+#[tokio::test]
+async fn malformed_requests_get_invalid_argument() {
+    let a = NodeProcess::start(None, "");
+    a.await_ready(READY).await;
+    let mut client = a.client().await;
+    let good = ask_request("x", r#""Get""#);
+    let cases = [
+        (
+            "entity_type",
+            pb::AskRequest {
+                entity_type: String::new(),
+                ..good.clone()
+            },
+        ),
+        (
+            "no-such-type",
+            pb::AskRequest {
+                entity_type: "no-such-type".into(),
+                ..good.clone()
+            },
+        ),
+        (
+            "entity_id",
+            pb::AskRequest {
+                entity_id: String::new(),
+                ..good.clone()
+            },
+        ),
+        (
+            "payload",
+            pb::AskRequest {
+                payload: None,
+                ..good.clone()
+            },
+        ),
+        (
+            "text/yaml",
+            pb::AskRequest {
+                payload: Some(pb::Payload {
+                    content_type: "text/yaml".into(),
+                    data: b"x".to_vec(),
+                }),
+                ..good.clone()
+            },
+        ),
+        (
+            "payload",
+            pb::AskRequest {
+                payload: json(r#"{"Sub":1}"#),
+                ..good.clone()
+            },
+        ),
+        (
+            "timeout",
+            pb::AskRequest {
+                timeout: Some(prost_types::Duration {
+                    seconds: -1,
+                    nanos: 0,
+                }),
+                ..good.clone()
+            },
+        ),
+    ];
+    for (field, request) in cases {
+        let status = client.ask(request).await.expect_err(field);
+        assert_eq!(status.code(), Code::InvalidArgument, "{field}: {status:?}");
+        assert!(
+            status.message().contains(field),
+            "{field}: {}",
+            status.message()
+        );
+    }
+    let status = client
+        .tell(pb::TellRequest {
+            entity_type: "counter".into(),
+            entity_id: String::new(),
+            payload: json(r#""Get""#),
+        })
+        .await
+        .expect_err("empty id");
+    assert_eq!(status.code(), Code::InvalidArgument);
+    // Nothing refused reached an entity; the node still serves.
+    assert_eq!(ask(&mut client, "x", r#""Get""#).await.unwrap(), 0);
+}
+
+/// A config that cannot work stops startup, naming the field and why.
+#[tokio::test]
+async fn an_invalid_config_names_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        "[node]\nlisten = \"127.0.0.1:1\"\nadmin_listen = \"127.0.0.1:2\"\n[coordinator]\naddress = \"127.0.0.1:1\"\n[sharding]\nnumber_of_shards = 0\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(colo_binary())
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("sharding.number_of_shards"), "{stderr}");
+    assert!(stderr.contains("at least 1"), "{stderr}");
+
+    std::fs::write(&path, "[node]\nlisten = 5\n").unwrap();
+    let out = std::process::Command::new(colo_binary())
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("node.listen"), "{stderr}");
+}
+
+/// `/metrics` of a running node shows its hosted shards and the messages
+/// its entities handled; the health endpoints answer.
+#[tokio::test]
+async fn metrics_show_hosted_shards_and_delivered_messages() {
+    let a = NodeProcess::start(None, "");
+    a.await_ready(READY).await;
+    let mut client = a.client().await;
+    for id in ids("m", 30) {
+        ask(&mut client, &id, r#"{"Add":2}"#).await.unwrap();
+    }
+    let (status, live) = http::get(&a.admin, "/health/live").await.unwrap();
+    assert_eq!(status, 200, "{live}");
+    let (status, body) = http::get(&a.admin, "/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    let value = |name: &str| -> f64 {
+        body.lines()
+            .filter(|l| l.starts_with(name) && l.contains("entity_type=\"counter\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert!(value("colo_region_hosted_shards") >= 1.0, "{body}");
+    assert!(value("colo_messages_delivered_total") >= 30.0, "{body}");
+}
+
+/// Server reflection lists colo's services and the standard health
+/// service, and the health service says the node serves.
+#[tokio::test]
+async fn reflection_lists_the_services_and_health_serves() {
+    use tonic_reflection::pb::v1::{
+        server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+        ServerReflectionRequest,
+    };
+    let a = NodeProcess::start(None, "");
+    a.await_ready(READY).await;
+    let mut reflection = ServerReflectionClient::new(a.channel().await);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut answers = reflection
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let answer = answers.message().await.unwrap().expect("an answer");
+    let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
+        panic!("unexpected answer {answer:?}");
+    };
+    let names: BTreeSet<String> = list.service.into_iter().map(|s| s.name).collect();
+    for service in [
+        "colo.v1.Sharding",
+        "colo.v1.Node",
+        "colo.v1.Coordinator",
+        "grpc.health.v1.Health",
+    ] {
+        assert!(names.contains(service), "{service} missing from {names:?}");
+    }
+    let mut health = tonic_health::pb::health_client::HealthClient::new(a.channel().await);
+    let status = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        status.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+}
