@@ -110,11 +110,7 @@ async fn asks_reach_entities_on_every_node_over_grpc() {
     let ids: Vec<String> = (0..60).map(|i| format!("id-{i}")).collect();
     for (round, via) in nodes.iter().enumerate() {
         for id in &ids {
-            let value = via
-                .region
-                .ask(id, CounterMsg::Add(1), ASK)
-                .await
-                .unwrap();
+            let value = via.region.ask(id, CounterMsg::Add(1), ASK).await.unwrap();
             assert_eq!(value, round as i64 + 1, "{id}");
         }
     }
