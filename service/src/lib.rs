@@ -24,6 +24,7 @@
 //! - [`inspection`]: the region-state and cluster-stats queries.
 //! - [`passivation`]: replacement policies and passivation settings.
 //! - [`simulate`]: the passivation trace simulator behind `colo simulate`.
+//! - [`logging`]: the process's log subscriber, text or JSON.
 //! - [`metrics`]: every metric name.
 //! - [`error`]: what senders see.
 //! - [`counter`]: the built-in counter entity type; [`demo`]: the embedded demo.
@@ -37,6 +38,7 @@ pub mod entity;
 pub mod envelope;
 pub mod error;
 pub mod inspection;
+pub mod logging;
 mod mailbox;
 pub mod metrics;
 pub mod node;
