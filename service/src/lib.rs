@@ -24,6 +24,7 @@
 //! - [`inspection`]: the region-state and cluster-stats queries.
 //! - [`passivation`]: replacement policies and passivation settings.
 //! - [`simulate`]: the passivation trace simulator behind `colo simulate`.
+//! - [`config`]: a node's TOML config with env and flag overrides; `colo run`'s flags.
 //! - [`logging`]: the process's log subscriber, text or JSON.
 //! - [`metrics`]: every metric name.
 //! - [`error`]: what senders see.
@@ -31,6 +32,7 @@
 #![forbid(unsafe_code)]
 
 pub mod codec;
+pub mod config;
 pub mod coordinator;
 pub mod counter;
 pub mod demo;
