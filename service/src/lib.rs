@@ -25,12 +25,14 @@
 //! - [`passivation`]: replacement policies and passivation settings.
 //! - [`simulate`]: the passivation trace simulator behind `colo simulate`.
 //! - [`config`]: a node's TOML config with env and flag overrides; `colo run`'s flags.
+//! - [`admin`]: the admin HTTP server: Prometheus metrics and health probes.
 //! - [`logging`]: the process's log subscriber, text or JSON.
 //! - [`metrics`]: every metric name.
 //! - [`error`]: what senders see.
 //! - [`counter`]: the built-in counter entity type; [`demo`]: the embedded demo.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod codec;
 pub mod config;
 pub mod coordinator;
