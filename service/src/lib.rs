@@ -13,15 +13,19 @@
 //! - [`region`]: routing, buffering, hosting; `region/routes.rs` is the
 //!   routing table, `region/task.rs` the region's state machine (with
 //!   `task/draining.rs` and `task/shutdown.rs`), `region/outbound.rs` the
-//!   queue to each remote node, `region/activity.rs` the passivation gauges.
+//!   queue to each remote node, `region/activity.rs` the passivation gauges,
+//!   `region/erased.rs` a region reached by name with encoded messages.
 //! - [`shard`]: the task that owns a shard's entities; `mailbox.rs`, the
 //!   bounded queue in front of a shard or a remote node.
 //! - [`coordinator`]: shard homes, rebalancing, hand-off; its handle, its
 //!   event-sourced state and store, one task per hand-off.
 //! - [`protocol`]: the coordinator protocol, by direction.
-//! - [`envelope`], [`codec`]: messages and the one codec boundary.
+//! - [`envelope`], [`codec`]: messages and the one codec boundary, with the
+//!   content types clients may use.
 //! - [`transport`]: how nodes reach each other; an in-memory network.
 //! - [`inspection`]: the region-state and cluster-stats queries.
+//! - [`api`]: the gRPC client API over a node (tell, ask, queries, shutdown).
+//! - [`cli`]: the `colo` client subcommands that call it.
 //! - [`passivation`]: replacement policies and passivation settings.
 //! - [`simulate`]: the passivation trace simulator behind `colo simulate`.
 //! - [`metrics`]: every metric name.
@@ -29,6 +33,8 @@
 //! - [`counter`]: the built-in counter entity type; [`demo`]: the embedded demo.
 #![forbid(unsafe_code)]
 
+pub mod api;
+pub mod cli;
 pub mod codec;
 pub mod coordinator;
 pub mod counter;
@@ -49,6 +55,7 @@ pub mod shard;
 pub mod simulate;
 pub mod transport;
 
+pub use codec::ContentType;
 pub use colo_allocation as allocation;
 pub use colo_allocation::{RegionId, ShardId};
 pub use coordinator::{store::InMemoryStore, CoordinatorHandle};
@@ -56,6 +63,6 @@ pub use entity::{Entity, EntityContext, EntityError, EntityId, EntityType, Regis
 pub use error::{AskError, TellError};
 pub use inspection::{ClusterShardingStats, CurrentRegionState, RegionStats};
 pub use node::Node;
-pub use region::{QueryError, Region};
+pub use region::{ErasedError, ErasedRegion, QueryError, Region};
 pub use settings::{SettingsError, ShardingSettings};
 pub use transport::{memory::InMemoryNetwork, Transport, TransportError};
