@@ -21,7 +21,8 @@ use tonic::Status;
 impl From<ErasedError> for Status {
     fn from(e: ErasedError) -> Self {
         match e {
-            ErasedError::Decode { .. } => Status::invalid_argument(format!("payload: {e}")),
+            // Its text starts with the field: "payload is not a message ...".
+            ErasedError::Decode { .. } => Status::invalid_argument(e.to_string()),
             ErasedError::EncodeReply { .. } => Status::internal(e.to_string()),
             ErasedError::Tell(e) => e.into(),
             ErasedError::Ask(e) => e.into(),
@@ -34,7 +35,7 @@ impl From<TellError> for Status {
         let message = e.to_string();
         match e {
             TellError::BufferFull { .. } => Status::resource_exhausted(message),
-            TellError::EmptyEntityId => Status::invalid_argument(format!("entity_id: {message}")),
+            TellError::EmptyEntityId => Status::invalid_argument("entity_id must not be empty"),
             TellError::RegionStopped(_) => Status::unavailable(message),
             TellError::Codec(_) => Status::internal(message),
         }

@@ -21,7 +21,7 @@ use std::time::Duration;
 pub enum ErasedError {
     /// The payload is not a message of the entity type in that content type.
     /// Nothing was sent.
-    #[error("payload is not a {content_type} message of entity type {entity_type:?}: {reason}")]
+    #[error("payload is not a message of entity type {entity_type:?} in {content_type}: {reason}")]
     Decode {
         /// The entity type.
         entity_type: String,
