@@ -13,23 +13,35 @@
 //! - [`region`]: routing, buffering, hosting; `region/routes.rs` is the
 //!   routing table, `region/task.rs` the region's state machine (with
 //!   `task/draining.rs` and `task/shutdown.rs`), `region/outbound.rs` the
-//!   queue to each remote node, `region/activity.rs` the passivation gauges.
+//!   queue to each remote node, `region/activity.rs` the passivation gauges,
+//!   `region/erased.rs` a region reached by name with encoded messages.
 //! - [`shard`]: the task that owns a shard's entities; `mailbox.rs`, the
 //!   bounded queue in front of a shard or a remote node.
 //! - [`coordinator`]: shard homes, rebalancing, hand-off; its handle, its
 //!   event-sourced state and store, one task per hand-off.
 //! - [`protocol`]: the coordinator protocol, by direction.
-//! - [`envelope`], [`codec`]: messages and the one codec boundary.
-//! - [`transport`]: how nodes reach each other; an in-memory network.
+//! - [`envelope`], [`codec`]: messages and the one codec boundary, with the
+//!   content types clients may use.
+//! - [`transport`]: how nodes reach each other: an in-memory network, and
+//!   gRPC between processes (`transport/grpc.rs`).
 //! - [`inspection`]: the region-state and cluster-stats queries.
+//! - [`api`]: the gRPC client API over a node (tell, ask, queries, shutdown).
+//! - [`cli`]: the `colo` client subcommands that call it.
 //! - [`passivation`]: replacement policies and passivation settings.
 //! - [`simulate`]: the passivation trace simulator behind `colo simulate`.
+//! - [`config`]: a node's TOML config with env and flag overrides; `colo run`'s flags.
+//! - [`admin`]: the admin HTTP server: Prometheus metrics and health probes.
+//! - [`logging`]: the process's log subscriber, text or JSON.
 //! - [`metrics`]: every metric name.
 //! - [`error`]: what senders see.
 //! - [`counter`]: the built-in counter entity type; [`demo`]: the embedded demo.
 #![forbid(unsafe_code)]
 
+pub mod admin;
+pub mod api;
+pub mod cli;
 pub mod codec;
+pub mod config;
 pub mod coordinator;
 pub mod counter;
 pub mod demo;
@@ -37,6 +49,7 @@ pub mod entity;
 pub mod envelope;
 pub mod error;
 pub mod inspection;
+pub mod logging;
 mod mailbox;
 pub mod metrics;
 pub mod node;
@@ -49,6 +62,7 @@ pub mod shard;
 pub mod simulate;
 pub mod transport;
 
+pub use codec::ContentType;
 pub use colo_allocation as allocation;
 pub use colo_allocation::{RegionId, ShardId};
 pub use coordinator::{store::InMemoryStore, CoordinatorHandle};
@@ -56,6 +70,6 @@ pub use entity::{Entity, EntityContext, EntityError, EntityId, EntityType, Regis
 pub use error::{AskError, TellError};
 pub use inspection::{ClusterShardingStats, CurrentRegionState, RegionStats};
 pub use node::Node;
-pub use region::{QueryError, Region};
+pub use region::{ErasedError, ErasedRegion, QueryError, Region};
 pub use settings::{SettingsError, ShardingSettings};
 pub use transport::{memory::InMemoryNetwork, Transport, TransportError};

@@ -5,14 +5,14 @@ use crate::codec;
 use crate::entity::{Entity, EntityType, RegistrationError};
 use crate::envelope::{Reply, WireEnvelope, WireReply};
 use crate::error::AskError;
-use crate::region::{Region, RegionInbound};
+use crate::region::{ErasedRegion, Region, RegionInbound};
 use crate::replies::PendingReplies;
 use crate::transport::{Inbound, Transport};
 use colo_allocation::RegionId;
 use futures::future::BoxFuture;
 use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use tokio::task::JoinSet;
@@ -139,6 +139,11 @@ impl Inbound for NodeInbound {
 pub struct Node {
     context: Arc<NodeContext>,
     inbound: Arc<NodeInbound>,
+    /// Every region ever started here, by entity type, for callers that
+    /// reach them by name. Kept after shutdown (unlike the inbound table), so
+    /// that such a caller learns the region has stopped rather than that the
+    /// entity type does not exist.
+    by_name: RwLock<BTreeMap<String, Arc<dyn ErasedRegion>>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -164,7 +169,11 @@ impl Node {
             regions: RwLock::default(),
         });
         transport.attach(inbound.clone());
-        Self { context, inbound }
+        Self {
+            context,
+            inbound,
+            by_name: RwLock::default(),
+        }
     }
 
     /// The node's name.
@@ -207,7 +216,22 @@ impl Node {
         }
         let (region, inbound) = Region::start(entity_type, proxy, self.context.clone());
         regions.insert(region.entity_type().to_string(), inbound);
+        self.by_name
+            .write()
+            .insert(region.entity_type().to_string(), Arc::new(region.clone()));
         Ok(region)
+    }
+
+    /// The names of the entity types this node has started a region for
+    /// (proxies included), sorted.
+    pub fn entity_types(&self) -> Vec<String> {
+        self.by_name.read().keys().cloned().collect()
+    }
+
+    /// This node's region of an entity type, reached with encoded messages:
+    /// for callers that know the entity type only by name.
+    pub fn region_by_name(&self, entity_type: &str) -> Option<Arc<dyn ErasedRegion>> {
+        self.by_name.read().get(entity_type).cloned()
     }
 
     /// Gracefully stops every region of the node: each hands off its shards

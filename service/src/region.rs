@@ -8,6 +8,7 @@
 //! active -> shutting down -> stopped.
 
 pub(crate) mod activity;
+mod erased;
 pub(crate) mod outbound;
 pub(crate) mod routes;
 mod task;
@@ -26,6 +27,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
+
+pub use erased::{ErasedError, ErasedRegion};
 
 /// Capacity of the region task's command channel. Commands are rare (queries,
 /// hand-off results, undelivered batches); senders wait when it is full.

@@ -1,0 +1,6 @@
+//! The `colo` subcommands that live in the library, so that they can be
+//! tested without starting a process.
+//!
+//! - [`client`]: tell, ask and the inspection queries against a node.
+
+pub mod client;

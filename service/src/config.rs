@@ -1,0 +1,345 @@
+//! A node's configuration: a TOML file, then `COLO_<SECTION>__<FIELD>`
+//! environment variables, then `--set section.field=value` flags, each
+//! overriding the one before. Bad config stops startup with the field's
+//! dotted path, the reason and where the value came from.
+//!
+//! `colo.example.toml` at the repository root documents every field.
+//!
+//! # Layout
+//! - this file: the sections, their defaults, loading and the accessors the
+//!   node program uses.
+//! - `config/passivation.rs`: `[sharding.passivation]`.
+//! - `config/overrides.rs`: environment and flag overrides.
+//! - `config/validate.rs`: checks across fields after deserializing.
+//! - `config/error.rs`: [`ConfigError`] and [`Origin`].
+//! - `config/args.rs`: [`RunArgs`], the flags of `colo run`.
+
+mod args;
+mod error;
+mod overrides;
+mod passivation;
+mod validate;
+
+pub use args::RunArgs;
+pub use error::{ConfigError, Origin};
+pub use passivation::{PassivationSection, StrategyName};
+
+use crate::logging::LogFormat;
+use crate::settings::ShardingSettings;
+use colo_allocation::{LeastShardSettings, RegionId};
+use overrides::Override;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+use toml::Table;
+
+/// Everything a `colo run` process needs to know.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// `[node]`: this process.
+    pub node: NodeSection,
+    /// `[coordinator]`: where the coordinator runs and how it watches regions.
+    pub coordinator: CoordinatorSection,
+    /// `[sharding]`: settings shared by every entity type this node runs.
+    #[serde(default)]
+    pub sharding: ShardingSection,
+    /// `[log]`.
+    #[serde(default)]
+    pub log: LogSection,
+}
+
+/// `[node]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSection {
+    /// Where the gRPC server listens.
+    pub listen: SocketAddr,
+    /// How other nodes reach this one, `host:port`; it is also this node's
+    /// region id. Unset: `listen`, which must then be a concrete address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advertised: Option<String>,
+    /// Where the admin HTTP server (metrics, health) listens.
+    pub admin_listen: SocketAddr,
+    /// The built-in entity types to run, one region each.
+    #[serde(default = "default_entity_types")]
+    pub entity_types: Vec<BuiltinEntityType>,
+    /// Run proxy regions (route only, host no shards), e.g. on a gateway.
+    #[serde(default)]
+    pub proxy: bool,
+}
+
+/// An entity type compiled into the `colo` binary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BuiltinEntityType {
+    /// [`crate::counter`].
+    Counter,
+}
+
+impl BuiltinEntityType {
+    /// The entity type's name, as regions and the client API know it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Counter => crate::counter::COUNTER,
+        }
+    }
+}
+
+fn default_entity_types() -> Vec<BuiltinEntityType> {
+    vec![BuiltinEntityType::Counter]
+}
+
+/// `[coordinator]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoordinatorSection {
+    /// The advertised address of the node that hosts the coordinator; every
+    /// node of a cluster must name the same one.
+    pub address: String,
+    /// How often a region tells the coordinator it is alive.
+    #[serde(default = "default_heartbeat_interval", with = "humantime_serde")]
+    pub heartbeat_interval: Duration,
+    /// How long without a heartbeat before the coordinator drops a region
+    /// and reallocates its shards; several heartbeats, so one late one is
+    /// not a failure.
+    #[serde(default = "default_region_timeout", with = "humantime_serde")]
+    pub region_timeout: Duration,
+    /// The least-shard allocation strategy, with Akka's defaults.
+    #[serde(default)]
+    pub least_shard: LeastShardSettings,
+}
+
+fn default_heartbeat_interval() -> Duration {
+    Duration::from_secs(1)
+}
+
+fn default_region_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// `[sharding]`: [`ShardingSettings`] with human durations, plus the ask
+/// timeout of the client API. Defaults are [`ShardingSettings::default`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShardingSection {
+    /// See [`ShardingSettings::number_of_shards`].
+    pub number_of_shards: u32,
+    /// See [`ShardingSettings::retry_interval`].
+    #[serde(with = "humantime_serde")]
+    pub retry_interval: Duration,
+    /// See [`ShardingSettings::buffer_size`].
+    pub buffer_size: usize,
+    /// See [`ShardingSettings::handoff_timeout`].
+    #[serde(with = "humantime_serde")]
+    pub handoff_timeout: Duration,
+    /// See [`ShardingSettings::rebalance_interval`].
+    #[serde(with = "humantime_serde")]
+    pub rebalance_interval: Duration,
+    /// See [`ShardingSettings::shard_start_timeout`].
+    #[serde(with = "humantime_serde")]
+    pub shard_start_timeout: Duration,
+    /// See [`ShardingSettings::min_members`].
+    pub min_members: usize,
+    /// See [`ShardingSettings::shard_mailbox_capacity`].
+    pub shard_mailbox_capacity: usize,
+    /// How long the client API waits for an entity's reply when the request
+    /// sets no deadline (Akka's typical ask timeout: 5 s).
+    #[serde(with = "humantime_serde")]
+    pub ask_timeout: Duration,
+    /// `[sharding.passivation]`.
+    pub passivation: PassivationSection,
+}
+
+impl Default for ShardingSection {
+    fn default() -> Self {
+        let s = ShardingSettings::default();
+        Self {
+            number_of_shards: s.number_of_shards,
+            retry_interval: s.retry_interval,
+            buffer_size: s.buffer_size,
+            handoff_timeout: s.handoff_timeout,
+            rebalance_interval: s.rebalance_interval,
+            shard_start_timeout: s.shard_start_timeout,
+            min_members: s.min_members,
+            shard_mailbox_capacity: s.shard_mailbox_capacity,
+            ask_timeout: Duration::from_secs(5),
+            passivation: PassivationSection::default(),
+        }
+    }
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogSection {
+    /// `text` or `json`.
+    pub format: LogFormat,
+    /// An `EnvFilter` directive such as `info` or `info,colo=debug`;
+    /// `RUST_LOG` overrides it.
+    pub level: String,
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            level: "info".to_string(),
+        }
+    }
+}
+
+impl NodeConfig {
+    /// Reads the file at `path` (none: every required field comes from
+    /// overrides), applies the `COLO_*` variables among `env`, then `sets`
+    /// (`section.field=value`, in order), and checks the result.
+    ///
+    /// # Errors
+    /// The file cannot be read or is not TOML; an override is malformed or
+    /// names no field; a field is missing, of the wrong type or refused by
+    /// validation. The error names the field and the value's origin.
+    pub fn load(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        sets: &[String],
+    ) -> Result<NodeConfig, ConfigError> {
+        let mut overrides = overrides::from_env(env)?;
+        for set in sets {
+            overrides.push(overrides::from_set(set)?);
+        }
+        Self::load_with(path, overrides)
+    }
+
+    fn load_with(path: Option<&Path>, overrides: Vec<Override>) -> Result<Self, ConfigError> {
+        let mut table = match path {
+            Some(path) => read_table(path)?,
+            None => Table::new(),
+        };
+        for over in &overrides {
+            overrides::apply(&mut table, over)?;
+        }
+        let origins = Origins {
+            file: path.map(|p| Origin::File(p.to_path_buf())),
+            overrides,
+        };
+        let config: NodeConfig = serde_path_to_error::deserialize(table).map_err(|e| {
+            let (field, reason) = field_and_reason(&e.path().to_string(), e.inner().message());
+            origins.error(field, reason)
+        })?;
+        config
+            .validate()
+            .map_err(|(field, reason)| origins.error(field, reason))?;
+        Ok(config)
+    }
+
+    /// This node's address for other nodes, and its region id.
+    pub fn advertised(&self) -> String {
+        self.node
+            .advertised
+            .clone()
+            .unwrap_or_else(|| self.node.listen.to_string())
+    }
+
+    /// [`Self::advertised`] as the region id the coordinator knows.
+    pub fn region_id(&self) -> RegionId {
+        RegionId::new(self.advertised())
+    }
+
+    /// Whether this node runs the coordinator: its advertised address is the
+    /// configured coordinator address, compared as strings since both are
+    /// region ids.
+    pub fn hosts_coordinator(&self) -> bool {
+        self.coordinator.address == self.advertised()
+    }
+
+    /// The settings of each entity type this node runs.
+    pub fn sharding_settings(&self) -> ShardingSettings {
+        let s = &self.sharding;
+        ShardingSettings {
+            number_of_shards: s.number_of_shards,
+            retry_interval: s.retry_interval,
+            buffer_size: s.buffer_size,
+            handoff_timeout: s.handoff_timeout,
+            rebalance_interval: s.rebalance_interval,
+            shard_start_timeout: s.shard_start_timeout,
+            min_members: s.min_members,
+            passivation: s.passivation.strategy(),
+            shard_mailbox_capacity: s.shard_mailbox_capacity,
+        }
+    }
+
+    /// The least-shard allocation strategy's settings.
+    pub fn least_shard_settings(&self) -> LeastShardSettings {
+        self.coordinator.least_shard.clone()
+    }
+
+    /// The client API's deadline for requests that carry none.
+    pub fn ask_timeout(&self) -> Duration {
+        self.sharding.ask_timeout
+    }
+}
+
+fn read_table(path: &Path) -> Result<Table, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    text.parse::<Table>().map_err(|e| ConfigError::Syntax {
+        origin: Origin::File(path.to_path_buf()),
+        reason: e.to_string().trim_end().to_string(),
+    })
+}
+
+/// Turns serde's "missing field `x`" at `a.b` into `a.b.x: is required`,
+/// so that every error starts with the full path of the field to fix.
+fn field_and_reason(path: &str, message: &str) -> (String, String) {
+    let missing = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.strip_suffix('`'));
+    match (path, missing) {
+        (".", Some(name)) => (name.to_string(), "is required".to_string()),
+        (_, Some(name)) => (format!("{path}.{name}"), "is required".to_string()),
+        _ => (path.to_string(), message.to_string()),
+    }
+}
+
+/// Where each value came from: the last override at or above a field's
+/// path; else the last one below it (an unknown section such as `shardng`
+/// exists only because an override under it created it); else the file.
+struct Origins {
+    file: Option<Origin>,
+    overrides: Vec<Override>,
+}
+
+impl Origins {
+    fn of(&self, field: &str) -> Option<Origin> {
+        let last = |within: fn(&str, &str) -> bool| {
+            self.overrides
+                .iter()
+                .rev()
+                .find(|over| within(field, &over.dotted()))
+        };
+        last(is_within)
+            .or_else(|| last(|field, over| is_within(over, field)))
+            .map(|over| over.origin.clone())
+            .or_else(|| self.file.clone())
+    }
+
+    fn error(&self, field: String, reason: String) -> ConfigError {
+        ConfigError::Field {
+            origin: self.of(&field),
+            field,
+            reason,
+        }
+    }
+}
+
+/// Whether `path` is `ancestor` or a field or element inside it.
+fn is_within(path: &str, ancestor: &str) -> bool {
+    path.strip_prefix(ancestor)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with('['))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,129 @@
+//! Checks that need more than a field's type: ranges, relations between
+//! fields, and the existing settings' own validation with their field names
+//! placed under the section they live in.
+
+use super::NodeConfig;
+use std::collections::HashSet;
+
+/// A refused field's dotted path and the reason.
+type Refusal = (String, String);
+
+impl NodeConfig {
+    /// Refuses what deserializing lets through.
+    ///
+    /// # Errors
+    /// The first refused field.
+    pub(super) fn validate(&self) -> Result<(), Refusal> {
+        let refuse = |field: &str, reason: String| Err((field.to_string(), reason));
+
+        let node = &self.node;
+        match &node.advertised {
+            Some(advertised) => check_host_port("node.advertised", advertised)?,
+            None if node.listen.ip().is_unspecified() => {
+                return refuse(
+                    "node.advertised",
+                    format!(
+                        "is required when node.listen ({}) is not an address other nodes can reach",
+                        node.listen
+                    ),
+                )
+            }
+            None => {}
+        }
+        if node.entity_types.is_empty() {
+            return refuse("node.entity_types", "must name at least one".to_string());
+        }
+        let mut seen = HashSet::new();
+        if let Some(twice) = node.entity_types.iter().find(|t| !seen.insert(**t)) {
+            return refuse(
+                "node.entity_types",
+                format!("names `{}` twice", twice.name()),
+            );
+        }
+        if node.admin_listen == node.listen && node.listen.port() != 0 {
+            return refuse(
+                "node.admin_listen",
+                "must differ from node.listen".to_string(),
+            );
+        }
+
+        let coordinator = &self.coordinator;
+        check_host_port("coordinator.address", &coordinator.address)?;
+        if coordinator.heartbeat_interval.is_zero() {
+            return refuse(
+                "coordinator.heartbeat_interval",
+                "must be longer than zero".to_string(),
+            );
+        }
+        if coordinator.region_timeout <= coordinator.heartbeat_interval {
+            return refuse(
+                "coordinator.region_timeout",
+                format!(
+                    "must be longer than coordinator.heartbeat_interval ({})",
+                    humantime::format_duration(coordinator.heartbeat_interval)
+                ),
+            );
+        }
+        coordinator.least_shard.validate().map_err(|e| {
+            (
+                format!("coordinator.least_shard.{}", e.field),
+                e.reason.to_string(),
+            )
+        })?;
+
+        self.sharding
+            .passivation
+            .check()
+            .map_err(|(field, reason)| (format!("sharding.{field}"), reason))?;
+        if self.sharding.ask_timeout.is_zero() {
+            return refuse(
+                "sharding.ask_timeout",
+                "must be longer than zero".to_string(),
+            );
+        }
+        self.sharding_settings().validate().map_err(|e| {
+            // A replacement policy's own fields are not configurable here;
+            // the preset is chosen by `strategy`.
+            let field = match e.field {
+                "passivation.replacement" => "passivation.strategy",
+                field => field,
+            };
+            (format!("sharding.{field}"), e.reason)
+        })?;
+
+        crate::logging::validate_level(&self.log.level)
+            .map_err(|e| ("log.level".to_string(), e.reason))?;
+        Ok(())
+    }
+}
+
+/// Region ids are dialled by other nodes, so they must at least look like
+/// `host:port`; the host may be a name (e.g. a container's).
+fn check_host_port(field: &str, value: &str) -> Result<(), Refusal> {
+    let refuse = |reason: &str| Err((field.to_string(), format!("`{value}` {reason}")));
+    let Some((host, port)) = value.rsplit_once(':') else {
+        return refuse("is not host:port");
+    };
+    if host.is_empty() || host.chars().any(char::is_whitespace) {
+        return refuse("has no valid host");
+    }
+    match port.parse::<u16>() {
+        Ok(0) | Err(_) => refuse("needs a port from 1 to 65535"),
+        Ok(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_host_port;
+
+    #[test]
+    fn addresses_must_be_host_and_port() {
+        for ok in ["127.0.0.1:7001", "colo-1:7001", "[::1]:7001"] {
+            assert!(check_host_port("f", ok).is_ok(), "{ok}");
+        }
+        for bad in ["colo-1", ":7001", "colo-1:", "colo-1:0", "a b:1", "h:99999"] {
+            assert!(check_host_port("f", bad).is_err(), "{bad}");
+        }
+    }
+}
