@@ -44,8 +44,8 @@ pub use lru::{LeastRecentlyUsed, SegmentedLeastRecentlyUsed};
 pub use mru::MostRecentlyUsed;
 pub use policy::{PolicyKey, ReplacementPolicy};
 pub use settings::{
-    AdmissionWindowSettings, CompositeSettings, EnsembleSettings, FrequencySketchSettings, HillClimbingSettings,
-    LeastFrequentlyUsedSettings, LeastRecentlyUsedSettings, LirsSettings, PassivationSettingsError,
-    ReplacementSettings, SegmentedSettings,
+    AdmissionWindowSettings, CompositeSettings, EnsembleSettings, FrequencySketchSettings,
+    HillClimbingSettings, LeastFrequentlyUsedSettings, LeastRecentlyUsedSettings, LirsSettings,
+    PassivationSettingsError, ReplacementSettings, SegmentedSettings,
 };
 pub use strategy::{PassivationReason, PassivationStrategy};

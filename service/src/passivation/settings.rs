@@ -6,8 +6,8 @@
 //! round-trip through postcard (our wire codec) as well as through
 //! self-describing formats; names are kebab-case like Akka's keys.
 
-use super::composite::{AdmissionWindow, Composite};
 use super::area::ActiveArea;
+use super::composite::{AdmissionWindow, Composite};
 use super::ensemble::Ensemble;
 use super::frequency_sketch::{SketchHash, COUNTER_BITS, MAX_DEPTH};
 use super::lfu::LeastFrequentlyUsed;
