@@ -28,7 +28,11 @@ fn settings() -> ShardingSettings {
     }
 }
 
-async fn node(listener: TcpListener, coordinator: &str, host: bool) -> (Arc<Node>, Region<Counter>) {
+async fn node(
+    listener: TcpListener,
+    coordinator: &str,
+    host: bool,
+) -> (Arc<Node>, Region<Counter>) {
     let address = listener.local_addr().expect("bound").to_string();
     let hosting = Arc::new(StaticHosting::new(coordinator));
     if host {
@@ -128,7 +132,10 @@ fn main() {
             there.len()
         );
         let (here, there) = (Arc::new(here), Arc::new(there));
-        println!("{:<10} {:>14} {:>14} {:>8}", "askers", "local asks/s", "remote asks/s", "ratio");
+        println!(
+            "{:<10} {:>14} {:>14} {:>8}",
+            "askers", "local asks/s", "remote asks/s", "ratio"
+        );
         for askers in [1, 64] {
             let (mut l, mut r) = (Vec::new(), Vec::new());
             for _ in 0..ROUNDS {

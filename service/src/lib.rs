@@ -30,6 +30,7 @@
 //! - [`passivation`]: replacement policies and passivation settings.
 //! - [`simulate`]: the passivation trace simulator behind `colo simulate`.
 //! - [`config`]: a node's TOML config with env and flag overrides; `colo run`'s flags.
+//! - [`program`]: `colo run`, one node process with its servers.
 //! - [`admin`]: the admin HTTP server: Prometheus metrics and health probes.
 //! - [`logging`]: the process's log subscriber, text or JSON.
 //! - [`metrics`]: every metric name.
@@ -54,6 +55,7 @@ mod mailbox;
 pub mod metrics;
 pub mod node;
 pub mod passivation;
+pub mod program;
 pub mod protocol;
 pub mod region;
 mod replies;

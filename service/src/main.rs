@@ -35,6 +35,11 @@ enum Command {
     /// under Akka's sharding emulation and prints each one's active rate
     /// (the share of messages that found their entity already active).
     Simulate(SimulateArgs),
+    /// Runs a node: gRPC for other nodes and clients, admin HTTP for
+    /// metrics and health, a region per configured entity type.
+    Run(colo::config::RunArgs),
+    #[command(flatten)]
+    Client(colo::cli::client::ClientCommand),
 }
 
 #[derive(clap::Args)]
@@ -80,12 +85,17 @@ fn parse_format(s: &str) -> Result<TraceFormat, String> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Run(_)) {
+        // `run` sets up logging from its config.
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "warn".into()),
+            )
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let result = match cli.command {
         Command::Demo {
             entities,
@@ -97,6 +107,12 @@ fn main() -> ExitCode {
             adds_per_entity: adds,
         }),
         Command::Simulate(args) => run_simulation(args),
+        Command::Run(args) => run_node(&args),
+        Command::Client(command) => block_on(async {
+            colo::cli::client::run(command)
+                .await
+                .map_err(|e| e.to_string())
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -107,12 +123,21 @@ fn main() -> ExitCode {
     }
 }
 
+fn block_on<T>(f: impl std::future::Future<Output = Result<T, String>>) -> Result<T, String> {
+    tokio::runtime::Runtime::new()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?
+        .block_on(f)
+}
+
+fn run_node(args: &colo::config::RunArgs) -> Result<(), String> {
+    // The config is read before anything starts, so a bad one stops the
+    // process with the field's name and nothing half-started.
+    let config = args.load().map_err(|e| e.to_string())?;
+    block_on(async { colo::program::run(config).await.map_err(|e| e.to_string()) })
+}
+
 fn demo(options: colo::demo::DemoOptions) -> Result<(), String> {
-    let runtime = tokio::runtime::Runtime::new()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    runtime
-        .block_on(colo::demo::run(options))
-        .map_err(|e| e.to_string())
+    block_on(async { colo::demo::run(options).await.map_err(|e| e.to_string()) })
 }
 
 fn run_simulation(args: SimulateArgs) -> Result<(), String> {

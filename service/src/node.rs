@@ -234,6 +234,17 @@ impl Node {
         self.by_name.read().get(entity_type).cloned()
     }
 
+    /// Entity types whose region is not registered with a coordinator (or
+    /// is leaving); empty when the node is ready for traffic.
+    pub fn unregistered(&self) -> Vec<String> {
+        self.by_name
+            .read()
+            .iter()
+            .filter(|(_, region)| !region.is_registered())
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     /// Gracefully stops every region of the node: each hands off its shards
     /// to the other nodes and delivers its buffered messages first.
     pub async fn shutdown(&self) {

@@ -79,6 +79,8 @@ pub(crate) struct Shared<E: Entity> {
     pub node: Arc<NodeContext>,
     pub metrics: RegionMetrics,
     pub activity: Arc<activity::Activity>,
+    /// Registered with a coordinator and not leaving: what readiness means.
+    pub registered: std::sync::atomic::AtomicBool,
 }
 
 impl<E: Entity> Shared<E> {
@@ -237,6 +239,7 @@ impl<E: Entity> Region<E> {
             node: node.clone(),
             metrics,
             activity: Arc::default(),
+            registered: std::sync::atomic::AtomicBool::new(false),
         });
         let task = task::RegionTask::new(shared.clone(), commands.clone());
         node.tasks.spawn(task.run(command_rx, home_rx));
@@ -255,6 +258,14 @@ impl<E: Entity> Region<E> {
     /// The node this region runs on.
     pub fn node(&self) -> &RegionId {
         &self.shared.id
+    }
+
+    /// Registered with the coordinator (so the shards it is given are
+    /// hosted as they are assigned) and not shutting down.
+    pub fn is_registered(&self) -> bool {
+        self.shared
+            .registered
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The shard an entity belongs to.

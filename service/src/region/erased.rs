@@ -70,6 +70,9 @@ pub trait ErasedRegion: Send + Sync + 'static {
     /// The node this region runs on.
     fn node(&self) -> &RegionId;
 
+    /// See [`Region::is_registered`].
+    fn is_registered(&self) -> bool;
+
     /// The shard an entity belongs to.
     fn shard_of(&self, entity_id: &str) -> ShardId;
 
@@ -139,6 +142,10 @@ impl<E: Entity> ErasedRegion for Region<E> {
 
     fn node(&self) -> &RegionId {
         Region::node(self)
+    }
+
+    fn is_registered(&self) -> bool {
+        Region::is_registered(self)
     }
 
     fn shard_of(&self, entity_id: &str) -> ShardId {

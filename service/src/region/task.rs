@@ -11,6 +11,7 @@ use crate::protocol::{CoordinatorToRegion, RegionToCoordinator};
 use crate::shard::{Shard, ShardHandle};
 use colo_allocation::{RegionId, ShardId};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc::{self, error::TrySendError};
@@ -199,6 +200,7 @@ impl<E: Entity> RegionTask<E> {
         self.to_coordinator = None;
         self.from_coordinator = None;
         self.registered = false;
+        self.shared.registered.store(false, Ordering::Release);
     }
 
     async fn on_tick(&mut self) {
@@ -245,6 +247,8 @@ impl<E: Entity> RegionTask<E> {
             CoordinatorToRegion::RegisterAck => {
                 tracing::info!(entity_type = %self.name(), region = %self.shared.id, proxy = self.shared.proxy, "registered with the coordinator");
                 self.registered = true;
+                let leaving = !matches!(self.phase, Phase::Running);
+                self.shared.registered.store(!leaving, Ordering::Release);
                 self.ask_waiting_homes();
                 if matches!(self.phase, Phase::ShuttingDown { .. }) && !self.shared.proxy {
                     self.send(RegionToCoordinator::GracefulShutdown);

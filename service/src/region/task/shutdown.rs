@@ -13,6 +13,10 @@ use tokio::time::Instant;
 impl<E: Entity> RegionTask<E> {
     pub(super) fn begin_shutdown(&mut self, done: oneshot::Sender<()>) {
         self.shutdown_waiters.push(done);
+        // A leaving region is no longer ready: traffic should go elsewhere.
+        self.shared
+            .registered
+            .store(false, std::sync::atomic::Ordering::Release);
         match self.phase {
             Phase::Running => {}
             Phase::ShuttingDown { .. } => return,
