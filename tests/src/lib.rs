@@ -2,12 +2,14 @@
 //! clients for their gRPC and admin HTTP endpoints.
 //!
 //! # Layout
+//! - [`client`]: asks to the built-in counter and the inspection queries.
 //! - [`process`]: a node process started from a generated config, stopped
 //!   by its PID when dropped.
 //! - [`http`]: a minimal HTTP/1.1 GET for the admin endpoints.
 //! - [`wait`]: waiting for a condition with a deadline.
 #![forbid(unsafe_code)]
 
+pub mod client;
 pub mod http;
 pub mod process;
 pub mod wait;

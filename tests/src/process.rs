@@ -41,6 +41,7 @@ pub struct NodeProcess {
     /// Its admin HTTP address.
     pub admin: String,
     config: PathBuf,
+    sets: Vec<String>,
     log: PathBuf,
     child: Option<Child>,
     _dir: tempfile::TempDir,
@@ -48,8 +49,8 @@ pub struct NodeProcess {
 
 impl NodeProcess {
     /// Starts a node whose coordinator lives at `coordinator` (its own
-    /// address when `None`); `extra` is appended to the generated config.
-    pub fn start(coordinator: Option<&str>, extra: &str) -> Self {
+    /// address when `None`); `sets` are `--set key=value` overrides.
+    pub fn start(coordinator: Option<&str>, sets: &[&str]) -> Self {
         let grpc = format!("127.0.0.1:{}", free_port());
         let admin = format!("127.0.0.1:{}", free_port());
         let coordinator = coordinator.unwrap_or(&grpc);
@@ -75,12 +76,12 @@ shard_start_timeout = "2s"
 
 [log]
 level = "info,colo=debug"
-{extra}
 "#
         );
         std::fs::write(&config, text).expect("write config");
         let log = dir.path().join("colo.log");
         let mut node = Self {
+            sets: sets.iter().map(|s| s.to_string()).collect(),
             grpc,
             admin,
             config,
@@ -103,6 +104,7 @@ level = "info,colo=debug"
             .arg("run")
             .arg("--config")
             .arg(&self.config)
+            .args(self.sets.iter().flat_map(|s| ["--set", s.as_str()]))
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -128,6 +130,27 @@ level = "info,colo=debug"
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// kill -STOP: the process freezes with its connections open, as a
+    /// stuck node would; it sends no heartbeat and answers nothing.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// kill -CONT: the process goes on where it froze.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.pid().expect("node running");
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} {pid} failed");
     }
 
     /// Waits for the process to exit on its own.

@@ -3,107 +3,12 @@
 //! Every test has its own ports, so they run in parallel.
 
 use colo_proto::v1 as pb;
+use colo_tests::client::*;
 use colo_tests::process::{colo_binary, NodeProcess};
 use colo_tests::{http, wait};
-use pb::sharding_client::ShardingClient;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
-use tonic::transport::Channel;
 use tonic::Code;
-
-const READY: Duration = Duration::from_secs(30);
-
-fn json(text: &str) -> Option<pb::Payload> {
-    Some(pb::Payload {
-        content_type: "application/json".into(),
-        data: text.as_bytes().to_vec(),
-    })
-}
-
-fn ask_request(id: &str, message: &str) -> pb::AskRequest {
-    pb::AskRequest {
-        entity_type: "counter".into(),
-        entity_id: id.into(),
-        payload: json(message),
-        timeout: Some(prost_types::Duration {
-            seconds: 10,
-            nanos: 0,
-        }),
-    }
-}
-
-/// The counter's value after `message`, as the entity answered it.
-async fn ask(
-    client: &mut ShardingClient<Channel>,
-    id: &str,
-    message: &str,
-) -> Result<i64, tonic::Status> {
-    let reply = client.ask(ask_request(id, message)).await?.into_inner();
-    let data = reply.reply.map(|p| p.data).unwrap_or_default();
-    let text = String::from_utf8(data).map_err(|e| tonic::Status::internal(e.to_string()))?;
-    text.trim()
-        .parse()
-        .map_err(|_| tonic::Status::internal(format!("not a counter value: {text}")))
-}
-
-/// Entity ids per region, from each node's RegionState.
-async fn entities_by_node(nodes: &[&NodeProcess]) -> BTreeMap<String, BTreeSet<String>> {
-    let mut by_node = BTreeMap::new();
-    for node in nodes {
-        let state = node
-            .client()
-            .await
-            .region_state(pb::RegionStateRequest {
-                entity_type: "counter".into(),
-                timeout: None,
-            })
-            .await
-            .expect("region state")
-            .into_inner();
-        let ids = state
-            .shards
-            .into_iter()
-            .flat_map(|s| s.entity_ids)
-            .collect();
-        by_node.insert(node.grpc.clone(), ids);
-    }
-    by_node
-}
-
-/// Shards per region, from the coordinator's view through `via`.
-async fn shards_by_region(via: &NodeProcess) -> Option<BTreeMap<String, usize>> {
-    let stats = via
-        .client()
-        .await
-        .cluster_stats(pb::ClusterStatsRequest {
-            entity_type: "counter".into(),
-            timeout: None,
-        })
-        .await
-        .ok()?
-        .into_inner();
-    Some(
-        stats
-            .regions
-            .into_iter()
-            .map(|r| (r.region, r.entities.len()))
-            .collect(),
-    )
-}
-
-async fn cluster_of_three() -> (NodeProcess, NodeProcess, NodeProcess) {
-    let a = NodeProcess::start(None, "");
-    let b = NodeProcess::start(Some(&a.grpc), "");
-    let c = NodeProcess::start(Some(&a.grpc), "");
-    for node in [&a, &b, &c] {
-        node.await_ready(READY).await;
-    }
-    (a, b, c)
-}
-
-fn ids(prefix: &str, n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("{prefix}-{i}")).collect()
-}
 
 /// Scenario 2 of the concepts page, across processes: a message for a
 /// shard whose home is another node is forwarded there, and every later
@@ -135,15 +40,15 @@ async fn scenario_2_messages_reach_a_home_on_another_node() {
 /// A node that joins gets its share of the shards.
 #[tokio::test]
 async fn a_joining_node_receives_shards() {
-    let a = NodeProcess::start(None, "");
-    let b = NodeProcess::start(Some(&a.grpc), "");
+    let a = NodeProcess::start(None, &[]);
+    let b = NodeProcess::start(Some(&a.grpc), &[]);
     a.await_ready(READY).await;
     b.await_ready(READY).await;
     let mut via_a = a.client().await;
     for id in ids("join", 120) {
         ask(&mut via_a, &id, r#""Get""#).await.unwrap();
     }
-    let c = NodeProcess::start(Some(&a.grpc), "");
+    let c = NodeProcess::start(Some(&a.grpc), &[]);
     c.await_ready(READY).await;
     wait::until(
         "the new node hosts shards",
@@ -249,7 +154,7 @@ async fn a_killed_node_is_replaced_and_rejoins_after_a_restart() {
 /// message naming what is wrong.
 #[tokio::test]
 async fn malformed_requests_get_invalid_argument() {
-    let a = NodeProcess::start(None, "");
+    let a = NodeProcess::start(None, &[]);
     a.await_ready(READY).await;
     let mut client = a.client().await;
     let good = ask_request("x", r#""Get""#);
@@ -367,7 +272,7 @@ async fn an_invalid_config_names_the_field() {
 /// its entities handled; the health endpoints answer.
 #[tokio::test]
 async fn metrics_show_hosted_shards_and_delivered_messages() {
-    let a = NodeProcess::start(None, "");
+    let a = NodeProcess::start(None, &[]);
     a.await_ready(READY).await;
     let mut client = a.client().await;
     for id in ids("m", 30) {
@@ -396,7 +301,7 @@ async fn reflection_lists_the_services_and_health_serves() {
         server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
         ServerReflectionRequest,
     };
-    let a = NodeProcess::start(None, "");
+    let a = NodeProcess::start(None, &[]);
     a.await_ready(READY).await;
     let mut reflection = ServerReflectionClient::new(a.channel().await);
     let request = ServerReflectionRequest {

@@ -40,8 +40,9 @@ pub struct GrpcSettings {
     pub connect_timeout: Duration,
     /// How often both ends of a coordinator link send a heartbeat.
     pub heartbeat_interval: Duration,
-    /// Silence after which a coordinator link is dropped: the coordinator
-    /// terminates the region, the region registers again.
+    /// Silence after which a coordinator link is dropped (the coordinator
+    /// terminates the region, the region registers again), and after which
+    /// a batch without an ack is given up on and sent elsewhere.
     pub region_timeout: Duration,
 }
 
@@ -121,6 +122,7 @@ impl GrpcTransport {
             self.local.as_str(),
             to.as_str(),
             self.settings.connect_timeout,
+            self.settings.region_timeout,
         )
         .await
         .map_err(|_| TransportError::Unreachable(to.clone()))?;

@@ -71,7 +71,12 @@ async fn pump_up(
     up: mpsc::Sender<pb::RegionMessage>,
     heartbeat_interval: std::time::Duration,
 ) {
-    let mut heartbeat = tokio::time::interval(heartbeat_interval);
+    // The first tick waits a full interval: the region's Register must be
+    // the stream's first message.
+    let mut heartbeat = tokio::time::interval_at(
+        tokio::time::Instant::now() + heartbeat_interval,
+        heartbeat_interval,
+    );
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let frame = tokio::select! {

@@ -74,16 +74,27 @@ impl Session {
     }
 
     async fn run(self, mut frames: Streaming<pb::RegionMessage>) {
-        let first = match tokio::time::timeout(self.settings.region_timeout, frames.message()).await
-        {
-            Ok(Ok(Some(first))) => first,
-            Ok(Ok(None)) | Ok(Err(_)) => return,
-            Err(_) => {
-                return self
-                    .fail(Status::deadline_exceeded(
-                        "no Register within the region timeout",
-                    ))
-                    .await
+        let first = loop {
+            let frame =
+                match tokio::time::timeout(self.settings.region_timeout, frames.message()).await {
+                    Ok(Ok(Some(frame))) => frame,
+                    Ok(Ok(None)) | Ok(Err(_)) => return,
+                    Err(_) => {
+                        return self
+                            .fail(Status::deadline_exceeded(
+                                "no register within the region timeout",
+                            ))
+                            .await
+                    }
+                };
+            // A heartbeat may overtake the region's Register; it says
+            // nothing yet.
+            let heartbeat = matches!(
+                frame.message,
+                Some(pb::region_message::Message::Heartbeat(_))
+            );
+            if !heartbeat {
+                break frame;
             }
         };
         let entity_type = first.entity_type.clone();

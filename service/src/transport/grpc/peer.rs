@@ -4,9 +4,10 @@
 //! Every region's outbound queue awaits each batch's ack before it sends the
 //! next, so the stream keeps each sender's order. When the stream breaks,
 //! every batch still waiting for its ack fails as unreachable: the runtime
-//! takes those envelopes back and sends them to the shard's next home. One
-//! that had in fact arrived is then delivered twice; at-least-once is what a
-//! broken connection allows.
+//! takes those envelopes back and sends them to the shard's next home. So
+//! does a batch not acked within the region timeout (a node that is stopped
+//! or stuck, not dead). One that had in fact arrived is then delivered
+//! twice; at-least-once is what a broken connection allows.
 
 use super::convert;
 use crate::envelope::{WireEnvelope, WireReply};
@@ -39,6 +40,7 @@ struct Pending {
 
 /// An open Link to one node.
 pub struct Peer {
+    ack_timeout: Duration,
     writer: tokio::sync::Mutex<Writer>,
     pending: std::sync::Arc<Mutex<Pending>>,
 }
@@ -52,11 +54,13 @@ impl std::fmt::Debug for Peer {
 }
 
 impl Peer {
-    /// Connects to `address` and opens the Link as `local`.
+    /// Connects to `address` and opens the Link as `local`. A batch not
+    /// acked within `ack_timeout` breaks the link.
     pub async fn open(
         local: &str,
         address: &str,
         connect_timeout: Duration,
+        ack_timeout: Duration,
     ) -> Result<Self, Broken> {
         let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
             .map_err(|_| Broken)?
@@ -85,6 +89,7 @@ impl Peer {
         let pending = std::sync::Arc::new(Mutex::new(Pending::default()));
         tokio::spawn(read_acks(acks, pending.clone()));
         Ok(Self {
+            ack_timeout,
             writer: tokio::sync::Mutex::new(Writer { next: 0, frames }),
             pending,
         })
@@ -117,7 +122,23 @@ impl Peer {
             };
             writer.frames.send(frame).await.map_err(|_| Broken)?;
         }
-        rx.await.map_err(|_| Broken)
+        match tokio::time::timeout(self.ack_timeout, rx).await {
+            Ok(ack) => ack.map_err(|_| Broken),
+            Err(_) => {
+                // A node that is alive but does not answer (stopped, stuck)
+                // must not hold this sender's messages for ever: give up on
+                // the connection, and the runtime sends them elsewhere.
+                tracing::warn!(timeout = ?self.ack_timeout, "no ack from node; dropping the link");
+                self.break_link();
+                Err(Broken)
+            }
+        }
+    }
+
+    fn break_link(&self) {
+        let mut pending = self.pending.lock();
+        pending.broken = true;
+        pending.waiting.clear();
     }
 
     /// Sends an ask's reply; replies are not acked.

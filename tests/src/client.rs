@@ -1,0 +1,155 @@
+//! The counter through the client API, and the cluster's view through the
+//! inspection queries.
+
+use crate::process::NodeProcess;
+use colo_proto::v1 as pb;
+use pb::sharding_client::ShardingClient;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+use tonic::transport::Channel;
+
+/// How long a node may take to become ready.
+pub const READY: Duration = Duration::from_secs(30);
+
+/// A JSON payload.
+pub fn json(text: &str) -> Option<pb::Payload> {
+    Some(pb::Payload {
+        content_type: "application/json".into(),
+        data: text.as_bytes().to_vec(),
+    })
+}
+
+/// An ask to the counter `id` with a JSON message and a 10 s timeout.
+pub fn ask_request(id: &str, message: &str) -> pb::AskRequest {
+    pb::AskRequest {
+        entity_type: "counter".into(),
+        entity_id: id.into(),
+        payload: json(message),
+        timeout: Some(prost_types::Duration {
+            seconds: 10,
+            nanos: 0,
+        }),
+    }
+}
+
+/// The counter's value after `message`, as the entity answered it.
+pub async fn ask(
+    client: &mut ShardingClient<Channel>,
+    id: &str,
+    message: &str,
+) -> Result<i64, tonic::Status> {
+    let reply = client.ask(ask_request(id, message)).await?.into_inner();
+    let data = reply.reply.map(|p| p.data).unwrap_or_default();
+    let text = String::from_utf8(data).map_err(|e| tonic::Status::internal(e.to_string()))?;
+    text.trim()
+        .parse()
+        .map_err(|_| tonic::Status::internal(format!("not a counter value: {text}")))
+}
+
+/// The counter's value, or why not, within `timeout`.
+pub async fn ask_within(
+    client: &mut ShardingClient<Channel>,
+    id: &str,
+    message: &str,
+    timeout: Duration,
+) -> Result<i64, tonic::Status> {
+    let mut request = ask_request(id, message);
+    request.timeout = Some(prost_types::Duration {
+        seconds: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(timeout.subsec_nanos()).unwrap_or(0),
+    });
+    let reply = client.ask(request).await?.into_inner();
+    let data = reply.reply.map(|p| p.data).unwrap_or_default();
+    let text = String::from_utf8(data).map_err(|e| tonic::Status::internal(e.to_string()))?;
+    text.trim()
+        .parse()
+        .map_err(|_| tonic::Status::internal(format!("not a counter value: {text}")))
+}
+
+/// Entity ids per region, from each node's RegionState; `None` when a node
+/// does not answer.
+pub async fn try_entities_by_node(
+    nodes: &[&NodeProcess],
+) -> Option<BTreeMap<String, BTreeSet<String>>> {
+    let mut by_node = BTreeMap::new();
+    for node in nodes {
+        let state = node
+            .client()
+            .await
+            .region_state(pb::RegionStateRequest {
+                entity_type: "counter".into(),
+                timeout: None,
+            })
+            .await
+            .ok()?
+            .into_inner();
+        let ids = state
+            .shards
+            .into_iter()
+            .flat_map(|s| s.entity_ids)
+            .collect();
+        by_node.insert(node.grpc.clone(), ids);
+    }
+    Some(by_node)
+}
+
+/// Entity ids per region, from each node's RegionState.
+pub async fn entities_by_node(nodes: &[&NodeProcess]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut by_node = BTreeMap::new();
+    for node in nodes {
+        let state = node
+            .client()
+            .await
+            .region_state(pb::RegionStateRequest {
+                entity_type: "counter".into(),
+                timeout: None,
+            })
+            .await
+            .expect("region state")
+            .into_inner();
+        let ids = state
+            .shards
+            .into_iter()
+            .flat_map(|s| s.entity_ids)
+            .collect();
+        by_node.insert(node.grpc.clone(), ids);
+    }
+    by_node
+}
+
+/// Shards per region, from the coordinator's view through `via`.
+pub async fn shards_by_region(via: &NodeProcess) -> Option<BTreeMap<String, usize>> {
+    let stats = via
+        .client()
+        .await
+        .cluster_stats(pb::ClusterStatsRequest {
+            entity_type: "counter".into(),
+            timeout: None,
+        })
+        .await
+        .ok()?
+        .into_inner();
+    Some(
+        stats
+            .regions
+            .into_iter()
+            .map(|r| (r.region, r.entities.len()))
+            .collect(),
+    )
+}
+
+/// Three ready nodes; the first hosts the coordinator.
+pub async fn cluster_of_three() -> (NodeProcess, NodeProcess, NodeProcess) {
+    let a = NodeProcess::start(None, &[]);
+    let b = NodeProcess::start(Some(&a.grpc), &[]);
+    let c = NodeProcess::start(Some(&a.grpc), &[]);
+    for node in [&a, &b, &c] {
+        node.await_ready(READY).await;
+    }
+    (a, b, c)
+}
+
+/// `n` distinct entity ids.
+pub fn ids(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
