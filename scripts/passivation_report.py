@@ -15,7 +15,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRACES = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "shared", "traces")
-STRATEGIES = ["opt", "lru", "slru", "s4lru", "mru", "lfu", "lfuda", "w-tinylfu", "w-tinylfu-hc", "default", "lirs", "lirs-arc", "lirs-tinylfu"]
+STRATEGIES = ["opt", "lru", "slru", "s4lru", "mru", "lfu", "lfuda", "w-tinylfu", "w-tinylfu-hc", "default-strategy", "lirs", "lirs-arc", "lirs-tinylfu", "ensemble", "default"]
 
 # Akka's published figures (shared/traces/README.md).
 AKKA = {
@@ -79,7 +79,8 @@ def best_non_opt(akka, i):
 
 
 def published():
-    distances = {"colo default": [], "colo lirs": [], "colo lirs-arc": [], "colo lirs-tinylfu": [], "akka default": []}
+    distances = {"colo default (ensemble)": [], "colo default-strategy": [], "colo lirs": [], "colo lirs-arc": [],
+                 "colo lirs-tinylfu": [], "akka default-strategy": []}
     for trace, (limits, akka) in AKKA.items():
         rows, cmd = simulate(os.path.join(TRACES, "lirs", f"{trace}.trace.gz"), limits, [])
         print(f"### {trace}\n\n    {cmd}\n")
@@ -98,11 +99,12 @@ def published():
                     cells.append(f"**{ours:.2f}** (best Akka {best:.2f})")
             print(f"| {s} | " + " | ".join(cells) + " |")
         for i, l in enumerate(limits):
-            distances["colo default"].append(akka["opt"][i] - rows[("default", l)])
+            distances["colo default (ensemble)"].append(akka["opt"][i] - rows[("default", l)])
+            distances["colo default-strategy"].append(akka["opt"][i] - rows[("default-strategy", l)])
             distances["colo lirs"].append(akka["opt"][i] - rows[("lirs", l)])
             distances["colo lirs-arc"].append(akka["opt"][i] - rows[("lirs-arc", l)])
             distances["colo lirs-tinylfu"].append(akka["opt"][i] - rows[("lirs-tinylfu", l)])
-            distances["akka default"].append(akka["opt"][i] - akka["w-tinylfu-hc"][i])
+            distances["akka default-strategy"].append(akka["opt"][i] - akka["w-tinylfu-hc"][i])
         print()
     for k, v in distances.items():
         print(f"- mean distance to OPT over the {len(v)} published rows, {k}: {sum(v) / len(v):.2f} points")

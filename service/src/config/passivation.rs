@@ -19,7 +19,8 @@ const DEFAULT_ACTIVE_ENTITY_LIMIT: usize = 100_000;
 #[serde(default, deny_unknown_fields)]
 pub struct PassivationSection {
     /// `idle` (the default), `none` (or `off`), or a replacement preset
-    /// such as `lru` or `default` (Akka's `default-strategy`: W-TinyLFU).
+    /// such as `lru`, `default-strategy` (Akka's: W-TinyLFU) or `default`
+    /// (colo's: the `ensemble` preset).
     pub strategy: StrategyName,
     /// Unset: 120 s for `idle`, no idle timeout for the others; set with a
     /// replacement preset, both apply.
@@ -172,6 +173,8 @@ impl PassivationSection {
 mod tests {
     use super::*;
 
+    use crate::passivation::ReplacementSettings;
+
     fn section(strategy: &str) -> PassivationSection {
         PassivationSection {
             strategy: StrategyName::try_from(strategy.to_string()).unwrap(),
@@ -188,8 +191,12 @@ mod tests {
         assert_eq!(section("none").strategy(), PassivationStrategy::none());
         assert_eq!(section("off").strategy(), PassivationStrategy::none());
         assert_eq!(
-            section("default").strategy(),
+            section("default-strategy").strategy(),
             PassivationStrategy::default_strategy()
+        );
+        assert_eq!(
+            section("default").strategy(),
+            PassivationStrategy::limit(100_000, ReplacementSettings::default())
         );
         let lru = PassivationSection {
             idle_timeout: Some(Duration::from_secs(30)),

@@ -330,15 +330,17 @@ fn refuse(field: &str, reason: &str) -> Result<(), PassivationSettingsError> {
 }
 
 impl Default for ReplacementSettings {
-    /// Akka's `default-strategy`.
+    /// colo's default: the `ensemble` preset, which follows whichever of
+    /// `lirs-tinylfu` and Akka's W-TinyLFU does better on the shard's own
+    /// traffic (PASSIVATION.md has the figures behind this choice).
     fn default() -> Self {
-        Self::w_tinylfu(true)
+        Self::Ensemble(EnsembleSettings::default())
     }
 }
 
 impl ReplacementSettings {
     /// The preset names [`ReplacementSettings::preset`] knows.
-    pub const PRESETS: [&'static str; 13] = [
+    pub const PRESETS: [&'static str; 14] = [
         "lru",
         "slru",
         "s4lru",
@@ -348,6 +350,7 @@ impl ReplacementSettings {
         "w-tinylfu",
         "w-tinylfu-hc",
         "default",
+        "default-strategy",
         "lirs",
         "lirs-arc",
         "lirs-tinylfu",
@@ -357,8 +360,9 @@ impl ReplacementSettings {
     /// A named preset: `lru`, `slru` (2 levels, [0.2, 0.8]), `s4lru` (4
     /// even levels), `mru`, `lfu`, `lfuda` (dynamic aging), `w-tinylfu`
     /// (LRU window 1%, frequency sketch, SLRU main), `w-tinylfu-hc` (the
-    /// same with hill climbing), `default` (also `default-strategy`:
-    /// Akka's default strategy, equal to `w-tinylfu-hc`) and `lirs` (not
+    /// same with hill climbing), `default-strategy` (Akka's default
+    /// strategy, equal to `w-tinylfu-hc`), `default` (colo's default,
+    /// equal to `ensemble`) and `lirs` (not
     /// an Akka policy: LIRS with an adaptive HIR share, see
     /// [`LirsSettings`]) and `lirs-arc` (the same, its HIR share sized
     /// from ghost hits as ARC does instead of by hill climbing, see
@@ -393,11 +397,11 @@ impl ReplacementSettings {
                 dynamic_aging: true,
             }),
             "w-tinylfu" => Self::w_tinylfu(false),
-            "w-tinylfu-hc" | "default" | "default-strategy" => Self::w_tinylfu(true),
+            "w-tinylfu-hc" | "default-strategy" => Self::w_tinylfu(true),
             "lirs" => Self::LowInterReferenceRecencySet(LirsSettings::default()),
             "lirs-arc" => Self::LowInterReferenceRecencySet(Self::lirs_arc_settings()),
             "lirs-tinylfu" => Self::LowInterReferenceRecencySet(Self::lirs_tinylfu_settings()),
-            "ensemble" => Self::Ensemble(EnsembleSettings::default()),
+            "ensemble" | "default" => Self::Ensemble(EnsembleSettings::default()),
             _ => return None,
         })
     }
@@ -431,7 +435,7 @@ impl ReplacementSettings {
         })
     }
 
-    fn w_tinylfu(hill_climbing: bool) -> Self {
+    pub(crate) fn w_tinylfu(hill_climbing: bool) -> Self {
         Self::Composite(Box::new(CompositeSettings {
             window: Some(AdmissionWindowSettings {
                 optimizer: hill_climbing.then(HillClimbingSettings::default),
@@ -737,8 +741,10 @@ mod tests {
     }
 
     #[test]
-    fn default_is_akkas_default_strategy() {
-        let ReplacementSettings::Composite(c) = ReplacementSettings::default() else {
+    fn default_strategy_is_akkas() {
+        let Some(ReplacementSettings::Composite(c)) =
+            ReplacementSettings::preset("default-strategy")
+        else {
             panic!("composite expected");
         };
         let window = c.window.unwrap();
@@ -788,7 +794,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.field, "replacement.window.minimum-proportion");
         composite.window = None;
-        composite.main = ReplacementSettings::default();
+        composite.main = ReplacementSettings::w_tinylfu(true);
         assert!(ReplacementSettings::Composite(Box::new(composite))
             .validate()
             .is_err());

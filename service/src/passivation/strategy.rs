@@ -66,7 +66,7 @@ impl PassivationStrategy {
     /// chosen by W-TinyLFU (an LRU admission window sized by hill climbing,
     /// a frequency-sketch filter, a segmented-LRU main area); no idle timeout.
     pub fn default_strategy() -> Self {
-        Self::limit(100_000, ReplacementSettings::default())
+        Self::limit(100_000, ReplacementSettings::w_tinylfu(true))
     }
 
     /// The idle check: every `interval`, entities untouched for at least

@@ -155,7 +155,10 @@ async fn active_rate_and_adaptive_window_are_reported() {
     use colo::passivation::ReplacementSettings;
     let _ = metrics();
     let settings = colo::ShardingSettings {
-        passivation: PassivationStrategy::limit(40, ReplacementSettings::default()),
+        passivation: PassivationStrategy::limit(
+            40,
+            ReplacementSettings::preset("default-strategy").unwrap(),
+        ),
         ..fast_settings(2)
     };
     let mut cluster = Cluster::new("gauges", settings);
