@@ -92,6 +92,11 @@ struct Coordinator {
     /// connected since; terminated when still absent after the grace period,
     /// since a region that died while no coordinator ran never disconnects.
     recovered: HashMap<RegionId, Instant>,
+    /// Set when the coordinator starts with no state at all (a new cluster,
+    /// or a restart with an in-memory store): until then no shard is
+    /// allocated, so that regions still running shards can register first
+    /// and report them, rather than see a second copy started elsewhere.
+    adoption_grace: Option<Instant>,
     inbox: mpsc::Sender<Input>,
 }
 
@@ -106,6 +111,9 @@ impl Coordinator {
         let now = Instant::now();
         let known = self.state.allocations().keys().chain(self.state.proxies());
         self.recovered = known.map(|r| (r.clone(), now)).collect();
+        if self.state.allocations().is_empty() && self.state.proxies().is_empty() {
+            self.adoption_grace = Some(now + self.settings.retry_interval * 2);
+        }
         tracing::info!(entity_type = %self.entity_type, recovered = self.recovered.len(), "coordinator active");
         // Phase 2: active.
         let mut rebalance_tick = tokio::time::interval(self.settings.rebalance_interval);
@@ -293,6 +301,12 @@ impl Coordinator {
         if !self.state.is_region(&requester) && !self.state.is_proxy(&requester) {
             return Ok(()); // not registered yet: it registers, then retries
         }
+        if self
+            .adoption_grace
+            .is_some_and(|until| Instant::now() < until)
+        {
+            return Ok(()); // regions may still report this shard running: retried
+        }
         let active = active_allocations(&self.state, &self.graceful_shutdown);
         if active.len() < self.settings.min_members {
             return Ok(()); // too early: the requester retries
@@ -324,7 +338,15 @@ impl Coordinator {
     /// home stay where they run (a coordinator that started afresh learns
     /// the cluster from its regions); those with another home, or moving,
     /// are stopped there by telling the region where they live.
-    async fn adopt(&mut self, region: &RegionId, hosted: Vec<ShardId>) -> Result<(), StoreError> {
+    async fn adopt(
+        &mut self,
+        region: &RegionId,
+        mut hosted: Vec<ShardId>,
+    ) -> Result<(), StoreError> {
+        // From the network: no shard twice, none out of range.
+        hosted.sort_unstable();
+        hosted.dedup();
+        hosted.retain(|s| s.0 < self.settings.number_of_shards);
         for shard in hosted {
             match self.state.home(shard) {
                 Some(home) if home == region => {}

@@ -27,6 +27,12 @@ pub const ACTIVATIONS: &str = "colo_entity_activations_total";
 pub const ACTIVE_RATIO: &str = "colo_passivation_active_ratio";
 pub const WINDOW_PROPORTION: &str = "colo_passivation_window_proportion";
 
+/// An envelope from another node that could not be read at all (no entity
+/// type to label it with): counted under `reason="malformed"`.
+pub fn malformed_envelope() {
+    metrics::counter!(DROPPED, "entity_type" => "", "reason" => "malformed").increment(1);
+}
+
 /// Registers descriptions with the installed recorder; cheap to call again.
 pub fn describe() {
     static ONCE: Once = Once::new();

@@ -46,6 +46,7 @@ impl CoordinatorHandle {
             stats_requests: HashMap::new(),
             next_request: 0,
             recovered: HashMap::new(),
+            adoption_grace: None,
             inbox: inbox.clone(),
         };
         let task = tokio::spawn(coordinator.run(rx));

@@ -57,6 +57,8 @@ pub(super) struct RegionTask<E: Entity> {
     to_coordinator: Option<mpsc::Sender<RegionToCoordinator>>,
     from_coordinator: Option<mpsc::Receiver<CoordinatorToRegion>>,
     registered: bool,
+    /// A task is opening the coordinator link.
+    connecting: bool,
     hosted: BTreeMap<ShardId, Hosted<E>>,
     outbound: HashMap<RegionId, Queue<E>>,
     next_queue: u64,
@@ -92,6 +94,7 @@ impl<E: Entity> RegionTask<E> {
             to_coordinator: None,
             from_coordinator: None,
             registered: false,
+            connecting: false,
             hosted: BTreeMap::new(),
             outbound: HashMap::new(),
             next_queue: 0,
@@ -157,22 +160,38 @@ impl<E: Entity> RegionTask<E> {
         }
     }
 
-    async fn connect(&mut self) {
-        let transport = self.shared.node.transport.clone();
-        match transport
-            .connect_coordinator(self.name(), self.shared.id.clone())
-            .await
-        {
-            Ok(link) => {
-                self.to_coordinator = Some(link.to_coordinator);
-                self.from_coordinator = Some(link.from_coordinator);
-                self.registered = false;
-                self.register();
-            }
-            Err(e) => {
-                tracing::debug!(entity_type = %self.name(), error = %e, "coordinator not reachable yet")
-            }
+    /// Opens the coordinator link in its own task: connecting over a network
+    /// can take seconds, and the region task must keep handling hand-offs
+    /// and returned messages meanwhile.
+    fn connect(&mut self) {
+        if self.connecting {
+            return;
         }
+        self.connecting = true;
+        let transport = self.shared.node.transport.clone();
+        let (entity_type, region) = (self.name().to_string(), self.shared.id.clone());
+        let commands = self.commands.clone();
+        tokio::spawn(async move {
+            let link = transport.connect_coordinator(&entity_type, region).await;
+            if let Err(e) = &link {
+                tracing::debug!(%entity_type, error = %e, "coordinator not reachable yet");
+            }
+            let _ = commands
+                .send(RegionCmd::CoordinatorLinked { link: link.ok() })
+                .await;
+        });
+    }
+
+    fn on_linked(&mut self, link: Option<crate::protocol::CoordinatorLink>) {
+        self.connecting = false;
+        let Some(link) = link else { return };
+        if matches!(self.phase, Phase::Stopped) || self.to_coordinator.is_some() {
+            return;
+        }
+        self.to_coordinator = Some(link.to_coordinator);
+        self.from_coordinator = Some(link.from_coordinator);
+        self.registered = false;
+        self.register();
     }
 
     /// Registers, naming the shards that run here: after a lost link the
@@ -215,7 +234,7 @@ impl<E: Entity> RegionTask<E> {
             metrics.window_proportion.set(window);
         }
         if self.to_coordinator.is_none() {
-            self.connect().await;
+            self.connect();
         } else if !self.registered {
             self.register();
         } else {
@@ -320,15 +339,16 @@ impl<E: Entity> RegionTask<E> {
             }
             return;
         }
-        if self.unreachable.contains_key(&region) {
-            return; // asked again on the next tick
-        }
         if matches!(self.hosted.get(&shard), Some(Hosted::Active(_))) {
             // This region lost the shard while it was away from the
-            // coordinator: stop the local copy so the entity lives once.
+            // coordinator: stop the local copy so the entity lives once,
+            // whether or not the new home is reachable from here.
             tracing::warn!(%shard, home = %region, "shard runs here but lives elsewhere; stopping it here");
             self.handoff(shard, false);
             return;
+        }
+        if self.unreachable.contains_key(&region) {
+            return; // asked again on the next tick
         }
         let sink = self.outbound_to(&region);
         self.set_home(
@@ -505,6 +525,7 @@ impl<E: Entity> RegionTask<E> {
                 // Otherwise the reply is dropped and the caller learns at once.
             }
             RegionCmd::Shutdown { done } => self.begin_shutdown(done),
+            RegionCmd::CoordinatorLinked { link } => self.on_linked(link),
         }
     }
 

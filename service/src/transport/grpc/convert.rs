@@ -117,7 +117,12 @@ fn duration_to_pb(d: Duration) -> prost_types::Duration {
     }
 }
 
-/// A protobuf duration as a std one; negative or absent is refused.
+/// The longest query timeout taken from the wire; longer ones are cut to
+/// it, so that a deadline computed from one cannot overflow.
+const MAX_QUERY_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// A protobuf duration as a std one, at most [`MAX_QUERY_TIMEOUT`];
+/// negative or absent is refused.
 pub fn duration_from_pb(d: Option<prost_types::Duration>) -> Result<Duration, Malformed> {
     let d = d.ok_or(malformed("duration", "absent"))?;
     let seconds = u64::try_from(d.seconds).map_err(|_| malformed("duration", "negative"))?;
@@ -125,7 +130,7 @@ pub fn duration_from_pb(d: Option<prost_types::Duration>) -> Result<Duration, Ma
     if nanos >= 1_000_000_000 {
         return Err(malformed("duration", "nanos out of range"));
     }
-    Ok(Duration::new(seconds, nanos))
+    Ok(Duration::new(seconds, nanos).min(MAX_QUERY_TIMEOUT))
 }
 
 fn stats_to_pb(stats: RegionStats) -> pb::RegionStats {

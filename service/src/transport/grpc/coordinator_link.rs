@@ -4,8 +4,8 @@
 //!
 //! The link ends (and the region registers again on its next tick) when the
 //! stream breaks, or when the coordinator has sent nothing for
-//! `region_timeout`. Frames from a coordinator of an older epoch than one
-//! already heard are ignored: they come from a coordinator that has been
+//! `region_timeout`. On one link, frames of an older epoch than one already
+//! heard there are ignored: they come from a coordinator that has been
 //! replaced.
 
 use super::convert::{self, FromCoordinator};
@@ -102,6 +102,7 @@ async fn pump_down(
     region_timeout: std::time::Duration,
     newest_epoch: Arc<AtomicU64>,
 ) {
+    let mut link_epoch: Option<u64> = None;
     loop {
         let frame = match tokio::time::timeout(region_timeout, down.message()).await {
             Err(_) => {
@@ -115,14 +116,34 @@ async fn pump_down(
             Ok(Ok(None)) => return,
             Ok(Ok(Some(frame))) => frame,
         };
-        let newest = newest_epoch.fetch_max(frame.epoch, Ordering::AcqRel);
-        if frame.epoch < newest {
-            tracing::debug!(
-                epoch = frame.epoch,
-                newest,
-                "message from an older coordinator ignored"
-            );
-            continue;
+        match link_epoch {
+            // The coordinator this link reached is the one the hosting
+            // names now: follow it even if its epoch is lower than one
+            // heard before (a clock stepped back), rather than ignore it
+            // for ever.
+            None => {
+                let newest = newest_epoch.swap(frame.epoch, Ordering::AcqRel);
+                if frame.epoch < newest {
+                    tracing::warn!(
+                        epoch = frame.epoch,
+                        newest,
+                        "coordinator epoch went back; following the current coordinator"
+                    );
+                }
+                link_epoch = Some(frame.epoch);
+            }
+            Some(epoch) if frame.epoch < epoch => {
+                tracing::debug!(
+                    epoch = frame.epoch,
+                    newest = epoch,
+                    "message from an older coordinator ignored"
+                );
+                continue;
+            }
+            Some(_) => {
+                link_epoch = Some(frame.epoch);
+                newest_epoch.fetch_max(frame.epoch, Ordering::AcqRel);
+            }
         }
         let Some(message) = frame.message else {
             continue;

@@ -40,6 +40,7 @@ struct Pending {
 
 /// An open Link to one node.
 pub struct Peer {
+    reader: tokio::task::AbortHandle,
     ack_timeout: Duration,
     writer: tokio::sync::Mutex<Writer>,
     pending: std::sync::Arc<Mutex<Pending>>,
@@ -87,8 +88,9 @@ impl Peer {
             })?
             .into_inner();
         let pending = std::sync::Arc::new(Mutex::new(Pending::default()));
-        tokio::spawn(read_acks(acks, pending.clone()));
+        let reader = tokio::spawn(read_acks(acks, pending.clone())).abort_handle();
         Ok(Self {
+            reader,
             ack_timeout,
             writer: tokio::sync::Mutex::new(Writer { next: 0, frames }),
             pending,
@@ -101,29 +103,61 @@ impl Peer {
     }
 
     /// Sends a batch and waits for its ack: how many envelopes were routed.
+    /// Waiting for the stream and for the ack together take at most the ack
+    /// timeout: a stalled stream must not hold the sender (or the senders
+    /// queued behind it on the writer) for ever.
     pub async fn deliver(&self, batch: Vec<WireEnvelope>) -> Result<u32, Broken> {
         let (tx, rx) = oneshot::channel();
-        {
-            let mut writer = self.writer.lock().await;
-            writer.next += 1;
-            let sequence = writer.next;
+        let attempt = async {
             {
-                let mut pending = self.pending.lock();
-                if pending.broken {
-                    return Err(Broken);
+                let mut writer = self.writer.lock().await;
+                writer.next += 1;
+                let sequence = writer.next;
+                {
+                    let mut pending = self.pending.lock();
+                    if pending.broken {
+                        return Err(Broken);
+                    }
+                    pending.waiting.push_back((sequence, tx));
                 }
-                pending.waiting.push_back((sequence, tx));
+                let frame = pb::LinkFrame {
+                    frame: Some(pb::link_frame::Frame::Batch(pb::Batch {
+                        sequence,
+                        envelopes: batch.into_iter().map(convert::envelope_to_pb).collect(),
+                    })),
+                };
+                writer.frames.send(frame).await.map_err(|_| Broken)?;
             }
-            let frame = pb::LinkFrame {
-                frame: Some(pb::link_frame::Frame::Batch(pb::Batch {
-                    sequence,
-                    envelopes: batch.into_iter().map(convert::envelope_to_pb).collect(),
-                })),
-            };
-            writer.frames.send(frame).await.map_err(|_| Broken)?;
+            rx.await.map_err(|_| Broken)
+        };
+        self.within_timeout(attempt).await
+    }
+
+    /// Sends an ask's reply; replies are not acked.
+    pub async fn reply(&self, reply: WireReply) -> Result<(), Broken> {
+        if self.is_broken() {
+            return Err(Broken);
         }
-        match tokio::time::timeout(self.ack_timeout, rx).await {
-            Ok(ack) => ack.map_err(|_| Broken),
+        let frame = pb::LinkFrame {
+            frame: Some(pb::link_frame::Frame::Reply(convert::reply_to_pb(reply))),
+        };
+        self.within_timeout(async {
+            let writer = self.writer.lock().await;
+            writer.frames.send(frame).await.map_err(|_| Broken)
+        })
+        .await
+    }
+
+    async fn within_timeout<T>(
+        &self,
+        attempt: impl std::future::Future<Output = Result<T, Broken>>,
+    ) -> Result<T, Broken> {
+        match tokio::time::timeout(self.ack_timeout, attempt).await {
+            Ok(Ok(done)) => Ok(done),
+            Ok(Err(Broken)) => {
+                self.break_link();
+                Err(Broken)
+            }
             Err(_) => {
                 // A node that is alive but does not answer (stopped, stuck)
                 // must not hold this sender's messages for ever: give up on
@@ -135,22 +169,22 @@ impl Peer {
         }
     }
 
+    /// Gives up on the stream: waiting batches fail, the ack reader stops
+    /// (which resets the stream), and the next send opens a new Link, which
+    /// the receiver serves only once this one has stopped there.
     fn break_link(&self) {
-        let mut pending = self.pending.lock();
-        pending.broken = true;
-        pending.waiting.clear();
-    }
-
-    /// Sends an ask's reply; replies are not acked.
-    pub async fn reply(&self, reply: WireReply) -> Result<(), Broken> {
-        if self.is_broken() {
-            return Err(Broken);
+        {
+            let mut pending = self.pending.lock();
+            pending.broken = true;
+            pending.waiting.clear();
         }
-        let frame = pb::LinkFrame {
-            frame: Some(pb::link_frame::Frame::Reply(convert::reply_to_pb(reply))),
-        };
-        let writer = self.writer.lock().await;
-        writer.frames.send(frame).await.map_err(|_| Broken)
+        self.reader.abort();
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.reader.abort();
     }
 }
 
