@@ -38,12 +38,7 @@ pub async fn ask(
     id: &str,
     message: &str,
 ) -> Result<i64, tonic::Status> {
-    let reply = client.ask(ask_request(id, message)).await?.into_inner();
-    let data = reply.reply.map(|p| p.data).unwrap_or_default();
-    let text = String::from_utf8(data).map_err(|e| tonic::Status::internal(e.to_string()))?;
-    text.trim()
-        .parse()
-        .map_err(|_| tonic::Status::internal(format!("not a counter value: {text}")))
+    ask_within(client, id, message, Duration::from_secs(10)).await
 }
 
 /// The counter's value, or why not, within `timeout`.
@@ -95,26 +90,9 @@ pub async fn try_entities_by_node(
 
 /// Entity ids per region, from each node's RegionState.
 pub async fn entities_by_node(nodes: &[&NodeProcess]) -> BTreeMap<String, BTreeSet<String>> {
-    let mut by_node = BTreeMap::new();
-    for node in nodes {
-        let state = node
-            .client()
-            .await
-            .region_state(pb::RegionStateRequest {
-                entity_type: "counter".into(),
-                timeout: None,
-            })
-            .await
-            .expect("region state")
-            .into_inner();
-        let ids = state
-            .shards
-            .into_iter()
-            .flat_map(|s| s.entity_ids)
-            .collect();
-        by_node.insert(node.grpc.clone(), ids);
-    }
-    by_node
+    try_entities_by_node(nodes)
+        .await
+        .expect("every node answers RegionState")
 }
 
 /// Shards per region, from the coordinator's view through `via`.
