@@ -18,7 +18,8 @@
 //! - [`shard`]: the task that owns a shard's entities; `mailbox.rs`, the
 //!   bounded queue in front of a shard or a remote node.
 //! - [`coordinator`]: shard homes, rebalancing, hand-off; its handle, its
-//!   event-sourced state and store, one task per hand-off.
+//!   event-sourced state and store, one task per hand-off, and which node
+//!   hosts it (`coordinator/hosting.rs`).
 //! - [`protocol`]: the coordinator protocol, by direction.
 //! - [`envelope`], [`codec`]: messages and the one codec boundary, with the
 //!   content types clients may use.
