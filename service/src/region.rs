@@ -2,7 +2,7 @@
 //! shards, hosts local shards, buffers while a shard has no known home, and
 //! speaks the coordinator protocol.
 //!
-//! Senders route through the shared [`routes::Routes`] table; the region task
+//! Senders route through the shared `routes::Routes` table; the region task
 //! only handles what changes it: coordinator messages, hand-offs, undelivered
 //! batches, queries and shutdown. Its phases: connecting -> registering ->
 //! active -> shutting down -> stopped.

@@ -1,11 +1,11 @@
 //! The gRPC transport: nodes in different processes, reached at their
 //! advertised addresses (a node's address is its [`RegionId`]).
 //!
-//! - [`peer`]: this node's Link to each other node (batches and replies);
-//! - [`node_service`]: the server end of other nodes' Links;
-//! - [`coordinator_link`]: a region's stream to a remote coordinator;
-//! - [`coordinator_service`]: the server end, on the hosting node;
-//! - [`convert`]: colo.v1 messages to and from the runtime's types.
+//! - `grpc/peer.rs`: this node's Link to each other node (batches and replies);
+//! - `grpc/node_service.rs`: the server end of other nodes' Links;
+//! - `grpc/coordinator_link.rs`: a region's stream to a remote coordinator;
+//! - `grpc/coordinator_service.rs`: the server end, on the hosting node;
+//! - `grpc/convert.rs`: colo.v1 messages to and from the runtime's types.
 //!
 //! Where a coordinator runs comes from [`CoordinatorHosting`]; a region whose
 //! coordinator is on this node links to it directly, without a socket.
