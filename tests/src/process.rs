@@ -24,13 +24,22 @@ pub fn colo_binary() -> PathBuf {
     colo
 }
 
-/// A loopback port nobody listens on now. Another process may take it
+/// A loopback port nobody listens on now, and never handed out before in
+/// this test process: a killed node's port stays its own for its restart,
+/// even while other tests start nodes. Another process may still take it
 /// before the node binds it; on this machine the window is small enough.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free loopback port");
+        if GIVEN.lock().expect("port table").insert(port) {
+            return port;
+        }
+    }
 }
 
 /// One node of a test cluster.
@@ -155,24 +164,21 @@ level = "info,colo=debug"
 
     /// Waits for the process to exit on its own.
     pub async fn exited(&mut self, deadline: Duration) -> ExitStatus {
-        let end = tokio::time::Instant::now() + deadline;
-        loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Some(status) = child.try_wait().expect("child status") {
-                    self.child = None;
-                    return status;
-                }
-            } else {
-                panic!("node not running");
-            }
-            assert!(
-                tokio::time::Instant::now() < end,
-                "node {} did not exit within {deadline:?}; log:\n{}",
-                self.grpc,
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let child = self.child.as_mut().expect("node running");
+        let mut status = None;
+        let exited = crate::wait::held_within(deadline, || {
+            status = child.try_wait().expect("child status");
+            std::future::ready(status.is_some())
+        })
+        .await;
+        assert!(
+            exited,
+            "node {} did not exit within {deadline:?}; log:\n{}",
+            self.grpc,
+            self.logs()
+        );
+        self.child = None;
+        status.expect("exit status")
     }
 
     /// Everything the process printed.
@@ -190,16 +196,13 @@ level = "info,colo=debug"
 
     /// Waits until the node is ready, printing its log if it never is.
     pub async fn await_ready(&self, deadline: Duration) {
-        let end = tokio::time::Instant::now() + deadline;
-        while !self.ready().await {
-            assert!(
-                tokio::time::Instant::now() < end,
-                "node {} not ready within {deadline:?}; log:\n{}",
-                self.grpc,
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let ready = crate::wait::held_within(deadline, || self.ready()).await;
+        assert!(
+            ready,
+            "node {} not ready within {deadline:?}; log:\n{}",
+            self.grpc,
+            self.logs()
+        );
     }
 
     /// A client of the node's Sharding API.

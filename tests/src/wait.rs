@@ -3,9 +3,22 @@
 use std::future::Future;
 use std::time::Duration;
 
-/// Polls `check` every 100 ms until it holds; panics naming `what` after
+/// Polls `check` every 50 ms until it holds; panics naming `what` after
 /// `deadline`.
-pub async fn until<F, Fut>(what: &str, deadline: Duration, mut check: F)
+pub async fn until<F, Fut>(what: &str, deadline: Duration, check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    assert!(
+        held_within(deadline, check).await,
+        "timed out after {deadline:?} waiting for {what}"
+    );
+}
+
+/// Polls `check` every 50 ms; whether it held within `deadline`, for
+/// callers that add their own report (a node's log, say) when it did not.
+pub async fn held_within<F, Fut>(deadline: Duration, mut check: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -13,12 +26,11 @@ where
     let end = tokio::time::Instant::now() + deadline;
     loop {
         if check().await {
-            return;
+            return true;
         }
-        assert!(
-            tokio::time::Instant::now() < end,
-            "timed out after {deadline:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        if tokio::time::Instant::now() >= end {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

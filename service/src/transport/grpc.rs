@@ -56,6 +56,21 @@ impl Default for GrpcSettings {
     }
 }
 
+/// Connects to another node's gRPC server, the same way for Links and for
+/// the coordinator stream.
+async fn connect(
+    address: &str,
+    connect_timeout: Duration,
+) -> Result<tonic::transport::Channel, String> {
+    tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// One peer's Link, opened on first use and again after it breaks. The
 /// async lock makes concurrent senders share one connection attempt.
 type PeerSlot = Arc<tokio::sync::Mutex<Option<Arc<Peer>>>>;

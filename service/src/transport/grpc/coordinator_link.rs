@@ -26,11 +26,7 @@ pub async fn open(
     settings: &GrpcSettings,
     newest_epoch: Arc<AtomicU64>,
 ) -> Result<CoordinatorLink, String> {
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-        .map_err(|e| e.to_string())?
-        .connect_timeout(settings.connect_timeout)
-        .tcp_nodelay(true);
-    let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
+    let channel = super::connect(address, settings.connect_timeout).await?;
     let mut client = pb::coordinator_client::CoordinatorClient::new(channel);
     let (up, up_rx) = mpsc::channel(LINK_CAPACITY);
     let down = tokio::time::timeout(

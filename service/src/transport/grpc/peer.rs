@@ -63,14 +63,12 @@ impl Peer {
         connect_timeout: Duration,
         ack_timeout: Duration,
     ) -> Result<Self, Broken> {
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|_| Broken)?
-            .connect_timeout(connect_timeout)
-            .tcp_nodelay(true);
-        let channel = endpoint.connect().await.map_err(|e| {
-            tracing::debug!(%address, error = %e, "node not reachable");
-            Broken
-        })?;
+        let channel = super::connect(address, connect_timeout)
+            .await
+            .map_err(|e| {
+                tracing::debug!(%address, error = %e, "node not reachable");
+                Broken
+            })?;
         let mut client = pb::node_client::NodeClient::new(channel);
         let (frames, rx) = mpsc::channel(FRAME_CAPACITY);
         let hello = pb::LinkFrame {
