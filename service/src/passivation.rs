@@ -11,6 +11,8 @@
 //!   most recently used, least frequently used (with dynamic aging).
 //! - [`lirs`]: low inter-reference recency set, with an adaptive HIR share
 //!   (not an Akka policy).
+//! - [`next_use`]: predicted next use, Belady's rule on each entity's
+//!   last interval (not an Akka policy).
 //! - [`ensemble`]: expert policies run as virtual caches, the shard
 //!   following the one with the most recent hits (not an Akka policy).
 //! - [`composite`]: admission window + admission filter + main area
@@ -29,6 +31,7 @@ pub mod lfu;
 pub mod lirs;
 pub mod lru;
 pub mod mru;
+pub mod next_use;
 pub mod policy;
 mod recency_list;
 pub mod settings;
@@ -42,10 +45,11 @@ pub use lfu::LeastFrequentlyUsed;
 pub use lirs::LowInterReferenceRecencySet;
 pub use lru::{LeastRecentlyUsed, SegmentedLeastRecentlyUsed};
 pub use mru::MostRecentlyUsed;
+pub use next_use::PredictedNextUse;
 pub use policy::{PolicyKey, ReplacementPolicy};
 pub use settings::{
     AdmissionWindowSettings, CompositeSettings, EnsembleSettings, FrequencySketchSettings,
     HillClimbingSettings, LeastFrequentlyUsedSettings, LeastRecentlyUsedSettings, LirsSettings,
-    PassivationSettingsError, ReplacementSettings, SegmentedSettings,
+    NextUseSettings, PassivationSettingsError, ReplacementSettings, SegmentedSettings,
 };
 pub use strategy::{PassivationReason, PassivationStrategy};

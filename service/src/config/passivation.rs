@@ -20,7 +20,7 @@ const DEFAULT_ACTIVE_ENTITY_LIMIT: usize = 100_000;
 pub struct PassivationSection {
     /// `idle` (the default), `none` (or `off`), or a replacement preset
     /// such as `lru`, `default-strategy` (Akka's: W-TinyLFU) or `default`
-    /// (colo's: the `ensemble` preset).
+    /// (colo's: the `next-use` preset).
     pub strategy: StrategyName,
     /// Unset: 120 s for `idle`, no idle timeout for the others; set with a
     /// replacement preset, both apply.

@@ -85,6 +85,13 @@ impl<K: std::hash::Hash + Eq + Clone> RecencyList<K> {
         self.levels.len()
     }
 
+    /// Changes the number of levels (at least one). The caller empties
+    /// the levels that go away.
+    pub(crate) fn resize_levels(&mut self, levels: usize) {
+        debug_assert!(self.levels.iter().skip(levels).all(|ends| ends.len == 0));
+        self.levels.resize(levels.max(1), Ends::EMPTY);
+    }
+
     /// The slot of a tracked entity.
     pub(crate) fn slot(&self, key: &K) -> Option<Slot> {
         self.index.get(key).copied()

@@ -14,6 +14,7 @@ use super::lfu::LeastFrequentlyUsed;
 use super::lirs::LowInterReferenceRecencySet;
 use super::lru::{LeastRecentlyUsed, SegmentedLeastRecentlyUsed};
 use super::mru::MostRecentlyUsed;
+use super::next_use::PredictedNextUse;
 use super::{PolicyKey, ReplacementPolicy};
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +37,33 @@ pub enum ReplacementSettings {
     /// Expert policies run as virtual caches; the shard follows the one
     /// with the most recent hits.
     Ensemble(EnsembleSettings),
+    /// Passivates the entity expected last, forecasting each entity's
+    /// next message from its last interval.
+    NextUse(NextUseSettings),
+}
+
+/// The settings of predicted next use (not an Akka policy, see
+/// [`PredictedNextUse`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+pub struct NextUseSettings {
+    /// Passivated entities remembered, as a multiple of the limit.
+    /// Default 8, as for LIRS: a shorter memory cannot see the intervals
+    /// of a loop over several times the limit.
+    pub history_multiplier: f64,
+    /// Intervals are capped at this multiple of the limit. Default 16:
+    /// an entity seen less often is passivated before one seen within it
+    /// anyway, and the cap bounds the forecast ring.
+    pub interval_cap_multiplier: f64,
+}
+
+impl Default for NextUseSettings {
+    fn default() -> Self {
+        Self {
+            history_multiplier: 8.0,
+            interval_cap_multiplier: 16.0,
+        }
+    }
 }
 
 /// The settings of an ensemble (not an Akka policy): experts that run
@@ -330,17 +358,17 @@ fn refuse(field: &str, reason: &str) -> Result<(), PassivationSettingsError> {
 }
 
 impl Default for ReplacementSettings {
-    /// colo's default: the `ensemble` preset, which follows whichever of
-    /// `lirs-tinylfu` and Akka's W-TinyLFU does better on the shard's own
-    /// traffic (PASSIVATION.md has the figures behind this choice).
+    /// colo's default: the `next-use` preset, Belady's rule on each
+    /// entity's forecast next message (PASSIVATION.md has the figures
+    /// behind this choice).
     fn default() -> Self {
-        Self::Ensemble(EnsembleSettings::default())
+        Self::NextUse(NextUseSettings::default())
     }
 }
 
 impl ReplacementSettings {
     /// The preset names [`ReplacementSettings::preset`] knows.
-    pub const PRESETS: [&'static str; 14] = [
+    pub const PRESETS: [&'static str; 15] = [
         "lru",
         "slru",
         "s4lru",
@@ -355,6 +383,7 @@ impl ReplacementSettings {
         "lirs-arc",
         "lirs-tinylfu",
         "ensemble",
+        "next-use",
     ];
 
     /// A named preset: `lru`, `slru` (2 levels, [0.2, 0.8]), `s4lru` (4
@@ -362,7 +391,7 @@ impl ReplacementSettings {
     /// (LRU window 1%, frequency sketch, SLRU main), `w-tinylfu-hc` (the
     /// same with hill climbing), `default-strategy` (Akka's default
     /// strategy, equal to `w-tinylfu-hc`), `default` (colo's default,
-    /// equal to `ensemble`) and `lirs` (not
+    /// equal to `next-use`) and `lirs` (not
     /// an Akka policy: LIRS with an adaptive HIR share, see
     /// [`LirsSettings`]) and `lirs-arc` (the same, its HIR share sized
     /// from ghost hits as ARC does instead of by hill climbing, see
@@ -371,7 +400,8 @@ impl ReplacementSettings {
     /// [`LirsSettings::frequency_filter`]) and `ensemble` (not an Akka
     /// policy: `lirs-tinylfu` and `w-tinylfu-hc` as virtual caches, the
     /// shard following the one with more recent hits, see
-    /// [`EnsembleSettings`]).
+    /// [`EnsembleSettings`]) and `next-use` (not an Akka policy: the
+    /// entity expected last is passivated, see [`NextUseSettings`]).
     ///
     /// `slru` and `s4lru` truncate every level's share
     /// ([`SegmentedSettings::truncate_levels`]) so that they reproduce
@@ -401,7 +431,8 @@ impl ReplacementSettings {
             "lirs" => Self::LowInterReferenceRecencySet(LirsSettings::default()),
             "lirs-arc" => Self::LowInterReferenceRecencySet(Self::lirs_arc_settings()),
             "lirs-tinylfu" => Self::LowInterReferenceRecencySet(Self::lirs_tinylfu_settings()),
-            "ensemble" | "default" => Self::Ensemble(EnsembleSettings::default()),
+            "ensemble" => Self::Ensemble(EnsembleSettings::default()),
+            "next-use" | "default" => Self::NextUse(NextUseSettings::default()),
             _ => return None,
         })
     }
@@ -489,6 +520,11 @@ impl ReplacementSettings {
             Self::Composite(composite) => composite.main.build_area(limit),
             Self::LowInterReferenceRecencySet(lirs) => Box::new(lirs.build(limit)),
             Self::Ensemble(ensemble) => Box::new(ensemble.build(limit)),
+            Self::NextUse(next_use) => Box::new(PredictedNextUse::new(
+                limit,
+                next_use.history_multiplier,
+                next_use.interval_cap_multiplier,
+            )),
         }
     }
 
@@ -549,6 +585,19 @@ impl ReplacementSettings {
                 Ok(())
             }
             Self::Composite(composite) => composite.validate_at(at),
+            Self::NextUse(next_use) => {
+                let at = format!("{at}.next-use");
+                if !(0.0..=f64::MAX).contains(&next_use.history_multiplier) {
+                    return refuse(&format!("{at}.history-multiplier"), "must be at least 0");
+                }
+                if !(1.0..=65536.0).contains(&next_use.interval_cap_multiplier) {
+                    return refuse(
+                        &format!("{at}.interval-cap-multiplier"),
+                        "must be between 1 and 65536",
+                    );
+                }
+                Ok(())
+            }
             Self::Ensemble(ensemble) => {
                 let at = format!("{at}.ensemble");
                 if !above_zero(ensemble.period_multiplier) {
