@@ -32,10 +32,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 pub use trace::{TraceError, TraceFormat};
 
-/// The strategy names `colo simulate` knows: Belady's `opt`, then every
-/// replacement preset the shards can run.
+/// The strategy names `colo simulate` knows: Belady's `opt` and
+/// `opt-seen`, then every replacement preset the shards can run.
 pub fn strategies() -> impl Iterator<Item = &'static str> {
-    std::iter::once("opt").chain(ReplacementSettings::PRESETS)
+    ["opt", "opt-seen"]
+        .into_iter()
+        .chain(ReplacementSettings::PRESETS)
 }
 
 /// What to simulate.
@@ -59,8 +61,12 @@ pub struct SimulateOptions {
 /// A strategy of a run: OPT, or a replacement policy preset.
 #[derive(Clone)]
 pub enum Strategy {
-    /// Belady's clairvoyant policy.
-    Opt,
+    /// Belady's clairvoyant policy; with `newcomers_first`, clairvoyant
+    /// only about entities already seen (`opt-seen`, see [`opt`]).
+    Opt {
+        /// Newcomers are passivated first, the newest first.
+        newcomers_first: bool,
+    },
     /// A policy shards use, from a [`ReplacementSettings`] preset.
     Policy {
         /// Its preset name.
@@ -73,8 +79,13 @@ pub enum Strategy {
 impl Strategy {
     /// `opt` or a [`ReplacementSettings::preset`] name; `None` if unknown.
     pub fn from_name(name: &str) -> Option<Strategy> {
-        if name == "opt" {
-            return Some(Strategy::Opt);
+        match name {
+            "opt" | "opt-seen" => {
+                return Some(Strategy::Opt {
+                    newcomers_first: name == "opt-seen",
+                })
+            }
+            _ => {}
         }
         ReplacementSettings::preset(name).map(|settings| Strategy::Policy {
             name: name.to_owned(),
@@ -85,7 +96,12 @@ impl Strategy {
     /// The strategy's name.
     pub fn name(&self) -> &str {
         match self {
-            Strategy::Opt => "opt",
+            Strategy::Opt {
+                newcomers_first: false,
+            } => "opt",
+            Strategy::Opt {
+                newcomers_first: true,
+            } => "opt-seen",
             Strategy::Policy { name, .. } => name,
         }
     }
@@ -218,7 +234,7 @@ pub fn simulate(options: &SimulateOptions) -> Result<Report, SimulateError> {
         path: path.clone(),
         what,
     };
-    let accesses = if strategies.iter().any(|s| matches!(s, Strategy::Opt)) {
+    let accesses = if strategies.iter().any(|s| matches!(s, Strategy::Opt { .. })) {
         // OPT needs every access's next use, so the trace is read whole.
         let mut trace = Vec::new();
         while reader.next_id(&mut text)? {

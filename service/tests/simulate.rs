@@ -241,7 +241,7 @@ fn unknown_strategy_is_refused() {
             "--limits",
             "2",
         ],
-        &["unknown strategy 'fifo'", "known: opt, lru"],
+        &["unknown strategy 'fifo'", "known: opt, opt-seen, lru"],
     );
 }
 

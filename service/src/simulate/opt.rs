@@ -8,11 +8,22 @@
 //! every position, later-marked entities below earlier ones), then while the
 //! shard is over its limit the entity with the highest key is passivated,
 //! which may be the one just accessed.
+//!
+//! `opt-seen` is a reference for online policies rather than a bound: it
+//! knows the future of every entity already seen in its shard, but not of
+//! newcomers, which it passivates first, the newest first (as `next-use`
+//! does). An online policy cannot tell which newcomers come back; the
+//! distance from `opt-seen` to OPT is what that knowledge is worth.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// "Never accessed again" in a next-use table.
 pub const NEVER: u32 = u32::MAX;
+
+/// Keys of entities never accessed again count down from here; keys of
+/// newcomers (for `opt-seen`) are above it, keys of next uses (positions)
+/// far below.
+const NEVER_KEYS: u64 = 1 << 62;
 
 /// For each position of `ids`, the position of the next access to the same
 /// id, or [`NEVER`].
@@ -39,9 +50,12 @@ pub struct OptShard {
     /// Active entities by the key they are tracked under: the position of
     /// their next access, or a "never" key above every position.
     by_next_use: BTreeMap<u64, u64>,
-    /// The next "never" key; counts down from `u64::MAX` so the entity that
-    /// stopped being needed first goes first (Akka's order).
+    /// The next "never" key; counts down so the entity that stopped being
+    /// needed first goes first (Akka's order).
     never: u64,
+    /// For `opt-seen`: the entities seen in this shard, and the keys of
+    /// the active ones not seen before their last access.
+    newcomers: Option<(HashSet<u64>, HashMap<u64, u64>)>,
 }
 
 impl OptShard {
@@ -50,7 +64,17 @@ impl OptShard {
         Self {
             limit,
             by_next_use: BTreeMap::new(),
-            never: u64::MAX,
+            never: NEVER_KEYS,
+            newcomers: None,
+        }
+    }
+
+    /// `opt-seen`: an empty shard that passivates newcomers first, the
+    /// newest first, then the entity used furthest ahead.
+    pub fn newcomers_first(limit: usize) -> Self {
+        Self {
+            newcomers: Some((HashSet::new(), HashMap::new())),
+            ..Self::new(limit)
         }
     }
 
@@ -66,6 +90,18 @@ impl OptShard {
         // An active entity is tracked under this very position; an inactive
         // one is not tracked at all.
         self.by_next_use.remove(&position);
+        if let Some((seen, keys)) = self.newcomers.as_mut() {
+            if let Some(key) = keys.remove(&id) {
+                self.by_next_use.remove(&key);
+            }
+            if seen.insert(id) {
+                let key = NEVER_KEYS + 1 + position;
+                keys.insert(id, key);
+                self.by_next_use.insert(key, id);
+                self.passivate_excess(passivate);
+                return;
+            }
+        }
         let key = if next == NEVER {
             self.never -= 1;
             self.never
@@ -88,7 +124,12 @@ impl OptShard {
 
     fn passivate_excess(&mut self, passivate: &mut Vec<u64>) {
         while self.by_next_use.len() > self.limit {
-            if let Some((_, id)) = self.by_next_use.pop_last() {
+            if let Some((key, id)) = self.by_next_use.pop_last() {
+                if let Some((_, keys)) = self.newcomers.as_mut() {
+                    if key > NEVER_KEYS {
+                        keys.remove(&id);
+                    }
+                }
                 passivate.push(id);
             }
         }
@@ -126,5 +167,39 @@ mod tests {
         // a, b, c (bypassed), d (bypassed), c again: 5 misses out of 9.
         assert_eq!(misses, 5);
         assert_eq!(shard.len(), 2);
+    }
+
+    /// Misses and passivations of `shard` over `ids`.
+    fn replay(mut shard: OptShard, ids: &[u32]) -> (usize, Vec<u64>) {
+        let next = next_uses(ids);
+        let mut active = vec![false; ids.len()];
+        let (mut misses, mut out, mut passivated) = (0, Vec::new(), Vec::new());
+        for (p, &id) in ids.iter().enumerate() {
+            if !active[id as usize] {
+                misses += 1;
+                active[id as usize] = true;
+            }
+            shard.access(u64::from(id), p as u64, next[p], &mut out);
+            for gone in out.drain(..) {
+                active[gone as usize] = false;
+                passivated.push(gone);
+            }
+        }
+        (misses, passivated)
+    }
+
+    #[test]
+    fn opt_seen_passivates_newcomers_first_the_newest_first() {
+        // a b c c a b, limit 2
+        let ids = [0u32, 1, 2, 2, 0, 1];
+        // OPT passivates b at c (b is needed last) and c at the last b
+        assert_eq!(replay(OptShard::new(2), &ids), (4, vec![1, 2]));
+        // opt-seen cannot tell that c comes back: c, the newest newcomer,
+        // goes; back, c is known and b is the newest newcomer; at the last
+        // b, c stopped being needed first
+        assert_eq!(
+            replay(OptShard::newcomers_first(2), &ids),
+            (5, vec![2, 1, 2])
+        );
     }
 }
