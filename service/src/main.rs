@@ -52,8 +52,9 @@ struct SimulateArgs {
     /// .corda corda, .arc arc, .txt simple; anything else needs --format.
     #[arg(long, value_parser = parse_format)]
     format: Option<TraceFormat>,
-    /// Comma-separated: opt, lru, slru, s4lru, mru, lfu, lfuda, w-tinylfu,
-    /// w-tinylfu-hc, default.
+    /// Comma-separated: opt, opt-seen, lru, slru, s4lru, mru, lfu, lfuda,
+    /// w-tinylfu, w-tinylfu-hc, default-strategy, default (= next-use),
+    /// lirs, lirs-arc, lirs-tinylfu, ensemble.
     #[arg(long, value_delimiter = ',', required = true)]
     strategy: Vec<String>,
     /// Comma-separated active-entity limits, totals across regions.
