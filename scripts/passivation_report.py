@@ -15,7 +15,10 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRACES = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "shared", "traces")
-STRATEGIES = ["opt", "lru", "slru", "s4lru", "mru", "lfu", "lfuda", "w-tinylfu", "w-tinylfu-hc", "default-strategy", "lirs", "lirs-arc", "lirs-tinylfu", "ensemble", "default"]
+STRATEGIES = ["opt", "opt-seen", "lru", "slru", "s4lru", "mru", "lfu", "lfuda", "w-tinylfu", "w-tinylfu-hc",
+              "default-strategy", "lirs", "lirs-arc", "lirs-tinylfu", "ensemble", "next-use", "default"]
+# Not policies: references to measure policies against.
+REFERENCES = ["opt-seen"]
 
 # Akka's published figures (shared/traces/README.md).
 AKKA = {
@@ -58,6 +61,14 @@ OTHERS = [
     ("loop", "lirs/loop.trace.gz", [], [250, 500, 750, 1000, 1250]),
     ("sprite", "lirs/sprite.trace.gz", [], [100, 200, 400, 800, 1600]),
     ("corda", "corda/trace_vaultservice.gz", ["--format", "corda"], [250, 500, 1000, 2000, 4000]),
+    ("zigzag", "lirs/zigzag.trace.gz", [], [500, 1000, 1500]),
+    ("scan", "lirs/scan.trace.gz", [], [500, 1000, 1500]),
+    ("cs", "lirs/cs.trace.gz", [], [100, 200, 400, 800]),
+    ("cpp", "lirs/cpp.trace.gz", [], [100, 200, 400, 800]),
+    ("2_pools", "lirs/2_pools.trace.gz", [], [500, 1000, 2000, 4000]),
+    ("multi1", "lirs/multi1.trace.gz", [], [100, 200, 400, 800, 1600]),
+    ("multi2", "lirs/multi2.trace.gz", [], [100, 200, 400, 800, 1600]),
+    ("backf", "lirs/backf.trace.gz", [], [100, 200, 400]),
 ]
 
 
@@ -79,8 +90,11 @@ def best_non_opt(akka, i):
 
 
 def published():
-    distances = {"colo default (ensemble)": [], "colo default-strategy": [], "colo lirs": [], "colo lirs-arc": [],
-                 "colo lirs-tinylfu": [], "akka default-strategy": []}
+    compared = {"colo default (next-use)": "default", "colo opt-seen (reference)": "opt-seen",
+                "colo default-strategy": "default-strategy", "colo lirs": "lirs", "colo lirs-arc": "lirs-arc",
+                "colo lirs-tinylfu": "lirs-tinylfu", "colo ensemble": "ensemble"}
+    distances = {name: [] for name in compared}
+    distances["akka default-strategy"] = []
     for trace, (limits, akka) in AKKA.items():
         rows, cmd = simulate(os.path.join(TRACES, "lirs", f"{trace}.trace.gz"), limits, [])
         print(f"### {trace}\n\n    {cmd}\n")
@@ -90,7 +104,9 @@ def published():
             cells = []
             for i, l in enumerate(limits):
                 ours = rows[(s, l)]
-                if s in akka:
+                if s in REFERENCES:
+                    cells.append(f"{ours:.2f}")
+                elif s in akka:
                     theirs = akka[s][i]
                     mark = "" if abs(ours - theirs) < 0.005 else f" ({ours - theirs:+.2f})"
                     cells.append(f"{ours:.2f} / {theirs:.2f}{mark}")
@@ -99,11 +115,8 @@ def published():
                     cells.append(f"**{ours:.2f}** (best Akka {best:.2f})")
             print(f"| {s} | " + " | ".join(cells) + " |")
         for i, l in enumerate(limits):
-            distances["colo default (ensemble)"].append(akka["opt"][i] - rows[("default", l)])
-            distances["colo default-strategy"].append(akka["opt"][i] - rows[("default-strategy", l)])
-            distances["colo lirs"].append(akka["opt"][i] - rows[("lirs", l)])
-            distances["colo lirs-arc"].append(akka["opt"][i] - rows[("lirs-arc", l)])
-            distances["colo lirs-tinylfu"].append(akka["opt"][i] - rows[("lirs-tinylfu", l)])
+            for name, s in compared.items():
+                distances[name].append(akka["opt"][i] - rows[(s, l)])
             distances["akka default-strategy"].append(akka["opt"][i] - akka["w-tinylfu-hc"][i])
         print()
     for k, v in distances.items():
