@@ -478,6 +478,11 @@ impl<K: PolicyKey> ReplacementPolicy<K> for PredictedNextUse<K> {
     fn len(&self) -> usize {
         self.active()
     }
+
+    /// The newcomers' window, as a share of the limit.
+    fn window_proportion(&self) -> Option<f64> {
+        Some(self.window as f64 / self.limit.max(1) as f64)
+    }
 }
 
 impl<K: PolicyKey> ActiveArea<K> for PredictedNextUse<K> {
@@ -596,6 +601,7 @@ mod tests {
             hits(&mut p, &pairs[400..])
         };
         assert!(p.window >= 1);
+        assert_eq!(p.window_proportion(), Some(p.window as f64 / 10.0));
         assert!(steady > 1500, "{steady} of 1800");
         // a loop then shuts it again: the window's room is better spent on
         // entities with a forecast
