@@ -22,14 +22,17 @@
 //!   by when they are expected. An entity on time is expected at its
 //!   forecast. A late one is expected as far ahead as it is late (`now +
 //!   (now - forecast)`): one just late is still expected soon, one long
-//!   late is not. Among equal forecasts the most recently seen goes first:
-//!   it has the shorter interval, and the next turn shows which was right.
+//!   late is not. Among equal forecasts the one filed last goes first:
+//!   usually the most recently seen, which has the shorter interval (the
+//!   next turn shows which was right).
 //! - **In the window**: last. The newest new entities stay active while
 //!   the window holds them. The window starts shut. It grows by one each
-//!   time a passivated new entity comes back that a window one larger
-//!   would have kept (entities seen twice in a row). It shrinks by one each
-//!   time a passivated entity with an interval comes back, since the
-//!   window took its room.
+//!   time a passivated new entity comes back that a window at most twice
+//!   as large would still hold (entities seen twice in a row). It shrinks
+//!   by one each time an entity passivated with an interval comes back,
+//!   since the window took its room. Entities stopped for other reasons
+//!   (idle, explicit, hand-off) are remembered too, without effect on the
+//!   window.
 //!
 //! Passivated entities are remembered (their last message and intervals)
 //! up to `history_multiplier x limit`, oldest forgotten first, so an entity
@@ -41,7 +44,7 @@
 //! buckets.
 //! - The late ones are in the order they became late, which is the order
 //!   of their forecasts.
-//! - A bucket holds, in the order they were seen, the entities expected
+//! - A bucket holds, in the order they were filed, the entities expected
 //!   within a span of `width` messages.
 //! - The ring covers the interval cap, and two levels of bitmaps find the
 //!   furthest non-empty bucket in O(1).
@@ -73,6 +76,9 @@ const RING: usize = 5;
 const MAX_BUCKETS: usize = 4096;
 /// Buckets of the smallest ring.
 const MIN_BUCKETS: usize = 64;
+/// The longest interval, whatever the limit: 2^40 messages, so that no
+/// forecast arithmetic can overflow.
+const MAX_INTERVAL_CAP: u64 = 1 << 40;
 /// Messages a bucket spans, about: forecasts are off by more than that
 /// anyway, and a ring one message wide costs 33 KB for a shard of 100
 /// entities (4 KB at 8). On the published traces buckets of 1 to 16
@@ -90,9 +96,24 @@ struct History {
     previous: u64,
     /// Whether the earlier of the two forecasts has passed.
     second: bool,
-    /// For an entity passivated before it had an interval: the number of
-    /// new entities seen by then.
-    passivated_new: Option<u64>,
+    /// Why a remembered entity is no longer active, for the window.
+    passivated: Passivated,
+}
+
+/// Why a remembered entity is no longer active.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Passivated {
+    /// It is active.
+    #[default]
+    No,
+    /// Passivated before it had an interval, when this many new entities
+    /// had been seen.
+    New(u64),
+    /// Passivated with an interval.
+    Known,
+    /// Stopped for another reason (idle, explicit, hand-off): its return
+    /// says nothing of the window.
+    Elsewhere,
 }
 
 impl History {
@@ -259,7 +280,8 @@ impl<K: PolicyKey> PredictedNextUse<K> {
     fn resize(&mut self) {
         let limit = self.limit.max(1) as f64;
         self.history_limit = (self.history_multiplier * limit) as usize;
-        self.interval_cap = ((self.interval_cap_multiplier * limit) as u64).max(1);
+        self.interval_cap =
+            ((self.interval_cap_multiplier * limit) as u64).clamp(1, MAX_INTERVAL_CAP);
         // A forecast is at most `interval_cap` ahead; the current bucket
         // may hold forecasts just passed, so the ring spans one more.
         let span = self.interval_cap + 2;
@@ -296,6 +318,10 @@ impl<K: PolicyKey> PredictedNextUse<K> {
     /// recently seen of its bucket.
     fn expect(&mut self, slot: Slot, history: History) {
         let due = history.forecast() / self.width;
+        debug_assert!(
+            due.saturating_sub(self.next_due) < self.buckets as u64,
+            "a forecast beyond the ring"
+        );
         let bucket = self.ring_bucket(due.max(self.next_due));
         self.list.move_to_back(slot, RING + bucket);
         self.occupancy.set(bucket);
@@ -342,9 +368,10 @@ impl<K: PolicyKey> PredictedNextUse<K> {
         let history = History {
             last: now,
             interval: (now - before.last).min(self.interval_cap),
-            previous: before.interval,
+            // Capped again: the limit may have shrunk since.
+            previous: before.interval.min(self.interval_cap),
             second: false,
-            passivated_new: None,
+            passivated: Passivated::No,
         };
         self.set_history(slot, history);
         self.leave(slot);
@@ -361,17 +388,17 @@ impl<K: PolicyKey> PredictedNextUse<K> {
             .or_else(|| self.occupancy.highest_below(self.buckets))
     }
 
-    /// Adapts the window to a passivated entity coming back: one
-    /// passivated as new that a window one larger would have kept grows
-    /// it; one passivated with an interval (a window takes room from
-    /// those) shrinks it.
+    /// Adapts the window to a passivated entity coming back. One
+    /// passivated as new that a window at most twice as large would still
+    /// hold grows it by one. One passivated with an interval (a window
+    /// takes room from those) shrinks it by one.
     fn adapt_window(&mut self, history: &History) {
-        match history.passivated_new {
-            Some(at) if self.arrivals - at <= self.window as u64 => {
+        match history.passivated {
+            Passivated::New(at) if self.arrivals - at <= self.window as u64 => {
                 self.window = (self.window + 1).min(self.limit);
             }
-            Some(_) => {}
-            None => self.window = self.window.saturating_sub(1),
+            Passivated::Known => self.window = self.window.saturating_sub(1),
+            _ => {}
         }
         self.bound_window();
     }
@@ -414,7 +441,7 @@ impl<K: PolicyKey> PredictedNextUse<K> {
     fn enforce_limit(&mut self, passivate: &mut Vec<K>) {
         while self.active() > self.limit {
             let Some(slot) = self.victim() else { break };
-            self.remember(slot);
+            self.remember(slot, true);
             if let Some(key) = self.list.key(slot) {
                 passivate.push(key.clone());
             }
@@ -423,10 +450,14 @@ impl<K: PolicyKey> PredictedNextUse<K> {
     }
 
     /// Moves an active entity to the remembered ones.
-    fn remember(&mut self, slot: Slot) {
+    fn remember(&mut self, slot: Slot, by_policy: bool) {
         self.leave(slot);
         let mut history = self.history(slot);
-        history.passivated_new = (history.interval == 0).then_some(self.arrivals);
+        history.passivated = match (by_policy, history.interval) {
+            (false, _) => Passivated::Elsewhere,
+            (true, 0) => Passivated::New(self.arrivals),
+            (true, _) => Passivated::Known,
+        };
         self.set_history(slot, history);
         self.list.move_to_back(slot, REMEMBERED);
     }
@@ -444,6 +475,8 @@ impl<K: PolicyKey> PredictedNextUse<K> {
 impl<K: PolicyKey> ReplacementPolicy<K> for PredictedNextUse<K> {
     fn set_limit(&mut self, limit: usize, passivate: &mut Vec<K>) {
         self.limit = limit;
+        self.window = self.window.min(limit);
+        self.bound_window();
         self.resize();
         self.enforce_limit(passivate);
     }
@@ -485,10 +518,13 @@ impl<K: PolicyKey> ReplacementPolicy<K> for PredictedNextUse<K> {
         }
     }
 
+    /// The entity stopped for another reason: it is no longer active, but
+    /// its intervals are still the best forecast if it comes back, so it
+    /// is remembered like a passivated one.
     fn on_remove(&mut self, id: &K) {
         if let Some(slot) = self.list.slot(id) {
             if self.list.level_of(slot) != REMEMBERED {
-                self.remember(slot);
+                self.remember(slot, false);
                 self.bound_history();
             }
         }
@@ -568,7 +604,7 @@ mod tests {
             interval: 30,
             previous: 10,
             second: false,
-            passivated_new: None,
+            passivated: Passivated::No,
         };
         assert_eq!(history.forecast(), 110);
         history.second = true;
@@ -680,5 +716,95 @@ mod tests {
         let steady = hits(&mut p, &trace);
         assert!(steady > 100, "{steady}");
         assert!(p.list.len() <= 20 + 8 * 20);
+    }
+
+    /// Checks that every entity on time is filed under its forecast's
+    /// bucket, within the ring, and that the bitmaps match the buckets.
+    fn check_ring(p: &PredictedNextUse<u32>) {
+        for bucket in 0..p.buckets {
+            let level = RING + bucket;
+            let filled = p.list.level_len(level) > 0;
+            let bit = p.occupancy.words[bucket / 64] & (1 << (bucket % 64)) != 0;
+            assert_eq!(filled, bit, "bucket {bucket}");
+            let mut at = p.list.most_recent(level);
+            while let Some(slot) = at {
+                let due = p.history(slot).forecast() / p.width;
+                assert!(due.saturating_sub(p.next_due) < p.buckets as u64, "{due}");
+                assert_eq!(p.ring_bucket(due.max(p.next_due)), bucket);
+                at = p.list.less_recent(slot);
+            }
+        }
+        for word in 0..p.occupancy.words.len() {
+            let summary = p.occupancy.summary & (1 << word) != 0;
+            assert_eq!(summary, p.occupancy.words[word] != 0);
+        }
+    }
+
+    #[test]
+    fn forecasts_stay_in_the_ring_through_limit_changes_and_removals() {
+        for seed in 1..=40u64 {
+            let mut p = policy(100);
+            let mut out = Vec::new();
+            let mut state = seed;
+            let mut next = move || {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state
+            };
+            for step in 0..6_000u32 {
+                let r = next();
+                // a hot loop, a long loop and a sprinkling of strays
+                let id = match r % 10 {
+                    0..=5 => step % 40,
+                    6..=8 => 1_000 + step % 700,
+                    _ => 10_000 + (r % 5_000) as u32,
+                };
+                if p.contains(&id) {
+                    p.on_access(&id);
+                } else {
+                    p.on_activate(id, &mut out);
+                }
+                match next() % 500 {
+                    0 => p.set_limit((next() % 300) as usize, &mut out),
+                    1 => p.on_remove(&id),
+                    _ => {}
+                }
+                out.clear();
+                assert!(p.len() <= p.limit);
+                assert!(p.window <= p.limit);
+            }
+            check_ring(&p);
+        }
+    }
+
+    #[test]
+    fn a_huge_limit_does_not_overflow() {
+        let mut p = policy(10);
+        let mut out = Vec::new();
+        p.set_limit(usize::MAX, &mut out);
+        assert_eq!(hits(&mut p, &[1, 2, 1, 2, 3, 1]), 3);
+        p.set_limit(1, &mut out);
+        assert_eq!(p.len(), 1);
+        check_ring(&p);
+    }
+
+    #[test]
+    fn a_smaller_limit_narrows_the_window() {
+        // blocks of six newcomers, each sent twice: the window opens to six
+        let trace: Vec<u32> = (0..500u32)
+            .flat_map(|block| {
+                let ids: Vec<u32> = (0..6).map(|i| block * 6 + i).collect();
+                ids.iter().chain(ids.iter()).copied().collect::<Vec<_>>()
+            })
+            .collect();
+        let mut p = policy(10);
+        hits(&mut p, &trace);
+        assert_eq!(p.window, 6);
+        let mut out = Vec::new();
+        p.set_limit(2, &mut out);
+        assert_eq!(p.window, 2);
+        assert_eq!(p.window_proportion(), Some(1.0));
+        assert!(p.list.level_len(WINDOW) <= 2);
     }
 }

@@ -38,7 +38,7 @@ pub enum ReplacementSettings {
     /// with the most recent hits.
     Ensemble(EnsembleSettings),
     /// Passivates the entity expected last, forecasting each entity's
-    /// next message from its last interval.
+    /// next message from its last two intervals.
     NextUse(NextUseSettings),
 }
 
