@@ -11,8 +11,8 @@
 //!   most recently used, least frequently used (with dynamic aging).
 //! - [`lirs`]: low inter-reference recency set, with an adaptive HIR share
 //!   (not an Akka policy).
-//! - [`next_use`]: predicted next use, Belady's rule on each entity's
-//!   last interval (not an Akka policy).
+//! - [`next_use`]: predicted next use, Belady's rule on a forecast from
+//!   each entity's last two intervals (not an Akka policy).
 //! - [`ensemble`]: expert policies run as virtual caches, the shard
 //!   following the one with the most recent hits (not an Akka policy).
 //! - [`composite`]: admission window + admission filter + main area

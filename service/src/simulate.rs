@@ -79,13 +79,10 @@ pub enum Strategy {
 impl Strategy {
     /// `opt` or a [`ReplacementSettings::preset`] name; `None` if unknown.
     pub fn from_name(name: &str) -> Option<Strategy> {
-        match name {
-            "opt" | "opt-seen" => {
-                return Some(Strategy::Opt {
-                    newcomers_first: name == "opt-seen",
-                })
-            }
-            _ => {}
+        if let "opt" | "opt-seen" = name {
+            return Some(Strategy::Opt {
+                newcomers_first: name == "opt-seen",
+            });
         }
         ReplacementSettings::preset(name).map(|settings| Strategy::Policy {
             name: name.to_owned(),
@@ -96,12 +93,13 @@ impl Strategy {
     /// The strategy's name.
     pub fn name(&self) -> &str {
         match self {
-            Strategy::Opt {
-                newcomers_first: false,
-            } => "opt",
-            Strategy::Opt {
-                newcomers_first: true,
-            } => "opt-seen",
+            Strategy::Opt { newcomers_first } => {
+                if *newcomers_first {
+                    "opt-seen"
+                } else {
+                    "opt"
+                }
+            }
             Strategy::Policy { name, .. } => name,
         }
     }

@@ -149,28 +149,15 @@ mod tests {
     fn evicts_the_farthest_next_use() {
         // a b c a b d a b c, limit 2
         let ids = [0u32, 1, 2, 0, 1, 3, 0, 1, 2];
-        let next = next_uses(&ids);
         let mut shard = OptShard::new(2);
-        let mut active = [false; 4];
-        let mut misses = 0;
-        let mut out = Vec::new();
-        for (p, &id) in ids.iter().enumerate() {
-            if !active[id as usize] {
-                misses += 1;
-                active[id as usize] = true;
-            }
-            shard.access(u64::from(id), p as u64, next[p], &mut out);
-            for gone in out.drain(..) {
-                active[gone as usize] = false;
-            }
-        }
+        let (misses, _) = replay(&mut shard, &ids);
         // a, b, c (bypassed), d (bypassed), c again: 5 misses out of 9.
         assert_eq!(misses, 5);
         assert_eq!(shard.len(), 2);
     }
 
     /// Misses and passivations of `shard` over `ids`.
-    fn replay(mut shard: OptShard, ids: &[u32]) -> (usize, Vec<u64>) {
+    fn replay(shard: &mut OptShard, ids: &[u32]) -> (usize, Vec<u64>) {
         let next = next_uses(ids);
         let mut active = vec![false; ids.len()];
         let (mut misses, mut out, mut passivated) = (0, Vec::new(), Vec::new());
@@ -193,12 +180,12 @@ mod tests {
         // a b c c a b, limit 2
         let ids = [0u32, 1, 2, 2, 0, 1];
         // OPT passivates b at c (b is needed last) and c at the last b
-        assert_eq!(replay(OptShard::new(2), &ids), (4, vec![1, 2]));
+        assert_eq!(replay(&mut OptShard::new(2), &ids), (4, vec![1, 2]));
         // opt-seen cannot tell that c comes back: c, the newest newcomer,
         // goes; back, c is known and b is the newest newcomer; at the last
         // b, c stopped being needed first
         assert_eq!(
-            replay(OptShard::newcomers_first(2), &ids),
+            replay(&mut OptShard::newcomers_first(2), &ids),
             (5, vec![2, 1, 2])
         );
     }

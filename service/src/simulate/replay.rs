@@ -134,12 +134,11 @@ impl Run {
     ) -> Result<(), SimulateError> {
         let per_region = self.limit / allocation.regions() as usize;
         self.shards[shard as usize] = Some(match &self.strategy {
-            Strategy::Opt {
-                newcomers_first: false,
-            } => ShardPolicy::Opt(OptShard::new(per_region)),
-            Strategy::Opt {
-                newcomers_first: true,
-            } => ShardPolicy::Opt(OptShard::newcomers_first(per_region)),
+            Strategy::Opt { newcomers_first } => ShardPolicy::Opt(if *newcomers_first {
+                OptShard::newcomers_first(per_region)
+            } else {
+                OptShard::new(per_region)
+            }),
             Strategy::Policy { settings, .. } => ShardPolicy::Policy(settings.build(per_region)),
         });
         let region_shards = allocation.shards_of(region);
