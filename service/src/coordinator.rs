@@ -19,6 +19,7 @@ use crate::inspection::RegionStats;
 use crate::metrics;
 use crate::protocol::{CoordinatorToRegion, RegionToCoordinator};
 use crate::settings::ShardingSettings;
+use crate::tasks::TaskSet;
 use colo_allocation::{AllocationStrategy, Allocations, RegionId, ShardId};
 use rebalance::{HandOffPlan, WorkerInput, WORKER_CAPACITY};
 use state::{CoordinatorEvent, CoordinatorState};
@@ -98,6 +99,9 @@ struct Coordinator {
     /// and report them, rather than see a second copy started elsewhere.
     adoption_grace: Option<Instant>,
     inbox: mpsc::Sender<Input>,
+    /// Hand-off workers, stats gatherers and link forwarders: stopped with
+    /// the coordinator.
+    tasks: Arc<TaskSet>,
 }
 
 impl Coordinator {
@@ -465,7 +469,7 @@ impl Coordinator {
             timeout: self.settings.handoff_timeout,
         };
         let inbox = self.inbox.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let ok = rebalance::run(plan, input).await;
             let _ = inbox.send(Input::RebalanceDone { shard, ok }).await;
         });
@@ -572,7 +576,7 @@ impl Coordinator {
         }
         let reply_to = self.links.get(&requester).map(|l| l.to_region.clone());
         let inbox = self.inbox.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let stats = stats::gather(asked, rx, timeout).await;
             if let Some(link) = reply_to {
                 let _ = link

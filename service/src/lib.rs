@@ -9,14 +9,15 @@
 //! # Layout
 //! - [`entity`]: the entity API (`Entity`, `EntityType`).
 //! - [`settings`]: per entity type settings with Akka's defaults.
-//! - [`node`]: a node and its regions.
+//! - [`node`]: a node and its regions; `node/context.rs`, what its regions
+//!   and shards share; `tasks.rs`, the task sets that stop with it.
 //! - [`region`]: routing, buffering, hosting; `region/routes.rs` is the
 //!   routing table, `region/task.rs` the region's state machine (with
-//!   `task/draining.rs` and `task/shutdown.rs`), `region/outbound.rs` the
-//!   queue to each remote node, `region/activity.rs` the passivation gauges,
-//!   `region/erased.rs` a region reached by name with encoded messages.
-//! - [`shard`]: the task that owns a shard's entities; `mailbox.rs`, the
-//!   bounded queue in front of a shard or a remote node.
+//!   `task/draining.rs` and `task/shutdown.rs`), `region/shard.rs` the task
+//!   that owns a shard's entities, `region/outbound.rs` the queue to each
+//!   remote node, `region/activity.rs` the passivation gauges,
+//!   `region/erased.rs` a region reached by name with encoded messages;
+//!   `mailbox.rs`, the bounded queue in front of a shard or a remote node.
 //! - [`coordinator`]: shard homes, rebalancing, hand-off; its handle, its
 //!   event-sourced state and store, one task per hand-off, and which node
 //!   hosts it (`coordinator/hosting.rs`).
@@ -61,8 +62,8 @@ pub mod protocol;
 pub mod region;
 mod replies;
 pub mod settings;
-pub mod shard;
 pub mod simulate;
+mod tasks;
 pub mod transport;
 
 pub use codec::ContentType;

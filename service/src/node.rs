@@ -1,107 +1,19 @@
 //! A node: one process's regions, its transport, its table of remote asks,
 //! and every task it started (so that it can stop them all).
 
-use crate::codec;
+pub(crate) mod context;
+
 use crate::entity::{Entity, EntityType, RegistrationError};
-use crate::envelope::{Reply, WireEnvelope, WireReply};
-use crate::error::AskError;
+use crate::envelope::{WireEnvelope, WireReply};
 use crate::region::{ErasedRegion, Region, RegionInbound};
 use crate::replies::PendingReplies;
 use crate::transport::{Inbound, Transport};
 use colo_allocation::RegionId;
+use context::{NodeContext, NodeTasks};
 use futures::future::BoxFuture;
-use parking_lot::{Mutex, RwLock};
-use serde::Serialize;
+use parking_lot::RwLock;
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::sync::Arc;
-use tokio::task::JoinSet;
-
-/// Every task a node started. Shards are kept apart so that they can be
-/// stopped first when the node dies: their entities must be gone before the
-/// coordinator learns of the death and starts them elsewhere.
-#[derive(Default)]
-pub(crate) struct Tasks {
-    shards: Mutex<JoinSet<()>>,
-    others: Mutex<JoinSet<()>>,
-    /// Set when the node dies: a task spawned after that (say, a region
-    /// restarting a shard while it is being aborted) is never started.
-    dying: std::sync::atomic::AtomicBool,
-}
-
-impl Tasks {
-    pub fn spawn_shard(&self, task: impl Future<Output = ()> + Send + 'static) {
-        Self::spawn_in(&self.shards, &self.dying, task);
-    }
-
-    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
-        Self::spawn_in(&self.others, &self.dying, task);
-    }
-
-    fn spawn_in(
-        set: &Mutex<JoinSet<()>>,
-        dying: &std::sync::atomic::AtomicBool,
-        task: impl Future<Output = ()> + Send + 'static,
-    ) {
-        let mut set = set.lock();
-        if dying.load(std::sync::atomic::Ordering::Acquire) {
-            return;
-        }
-        while set.try_join_next().is_some() {}
-        set.spawn(task);
-    }
-
-    async fn abort_all(&self) {
-        self.dying.store(true, std::sync::atomic::Ordering::Release);
-        for set in [&self.shards, &self.others] {
-            let mut set = std::mem::take(&mut *set.lock());
-            set.abort_all();
-            while set.join_next().await.is_some() {}
-        }
-    }
-}
-
-/// What every region, shard and outbound queue of a node shares.
-pub(crate) struct NodeContext {
-    pub id: RegionId,
-    pub transport: Arc<dyn Transport>,
-    pub pending: PendingReplies,
-    pub tasks: Tasks,
-}
-
-impl NodeContext {
-    /// Sends an entity's answer where the asker waits.
-    pub fn reply<R: Serialize + Send + 'static>(
-        &self,
-        reply: Reply<R>,
-        result: Result<R, AskError>,
-    ) {
-        match reply {
-            Reply::None => {}
-            Reply::Local(tx) => {
-                let _ = tx.send(result);
-            }
-            Reply::Remote(to) => {
-                let result =
-                    result.and_then(|r| codec::encode(&r).map_err(|e| AskError::Codec(e.0)));
-                if to.node == self.id {
-                    self.pending.complete(to.correlation, result);
-                    return;
-                }
-                let reply = WireReply {
-                    correlation: to.correlation,
-                    result,
-                };
-                let transport = self.transport.clone();
-                self.tasks.spawn(async move {
-                    if let Err(e) = transport.reply(&to.node, reply).await {
-                        tracing::debug!(error = %e, "ask reply not delivered");
-                    }
-                });
-            }
-        }
-    }
-}
 
 /// Routes what the transport receives to the node's regions.
 struct NodeInbound {
@@ -162,7 +74,7 @@ impl Node {
             id: transport.local().clone(),
             transport: transport.clone(),
             pending: PendingReplies::default(),
-            tasks: Tasks::default(),
+            tasks: NodeTasks::default(),
         });
         let inbound = Arc::new(NodeInbound {
             context: context.clone(),

@@ -11,15 +11,16 @@ pub(crate) mod activity;
 mod erased;
 pub(crate) mod outbound;
 pub(crate) mod routes;
+pub(crate) mod shard;
 mod task;
 
+use crate::codec;
 use crate::entity::{Entity, EntityId, EntityType};
 use crate::envelope::{Envelope, Reply, WireEnvelope};
 use crate::error::{AskError, TellError};
 use crate::inspection::{ClusterShardingStats, CurrentRegionState};
 use crate::metrics::RegionMetrics;
-use crate::node::NodeContext;
-use crate::{codec, shard};
+use crate::node::context::NodeContext;
 use colo_allocation::{MessageExtractor, RegionId, ShardId};
 use futures::future::BoxFuture;
 use routes::{Refused, Routes};

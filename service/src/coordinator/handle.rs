@@ -5,6 +5,7 @@ use super::store::CoordinatorStore;
 use super::{Coordinator, CoordinatorState, Input, INBOX_CAPACITY};
 use crate::protocol::{CoordinatorLink, LINK_CAPACITY};
 use crate::settings::{SettingsError, ShardingSettings};
+use crate::tasks::TaskSet;
 use colo_allocation::{AllocationStrategy, RegionId};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -18,6 +19,7 @@ pub struct CoordinatorHandle {
     inbox: mpsc::Sender<Input>,
     next_link: Arc<std::sync::atomic::AtomicU64>,
     task: Arc<parking_lot::Mutex<Option<JoinHandle<()>>>>,
+    tasks: Arc<TaskSet>,
 }
 
 impl CoordinatorHandle {
@@ -33,6 +35,7 @@ impl CoordinatorHandle {
     ) -> Result<Self, SettingsError> {
         settings.validate()?;
         let (inbox, rx) = mpsc::channel(INBOX_CAPACITY);
+        let tasks = Arc::new(TaskSet::default());
         let coordinator = Coordinator {
             entity_type: entity_type.to_string(),
             settings,
@@ -48,6 +51,7 @@ impl CoordinatorHandle {
             recovered: HashMap::new(),
             adoption_grace: None,
             inbox: inbox.clone(),
+            tasks: tasks.clone(),
         };
         let task = tokio::spawn(coordinator.run(rx));
         Ok(Self {
@@ -55,6 +59,7 @@ impl CoordinatorHandle {
             inbox,
             next_link: Arc::default(),
             task: Arc::new(parking_lot::Mutex::new(Some(task))),
+            tasks,
         })
     }
 
@@ -83,7 +88,7 @@ impl CoordinatorHandle {
             .await
             .map_err(|_| CoordinatorStopped)?;
         let inbox = self.inbox.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             while let Some(message) = from_region.recv().await {
                 let input = Input::FromRegion {
                     region: region.clone(),
@@ -107,6 +112,7 @@ impl CoordinatorHandle {
         if let Some(task) = self.task.lock().take() {
             task.abort();
         }
+        self.tasks.abort_now();
     }
 }
 

@@ -8,7 +8,7 @@ use crate::entity::Entity;
 use crate::envelope::{Envelope, Reply, ReplyTo, WireEnvelope};
 use crate::error::AskError;
 use crate::mailbox::{Consumer, Mailbox};
-use crate::node::NodeContext;
+use crate::node::context::NodeContext;
 use crate::transport::TransportError;
 use colo_allocation::RegionId;
 use std::collections::VecDeque;

@@ -2,13 +2,13 @@
 //! from this node.
 
 use super::routes::{Home, Mail};
+use super::shard::{Shard, ShardHandle};
 use super::{RegionCmd, Shared};
 use crate::entity::{Entity, EntityId};
 use crate::envelope::Envelope;
 use crate::inspection::{ClusterShardingStats, CurrentRegionState, RegionStats};
 use crate::mailbox::Mailbox;
 use crate::protocol::{CoordinatorToRegion, RegionToCoordinator};
-use crate::shard::{Shard, ShardHandle};
 use colo_allocation::{RegionId, ShardId};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -171,7 +171,7 @@ impl<E: Entity> RegionTask<E> {
         let transport = self.shared.node.transport.clone();
         let (entity_type, region) = (self.name().to_string(), self.shared.id.clone());
         let commands = self.commands.clone();
-        tokio::spawn(async move {
+        self.shared.node.tasks.spawn(async move {
             let link = transport.connect_coordinator(&entity_type, region).await;
             if let Err(e) = &link {
                 tracing::debug!(%entity_type, error = %e, "coordinator not reachable yet");
@@ -297,7 +297,7 @@ impl<E: Entity> RegionTask<E> {
                     return;
                 };
                 let query = self.query_shards(timeout);
-                tokio::spawn(async move {
+                self.shared.node.tasks.spawn(async move {
                     let state = query.await;
                     let stats = RegionStats {
                         stats: state
@@ -427,7 +427,7 @@ impl<E: Entity> RegionTask<E> {
             let (done, passed) = oneshot::channel();
             if old.sink.push(Mail::Barrier(done)).is_ok() {
                 let commands = self.commands.clone();
-                tokio::spawn(async move {
+                self.shared.node.tasks.spawn(async move {
                     let _ = passed.await;
                     let _ = commands.send(RegionCmd::BeginHandOffReady { shard }).await;
                 });
@@ -446,7 +446,7 @@ impl<E: Entity> RegionTask<E> {
                 // after `unset_home`.
                 let _ = handle.sink.push(Mail::HandOff);
                 let commands = self.commands.clone();
-                tokio::spawn(async move {
+                self.shared.node.tasks.spawn(async move {
                     let leftovers = handle.stopped.await.unwrap_or_default();
                     let _ = commands
                         .send(RegionCmd::ShardStopped { shard, leftovers })
@@ -511,7 +511,7 @@ impl<E: Entity> RegionTask<E> {
             }
             RegionCmd::State { timeout, reply } => {
                 let query = self.query_shards(timeout);
-                tokio::spawn(async move {
+                self.shared.node.tasks.spawn(async move {
                     let _ = reply.send(query.await);
                 });
             }

@@ -23,6 +23,7 @@ use super::{Inbound, Transport, TransportError};
 use crate::coordinator::hosting::{CoordinatorHosting, CoordinatorLocation};
 use crate::envelope::{WireEnvelope, WireReply};
 use crate::protocol::CoordinatorLink;
+use crate::tasks::TaskSet;
 use colo_allocation::RegionId;
 use futures::future::BoxFuture;
 use node_service::InboundSlot;
@@ -84,6 +85,9 @@ pub struct GrpcTransport {
     peers: Mutex<HashMap<RegionId, PeerSlot>>,
     /// Per entity type, the newest coordinator epoch heard.
     epochs: Mutex<HashMap<String, Arc<AtomicU64>>>,
+    /// Every task the transport starts (stream pumps, served links): they
+    /// stop when the node detaches, as they would if the process died.
+    tasks: Arc<TaskSet>,
 }
 
 impl std::fmt::Debug for GrpcTransport {
@@ -108,6 +112,7 @@ impl GrpcTransport {
             inbound: Arc::default(),
             peers: Mutex::default(),
             epochs: Mutex::default(),
+            tasks: Arc::default(),
         })
     }
 
@@ -123,6 +128,7 @@ impl GrpcTransport {
         colo_proto::v1::coordinator_server::CoordinatorServer::new(CoordinatorService::new(
             self.hosting.clone(),
             self.settings.clone(),
+            self.tasks.clone(),
         ))
     }
 
@@ -204,6 +210,7 @@ impl Transport for GrpcTransport {
 
     fn detach(&self) {
         *self.inbound.write() = None;
+        self.tasks.abort_now();
     }
 
     fn connect_coordinator(
@@ -224,6 +231,7 @@ impl Transport for GrpcTransport {
                     &region,
                     &self.settings,
                     self.epoch(&entity_type),
+                    &self.tasks,
                 )
                 .await
                 .map_err(|reason| {

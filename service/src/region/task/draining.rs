@@ -79,7 +79,7 @@ impl<E: Entity> RegionTask<E> {
             // Held shards are buffering, so this only happens when the region
             // has stopped; routing refuses them then.
             let shared = self.shared.clone();
-            tokio::spawn(async move {
+            self.shared.node.tasks.spawn(async move {
                 for env in back {
                     let _ = shared.routes.route(env).await;
                 }

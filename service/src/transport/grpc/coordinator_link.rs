@@ -11,6 +11,7 @@
 use super::convert::{self, FromCoordinator};
 use super::GrpcSettings;
 use crate::protocol::{CoordinatorLink, CoordinatorToRegion, RegionToCoordinator, LINK_CAPACITY};
+use crate::tasks::TaskSet;
 use colo_allocation::RegionId;
 use colo_proto::v1 as pb;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,6 +26,7 @@ pub async fn open(
     _region: &RegionId,
     settings: &GrpcSettings,
     newest_epoch: Arc<AtomicU64>,
+    tasks: &TaskSet,
 ) -> Result<CoordinatorLink, String> {
     let channel = super::connect(address, settings.connect_timeout).await?;
     let mut client = pb::coordinator_client::CoordinatorClient::new(channel);
@@ -35,7 +37,7 @@ pub async fn open(
     );
     let (to_coordinator, from_region) = mpsc::channel(LINK_CAPACITY);
     let (to_region, from_coordinator) = mpsc::channel(LINK_CAPACITY);
-    tokio::spawn(pump_up(
+    tasks.spawn(pump_up(
         entity_type.to_string(),
         from_region,
         up,
@@ -46,7 +48,7 @@ pub async fn open(
         .map_err(|_| "coordinator did not answer in time".to_string())?
         .map_err(|status| status.message().to_string())?
         .into_inner();
-    tokio::spawn(pump_down(
+    tasks.spawn(pump_down(
         down,
         to_region,
         settings.region_timeout,

@@ -10,6 +10,7 @@ use super::convert::{self, FromRegion};
 use super::GrpcSettings;
 use crate::coordinator::hosting::{CoordinatorHosting, CoordinatorLocation};
 use crate::protocol::{CoordinatorLink, RegionToCoordinator};
+use crate::tasks::TaskSet;
 use colo_allocation::ExternalAllocationClient;
 use colo_proto::v1 as pb;
 use std::sync::Arc;
@@ -27,6 +28,7 @@ type Down = mpsc::Sender<Result<pb::CoordinatorMessage, Status>>;
 pub struct CoordinatorService {
     hosting: Arc<dyn CoordinatorHosting>,
     settings: GrpcSettings,
+    tasks: Arc<TaskSet>,
 }
 
 impl std::fmt::Debug for CoordinatorService {
@@ -36,8 +38,16 @@ impl std::fmt::Debug for CoordinatorService {
 }
 
 impl CoordinatorService {
-    pub fn new(hosting: Arc<dyn CoordinatorHosting>, settings: GrpcSettings) -> Self {
-        Self { hosting, settings }
+    pub(crate) fn new(
+        hosting: Arc<dyn CoordinatorHosting>,
+        settings: GrpcSettings,
+        tasks: Arc<TaskSet>,
+    ) -> Self {
+        Self {
+            hosting,
+            settings,
+            tasks,
+        }
     }
 }
 
@@ -53,11 +63,12 @@ impl pb::coordinator_server::Coordinator for CoordinatorService {
         let session = Session {
             hosting: self.hosting.clone(),
             settings: self.settings.clone(),
+            tasks: self.tasks.clone(),
             down,
         };
         // Answer the call at once: the region sends Register only once it
         // has the stream, so waiting for it here would stall both ends.
-        tokio::spawn(session.run(request.into_inner()));
+        self.tasks.spawn(session.run(request.into_inner()));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
@@ -65,6 +76,7 @@ impl pb::coordinator_server::Coordinator for CoordinatorService {
 struct Session {
     hosting: Arc<dyn CoordinatorHosting>,
     settings: GrpcSettings,
+    tasks: Arc<TaskSet>,
     down: Down,
 }
 
@@ -138,7 +150,7 @@ impl Session {
                 .fail(Status::unavailable("coordinator has stopped"))
                 .await;
         }
-        tokio::spawn(pump_down(
+        self.tasks.spawn(pump_down(
             from_coordinator,
             self.down.clone(),
             epoch,

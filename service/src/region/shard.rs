@@ -17,7 +17,7 @@ use crate::envelope::{Envelope, Reply};
 use crate::error::AskError;
 use crate::mailbox::{Consumer, Mailbox};
 use crate::metrics::RegionMetrics;
-use crate::node::NodeContext;
+use crate::node::context::NodeContext;
 use crate::passivation::{PassivationReason, ReplacementPolicy};
 use crate::region::activity::{Activity, ShardActivity, FLUSH_EVERY};
 use crate::region::routes::Mail;

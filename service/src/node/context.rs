@@ -1,0 +1,84 @@
+//! What every region, shard and outbound queue of a node shares: the node's
+//! name, its transport, its table of remote asks and its task set.
+//!
+//! A module of its own so that regions and shards can use it without
+//! importing the node, which imports them.
+
+use crate::codec;
+use crate::envelope::{Reply, WireReply};
+use crate::error::AskError;
+use crate::replies::PendingReplies;
+use crate::tasks::TaskSet;
+use crate::transport::Transport;
+use colo_allocation::RegionId;
+use serde::Serialize;
+use std::sync::Arc;
+
+/// Every task a node started. Shards are kept apart so that they can be
+/// stopped first when the node dies: their entities must be gone before the
+/// coordinator learns of the death and starts them elsewhere.
+#[derive(Debug, Default)]
+pub(crate) struct NodeTasks {
+    pub shards: TaskSet,
+    pub others: TaskSet,
+}
+
+impl NodeTasks {
+    /// Starts a shard's task.
+    pub fn spawn_shard(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.shards.spawn(task);
+    }
+
+    /// Starts any other task of the node.
+    pub fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.others.spawn(task);
+    }
+
+    /// Aborts everything, shards first.
+    pub async fn abort_all(&self) {
+        self.shards.abort_all().await;
+        self.others.abort_all().await;
+    }
+}
+
+/// What every region, shard and outbound queue of a node shares.
+pub(crate) struct NodeContext {
+    pub id: RegionId,
+    pub transport: Arc<dyn Transport>,
+    pub pending: PendingReplies,
+    pub tasks: NodeTasks,
+}
+
+impl NodeContext {
+    /// Sends an entity's answer where the asker waits.
+    pub fn reply<R: Serialize + Send + 'static>(
+        &self,
+        reply: Reply<R>,
+        result: Result<R, AskError>,
+    ) {
+        match reply {
+            Reply::None => {}
+            Reply::Local(tx) => {
+                let _ = tx.send(result);
+            }
+            Reply::Remote(to) => {
+                let result =
+                    result.and_then(|r| codec::encode(&r).map_err(|e| AskError::Codec(e.0)));
+                if to.node == self.id {
+                    self.pending.complete(to.correlation, result);
+                    return;
+                }
+                let reply = WireReply {
+                    correlation: to.correlation,
+                    result,
+                };
+                let transport = self.transport.clone();
+                self.tasks.spawn(async move {
+                    if let Err(e) = transport.reply(&to.node, reply).await {
+                        tracing::debug!(error = %e, "ask reply not delivered");
+                    }
+                });
+            }
+        }
+    }
+}
