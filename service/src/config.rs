@@ -144,6 +144,11 @@ pub struct ShardingSection {
     pub min_members: usize,
     /// See [`ShardingSettings::shard_mailbox_capacity`].
     pub shard_mailbox_capacity: usize,
+    /// See [`ShardingSettings::shard_concurrency`].
+    pub shard_concurrency: usize,
+    /// See [`ShardingSettings::handler_tell_timeout`].
+    #[serde(with = "humantime_serde")]
+    pub handler_tell_timeout: Duration,
     /// How long the client API waits for an entity's reply when the request
     /// sets no deadline (Akka's typical ask timeout: 5 s).
     #[serde(with = "humantime_serde")]
@@ -164,6 +169,8 @@ impl Default for ShardingSection {
             shard_start_timeout: s.shard_start_timeout,
             min_members: s.min_members,
             shard_mailbox_capacity: s.shard_mailbox_capacity,
+            shard_concurrency: s.shard_concurrency,
+            handler_tell_timeout: s.handler_tell_timeout,
             ask_timeout: Duration::from_secs(5),
             passivation: PassivationSection::default(),
         }
@@ -266,6 +273,8 @@ impl NodeConfig {
             min_members: s.min_members,
             passivation: s.passivation.strategy(),
             shard_mailbox_capacity: s.shard_mailbox_capacity,
+            shard_concurrency: s.shard_concurrency,
+            handler_tell_timeout: s.handler_tell_timeout,
         }
     }
 

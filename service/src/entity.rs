@@ -15,9 +15,11 @@ pub type EntityId = CompactString;
 
 /// A stateful object with a unique id inside its entity type.
 ///
-/// An entity is a plain value owned by its shard's task: the shard runs one
-/// handler at a time, so an entity needs no locking, and an idle entity costs
-/// only its own size.
+/// An entity is a plain value owned by its shard's task. It handles one
+/// message at a time, in arrival order, so it needs no locking; different
+/// entities of a shard run side by side, so a handler may await I/O, or tell
+/// or ask any entity (its own shard's included). An idle entity costs only
+/// its own size.
 pub trait Entity: Send + 'static {
     /// What the entity is told or asked. It crosses nodes, hence serde.
     type Message: Serialize + DeserializeOwned + Send + 'static;

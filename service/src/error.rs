@@ -15,6 +15,16 @@ pub enum TellError {
         /// `buffer_size`.
         limit: usize,
     },
+    /// A tell made inside an entity handler found the target's mailbox full
+    /// for `handler_tell_timeout`. Handlers do not wait longer: the target
+    /// may be waiting for the very shard the handler runs in.
+    #[error("mailbox of a shard of entity type {entity_type:?} stayed full for {waited:?}")]
+    MailboxFull {
+        /// The entity type.
+        entity_type: String,
+        /// How long the tell waited.
+        waited: Duration,
+    },
     /// The entity id is empty.
     #[error("entity id must not be empty")]
     EmptyEntityId,

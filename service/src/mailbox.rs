@@ -6,10 +6,15 @@
 //! thousand shards fed round-robin, that halves the cost of a tell compared
 //! with a tokio channel per shard (see BENCHMARKS.md). Closing is explicit:
 //! the region closes a mailbox when it stops routing to it.
+//!
+//! The consumer can be polled ([`Mailbox::poll_recv_all`]), so a shard that
+//! also drives its entities' handlers waits on both in one poll loop.
 
+use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use tokio::sync::Notify;
 
 /// Why an item was not queued; the item comes back.
@@ -28,9 +33,9 @@ struct State<T> {
 
 pub(crate) struct Mailbox<T> {
     state: Mutex<State<T>>,
-    /// Wakes the consumer; it stores a permit when the consumer is busy, so a
-    /// push between its check and its wait is never missed.
-    ready: Notify,
+    /// Wakes the one consumer. It registers before it looks at the queue
+    /// again, so a push between its check and its wait is never missed.
+    ready: AtomicWaker,
     /// Wakes senders waiting for room.
     space: Notify,
     capacity: usize,
@@ -43,7 +48,7 @@ impl<T> Mailbox<T> {
                 queue: VecDeque::new(),
                 closed: false,
             }),
-            ready: Notify::new(),
+            ready: AtomicWaker::new(),
             space: Notify::new(),
             capacity: capacity.max(1),
         }
@@ -79,7 +84,7 @@ impl<T> Mailbox<T> {
         state.queue.push_back(item);
         drop(state);
         if wake {
-            self.ready.notify_one();
+            self.ready.wake();
         }
     }
 
@@ -102,29 +107,41 @@ impl<T> Mailbox<T> {
     /// Moves everything queued into `into` (which the caller has emptied);
     /// waits while nothing is queued. `false` once closed and empty.
     pub async fn recv_all(&self, into: &mut VecDeque<T>) -> bool {
-        loop {
-            {
-                let mut state = self.state.lock();
-                if !state.queue.is_empty() {
-                    std::mem::swap(into, &mut state.queue);
-                    drop(state);
-                    if into.len() >= self.capacity {
-                        self.space.notify_waiters();
-                    }
-                    return true;
-                }
-                if state.closed {
-                    return false;
-                }
-            }
-            self.ready.notified().await;
+        std::future::poll_fn(|cx| self.poll_recv_all(into, cx)).await
+    }
+
+    /// [`Self::recv_all`] as a poll: `Ready(true)` with items moved into
+    /// `into`, `Ready(false)` once closed and empty, `Pending` (the task is
+    /// woken by the next push or the close) otherwise. One consumer only.
+    pub fn poll_recv_all(&self, into: &mut VecDeque<T>, cx: &mut Context<'_>) -> Poll<bool> {
+        if let Some(ready) = self.try_take(into) {
+            return Poll::Ready(ready);
         }
+        self.ready.register(cx.waker());
+        // Again after registering: a push in between woke nobody.
+        match self.try_take(into) {
+            Some(ready) => Poll::Ready(ready),
+            None => Poll::Pending,
+        }
+    }
+
+    fn try_take(&self, into: &mut VecDeque<T>) -> Option<bool> {
+        let mut state = self.state.lock();
+        if !state.queue.is_empty() {
+            std::mem::swap(into, &mut state.queue);
+            drop(state);
+            if into.len() >= self.capacity {
+                self.space.notify_waiters();
+            }
+            return Some(true);
+        }
+        state.closed.then_some(false)
     }
 
     /// Refuses every later push; the consumer still gets what is queued.
     pub fn close(&self) {
         self.state.lock().closed = true;
-        self.ready.notify_one();
+        self.ready.wake();
         self.space.notify_waiters();
     }
 

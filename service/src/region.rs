@@ -231,6 +231,7 @@ impl<E: Entity> Region<E> {
         let routes = Routes::new(
             extractor.number_of_shards(),
             entity_type.settings.buffer_size,
+            entity_type.settings.handler_tell_timeout,
             &entity_type.name,
             home_tx,
             metrics.clone(),
@@ -297,15 +298,17 @@ impl<E: Entity> Region<E> {
 
     /// Sends a message to an entity, creating it if needed. Returns once the
     /// message is accepted (delivered to a mailbox, forwarded, or buffered);
-    /// waits while the target shard's mailbox is full.
+    /// waits while the target shard's mailbox is full, which is the
+    /// backpressure that bounds memory.
     ///
-    /// That wait is the backpressure that bounds memory. An entity handler
-    /// that tells other entities and awaits the tell can therefore wait on a
-    /// full mailbox; two shards that do so towards each other can wait on
-    /// each other. Handlers that fan out heavily should spawn their tells.
+    /// Inside an entity handler that wait is bounded by
+    /// `handler_tell_timeout`, after which the tell fails with
+    /// [`TellError::MailboxFull`]: a handler never waits for ever on a shard
+    /// that may be waiting for it.
     ///
     /// # Errors
-    /// The buffer is full, the id is empty, or the region has stopped.
+    /// The buffer is full, the id is empty, the region has stopped, or (in a
+    /// handler) the target's mailbox stayed full.
     pub async fn tell(&self, entity_id: &str, message: E::Message) -> Result<(), TellError> {
         let env = self.envelope(entity_id, message, Reply::None)?;
         self.shared

@@ -32,6 +32,17 @@ pub struct ShardingSettings {
     /// Capacity of each shard's mailbox: senders wait when a shard is this far
     /// behind, which is the backpressure that keeps memory bounded.
     pub shard_mailbox_capacity: usize,
+    /// How many entities of one shard may handle a message at the same time.
+    /// Each entity still handles its own messages one at a time, in order;
+    /// this bounds how many handlers of a shard await I/O at once.
+    pub shard_concurrency: usize,
+    /// How long a tell made inside an entity handler waits for room in a
+    /// full mailbox before it fails with [`TellError::MailboxFull`]: a
+    /// handler must not wait for ever on a shard that may be waiting for
+    /// it. Tells from outside handlers wait as long as it takes.
+    ///
+    /// [`TellError::MailboxFull`]: crate::TellError::MailboxFull
+    pub handler_tell_timeout: Duration,
 }
 
 impl Default for ShardingSettings {
@@ -46,6 +57,8 @@ impl Default for ShardingSettings {
             min_members: 1,
             passivation: PassivationStrategy::default(),
             shard_mailbox_capacity: 1024,
+            shard_concurrency: 256,
+            handler_tell_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -94,6 +107,12 @@ impl ShardingSettings {
         }
         if self.shard_mailbox_capacity == 0 {
             return err("shard_mailbox_capacity", "must be at least 1");
+        }
+        if self.shard_concurrency == 0 {
+            return err("shard_concurrency", "must be at least 1");
+        }
+        if self.handler_tell_timeout.is_zero() {
+            return err("handler_tell_timeout", "must be longer than zero");
         }
         self.passivation.validate()
     }

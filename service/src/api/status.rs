@@ -4,7 +4,7 @@
 //! | refusal | code | what a client does |
 //! |---|---|---|
 //! | payload does not decode, empty entity id | INVALID_ARGUMENT | fix the request |
-//! | region buffer full | RESOURCE_EXHAUSTED | back off, retry |
+//! | region buffer full, a mailbox full for a handler's tell | RESOURCE_EXHAUSTED | back off, retry |
 //! | region stopped, message dropped, query unanswered | UNAVAILABLE | retry, maybe elsewhere |
 //! | no reply within the timeout | DEADLINE_EXCEEDED | the message may still be handled |
 //! | the entity's handler failed | ABORTED | the entity was dropped; a retry meets a new incarnation |
@@ -34,7 +34,9 @@ impl From<TellError> for Status {
     fn from(e: TellError) -> Self {
         let message = e.to_string();
         match e {
-            TellError::BufferFull { .. } => Status::resource_exhausted(message),
+            TellError::BufferFull { .. } | TellError::MailboxFull { .. } => {
+                Status::resource_exhausted(message)
+            }
             TellError::EmptyEntityId => Status::invalid_argument("entity_id must not be empty"),
             TellError::RegionStopped(_) => Status::unavailable(message),
             TellError::Codec(_) => Status::internal(message),

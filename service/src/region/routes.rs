@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 
@@ -90,6 +91,8 @@ pub(crate) struct Routes<E: Entity> {
     slots: Box<[Mutex<Slot<E>>]>,
     buffered: AtomicUsize,
     limit: usize,
+    /// How long a sender inside an entity handler waits for a full mailbox.
+    handler_wait: Duration,
     entity_type: String,
     /// Tells the region task to ask for a shard's home. Unbounded, but holds
     /// at most one entry per shard and buffering period (see `requested`).
@@ -101,6 +104,7 @@ impl<E: Entity> Routes<E> {
     pub fn new(
         shards: u32,
         limit: usize,
+        handler_wait: Duration,
         entity_type: &str,
         home_requests: mpsc::UnboundedSender<ShardId>,
         metrics: RegionMetrics,
@@ -119,6 +123,7 @@ impl<E: Entity> Routes<E> {
             slots,
             buffered: AtomicUsize::new(0),
             limit,
+            handler_wait,
             entity_type: entity_type.to_string(),
             home_requests,
             metrics,
@@ -147,9 +152,25 @@ impl<E: Entity> Routes<E> {
                 Step::Placed => return Ok(()),
                 Step::Full(sink, back) => {
                     // Wait for room outside the lock, then route again: the
-                    // home may have changed meanwhile.
+                    // home may have changed meanwhile. Inside a handler the
+                    // wait is bounded: the full shard may be waiting for the
+                    // very shard this handler runs in.
                     env = back;
-                    sink.wait_for_space().await;
+                    if !in_handler() {
+                        sink.wait_for_space().await;
+                    } else if tokio::time::timeout(self.handler_wait, sink.wait_for_space())
+                        .await
+                        .is_err()
+                    {
+                        self.metrics.dropped_mailbox_full.increment(1);
+                        return Err(Refused {
+                            error: TellError::MailboxFull {
+                                entity_type: self.entity_type.clone(),
+                                waited: self.handler_wait,
+                            },
+                            envelope: env,
+                        });
+                    }
                 }
                 Step::Retry(back) => env = back,
             }
@@ -358,6 +379,11 @@ impl<E: Entity> Routes<E> {
         self.release(dropped);
         dropped
     }
+}
+
+/// Whether this code runs inside a shard task, i.e. in an entity handler.
+fn in_handler() -> bool {
+    super::shard::IN_SHARD.try_with(|_| ()).is_ok()
 }
 
 fn unwrap_one<E: Entity>(mail: Mail<E>) -> Envelope<E> {

@@ -370,7 +370,7 @@ impl<E: Entity> RegionTask<E> {
                 let policy = passivation
                     .shard_limit(self.hosted.len() + 1)
                     .and_then(|limit| passivation.policy(limit));
-                let handle = Shard::start(
+                let handle = Shard::spawn(
                     shard,
                     self.shared.entity_type.clone(),
                     self.shared.node.clone(),

@@ -74,20 +74,25 @@ async fn region_state_and_cluster_stats_return_exactly_what_is_live() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queries_list_the_shards_that_do_not_answer_in_time() {
-    let mut cluster = Cluster::new("inspect-stuck", fast_settings(4));
+    // A mailbox of one: a blocked entity with one more message queued fills
+    // its shard, which then takes no mail (queries included) until released.
+    let settings = colo::ShardingSettings {
+        shard_mailbox_capacity: 1,
+        ..fast_settings(4)
+    };
+    let mut cluster = Cluster::new("inspect-stuck", settings);
     cluster.start_coordinator(least_shard_new(0, 0.1));
     let a = cluster.add_node("a");
     cluster.add_node("b");
     cluster.await_regions(2).await;
     let ids = cluster.touch_all_shards("a").await;
     let (stuck, home) = cluster.homes().into_iter().find(|(_, r)| r == "b").unwrap();
-    // One entity of b keeps its shard busy until released.
-    // Told through b itself, so it is in the shard's mailbox before the queries.
-    cluster
-        .region(&home)
-        .tell(&ids[&stuck], ProbeMsg::Block)
-        .await
-        .unwrap();
+    // One entity of b blocks; its next message waits behind it and fills
+    // the shard. Told through b itself, so they are in the shard before the
+    // queries.
+    let b_region = cluster.region(&home);
+    b_region.tell(&ids[&stuck], ProbeMsg::Block).await.unwrap();
+    b_region.tell(&ids[&stuck], ProbeMsg::Where).await.unwrap();
 
     let state = cluster
         .region(&home)
@@ -106,7 +111,7 @@ async fn queries_list_the_shards_that_do_not_answer_in_time() {
         3,
         "the three answering shards hold one entity each"
     );
-    cluster.world.unblock.notify_waiters();
+    cluster.world.release_all();
     let state = cluster.region(&home).state(ASK).await.unwrap();
     assert!(state.failed.is_empty() && state.shards.contains_key(&stuck));
 }

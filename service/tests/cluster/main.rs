@@ -3,6 +3,7 @@
 
 mod support;
 
+mod concurrency;
 mod failover;
 mod failures;
 mod handoff;

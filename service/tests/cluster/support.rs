@@ -35,12 +35,22 @@ pub enum ProbeMsg {
     Block,
     /// Ask to be passivated after this message.
     Passivate,
+    /// From inside the handler, tell `Record { from: "handler", seq }` to
+    /// entity `to` of the same entity type.
+    TellTo { to: String, seq: u64 },
+    /// From inside the handler, ask entity `to` where it lives.
+    AskWhere { to: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ProbeReply {
     Ok,
-    At { node: String, handled: u64 },
+    At {
+        node: String,
+        handled: u64,
+    },
+    /// A tell or ask made by the handler failed, with the error's text.
+    Refused(String),
 }
 
 /// The reply to `Where` from an entity on `node` that has handled
@@ -61,19 +71,39 @@ pub struct Delivery {
 }
 
 /// Shared by every probe of a test: the deliveries and the live incarnations.
-#[derive(Default)]
 pub struct World {
     pub log: Mutex<HashMap<String, Vec<Delivery>>>,
     live: Mutex<HashMap<String, String>>,
     pub violations: Mutex<Vec<String>>,
     pub stops: AtomicU64,
-    /// Probes on this node stall (until `unblock`) once the node has
+    /// Probes on this node stall (until released) once the node has
     /// handled this many records: a consumer that stops keeping up.
     pub stall_node: Mutex<Option<(String, usize)>>,
-    /// Releases stalled and blocked handlers.
-    pub unblock: tokio::sync::Notify,
+    /// Stalled and blocked handlers wait for a permit; permits given before
+    /// a handler waits are kept, so a release is never missed.
+    pub unblock: tokio::sync::Semaphore,
     /// The factory panics for this entity id.
     pub refused_id: Mutex<Option<String>>,
+    /// How long the stop message takes.
+    pub stop_delay: Mutex<Duration>,
+    /// Each node's region, for handlers that tell or ask other entities.
+    pub regions: Mutex<HashMap<String, Region<Probe>>>,
+}
+
+impl Default for World {
+    fn default() -> Self {
+        Self {
+            log: Mutex::default(),
+            live: Mutex::default(),
+            violations: Mutex::default(),
+            stops: AtomicU64::default(),
+            stall_node: Mutex::default(),
+            unblock: tokio::sync::Semaphore::new(0),
+            refused_id: Mutex::default(),
+            stop_delay: Mutex::default(),
+            regions: Mutex::default(),
+        }
+    }
 }
 
 impl World {
@@ -99,6 +129,18 @@ impl World {
                 .unwrap_or_default();
             let want: Vec<u64> = (0..*n).collect();
             assert_eq!(seqs, want, "deliveries to {entity} from {from}");
+        }
+    }
+
+    /// Releases every stalled or blocked handler, now and from now on.
+    pub fn release_all(&self) {
+        self.unblock
+            .add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
+    }
+
+    async fn wait_for_release(&self) {
+        if let Ok(permit) = self.unblock.acquire().await {
+            permit.forget();
         }
     }
 
@@ -174,7 +216,7 @@ impl Entity for Probe {
                         *node == self.node && self.world.delivered_on(node) >= *after
                     });
                 if stall {
-                    self.world.unblock.notified().await;
+                    self.world.wait_for_release().await;
                 }
                 self.world
                     .log
@@ -199,12 +241,40 @@ impl Entity for Probe {
                 Ok(ProbeReply::Ok)
             }
             ProbeMsg::Block => {
-                self.world.unblock.notified().await;
+                self.world.wait_for_release().await;
                 Ok(ProbeReply::Ok)
             }
             ProbeMsg::Stop => {
+                let delay = *self.world.stop_delay.lock();
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
                 self.world.stops.fetch_add(1, Ordering::Relaxed);
                 Ok(ProbeReply::Ok)
+            }
+            ProbeMsg::TellTo { to, seq } => {
+                let region = self.world.regions.lock().get(&self.node).cloned();
+                let Some(region) = region else {
+                    return Err(EntityError::new("no region to tell through"));
+                };
+                let record = ProbeMsg::Record {
+                    from: "handler".into(),
+                    seq,
+                };
+                Ok(match region.tell(&to, record).await {
+                    Ok(()) => ProbeReply::Ok,
+                    Err(e) => ProbeReply::Refused(e.to_string()),
+                })
+            }
+            ProbeMsg::AskWhere { to } => {
+                let region = self.world.regions.lock().get(&self.node).cloned();
+                let Some(region) = region else {
+                    return Err(EntityError::new("no region to ask through"));
+                };
+                Ok(match region.ask(&to, ProbeMsg::Where, ASK).await {
+                    Ok(reply) => reply,
+                    Err(e) => ProbeReply::Refused(e.to_string()),
+                })
             }
         }
     }
@@ -288,6 +358,10 @@ impl Cluster {
         let region = node
             .start_region(self.entity_type(name))
             .expect("valid entity type");
+        self.world
+            .regions
+            .lock()
+            .insert(name.to_string(), region.clone());
         self.nodes.insert(name.to_string(), (node, region.clone()));
         region
     }
@@ -334,6 +408,16 @@ impl Cluster {
             .allocations()
             .iter()
             .map(|(r, s)| (r.to_string(), s.len()))
+            .collect()
+    }
+
+    /// `n` entity ids of `shard`, found by the extractor.
+    pub fn ids_in(&self, shard: u32, n: usize) -> Vec<String> {
+        let region = self.nodes.values().next().expect("a node").1.clone();
+        (0..)
+            .map(|i| format!("s{shard}-{i}"))
+            .filter(|id| region.shard_of(id) == ShardId(shard))
+            .take(n)
             .collect()
     }
 
@@ -390,36 +474,52 @@ pub fn metrics() -> &'static Snapshotter {
     })
 }
 
-/// The value of a counter with the given labels (0 when absent).
-///
-/// The debugging recorder's snapshot resets every counter it reads, so each
-/// snapshot is added to process-wide totals: tests that read metrics at the
-/// same time then never erase each other's counts.
-pub fn counter(name: &str, labels: &[(&str, &str)]) -> u64 {
-    type Key = (String, BTreeSet<(String, String)>);
-    static TOTALS: OnceLock<Mutex<HashMap<Key, u64>>> = OnceLock::new();
-    let totals = TOTALS.get_or_init(Mutex::default);
-    let mut totals = totals.lock();
+type MetricKey = (String, BTreeSet<(String, String)>);
+
+/// Everything recorded so far: counters as running totals, gauges as their
+/// last value. The debugging recorder's snapshot resets what it reads, so
+/// every reader goes through here: tests that read metrics at the same time
+/// then never erase each other's values.
+fn ingest() -> parking_lot::MutexGuard<'static, (HashMap<MetricKey, u64>, HashMap<MetricKey, f64>)>
+{
+    type Seen = (HashMap<MetricKey, u64>, HashMap<MetricKey, f64>);
+    static SEEN: OnceLock<Mutex<Seen>> = OnceLock::new();
+    let mut seen = SEEN.get_or_init(Mutex::default).lock();
     for (key, _, _, value) in metrics().snapshot().into_vec() {
-        if let DebugValue::Counter(delta) = value {
-            let labels = key
-                .key()
-                .labels()
-                .map(|l| (l.key().to_string(), l.value().to_string()))
-                .collect();
-            *totals
-                .entry((key.key().name().to_string(), labels))
-                .or_default() += delta;
+        let labels = key
+            .key()
+            .labels()
+            .map(|l| (l.key().to_string(), l.value().to_string()))
+            .collect();
+        let key = (key.key().name().to_string(), labels);
+        match value {
+            DebugValue::Counter(delta) => *seen.0.entry(key).or_default() += delta,
+            DebugValue::Gauge(g) => {
+                seen.1.insert(key, g.into_inner());
+            }
+            DebugValue::Histogram(_) => {}
         }
     }
-    let want: Key = (
+    seen
+}
+
+fn metric_key(name: &str, labels: &[(&str, &str)]) -> MetricKey {
+    (
         name.to_string(),
         labels
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
-    );
-    totals.get(&want).copied().unwrap_or(0)
+    )
+}
+
+/// The value of a counter with the given labels (0 when absent).
+pub fn counter(name: &str, labels: &[(&str, &str)]) -> u64 {
+    ingest()
+        .0
+        .get(&metric_key(name, labels))
+        .copied()
+        .unwrap_or(0)
 }
 
 /// Tells `Record` messages round-robin over `ids` from one sender until
@@ -511,30 +611,12 @@ pub fn balanced(counts: &BTreeMap<String, usize>, total: usize) -> bool {
     counts.values().sum::<usize>() == total && max - min <= 1
 }
 
-/// The value of a gauge with the given labels, if a tick set it since the
-/// last snapshot (snapshots reset gauges too: poll with `eventually`).
+/// The value of a gauge with the given labels, once something set it to a
+/// value other than zero.
 pub fn gauge(name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    let want: BTreeSet<(String, String)> = labels
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    metrics()
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .find_map(|(key, _, _, value)| {
-            let labels: BTreeSet<(String, String)> = key
-                .key()
-                .labels()
-                .map(|l| (l.key().to_string(), l.value().to_string()))
-                .collect();
-            match value {
-                DebugValue::Gauge(g)
-                    if key.key().name() == name && labels == want && g.into_inner() != 0.0 =>
-                {
-                    Some(g.into_inner())
-                }
-                _ => None,
-            }
-        })
+    ingest()
+        .1
+        .get(&metric_key(name, labels))
+        .copied()
+        .filter(|g| *g != 0.0)
 }
