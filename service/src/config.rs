@@ -30,7 +30,7 @@ use colo_allocation::{LeastShardSettings, RegionId};
 use overrides::Override;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Table;
 
@@ -68,6 +68,10 @@ pub struct NodeSection {
     /// Run proxy regions (route only, host no shards), e.g. on a gateway.
     #[serde(default)]
     pub proxy: bool,
+    /// Where the node keeps what it must remember across restarts. Unset:
+    /// `colo-data/<advertised address>` under the working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
 }
 
 /// An entity type compiled into the `colo` binary.
@@ -101,9 +105,14 @@ pub struct CoordinatorSection {
     /// How often a region tells the coordinator it is alive.
     #[serde(default = "default_heartbeat_interval", with = "humantime_serde")]
     pub heartbeat_interval: Duration,
-    /// How long without a heartbeat before the coordinator drops a region
-    /// and reallocates its shards; several heartbeats, so one late one is
-    /// not a failure.
+    /// How long a region hosts its shards without an answer from the
+    /// coordinator before it stops them (fences itself); several heartbeats,
+    /// so one late answer is not a failure.
+    #[serde(default = "default_fence_timeout", with = "humantime_serde")]
+    pub fence_timeout: Duration,
+    /// How long without hearing from a region before the coordinator
+    /// terminates it and places its shards elsewhere; it exceeds
+    /// `fence_timeout` by at least two heartbeat intervals.
     #[serde(default = "default_region_timeout", with = "humantime_serde")]
     pub region_timeout: Duration,
     /// The least-shard allocation strategy, with Akka's defaults.
@@ -113,6 +122,10 @@ pub struct CoordinatorSection {
 
 fn default_heartbeat_interval() -> Duration {
     Duration::from_secs(1)
+}
+
+fn default_fence_timeout() -> Duration {
+    Duration::from_secs(5)
 }
 
 fn default_region_timeout() -> Duration {
@@ -248,6 +261,14 @@ impl NodeConfig {
             .unwrap_or_else(|| self.node.listen.to_string())
     }
 
+    /// The node's data directory (see [`NodeSection::data_dir`]).
+    pub fn data_dir(&self) -> PathBuf {
+        match &self.node.data_dir {
+            Some(dir) => dir.clone(),
+            None => Path::new("colo-data").join(self.advertised().replace([':', '/'], "_")),
+        }
+    }
+
     /// [`Self::advertised`] as the region id the coordinator knows.
     pub fn region_id(&self) -> RegionId {
         RegionId::new(self.advertised())
@@ -271,6 +292,9 @@ impl NodeConfig {
             rebalance_interval: s.rebalance_interval,
             shard_start_timeout: s.shard_start_timeout,
             min_members: s.min_members,
+            heartbeat_interval: self.coordinator.heartbeat_interval,
+            fence_timeout: self.coordinator.fence_timeout,
+            region_timeout: self.coordinator.region_timeout,
             passivation: s.passivation.strategy(),
             shard_mailbox_capacity: s.shard_mailbox_capacity,
             shard_concurrency: s.shard_concurrency,

@@ -8,6 +8,7 @@
 
 mod handle;
 pub mod hosting;
+mod membership;
 pub mod rebalance;
 pub mod state;
 pub mod stats;
@@ -42,7 +43,7 @@ enum Input {
     Connected {
         region: RegionId,
         link: u64,
-        to_region: mpsc::Sender<CoordinatorToRegion>,
+        to_region: mpsc::UnboundedSender<CoordinatorToRegion>,
     },
     FromRegion {
         region: RegionId,
@@ -64,7 +65,12 @@ enum Input {
 
 struct Link {
     id: u64,
-    to_region: mpsc::Sender<CoordinatorToRegion>,
+    /// The only strong sender: hand-off workers and stats gatherers hold
+    /// weak ones, so that removing the link closes it and the region sees.
+    to_region: mpsc::UnboundedSender<CoordinatorToRegion>,
+    /// The region has registered on this link: a later Register on it
+    /// only repeats what the region said (it was sent before the ack).
+    registered: bool,
 }
 
 struct InProgress {
@@ -89,14 +95,19 @@ struct Coordinator {
     unacked_host: HashMap<ShardId, (RegionId, Instant)>,
     stats_requests: HashMap<u64, mpsc::Sender<(RegionId, RegionStats)>>,
     next_request: u64,
-    /// Regions and proxies found in the replayed state that have not
-    /// connected since; terminated when still absent after the grace period,
-    /// since a region that died while no coordinator ran never disconnects.
-    recovered: HashMap<RegionId, Instant>,
-    /// Set when the coordinator starts with no state at all (a new cluster,
-    /// or a restart with an in-memory store): until then no shard is
-    /// allocated, so that regions still running shards can register first
-    /// and report them, rather than see a second copy started elsewhere.
+    /// When each region or proxy of the state was last heard, over its
+    /// current link. One silent for `region_timeout` is terminated, linked
+    /// or not: it has fenced itself by then. Regions of a replayed state
+    /// start at the coordinator's start.
+    last_heard: HashMap<RegionId, Instant>,
+    /// The extractor fingerprint of the regions registered so far; a region
+    /// with another one is refused.
+    extractor: Option<u64>,
+    /// Set when the coordinator starts without state although the cluster
+    /// may be running (its store lost it): until then no shard without a
+    /// reported home is allocated, so that regions still running shards
+    /// can register and report them first; by then any region that could
+    /// not has fenced itself.
     adoption_grace: Option<Instant>,
     inbox: mpsc::Sender<Input>,
     /// Hand-off workers, stats gatherers and link forwarders: stopped with
@@ -114,17 +125,21 @@ impl Coordinator {
         }
         let now = Instant::now();
         let known = self.state.allocations().keys().chain(self.state.proxies());
-        self.recovered = known.map(|r| (r.clone(), now)).collect();
-        if self.state.allocations().is_empty() && self.state.proxies().is_empty() {
-            self.adoption_grace = Some(now + self.settings.retry_interval * 2);
+        self.last_heard = known.map(|r| (r.clone(), now)).collect();
+        let empty = self.state.allocations().is_empty() && self.state.proxies().is_empty();
+        if empty && self.store.may_have_lost_state() {
+            self.adoption_grace = Some(now + self.settings.region_timeout);
+            tracing::info!(entity_type = %self.entity_type, wait = ?self.settings.region_timeout, "coordinator started without state: regions report the shards they run before others are placed");
         }
-        tracing::info!(entity_type = %self.entity_type, recovered = self.recovered.len(), "coordinator active");
+        tracing::info!(entity_type = %self.entity_type, recovered = self.last_heard.len(), "coordinator active");
         // Phase 2: active.
         let mut rebalance_tick = tokio::time::interval(self.settings.rebalance_interval);
         rebalance_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         rebalance_tick.reset();
         let mut host_tick = tokio::time::interval(self.settings.shard_start_timeout / 2);
         host_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut liveness_tick = tokio::time::interval(self.settings.heartbeat_interval);
+        liveness_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let result = tokio::select! {
                 biased;
@@ -133,9 +148,10 @@ impl Coordinator {
                     None => return,
                 },
                 _ = rebalance_tick.tick() => self.on_rebalance_tick().await,
+                _ = liveness_tick.tick() => self.terminate_silent_regions().await,
                 _ = host_tick.tick() => {
                     self.resend_host_shard();
-                    self.terminate_absent_regions().await
+                    Ok(())
                 }
             };
             if let Err(e) = result {
@@ -152,12 +168,13 @@ impl Coordinator {
                 link,
                 to_region,
             } => {
-                self.recovered.remove(&region);
+                // A newer link replaces an older one: the region left it.
                 self.links.insert(
                     region,
                     Link {
                         id: link,
                         to_region,
+                        registered: false,
                     },
                 );
             }
@@ -167,13 +184,16 @@ impl Coordinator {
                 message,
             } => {
                 if self.links.get(&region).is_some_and(|l| l.id == link) {
+                    if self.last_heard.contains_key(&region) {
+                        self.last_heard.insert(region.clone(), Instant::now());
+                    }
                     self.on_region_message(region, message).await?;
                 }
             }
             Input::Disconnected { region, link } => {
                 if self.links.get(&region).is_some_and(|l| l.id == link) {
                     self.links.remove(&region);
-                    self.region_terminated(region).await?;
+                    self.disconnected(region).await?;
                 }
             }
             Input::RebalanceDone { shard, ok } => self.rebalance_done(shard, ok).await?,
@@ -190,22 +210,20 @@ impl Coordinator {
         message: RegionToCoordinator,
     ) -> Result<(), StoreError> {
         match message {
-            RegionToCoordinator::Register { proxy, hosted, .. } => {
-                if proxy && !self.state.is_proxy(&region) {
-                    self.update(CoordinatorEvent::RegionProxyRegistered {
-                        region: region.clone(),
-                    })
-                    .await?;
-                } else if !proxy && !self.state.is_region(&region) {
-                    self.update(CoordinatorEvent::RegionRegistered {
-                        region: region.clone(),
-                    })
-                    .await?;
-                }
-                metrics::coordinator_regions(&self.entity_type, self.state.allocations().len());
-                self.send(&region, CoordinatorToRegion::RegisterAck);
-                if !proxy {
-                    self.adopt(&region, hosted).await?;
+            RegionToCoordinator::Register {
+                proxy,
+                hosted,
+                number_of_shards,
+                extractor,
+                ping,
+                ..
+            } => {
+                self.register(region, proxy, hosted, (number_of_shards, extractor), ping)
+                    .await?
+            }
+            RegionToCoordinator::Heartbeat { ping } => {
+                if self.state.is_region(&region) || self.state.is_proxy(&region) {
+                    self.send(&region, CoordinatorToRegion::HeartbeatAck { ping });
                 }
             }
             RegionToCoordinator::GetShardHome { shard } => {
@@ -256,16 +274,9 @@ impl Coordinator {
     }
 
     fn send(&self, region: &RegionId, message: CoordinatorToRegion) {
-        let Some(link) = self.links.get(region) else {
-            return;
-        };
-        match link.to_region.try_send(message) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                tracing::warn!(%region, "coordinator link full; message not sent, the region retries");
-            }
-            // The region is leaving; its Disconnected input follows.
-            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        if let Some(link) = self.links.get(region) {
+            // A closed link: the region left it; its Disconnected follows.
+            let _ = link.to_region.send(message);
         }
     }
 
@@ -275,9 +286,10 @@ impl Coordinator {
         }
     }
 
-    /// Regions that may receive shards: registered and not leaving.
+    /// Regions that may receive shards: registered, linked now, and not
+    /// leaving.
     fn active_allocations(&self) -> Cow<'_, Allocations> {
-        active_allocations(&self.state, &self.graceful_shutdown)
+        active_allocations(&self.state, &self.graceful_shutdown, &self.links)
     }
 
     async fn get_shard_home(
@@ -311,7 +323,7 @@ impl Coordinator {
         {
             return Ok(()); // regions may still report this shard running: retried
         }
-        let active = active_allocations(&self.state, &self.graceful_shutdown);
+        let active = active_allocations(&self.state, &self.graceful_shutdown, &self.links);
         if active.len() < self.settings.min_members {
             return Ok(()); // too early: the requester retries
         }
@@ -335,64 +347,6 @@ impl Coordinator {
         self.unacked_host
             .insert(shard, (region.clone(), Instant::now()));
         self.send(&requester, CoordinatorToRegion::ShardHome { shard, region });
-        Ok(())
-    }
-
-    /// Shards a region reports running when it registers: those without a
-    /// home stay where they run (a coordinator that started afresh learns
-    /// the cluster from its regions); those with another home, or moving,
-    /// are stopped there by telling the region where they live.
-    async fn adopt(
-        &mut self,
-        region: &RegionId,
-        mut hosted: Vec<ShardId>,
-    ) -> Result<(), StoreError> {
-        // From the network: no shard twice, none out of range.
-        hosted.sort_unstable();
-        hosted.dedup();
-        hosted.retain(|s| s.0 < self.settings.number_of_shards);
-        for shard in hosted {
-            match self.state.home(shard) {
-                Some(home) if home == region => {}
-                Some(home) => {
-                    let home = home.clone();
-                    tracing::warn!(%shard, %region, %home, "region runs a shard that lives elsewhere");
-                    self.send(
-                        region,
-                        CoordinatorToRegion::ShardHome {
-                            shard,
-                            region: home,
-                        },
-                    );
-                }
-                None if self.in_progress.contains_key(&shard) => {}
-                None => {
-                    tracing::info!(%shard, %region, "keeping a shard where it runs");
-                    self.update(CoordinatorEvent::ShardHomeAllocated {
-                        shard,
-                        region: region.clone(),
-                    })
-                    .await?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Recovered regions get `shard_start_timeout` to connect again.
-    async fn terminate_absent_regions(&mut self) -> Result<(), StoreError> {
-        let grace = self.settings.shard_start_timeout;
-        let absent: Vec<RegionId> = self
-            .recovered
-            .iter()
-            .filter(|(_, since)| since.elapsed() >= grace)
-            .map(|(r, _)| r.clone())
-            .collect();
-        for region in absent {
-            self.recovered.remove(&region);
-            tracing::warn!(%region, "region from the recovered state did not come back; terminating it");
-            self.region_terminated(region).await?;
-        }
         Ok(())
     }
 
@@ -459,7 +413,7 @@ impl Coordinator {
             .links
             .iter()
             .filter(|(r, _)| self.state.is_region(r) || self.state.is_proxy(r))
-            .map(|(r, l)| (r.clone(), l.to_region.clone()))
+            .map(|(r, l)| (r.clone(), l.to_region.downgrade()))
             .collect();
         let (worker, input) = mpsc::channel(WORKER_CAPACITY);
         let plan = HandOffPlan {
@@ -522,35 +476,6 @@ impl Coordinator {
         Ok(())
     }
 
-    async fn region_terminated(&mut self, region: RegionId) -> Result<(), StoreError> {
-        if self.state.is_region(&region) {
-            tracing::info!(%region, shards = self.state.shards_of(&region).len(), "region terminated");
-            self.update(CoordinatorEvent::RegionTerminated {
-                region: region.clone(),
-            })
-            .await?;
-            for link in self.links.values() {
-                let _ = link
-                    .to_region
-                    .try_send(CoordinatorToRegion::RegionTerminated {
-                        region: region.clone(),
-                    });
-            }
-        } else if self.state.is_proxy(&region) {
-            self.update(CoordinatorEvent::RegionProxyTerminated {
-                region: region.clone(),
-            })
-            .await?;
-        }
-        self.graceful_shutdown.remove(&region);
-        self.unacked_host.retain(|_, (r, _)| *r != region);
-        for p in self.in_progress.values() {
-            let _ = p.worker.try_send(WorkerInput::RegionGone(region.clone()));
-        }
-        metrics::coordinator_regions(&self.entity_type, self.state.allocations().len());
-        Ok(())
-    }
-
     fn cluster_stats(&mut self, requester: RegionId, request: u64, timeout: Duration) {
         let internal = self.next_request;
         self.next_request += 1;
@@ -574,30 +499,32 @@ impl Coordinator {
                 },
             );
         }
-        let reply_to = self.links.get(&requester).map(|l| l.to_region.clone());
+        let reply_to = self.links.get(&requester).map(|l| l.to_region.downgrade());
         let inbox = self.inbox.clone();
         self.tasks.spawn(async move {
             let stats = stats::gather(asked, rx, timeout).await;
-            if let Some(link) = reply_to {
-                let _ = link
-                    .send(CoordinatorToRegion::ClusterStats { request, stats })
-                    .await;
+            if let Some(link) = reply_to.and_then(|l| l.upgrade()) {
+                let _ = link.send(CoordinatorToRegion::ClusterStats { request, stats });
             }
             let _ = inbox.send(Input::StatsDone { request: internal }).await;
         });
     }
 }
 
-/// Registered regions that are not leaving, with their shards.
+/// Registered regions that are linked and not leaving, with their shards.
+/// A region without a link may be gone (it is terminated once silent for
+/// `region_timeout`) and could not be told to host anything.
 fn active_allocations<'a>(
     state: &'a CoordinatorState,
     leaving: &BTreeSet<RegionId>,
+    links: &HashMap<RegionId, Link>,
 ) -> Cow<'a, Allocations> {
-    if leaving.is_empty() {
+    let all_linked = state.allocations().keys().all(|r| links.contains_key(r));
+    if leaving.is_empty() && all_linked {
         Cow::Borrowed(state.allocations())
     } else {
         let mut a = state.allocations().clone();
-        a.retain(|r, _| !leaving.contains(r));
+        a.retain(|r, _| !leaving.contains(r) && links.contains_key(r));
         Cow::Owned(a)
     }
 }

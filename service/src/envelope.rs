@@ -1,5 +1,6 @@
 //! Messages on their way to an entity, in their local and wire forms.
 
+use crate::credits::Credit;
 use crate::entity::{Entity, EntityId};
 use crate::error::AskError;
 use bytes::Bytes;
@@ -13,6 +14,9 @@ pub(crate) struct Envelope<E: Entity> {
     pub shard: ShardId,
     pub message: E::Message,
     pub reply: Reply<E::Reply>,
+    /// For a message received from another node: its sender's credit,
+    /// returned when the envelope is handled or dropped.
+    pub credit: Option<Credit>,
 }
 
 /// Where the answer to a message goes.
@@ -31,6 +35,10 @@ pub(crate) enum Reply<R> {
 pub struct ReplyTo {
     /// The node waiting for the reply.
     pub node: RegionId,
+    /// That node's incarnation: a node restarted at the same address since
+    /// drops the reply, which could otherwise complete a new ask that
+    /// happens to have the same correlation id.
+    pub incarnation: u64,
     /// Its correlation id on that node.
     pub correlation: u64,
 }
@@ -54,6 +62,8 @@ pub struct WireEnvelope {
 /// The answer to a remote ask.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WireReply {
+    /// The asking node's incarnation the reply is for.
+    pub incarnation: u64,
     /// The asker's correlation id.
     pub correlation: u64,
     /// The encoded reply, or why there is none.

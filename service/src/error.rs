@@ -31,6 +31,10 @@ pub enum TellError {
     /// The region has shut down.
     #[error("region of entity type {0:?} has stopped")]
     RegionStopped(String),
+    /// A node received the message from another node while its coordinator
+    /// did not answer, and could not buffer it; the sending node keeps it.
+    #[error("region of entity type {0:?} cannot reach its coordinator")]
+    CoordinatorUnreachable(String),
     /// The message could not be encoded for a remote node.
     #[error("message could not be encoded: {0}")]
     Codec(String),

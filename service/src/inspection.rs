@@ -15,6 +15,10 @@ pub struct CurrentRegionState {
     pub shards: BTreeMap<ShardId, Vec<EntityId>>,
     /// Shards that did not answer in time.
     pub failed: Vec<ShardId>,
+    /// Whether the coordinator answers the region now. While it does not,
+    /// the region serves the shards it hosts until its fence timeout and
+    /// buffers messages for shards without a known home.
+    pub coordinator_reachable: bool,
 }
 
 impl CurrentRegionState {

@@ -25,7 +25,8 @@
 //! - [`envelope`], [`codec`]: messages and the one codec boundary, with the
 //!   content types clients may use.
 //! - [`transport`]: how nodes reach each other: an in-memory network, and
-//!   gRPC between processes (`transport/grpc.rs`).
+//!   gRPC between processes (`transport/grpc.rs`); [`credits`], the flow
+//!   control that keeps a busy receiver from stalling or being resent to.
 //! - [`inspection`]: the region-state and cluster-stats queries.
 //! - [`api`]: the gRPC client API over a node (tell, ask, queries, shutdown).
 //! - [`cli`]: the `colo` client subcommands that call it.
@@ -47,6 +48,7 @@ pub mod codec;
 pub mod config;
 pub mod coordinator;
 pub mod counter;
+pub mod credits;
 pub mod demo;
 pub mod entity;
 pub mod envelope;

@@ -26,6 +26,15 @@ pub const PASSIVATIONS: &str = "colo_passivations_total";
 pub const ACTIVATIONS: &str = "colo_entity_activations_total";
 pub const ACTIVE_RATIO: &str = "colo_passivation_active_ratio";
 pub const WINDOW_PROPORTION: &str = "colo_passivation_window_proportion";
+pub const COORDINATOR_REACHABLE: &str = "colo_region_coordinator_reachable";
+
+pub const STALE_REPLIES: &str = "colo_stale_replies_total";
+
+/// A reply meant for an earlier incarnation of this node (it restarted at
+/// the same address since the ask): dropped and counted.
+pub fn stale_reply() {
+    metrics::counter!(STALE_REPLIES).increment(1);
+}
 
 /// An envelope from another node that could not be read at all (no entity
 /// type to label it with): counted under `reason="malformed"`.
@@ -52,6 +61,10 @@ pub fn describe() {
         describe_counter!(BUFFERED_TOTAL, "Messages that were buffered at least once");
         describe_counter!(DROPPED, "Messages refused or lost, by reason");
         describe_counter!(ENTITY_FAILURES, "Entity handlers that failed or panicked");
+        describe_counter!(
+            STALE_REPLIES,
+            "Ask replies dropped because they were meant for an earlier incarnation of this node"
+        );
         describe_histogram!(
             SHARD_HOME_LATENCY,
             Unit::Seconds,
@@ -74,6 +87,10 @@ pub fn describe() {
             COORDINATOR_REGIONS,
             "Regions registered with the coordinator"
         );
+        describe_gauge!(
+            COORDINATOR_REACHABLE,
+            "1 while the coordinator answers this region's heartbeats, 0 once the region has fenced itself or lost its link"
+        );
     });
 }
 
@@ -90,11 +107,13 @@ pub(crate) struct RegionMetrics {
     pub dropped_undeliverable: Counter,
     pub dropped_bad_payload: Counter,
     pub dropped_mailbox_full: Counter,
+    pub dropped_unconfirmed: Counter,
     pub entity_failures: Counter,
     pub shard_home_latency: Histogram,
     pub activations: Counter,
     pub active_ratio: Gauge,
     pub window_proportion: Gauge,
+    pub coordinator_reachable: Gauge,
     passivations: [Counter; 4],
 }
 
@@ -113,11 +132,13 @@ impl RegionMetrics {
             dropped_undeliverable: dropped("undeliverable"),
             dropped_bad_payload: dropped("bad_payload"),
             dropped_mailbox_full: dropped("mailbox_full"),
+            dropped_unconfirmed: dropped("unconfirmed"),
             entity_failures: metrics::counter!(ENTITY_FAILURES, "entity_type" => et.clone()),
             shard_home_latency: metrics::histogram!(SHARD_HOME_LATENCY, "entity_type" => et.clone()),
                         activations: metrics::counter!(ACTIVATIONS, "entity_type" => et.clone()),
             active_ratio: metrics::gauge!(ACTIVE_RATIO, "entity_type" => et.clone()),
             window_proportion: metrics::gauge!(WINDOW_PROPORTION, "entity_type" => et.clone()),
+            coordinator_reachable: metrics::gauge!(COORDINATOR_REACHABLE, "entity_type" => et.clone()),
             passivations: [
                 PassivationReason::Idle,
                 PassivationReason::Limit,

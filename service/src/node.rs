@@ -2,50 +2,18 @@
 //! and every task it started (so that it can stop them all).
 
 pub(crate) mod context;
+mod inbound;
 
 use crate::entity::{Entity, EntityType, RegistrationError};
-use crate::envelope::{WireEnvelope, WireReply};
-use crate::region::{ErasedRegion, Region, RegionInbound};
+use crate::region::{ErasedRegion, Region};
 use crate::replies::PendingReplies;
-use crate::transport::{Inbound, Transport};
+use crate::transport::Transport;
 use colo_allocation::RegionId;
 use context::{NodeContext, NodeTasks};
-use futures::future::BoxFuture;
+use inbound::NodeInbound;
 use parking_lot::RwLock;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// Routes what the transport receives to the node's regions.
-struct NodeInbound {
-    context: Arc<NodeContext>,
-    regions: RwLock<HashMap<String, Arc<dyn RegionInbound>>>,
-}
-
-impl Inbound for NodeInbound {
-    fn deliver(&self, batch: Vec<WireEnvelope>) -> BoxFuture<'_, Result<(), usize>> {
-        Box::pin(async move {
-            for (i, env) in batch.into_iter().enumerate() {
-                let region = self.regions.read().get(&env.entity_type).cloned();
-                // No region (it stopped and left) or a stopped one: refuse the
-                // rest, so the sender keeps them and finds the new home.
-                let accepted = match region {
-                    Some(region) => region.deliver(env).await,
-                    None => false,
-                };
-                if !accepted {
-                    return Err(i);
-                }
-            }
-            Ok(())
-        })
-    }
-
-    fn reply(&self, reply: WireReply) {
-        self.context
-            .pending
-            .complete(reply.correlation, reply.result);
-    }
-}
 
 /// One node of a cluster: runs a region per entity type.
 pub struct Node {
@@ -72,14 +40,12 @@ impl Node {
         crate::metrics::describe();
         let context = Arc::new(NodeContext {
             id: transport.local().clone(),
+            incarnation: transport.incarnation(),
             transport: transport.clone(),
             pending: PendingReplies::default(),
             tasks: NodeTasks::default(),
         });
-        let inbound = Arc::new(NodeInbound {
-            context: context.clone(),
-            regions: RwLock::default(),
-        });
+        let inbound = Arc::new(NodeInbound::new(context.clone()));
         transport.attach(inbound.clone());
         Self {
             context,
@@ -146,14 +112,18 @@ impl Node {
         self.by_name.read().get(entity_type).cloned()
     }
 
-    /// Entity types whose region is not registered with a coordinator (or
-    /// is leaving); empty when the node is ready for traffic.
-    pub fn unregistered(&self) -> Vec<String> {
+    /// Why the node is not ready for traffic, per entity type whose region
+    /// is not: never registered with a coordinator (with the coordinator's
+    /// refusal, if any), or leaving. Empty when the node is ready.
+    pub fn not_ready(&self) -> Vec<String> {
         self.by_name
             .read()
             .iter()
-            .filter(|(_, region)| !region.is_registered())
-            .map(|(name, _)| name.clone())
+            .filter(|(_, region)| !region.is_ready())
+            .map(|(name, region)| match region.refused() {
+                Some(reason) => format!("{name} refused: {reason}"),
+                None => format!("{name} not registered"),
+            })
             .collect()
     }
 
@@ -164,6 +134,7 @@ impl Node {
         futures::future::join_all(regions.iter().map(|r| r.shutdown())).await;
         self.inbound.regions.write().clear();
         self.context.transport.detach();
+        self.inbound.close();
     }
 
     /// Stops the node at once, as a crash would: no hand-off, entities
@@ -171,6 +142,7 @@ impl Node {
     /// close.
     pub async fn kill(&self) {
         self.context.transport.detach();
+        self.inbound.close();
         for region in self.inbound.regions.read().values() {
             region.stop_accepting();
         }

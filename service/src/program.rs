@@ -49,6 +49,14 @@ pub enum ProgramError {
     /// A setting the node needs is unusable.
     #[error("invalid config: {0}")]
     Settings(String),
+    /// The data directory cannot be written.
+    #[error("invalid config: node.data_dir: cannot write {path}: {source}")]
+    DataDir {
+        /// The file that could not be written.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
@@ -131,11 +139,9 @@ pub async fn run(config: NodeConfig) -> Result<(), ProgramError> {
     let mut grpc = tokio::spawn(grpc);
     let probe = {
         let node = node.clone();
-        move || match node.unregistered() {
-            unregistered if unregistered.is_empty() => Readiness::Ready,
-            unregistered => {
-                Readiness::NotReady(format!("not registered: {}", unregistered.join(", ")))
-            }
+        move || match node.not_ready() {
+            reasons if reasons.is_empty() => Readiness::Ready,
+            reasons => Readiness::NotReady(reasons.join("; ")),
         }
     };
     let admin = admin::serve(
@@ -183,18 +189,37 @@ fn advertised(config: &NodeConfig, listener: &TcpListener) -> String {
 /// This node hosts the coordinators: one per entity type, with an
 /// in-memory store. Its epoch is the start time, so a restarted coordinator
 /// outranks the one before it.
+///
+/// The in-memory store is lost when the node restarts, while the other
+/// nodes may still run shards. A marker in the data directory says whether
+/// this node has hosted the coordinator before: if it has, the coordinator
+/// waits `region_timeout` for the regions to report what they run before it
+/// places other shards; a brand-new cluster places shards at once.
 fn host_coordinators(config: &NodeConfig, hosting: &StaticHosting) -> Result<(), ProgramError> {
     let epoch = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let data_dir = config.data_dir();
     for entity_type in &config.node.entity_types {
+        let marker = data_dir.join(format!("coordinator-{}.started", entity_type.name()));
+        let store = if marker.exists() {
+            InMemoryStore::after_loss()
+        } else {
+            InMemoryStore::new()
+        };
+        std::fs::create_dir_all(&data_dir)
+            .and_then(|()| std::fs::write(&marker, format!("{epoch}\n")))
+            .map_err(|source| ProgramError::DataDir {
+                path: marker.clone(),
+                source,
+            })?;
         let strategy = LeastShardAllocationStrategy::new(config.least_shard_settings())
             .map_err(|e| ProgramError::Settings(format!("coordinator.least_shard: {e}")))?;
         let handle = CoordinatorHandle::spawn(
             entity_type.name(),
             config.sharding_settings(),
             Box::new(strategy),
-            Arc::new(InMemoryStore::new()),
+            Arc::new(store),
         )
         .map_err(|e| ProgramError::Settings(format!("sharding.{}: {}", e.field, e.reason)))?;
         hosting.host(handle, epoch, None);

@@ -5,6 +5,12 @@
 //! Each region speaks to the coordinator over one ordered, bidirectional link
 //! ([`CoordinatorLink`]); the in-memory transport makes it a pair of channels,
 //! the gRPC transport a stream.
+//!
+//! Liveness is part of the protocol, whatever the transport: a region sends
+//! a heartbeat every `heartbeat_interval` and the coordinator answers each.
+//! The answers are the region's lease: without one for `fence_timeout` it
+//! stops its shards, and the coordinator, which has not heard from it for
+//! `region_timeout`, places them elsewhere only after that.
 
 use crate::inspection::{ClusterShardingStats, RegionStats};
 use colo_allocation::{RegionId, ShardId};
@@ -16,18 +22,28 @@ use tokio::sync::mpsc;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum RegionToCoordinator {
     /// Sent on connect and every `retry_interval` until answered by
-    /// [`CoordinatorToRegion::RegisterAck`]. A proxy hosts nothing.
+    /// [`CoordinatorToRegion::RegisterAck`] (or refused with
+    /// [`CoordinatorToRegion::RegisterRefused`]). A proxy hosts nothing.
     /// `hosted`: the shards the region still runs, when it registers again
     /// after losing its link; the coordinator keeps those that have no other
-    /// home there, and answers the others with their [`ShardHome`], which
-    /// makes the region stop its copy.
+    /// home there, answers the others with their [`ShardHome`] (which makes
+    /// the region stop its copy), and forgets any home it had recorded on
+    /// the region that the region no longer runs. `number_of_shards` and
+    /// `extractor` (a fingerprint of where the extractor puts a fixed set of
+    /// ids) must match the cluster's. `ping` is echoed in the ack.
     ///
     /// [`ShardHome`]: CoordinatorToRegion::ShardHome
     Register {
         region: RegionId,
         proxy: bool,
         hosted: Vec<ShardId>,
+        number_of_shards: u32,
+        extractor: u64,
+        ping: u64,
     },
+    /// Every `heartbeat_interval`; answered by
+    /// [`CoordinatorToRegion::HeartbeatAck`] with the same `ping`.
+    Heartbeat { ping: u64 },
     /// Where does this shard live? Answered by [`CoordinatorToRegion::ShardHome`],
     /// possibly much later (during a hand-off, or before `min_members`);
     /// resent every `retry_interval` while messages wait.
@@ -52,8 +68,15 @@ pub enum RegionToCoordinator {
 /// What the coordinator sends a region.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum CoordinatorToRegion {
-    /// Answers `Register`.
-    RegisterAck,
+    /// Answers `Register`, echoing its `ping`.
+    RegisterAck { ping: u64 },
+    /// Answers `Register` from a region that cannot join: it disagrees with
+    /// the cluster on the number of shards or the extractor. The region
+    /// logs the reason and tries again later (an operator must fix it).
+    RegisterRefused { reason: String },
+    /// Answers `Heartbeat`: the coordinator heard the region at or after the
+    /// time it sent heartbeat `ping`.
+    HeartbeatAck { ping: u64 },
     /// Answers `GetShardHome`: `region` hosts the shard.
     ShardHome { shard: ShardId, region: RegionId },
     /// Start this shard here; answered by `ShardStarted`, resent after
@@ -77,16 +100,18 @@ pub enum CoordinatorToRegion {
 }
 
 /// A region's end of its link to the coordinator. Dropping it is how the
-/// coordinator learns that the region is gone.
+/// coordinator learns that the region has left the link.
+///
+/// Both directions are unbounded so that no protocol message is ever
+/// dropped or waited for (an ack lost to a full queue would stall a
+/// hand-off). They are bounded by the protocol itself: every message
+/// answers a request of the other side or drives a hand-off, a region asks
+/// for each shard's home at most once per `retry_interval`, and heartbeats
+/// are one per interval.
 #[derive(Debug)]
 pub struct CoordinatorLink {
     /// Towards the coordinator.
-    pub to_coordinator: mpsc::Sender<RegionToCoordinator>,
+    pub to_coordinator: mpsc::UnboundedSender<RegionToCoordinator>,
     /// From the coordinator.
-    pub from_coordinator: mpsc::Receiver<CoordinatorToRegion>,
+    pub from_coordinator: mpsc::UnboundedReceiver<CoordinatorToRegion>,
 }
-
-/// Capacity of each direction of a coordinator link: protocol traffic is a
-/// few messages per shard and hand-off, so this only absorbs bursts such as a
-/// region asking for a thousand shard homes at once.
-pub(crate) const LINK_CAPACITY: usize = 4096;

@@ -9,6 +9,7 @@
 
 pub(crate) mod activity;
 mod erased;
+pub(crate) mod lease;
 pub(crate) mod outbound;
 pub(crate) mod routes;
 pub(crate) mod shard;
@@ -23,7 +24,8 @@ use crate::metrics::RegionMetrics;
 use crate::node::context::NodeContext;
 use colo_allocation::{MessageExtractor, RegionId, ShardId};
 use futures::future::BoxFuture;
-use routes::{Refused, Routes};
+use routes::Routes;
+use shard::dropped;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,7 +69,7 @@ pub(crate) enum RegionCmd<E: Entity> {
     },
     ClusterStats {
         timeout: Duration,
-        reply: oneshot::Sender<ClusterShardingStats>,
+        reply: oneshot::Sender<Result<ClusterShardingStats, QueryError>>,
     },
     Shutdown {
         done: oneshot::Sender<()>,
@@ -84,22 +86,57 @@ pub(crate) struct Shared<E: Entity> {
     pub node: Arc<NodeContext>,
     pub metrics: RegionMetrics,
     pub activity: Arc<activity::Activity>,
-    /// Registered with a coordinator and not leaving: what readiness means.
-    pub registered: std::sync::atomic::AtomicBool,
+    /// Until when local shards may handle messages (see `lease.rs`).
+    pub lease: Arc<lease::Lease>,
+    /// Has registered with a coordinator once and is not leaving: what
+    /// readiness means. It stays set while the coordinator is away, as
+    /// Akka's sharding health check does: the region still serves the
+    /// shards it knows.
+    pub ready: std::sync::atomic::AtomicBool,
+    /// The coordinator answers (the lease is being renewed).
+    pub reachable: std::sync::atomic::AtomicBool,
+    /// Registered on a live link: the region can learn shard homes now.
+    pub linked: std::sync::atomic::AtomicBool,
+    /// Why the coordinator refused this region, while it does.
+    pub refused: parking_lot::Mutex<Option<String>>,
 }
 
 impl<E: Entity> Shared<E> {
-    async fn route(&self, env: Envelope<E>) -> Result<(), Refused<E>> {
+    async fn route(&self, env: Envelope<E>) -> Result<(), TellError> {
         self.routes.route(env).await
     }
+}
+
+/// Where the extractor puts a fixed set of probe ids, hashed: regions that
+/// disagree on it would disagree on where entities live, so the
+/// coordinator refuses a region whose fingerprint differs from the others'.
+pub(crate) fn extractor_fingerprint(extractor: &dyn MessageExtractor) -> u64 {
+    use std::fmt::Write;
+    const PROBES: usize = 64;
+    let mut placed = extractor.number_of_shards().to_string();
+    for i in 0..PROBES {
+        let shard = extractor.shard_id(&format!("colo-extractor-probe-{i}"));
+        let _ = write!(placed, ",{}", shard.0);
+    }
+    colo_allocation::stable_hash(&placed)
+}
+
+/// What became of an envelope received from another node.
+pub(crate) enum Placed {
+    /// Taken: in a shard mailbox, the buffer, or on its way to another node.
+    Taken,
+    /// Dropped, counted and logged, with its asker told why (it cannot be
+    /// decoded, or names a shard the entity is not in).
+    Dropped,
+    /// The region has stopped: the sender keeps it and finds the new home.
+    Refused,
 }
 
 /// A region as the node sees it: where the transport hands received
 /// envelopes, and how the node stops it.
 pub(crate) trait RegionInbound: Send + Sync + 'static {
-    /// Routes an envelope received from another node; `false` when the
-    /// region has stopped and the sender must keep it.
-    fn deliver(&self, env: WireEnvelope) -> BoxFuture<'_, bool>;
+    /// Takes an envelope received from another node, without waiting.
+    fn deliver(&self, env: WireEnvelope, credit: crate::credits::Credit) -> Placed;
     /// Refuses new messages (the node is dying).
     fn stop_accepting(&self);
     /// Hands off every shard and stops.
@@ -112,50 +149,51 @@ struct Inbound<E: Entity> {
 }
 
 impl<E: Entity> RegionInbound for Inbound<E> {
-    fn deliver(&self, env: WireEnvelope) -> BoxFuture<'_, bool> {
-        Box::pin(async move {
-            let shared = &self.shared;
-            let reply = env
-                .reply_to
-                .map_or(Reply::None, |to| Reply::Remote(Box::new(to)));
-            let in_range = env.shard.0 < shared.extractor.number_of_shards();
-            let message = match codec::decode::<E::Message>(&env.payload) {
-                Ok(m) if in_range => m,
-                Ok(_) | Err(_) => {
-                    shared.metrics.dropped_bad_payload.increment(1);
-                    tracing::warn!(entity_type = %shared.entity_type.name, entity_id = %env.entity_id, shard = %env.shard, "received message cannot be decoded or has an unknown shard; dropped");
-                    shard::dropped(
-                        reply,
-                        &shared.node,
-                        "message cannot be decoded by the receiving node",
-                    );
-                    return true;
-                }
-            };
-            let envelope = Envelope {
-                entity_id: env.entity_id,
-                shard: env.shard,
-                message,
-                reply,
-            };
-            match shared.route(envelope).await {
-                Ok(()) => true,
-                Err(Refused {
-                    error: TellError::RegionStopped(_),
-                    ..
-                }) => false,
-                Err(Refused { error, envelope }) => {
-                    // The sending node already accepted it; it is lost here,
-                    // so it is counted, logged and an asker is told why.
-                    shared.metrics.dropped_undeliverable.increment(1);
-                    tracing::warn!(entity_type = %shared.entity_type.name, %error, "received message refused by this region; dropped");
-                    shared
-                        .node
-                        .reply(envelope.reply, Err(AskError::Tell(error)));
-                    true
-                }
+    fn deliver(&self, env: WireEnvelope, credit: crate::credits::Credit) -> Placed {
+        let shared = &self.shared;
+        let reply = env
+            .reply_to
+            .map_or(Reply::None, |to| Reply::Remote(Box::new(to)));
+        // From the wire: the shard must be the one this node's extractor
+        // gives the entity, or the two nodes disagree on where it lives.
+        let expected = shared.extractor.shard_id(&env.entity_id);
+        let problem = if env.shard != expected {
+            Some(format!(
+                "names shard {} but this node places entity {:?} in shard {expected}",
+                env.shard, env.entity_id
+            ))
+        } else {
+            None
+        };
+        let message = match (problem, codec::decode::<E::Message>(&env.payload)) {
+            (None, Ok(m)) => m,
+            (problem, decoded) => {
+                let reason = problem.unwrap_or_else(|| match decoded {
+                    Err(e) => format!("cannot be decoded: {}", e.0),
+                    Ok(_) => unreachable!("no problem and decoded is the first arm"),
+                });
+                shared.metrics.dropped_bad_payload.increment(1);
+                tracing::warn!(entity_type = %shared.entity_type.name, entity_id = %env.entity_id, shard = %env.shard, %reason, "message received from another node dropped");
+                dropped(
+                    reply,
+                    &shared.node,
+                    &format!("the receiving node refused it: the message {reason}"),
+                );
+                return Placed::Dropped;
             }
-        })
+        };
+        let envelope = Envelope {
+            entity_id: env.entity_id,
+            shard: env.shard,
+            message,
+            reply,
+            credit: Some(credit),
+        };
+        let registered = shared.linked.load(std::sync::atomic::Ordering::Acquire);
+        match shared.routes.place(envelope, registered) {
+            Ok(()) => Placed::Taken,
+            Err(_) => Placed::Refused,
+        }
     }
 
     fn stop_accepting(&self) {
@@ -207,9 +245,13 @@ impl<E: Entity> std::fmt::Debug for Region<E> {
 /// An inspection query got no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QueryError {
-    /// No answer within the timeout (e.g. no coordinator reachable).
+    /// No answer within the timeout.
     #[error("no answer within {0:?}")]
     Timeout(Duration),
+    /// The query needs the coordinator, which does not answer this region
+    /// now.
+    #[error("coordinator unreachable")]
+    CoordinatorUnreachable,
     /// The region has stopped.
     #[error("region has stopped")]
     Stopped,
@@ -245,7 +287,11 @@ impl<E: Entity> Region<E> {
             node: node.clone(),
             metrics,
             activity: Arc::default(),
-            registered: std::sync::atomic::AtomicBool::new(false),
+            lease: Arc::default(),
+            ready: std::sync::atomic::AtomicBool::new(false),
+            reachable: std::sync::atomic::AtomicBool::new(false),
+            linked: std::sync::atomic::AtomicBool::new(false),
+            refused: parking_lot::Mutex::new(None),
         });
         let task = task::RegionTask::new(shared.clone(), commands.clone());
         node.tasks.spawn(task.run(command_rx, home_rx));
@@ -266,12 +312,25 @@ impl<E: Entity> Region<E> {
         &self.shared.id
     }
 
-    /// Registered with the coordinator (so the shards it is given are
-    /// hosted as they are assigned) and not shutting down.
-    pub fn is_registered(&self) -> bool {
+    /// Ready for traffic: registered with a coordinator once, and not
+    /// shutting down. It stays ready while the coordinator is away (the
+    /// region serves the shards it knows and buffers the rest); see
+    /// [`Self::coordinator_reachable`].
+    pub fn is_ready(&self) -> bool {
+        self.shared.ready.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether the coordinator answers this region now.
+    pub fn coordinator_reachable(&self) -> bool {
         self.shared
-            .registered
+            .reachable
             .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Why the coordinator refuses this region, if it does (it disagrees
+    /// with the cluster on the number of shards or the extractor).
+    pub fn refused(&self) -> Option<String> {
+        self.shared.refused.lock().clone()
     }
 
     /// The shard an entity belongs to.
@@ -293,6 +352,7 @@ impl<E: Entity> Region<E> {
             shard: self.shared.extractor.shard_id(entity_id),
             message,
             reply,
+            credit: None,
         })
     }
 
@@ -300,6 +360,11 @@ impl<E: Entity> Region<E> {
     /// message is accepted (delivered to a mailbox, forwarded, or buffered);
     /// waits while the target shard's mailbox is full, which is the
     /// backpressure that bounds memory.
+    ///
+    /// Delivery: the message is handled at most once, after the messages
+    /// this region was told earlier for the same entity (unless it was on a
+    /// node when that node fenced itself); it is lost only if a node holding
+    /// it dies first.
     ///
     /// Inside an entity handler that wait is bounded by
     /// `handler_tell_timeout`, after which the tell fails with
@@ -311,13 +376,13 @@ impl<E: Entity> Region<E> {
     /// handler) the target's mailbox stayed full.
     pub async fn tell(&self, entity_id: &str, message: E::Message) -> Result<(), TellError> {
         let env = self.envelope(entity_id, message, Reply::None)?;
-        self.shared
-            .route(env)
-            .await
-            .map_err(|refused| refused.error)
+        self.shared.route(env).await
     }
 
     /// Sends a message and waits for the entity's reply.
+    ///
+    /// Delivery: as [`Self::tell`]; the answer is the entity's reply or an
+    /// error, and a timeout means the message may or may not be handled.
     ///
     /// # Errors
     /// The message was refused, the entity failed, or no reply came within
@@ -331,10 +396,7 @@ impl<E: Entity> Region<E> {
         let (tx, rx) = oneshot::channel();
         let env = self.envelope(entity_id, message, Reply::Local(tx))?;
         let exchange = async {
-            self.shared
-                .route(env)
-                .await
-                .map_err(|refused| refused.error)?;
+            self.shared.route(env).await?;
             rx.await.map_err(|_| {
                 AskError::Dropped("the message was dropped before it was handled".into())
             })?
@@ -365,7 +427,7 @@ impl<E: Entity> Region<E> {
     ) -> Result<ClusterShardingStats, QueryError> {
         let (reply, rx) = oneshot::channel();
         self.query(RegionCmd::ClusterStats { timeout, reply }, rx, timeout)
-            .await
+            .await?
     }
 
     async fn query<T>(

@@ -27,6 +27,19 @@ pub struct ShardingSettings {
     /// How many regions must be registered before the coordinator allocates
     /// the first shard, so that the first region does not get every shard.
     pub min_members: usize,
+    /// How often a region tells its coordinator it is alive; each heartbeat
+    /// is answered, and the answers are what keeps the region hosting.
+    pub heartbeat_interval: Duration,
+    /// How long a region hosts its shards without an answer from its
+    /// coordinator. Past it the region stops them (fences itself) and
+    /// serves them again only after registering anew: a region cut off from
+    /// its coordinator may already be replaced by another node.
+    pub fence_timeout: Duration,
+    /// How long the coordinator waits without hearing from a region before
+    /// it terminates the region and places its shards elsewhere. It must
+    /// exceed `fence_timeout` by a margin (see [`Self::validate`]), so that
+    /// the region has stopped its copies by then.
+    pub region_timeout: Duration,
     /// How entities are passivated (Akka's default: idle for 120 s).
     pub passivation: PassivationStrategy,
     /// Capacity of each shard's mailbox: senders wait when a shard is this far
@@ -55,6 +68,9 @@ impl Default for ShardingSettings {
             rebalance_interval: Duration::from_secs(10),
             shard_start_timeout: Duration::from_secs(10),
             min_members: 1,
+            heartbeat_interval: Duration::from_secs(1),
+            fence_timeout: Duration::from_secs(5),
+            region_timeout: Duration::from_secs(10),
             passivation: PassivationStrategy::default(),
             shard_mailbox_capacity: 1024,
             shard_concurrency: 256,
@@ -77,6 +93,19 @@ impl ShardingSettings {
     /// Checks every field; the entity type is refused at registration when one
     /// is wrong, instead of failing later under load.
     ///
+    /// At most one live copy of an entity rests on the timeouts: a region
+    /// stops its shards `fence_timeout` after the send time of its last
+    /// answered heartbeat, and the coordinator places them elsewhere only
+    /// `region_timeout` after it last heard from the region, which is no
+    /// earlier. `region_timeout` must exceed `fence_timeout` by at least two
+    /// heartbeat intervals, and the stop messages of a fenced region must
+    /// finish within that margin (they are cut off at `region_timeout`).
+    /// This assumes that the clocks of both processes run at about the same
+    /// rate, and that a process that was paused (stopped, swapped out, a VM
+    /// suspended) checks the age of its last answer before it handles any
+    /// message, which regions do. It is the same assumption Akka makes with
+    /// its removal margin after downing.
+    ///
     /// # Errors
     /// The first field whose value cannot work.
     pub fn validate(&self) -> Result<(), SettingsError> {
@@ -94,10 +123,29 @@ impl ShardingSettings {
             ("handoff_timeout", self.handoff_timeout),
             ("rebalance_interval", self.rebalance_interval),
             ("shard_start_timeout", self.shard_start_timeout),
+            ("heartbeat_interval", self.heartbeat_interval),
         ] {
             if value.is_zero() {
                 return err(field, "must be longer than zero");
             }
+        }
+        if self.fence_timeout < self.heartbeat_interval * 3 {
+            return Err(SettingsError {
+                field: "fence_timeout",
+                reason: format!(
+                    "must be at least three heartbeat intervals ({}), so one late answer does not fence a region",
+                    humantime::format_duration(self.heartbeat_interval * 3)
+                ),
+            });
+        }
+        if self.region_timeout < self.fence_timeout + self.heartbeat_interval * 2 {
+            return Err(SettingsError {
+                field: "region_timeout",
+                reason: format!(
+                    "must exceed fence_timeout by at least two heartbeat intervals (at least {}), so a silent region has stopped its shards before they start elsewhere",
+                    humantime::format_duration(self.fence_timeout + self.heartbeat_interval * 2)
+                ),
+            });
         }
         if self.buffer_size == 0 {
             return err("buffer_size", "must be at least 1");

@@ -15,12 +15,17 @@ use colo_allocation::RegionId;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 
-/// A node could not be reached; what was sent did not arrive.
+/// A node could not be reached, or did not confirm what it was sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TransportError {
-    /// No node with that name is reachable.
+    /// No node with that name is reachable; nothing of the batch was sent.
     #[error("node {0} is unreachable")]
     Unreachable(RegionId),
+    /// The batch was sent, and the node went away (or restarted) before it
+    /// confirmed it: it may or may not have taken it. The sender must not
+    /// send it elsewhere, or a message could be handled twice.
+    #[error("node {0} went away before it confirmed the batch")]
+    Unconfirmed(RegionId),
     /// The node took the first `accepted` envelopes of a batch and refused
     /// the rest (its region has stopped); the sender keeps the rest.
     #[error("node {node} refused all but the first {accepted} envelopes")]
@@ -38,14 +43,47 @@ pub enum TransportError {
     Codec(#[from] crate::codec::CodecError),
 }
 
+/// A new node incarnation: different for every node start, with no
+/// coordination (time, process and a per-process counter, hashed).
+pub(crate) fn new_incarnation() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STARTS: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    hasher.write_u128(now);
+    hasher.write_u32(std::process::id());
+    hasher.write_u64(STARTS.fetch_add(1, Ordering::Relaxed));
+    hasher.finish().max(1)
+}
+
+/// Who sends: a node, in one of its incarnations (a node restarted at the
+/// same address is another incarnation).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Sender {
+    /// The sending node.
+    pub node: RegionId,
+    /// Its incarnation.
+    pub incarnation: u64,
+}
+
 /// One node's view of the network.
 pub trait Transport: Send + Sync + 'static {
     /// This node's name.
     fn local(&self) -> &RegionId;
 
+    /// This node's incarnation: a new one each time a node starts, so that
+    /// other nodes tell a restarted node from the one before.
+    fn incarnation(&self) -> u64;
+
     /// Delivers a batch in order to node `to`. Ok means the receiving node
-    /// has routed every envelope (to a shard, or into its buffer); an error
-    /// says how many, if any, were taken.
+    /// has taken every envelope into its custody (a shard, its buffer, an
+    /// outbound queue); an error says how many, if any, were taken. It waits
+    /// while the receiver holds a window's worth of this node's envelopes
+    /// ([`crate::credits`]); it never sends a batch twice to one incarnation
+    /// of the receiver, nor elsewhere.
     fn deliver(
         &self,
         to: &RegionId,
@@ -71,9 +109,21 @@ pub trait Transport: Send + Sync + 'static {
 
 /// What a transport hands received traffic to: the node.
 pub trait Inbound: Send + Sync + 'static {
-    /// Routes a received batch, in order. `Err(accepted)`: only the first
-    /// `accepted` envelopes were taken; the sender keeps the rest.
-    fn deliver(&self, batch: Vec<WireEnvelope>) -> BoxFuture<'_, Result<(), usize>>;
+    /// The credit window of a sender at this node.
+    fn credits(&self, from: &Sender) -> Arc<crate::credits::Credits>;
+
+    /// Takes a received batch, in order, without waiting: each envelope
+    /// goes to its shard, the buffer or another node at once, carrying a
+    /// credit of `credits` (taken by the caller for the whole batch).
+    /// `Err(accepted)`: only the first `accepted` envelopes were taken (the
+    /// region of the rest has stopped); the sender keeps the rest.
+    fn deliver(
+        &self,
+        from: &Sender,
+        batch: Vec<WireEnvelope>,
+        credits: &Arc<crate::credits::Credits>,
+    ) -> Result<(), usize>;
+
     /// Completes a pending ask.
     fn reply(&self, reply: WireReply);
 }

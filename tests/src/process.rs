@@ -65,16 +65,20 @@ impl NodeProcess {
         let coordinator = coordinator.unwrap_or(&grpc);
         let dir = tempfile::tempdir().expect("temp dir");
         let config = dir.path().join("colo.toml");
+        let data_dir = dir.path().join("data");
+        let data_dir = data_dir.display();
         let text = format!(
             r#"[node]
 listen = "{grpc}"
 admin_listen = "{admin}"
 entity_types = ["counter"]
+data_dir = "{data_dir}"
 
 [coordinator]
 address = "{coordinator}"
 heartbeat_interval = "200ms"
-region_timeout = "2s"
+fence_timeout = "1500ms"
+region_timeout = "2500ms"
 
 [sharding]
 number_of_shards = 12

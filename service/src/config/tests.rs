@@ -22,6 +22,7 @@ proxy = true
 [coordinator]
 address = "colo-1:7001"
 heartbeat_interval = "500ms"
+fence_timeout = "3s"
 region_timeout = "5s"
 
 [coordinator.least_shard]
@@ -89,6 +90,7 @@ fn a_full_file_parses() {
     assert_eq!(c.node.entity_types, [BuiltinEntityType::Counter]);
     assert_eq!(c.node.admin_listen.port(), 9002);
     assert_eq!(c.coordinator.heartbeat_interval, Duration::from_millis(500));
+    assert_eq!(c.coordinator.fence_timeout, Duration::from_secs(3));
     assert_eq!(c.coordinator.region_timeout, Duration::from_secs(5));
     let least = c.least_shard_settings();
     assert_eq!(least.rebalance_absolute_limit, 20);
@@ -139,6 +141,7 @@ fn defaults_are_akkas() {
     assert!(!c.node.proxy);
     assert_eq!(c.node.entity_types, [BuiltinEntityType::Counter]);
     assert_eq!(c.coordinator.heartbeat_interval, Duration::from_secs(1));
+    assert_eq!(c.coordinator.fence_timeout, Duration::from_secs(5));
     assert_eq!(c.coordinator.region_timeout, Duration::from_secs(10));
     assert_eq!(c.log, LogSection::default());
 }
@@ -280,18 +283,34 @@ fn unknown_fields_are_refused_by_name() {
 }
 
 #[test]
-fn region_timeout_must_exceed_heartbeat_interval() {
+fn region_timeout_must_exceed_the_fence_by_a_margin() {
+    let (field, shown) = field_error(
+        MINIMAL,
+        &[],
+        &[
+            "coordinator.heartbeat_interval=1s",
+            "coordinator.fence_timeout=5s",
+            "coordinator.region_timeout=6s",
+        ],
+    );
+    assert_eq!(field, "coordinator.region_timeout");
+    assert!(
+        shown.contains(
+            "must exceed fence_timeout by at least two heartbeat intervals (at least 7s)"
+        ),
+        "{shown}"
+    );
     let (field, shown) = field_error(
         MINIMAL,
         &[],
         &[
             "coordinator.heartbeat_interval=2s",
-            "coordinator.region_timeout=2s",
+            "coordinator.fence_timeout=4s",
         ],
     );
-    assert_eq!(field, "coordinator.region_timeout");
+    assert_eq!(field, "coordinator.fence_timeout");
     assert!(
-        shown.contains("longer than coordinator.heartbeat_interval (2s)"),
+        shown.contains("at least three heartbeat intervals (6s)"),
         "{shown}"
     );
 }

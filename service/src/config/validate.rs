@@ -55,15 +55,6 @@ impl NodeConfig {
                 "must be longer than zero".to_string(),
             );
         }
-        if coordinator.region_timeout <= coordinator.heartbeat_interval {
-            return refuse(
-                "coordinator.region_timeout",
-                format!(
-                    "must be longer than coordinator.heartbeat_interval ({})",
-                    humantime::format_duration(coordinator.heartbeat_interval)
-                ),
-            );
-        }
         coordinator.least_shard.validate().map_err(|e| {
             (
                 format!("coordinator.least_shard.{}", e.field),
@@ -84,11 +75,15 @@ impl NodeConfig {
         self.sharding_settings().validate().map_err(|e| {
             // A replacement policy's own fields are not configurable here;
             // the preset is chosen by `strategy`.
+            let section = match e.field {
+                "heartbeat_interval" | "fence_timeout" | "region_timeout" => "coordinator",
+                _ => "sharding",
+            };
             let field = match e.field {
                 "passivation.replacement" => "passivation.strategy",
                 field => field,
             };
-            (format!("sharding.{field}"), e.reason)
+            (format!("{section}.{field}"), e.reason)
         })?;
 
         crate::logging::validate_level(&self.log.level)

@@ -3,7 +3,7 @@
 
 use super::store::CoordinatorStore;
 use super::{Coordinator, CoordinatorState, Input, INBOX_CAPACITY};
-use crate::protocol::{CoordinatorLink, LINK_CAPACITY};
+use crate::protocol::CoordinatorLink;
 use crate::settings::{SettingsError, ShardingSettings};
 use crate::tasks::TaskSet;
 use colo_allocation::{AllocationStrategy, RegionId};
@@ -48,7 +48,8 @@ impl CoordinatorHandle {
             unacked_host: HashMap::new(),
             stats_requests: HashMap::new(),
             next_request: 0,
-            recovered: HashMap::new(),
+            last_heard: HashMap::new(),
+            extractor: None,
             adoption_grace: None,
             inbox: inbox.clone(),
             tasks: tasks.clone(),
@@ -77,8 +78,8 @@ impl CoordinatorHandle {
         let link = self
             .next_link
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (to_region, from_coordinator) = mpsc::channel(LINK_CAPACITY);
-        let (to_coordinator, mut from_region) = mpsc::channel(LINK_CAPACITY);
+        let (to_region, from_coordinator) = mpsc::unbounded_channel();
+        let (to_coordinator, mut from_region) = mpsc::unbounded_channel();
         self.inbox
             .send(Input::Connected {
                 region: region.clone(),

@@ -2,7 +2,9 @@
 //! deadline, reporting `RebalanceDone { shard, ok }`.
 //!
 //! BeginHandOff to every region -> every region acks -> HandOff to the owner
-//! -> ShardStopped. A region that leaves meanwhile counts as having answered.
+//! -> ShardStopped. A region that is terminated meanwhile counts as having
+//! answered: it is terminated only after `region_timeout` of silence, by
+//! which time it has stopped its shards itself.
 
 use crate::protocol::CoordinatorToRegion;
 use colo_allocation::{RegionId, ShardId};
@@ -31,8 +33,9 @@ pub(crate) const WORKER_CAPACITY: usize = 1024;
 pub(crate) struct HandOffPlan {
     pub shard: ShardId,
     pub owner: RegionId,
-    /// Every region and proxy to notify, with its link.
-    pub regions: BTreeMap<RegionId, mpsc::Sender<CoordinatorToRegion>>,
+    /// Every region and proxy to notify, with its link (weak: a link the
+    /// coordinator drops must close, not be kept open by a hand-off).
+    pub regions: BTreeMap<RegionId, mpsc::WeakUnboundedSender<CoordinatorToRegion>>,
     pub timeout: Duration,
 }
 
@@ -42,10 +45,10 @@ pub(crate) async fn run(plan: HandOffPlan, mut input: mpsc::Receiver<WorkerInput
     let shard = plan.shard;
     let mut waiting: BTreeSet<RegionId> = BTreeSet::new();
     for (region, link) in &plan.regions {
-        if link
-            .try_send(CoordinatorToRegion::BeginHandOff { shard })
-            .is_ok()
-        {
+        let sent = link
+            .upgrade()
+            .is_some_and(|l| l.send(CoordinatorToRegion::BeginHandOff { shard }).is_ok());
+        if sent {
             waiting.insert(region.clone());
         } else {
             tracing::warn!(%shard, %region, "could not send BeginHandOff; not waiting for its ack");
@@ -72,15 +75,15 @@ pub(crate) async fn run(plan: HandOffPlan, mut input: mpsc::Receiver<WorkerInput
     if owner_gone {
         return true;
     }
-    let Some(owner_link) = plan.regions.get(&plan.owner) else {
-        // The owner had no link when the hand-off started: it is gone, and
-        // the coordinator deallocates its shards on termination anyway.
-        return true;
-    };
-    if owner_link
-        .try_send(CoordinatorToRegion::HandOff { shard })
-        .is_err()
-    {
+    // An owner without a link may still run the shard (its lease holds
+    // until it fences itself): the hand-off fails, and the shard moves once
+    // the owner is terminated.
+    let sent = plan
+        .regions
+        .get(&plan.owner)
+        .and_then(mpsc::WeakUnboundedSender::upgrade)
+        .is_some_and(|l| l.send(CoordinatorToRegion::HandOff { shard }).is_ok());
+    if !sent {
         tracing::warn!(%shard, owner = %plan.owner, "could not send HandOff");
         return false;
     }

@@ -20,6 +20,15 @@ pub trait CoordinatorStore: Send + Sync + 'static {
     fn load(&self) -> BoxFuture<'_, Result<Vec<CoordinatorEvent>, StoreError>>;
     /// Appends an event; the coordinator applies it only once this returns Ok.
     fn persist(&self, event: CoordinatorEvent) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Whether an empty log may mean lost state rather than a new cluster:
+    /// a coordinator that starts empty then waits `region_timeout` for
+    /// regions to report the shards they run before it places any other,
+    /// so that none starts twice. False by default: an empty log is a new
+    /// cluster, and shards are placed at once.
+    fn may_have_lost_state(&self) -> bool {
+        false
+    }
 }
 
 /// Events in memory. Clones share the log, so a coordinator started again
@@ -27,12 +36,24 @@ pub trait CoordinatorStore: Send + Sync + 'static {
 #[derive(Debug, Clone, Default)]
 pub struct InMemoryStore {
     events: Arc<Mutex<Vec<CoordinatorEvent>>>,
+    lost: bool,
 }
 
 impl InMemoryStore {
-    /// An empty log.
+    /// An empty log for a new cluster: nothing runs yet.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty log that replaces one that was lost (the node hosting the
+    /// coordinator restarted, say): regions may still run shards, and the
+    /// coordinator waits for them to report them (see
+    /// [`CoordinatorStore::may_have_lost_state`]).
+    pub fn after_loss() -> Self {
+        Self {
+            lost: true,
+            ..Self::default()
+        }
     }
 
     /// A copy of the log.
@@ -50,5 +71,9 @@ impl CoordinatorStore for InMemoryStore {
     fn persist(&self, event: CoordinatorEvent) -> BoxFuture<'_, Result<(), StoreError>> {
         self.events.lock().push(event);
         Box::pin(async { Ok(()) })
+    }
+
+    fn may_have_lost_state(&self) -> bool {
+        self.lost && self.events.lock().is_empty()
     }
 }

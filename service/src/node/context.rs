@@ -44,6 +44,8 @@ impl NodeTasks {
 /// What every region, shard and outbound queue of a node shares.
 pub(crate) struct NodeContext {
     pub id: RegionId,
+    /// This start of the node (see [`Transport::incarnation`]).
+    pub incarnation: u64,
     pub transport: Arc<dyn Transport>,
     pub pending: PendingReplies,
     pub tasks: NodeTasks,
@@ -64,11 +66,12 @@ impl NodeContext {
             Reply::Remote(to) => {
                 let result =
                     result.and_then(|r| codec::encode(&r).map_err(|e| AskError::Codec(e.0)));
-                if to.node == self.id {
+                if to.node == self.id && to.incarnation == self.incarnation {
                     self.pending.complete(to.correlation, result);
                     return;
                 }
                 let reply = WireReply {
+                    incarnation: to.incarnation,
                     correlation: to.correlation,
                     result,
                 };

@@ -70,8 +70,11 @@ pub trait ErasedRegion: Send + Sync + 'static {
     /// The node this region runs on.
     fn node(&self) -> &RegionId;
 
-    /// See [`Region::is_registered`].
-    fn is_registered(&self) -> bool;
+    /// See [`Region::is_ready`].
+    fn is_ready(&self) -> bool;
+
+    /// See [`Region::refused`].
+    fn refused(&self) -> Option<String>;
 
     /// The shard an entity belongs to.
     fn shard_of(&self, entity_id: &str) -> ShardId;
@@ -144,8 +147,12 @@ impl<E: Entity> ErasedRegion for Region<E> {
         Region::node(self)
     }
 
-    fn is_registered(&self) -> bool {
-        Region::is_registered(self)
+    fn is_ready(&self) -> bool {
+        Region::is_ready(self)
+    }
+
+    fn refused(&self) -> Option<String> {
+        Region::refused(self)
     }
 
     fn shard_of(&self, entity_id: &str) -> ShardId {

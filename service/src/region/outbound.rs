@@ -8,6 +8,7 @@ use crate::entity::Entity;
 use crate::envelope::{Envelope, Reply, ReplyTo, WireEnvelope};
 use crate::error::AskError;
 use crate::mailbox::{Consumer, Mailbox};
+use crate::metrics::RegionMetrics;
 use crate::node::context::NodeContext;
 use crate::transport::TransportError;
 use colo_allocation::RegionId;
@@ -28,6 +29,7 @@ pub(crate) fn start<E: Entity>(
     serial: u64,
     entity_type: Arc<str>,
     node: Arc<NodeContext>,
+    metrics: RegionMetrics,
     region: mpsc::Sender<RegionCmd<E>>,
 ) -> Arc<Mailbox<Mail<E>>> {
     let sink = Arc::new(Mailbox::new(OUTBOUND_CAPACITY));
@@ -51,15 +53,26 @@ pub(crate) fn start<E: Entity>(
                     let rest = envelopes.split_off(envelopes.len().min(MAX_BATCH));
                     let mut chunk = std::mem::replace(&mut envelopes, rest);
                     let wire = encode_batch(&entity_type, &node, &mut chunk);
-                    if let Err(e) = node.transport.deliver(&to, wire).await {
-                        let accepted = match e {
-                            TransportError::Refused { accepted, .. } => accepted,
-                            _ => 0,
-                        };
-                        tracing::warn!(node = %to, error = %e, "remote region unreachable; messages go back to the buffer");
-                        failed = true;
-                        undelivered = chunk.split_off(accepted.min(chunk.len()));
-                        undelivered.append(&mut envelopes);
+                    match node.transport.deliver(&to, wire).await {
+                        Ok(()) => {}
+                        Err(TransportError::Unconfirmed(_)) => {
+                            // The node may or may not have taken them: sent
+                            // elsewhere they could be handled twice, so they
+                            // are dropped, counted, and their askers told.
+                            unconfirmed(&to, &node, &metrics, chunk);
+                            failed = true;
+                            undelivered.append(&mut envelopes);
+                        }
+                        Err(e) => {
+                            let accepted = match e {
+                                TransportError::Refused { accepted, .. } => accepted,
+                                _ => 0,
+                            };
+                            tracing::warn!(node = %to, error = %e, "remote region unreachable; messages go back to the buffer");
+                            failed = true;
+                            undelivered = chunk.split_off(accepted.min(chunk.len()));
+                            undelivered.append(&mut envelopes);
+                        }
                     }
                 }
             }
@@ -83,6 +96,27 @@ pub(crate) fn start<E: Entity>(
     sink
 }
 
+/// Envelopes a node went away with before confirming them.
+fn unconfirmed<E: Entity>(
+    to: &RegionId,
+    node: &NodeContext,
+    metrics: &RegionMetrics,
+    envelopes: Vec<Envelope<E>>,
+) {
+    tracing::warn!(node = %to, messages = envelopes.len(), "node went away before confirming messages; they may or may not have been handled, and are not sent again");
+    metrics
+        .dropped_unconfirmed
+        .increment(envelopes.len() as u64);
+    for env in envelopes {
+        node.reply(
+            env.reply,
+            Err(AskError::Dropped(format!(
+                "node {to} went away before confirming the message; it may or may not have been handled"
+            ))),
+        );
+    }
+}
+
 fn collect<E: Entity>(
     mail: Mail<E>,
     envelopes: &mut Vec<Envelope<E>>,
@@ -93,10 +127,7 @@ fn collect<E: Entity>(
         Mail::Batch(batch) => envelopes.extend(batch),
         Mail::Barrier(done) => barriers.push(done),
         // Only shards are handed off or queried.
-        Mail::HandOff | Mail::SetLimit(_) | Mail::IdleTick => {}
-        Mail::Query(reply) => {
-            let _ = reply.send(Vec::new());
-        }
+        Mail::HandOff | Mail::SetLimit(_) | Mail::IdleTick | Mail::Query => {}
     }
 }
 
@@ -127,6 +158,7 @@ fn encode_batch<E: Entity>(
                 let correlation = node.pending.register(tx);
                 env.reply = Reply::Remote(Box::new(ReplyTo {
                     node: node.id.clone(),
+                    incarnation: node.incarnation,
                     correlation,
                 }));
             }

@@ -7,7 +7,7 @@
 //! holding a lock: a full mailbox is waited for outside it, and the decision
 //! is re-checked before the message is placed.
 
-use crate::entity::{Entity, EntityId};
+use crate::entity::Entity;
 use crate::envelope::Envelope;
 use crate::error::TellError;
 use crate::mailbox::{Mailbox, PushError};
@@ -28,8 +28,9 @@ pub(crate) enum Mail<E: Entity> {
     Batch(VecDeque<Envelope<E>>),
     /// Stop the shard after the messages before it (shards only).
     HandOff,
-    /// The ids of the live entities (shards only).
-    Query(oneshot::Sender<Vec<EntityId>>),
+    /// Answer the queries waiting in the shard's signals with the ids of
+    /// the live entities (shards only).
+    Query,
     /// Answered once everything before it has been handled (shard) or has
     /// reached the remote node (outbound).
     Barrier(oneshot::Sender<()>),
@@ -65,12 +66,6 @@ enum Route<E: Entity> {
     Home(Home<E>),
     /// The region has stopped: refuse, so nothing is accepted and then lost.
     Stopped,
-}
-
-/// A message routing refused, with why.
-pub(crate) struct Refused<E: Entity> {
-    pub error: TellError,
-    pub envelope: Envelope<E>,
 }
 
 /// What routing under the lock decided.
@@ -146,7 +141,7 @@ impl<E: Entity> Routes<E> {
     ///
     /// # Errors
     /// The message is refused (buffer full, region stopped); it comes back.
-    pub async fn route(&self, mut env: Envelope<E>) -> Result<(), Refused<E>> {
+    pub async fn route(&self, mut env: Envelope<E>) -> Result<(), TellError> {
         loop {
             match self.try_route(env)? {
                 Step::Placed => return Ok(()),
@@ -163,12 +158,9 @@ impl<E: Entity> Routes<E> {
                         .is_err()
                     {
                         self.metrics.dropped_mailbox_full.increment(1);
-                        return Err(Refused {
-                            error: TellError::MailboxFull {
-                                entity_type: self.entity_type.clone(),
-                                waited: self.handler_wait,
-                            },
-                            envelope: env,
+                        return Err(TellError::MailboxFull {
+                            entity_type: self.entity_type.clone(),
+                            waited: self.handler_wait,
                         });
                     }
                 }
@@ -177,8 +169,61 @@ impl<E: Entity> Routes<E> {
         }
     }
 
+    /// Places a message received from another node without waiting: into
+    /// its home's mailbox whatever its length, or into the buffer whatever
+    /// its size. Such a message was accepted by its sender's region and is
+    /// bounded by the sender's credit window (see `credits.rs`) instead; a
+    /// receiver that made it wait would stall the sender's whole link.
+    ///
+    /// `registered`: the region can learn shard homes now. Without it a
+    /// buffered message could wait for as long as the coordinator is away,
+    /// holding its sender's credit; it is refused instead, and its sender
+    /// routes it again.
+    ///
+    /// # Errors
+    /// The region has stopped, or cannot buffer; the message comes back.
+    pub fn place(&self, mut env: Envelope<E>, registered: bool) -> Result<(), TellError> {
+        loop {
+            let mut slot = self.slot(env.shard).lock();
+            match &mut slot.route {
+                Route::Home(home) => match home.sink.push(Mail::One(env)) {
+                    Ok(()) => {
+                        if home.remote.is_some() {
+                            self.metrics.forwarded.increment(1);
+                        }
+                        return Ok(());
+                    }
+                    Err(mail) => {
+                        // The home went away: buffer and ask again.
+                        slot.route = Route::Buffering {
+                            queue: VecDeque::new(),
+                            requested: false,
+                        };
+                        env = unwrap_one(mail);
+                    }
+                },
+                Route::Stopped => return Err(TellError::RegionStopped(self.entity_type.clone())),
+                Route::Buffering { .. } if !registered => {
+                    return Err(TellError::CoordinatorUnreachable(self.entity_type.clone()));
+                }
+                Route::Buffering { queue, requested } => {
+                    self.buffered.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.buffered.increment(1.0);
+                    self.metrics.buffered_total.increment(1);
+                    let shard = env.shard;
+                    queue.push_back(env);
+                    if !*requested {
+                        *requested = true;
+                        let _ = self.home_requests.send(shard);
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
     /// The synchronous part of routing, under the shard's lock.
-    fn try_route(&self, env: Envelope<E>) -> Result<Step<E>, Refused<E>> {
+    fn try_route(&self, env: Envelope<E>) -> Result<Step<E>, TellError> {
         let mut slot = self.slot(env.shard).lock();
         match &mut slot.route {
             Route::Home(home) => match home.sink.try_push(Mail::One(env)) {
@@ -199,17 +244,9 @@ impl<E: Entity> Routes<E> {
                     Ok(Step::Retry(unwrap_one(mail)))
                 }
             },
-            Route::Stopped => Err(Refused {
-                error: TellError::RegionStopped(self.entity_type.clone()),
-                envelope: env,
-            }),
+            Route::Stopped => Err(TellError::RegionStopped(self.entity_type.clone())),
             Route::Buffering { queue, requested } => {
-                if let Err(error) = self.reserve() {
-                    return Err(Refused {
-                        error,
-                        envelope: env,
-                    });
-                }
+                self.reserve()?;
                 let shard = env.shard;
                 queue.push_back(env);
                 if !*requested {
@@ -323,13 +360,21 @@ impl<E: Entity> Routes<E> {
     /// Puts messages that were already accepted back in front of the shard's
     /// buffer (they were sent before anything buffered now). If the shard has
     /// a home again, returns them to be routed normally.
+    ///
+    /// They are this region's now: a message from another node returns its
+    /// sender's credit here, since it may wait as long as the coordinator is
+    /// away (they are bounded by what the shard or queue they come from
+    /// held).
     pub fn prepend(
         &self,
         shard: ShardId,
-        messages: VecDeque<Envelope<E>>,
+        mut messages: VecDeque<Envelope<E>>,
     ) -> Option<VecDeque<Envelope<E>>> {
         if messages.is_empty() {
             return None;
+        }
+        for env in &mut messages {
+            env.credit = None;
         }
         let mut slot = self.slot(shard).lock();
         match &mut slot.route {

@@ -30,6 +30,7 @@ use crate::metrics::RegionMetrics;
 use crate::node::context::NodeContext;
 use crate::passivation::{PassivationReason, ReplacementPolicy};
 use crate::region::activity::{Activity, ShardActivity, FLUSH_EVERY};
+use crate::region::lease::Lease;
 use crate::region::routes::Mail;
 use colo_allocation::ShardId;
 use runs::{Cancel, Done, Ended, Job, Kind, Outcome, Runs};
@@ -37,6 +38,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::sync::oneshot;
@@ -119,6 +121,41 @@ pub(crate) struct ShardHandle<E: Entity> {
     pub sink: Arc<Mailbox<Mail<E>>>,
     /// The messages left over when the shard stopped.
     pub stopped: oneshot::Receiver<VecDeque<Envelope<E>>>,
+    pub signals: Arc<ShardSignals>,
+}
+
+/// What the region sends a shard that must not pile up in its mailbox
+/// when the shard is slow or stuck: at most one idle tick and one query
+/// mail wait there at a time.
+#[derive(Default)]
+pub(crate) struct ShardSignals {
+    idle_tick: AtomicBool,
+    query_mail: AtomicBool,
+    queries: parking_lot::Mutex<Vec<oneshot::Sender<Vec<EntityId>>>>,
+}
+
+impl ShardSignals {
+    /// Whether an idle tick should be sent: none is waiting already.
+    pub fn claim_idle_tick(&self) -> bool {
+        !self.idle_tick.swap(true, Ordering::AcqRel)
+    }
+
+    /// Adds a query for the live entity ids; whether a query mail should be
+    /// sent (none is waiting already).
+    pub fn add_query(&self, reply: oneshot::Sender<Vec<EntityId>>) -> bool {
+        let mut queries = self.queries.lock();
+        queries.retain(|q| !q.is_closed());
+        queries.push(reply);
+        drop(queries);
+        !self.query_mail.swap(true, Ordering::AcqRel)
+    }
+
+    fn answer_queries(&self, ids: &[EntityId]) {
+        self.query_mail.store(false, Ordering::Release);
+        for query in std::mem::take(&mut *self.queries.lock()) {
+            let _ = query.send(ids.to_vec());
+        }
+    }
 }
 
 /// A shard task's state; `F` is the type of its handler runs.
@@ -159,6 +196,11 @@ pub(crate) struct Shard<E: Entity, F> {
     timer: Option<Pin<Box<Sleep>>>,
     timer_at: Option<Instant>,
     phase: Phase<E>,
+    /// The region's lease, and whether it held at the start of this turn:
+    /// a shard handles messages only while it does.
+    lease: Arc<Lease>,
+    serving: bool,
+    signals: Arc<ShardSignals>,
 }
 
 impl<E: Entity> Shard<E, ()> {
@@ -170,11 +212,13 @@ impl<E: Entity> Shard<E, ()> {
         metrics: RegionMetrics,
         policy: Option<Box<dyn ReplacementPolicy<EntityId>>>,
         activity: Arc<Activity>,
+        lease: Arc<Lease>,
     ) -> ShardHandle<E> {
         let settings = &entity_type.settings;
         let sink = Arc::new(Mailbox::new(settings.shard_mailbox_capacity));
         let mailbox = Consumer(sink.clone());
         let (done, stopped) = oneshot::channel();
+        let signals = Arc::new(ShardSignals::default());
         let shard = Shard {
             id,
             idle_ticks: settings.passivation.idle_check().map(|c| c.ticks),
@@ -199,12 +243,19 @@ impl<E: Entity> Shard<E, ()> {
             timer: None,
             timer_at: None,
             phase: Phase::Active,
+            lease,
+            serving: false,
+            signals: signals.clone(),
         };
         node.tasks.spawn_shard(IN_SHARD.scope((), async move {
             let leftovers = shard.run(mailbox).await;
             let _ = done.send(leftovers);
         }));
-        ShardHandle { sink, stopped }
+        ShardHandle {
+            sink,
+            stopped,
+            signals,
+        }
     }
 }
 
@@ -225,6 +276,10 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         let mut batches = 0;
         loop {
             let mut progressed = false;
+            // Once per turn, before any message is handled: a process that
+            // was paused must not handle what arrived while its lease ran
+            // out.
+            self.serving = self.lease.is_valid();
             self.arm_timer();
             if let Some(timer) = self.timer.as_mut() {
                 if timer.as_mut().poll(cx).is_ready() {
@@ -292,11 +347,11 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                         self.deliver(env, cx);
                     }
                 }
-                Mail::Query(reply) => {
+                Mail::Query => {
                     self.flush_activity();
                     let mut ids: Vec<EntityId> = self.entities.keys().cloned().collect();
                     ids.sort();
-                    let _ = reply.send(ids);
+                    self.signals.answer_queries(&ids);
                 }
                 // Everything before it has reached the shard.
                 Mail::Barrier(done) => {
@@ -309,8 +364,11 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                     self.passivate_evicted(cx);
                 }
                 Mail::IdleTick => {
+                    self.signals.idle_tick.store(false, Ordering::Release);
                     self.flush_activity();
-                    self.passivate_idle(cx);
+                    if self.serving {
+                        self.passivate_idle(cx);
+                    }
                 }
                 Mail::HandOff => {
                     self.flush_activity();
@@ -333,6 +391,12 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
     /// finishes at once, is done here in one place: the entity is found once
     /// and goes back into the same slot of the map.
     fn deliver(&mut self, env: Envelope<E>, cx: &mut Context<'_>) {
+        if !self.serving {
+            // Held until the lease holds again, or the hand-off the region
+            // starts when it fences returns it.
+            self.enqueue(env);
+            return;
+        }
         let after = {
             let Self {
                 entities,
@@ -364,8 +428,11 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                             entity_id,
                             message,
                             reply,
+                            credit,
                             ..
                         } = env;
+                        // In custody no longer: its sender may send more.
+                        drop(credit);
                         let job = Job {
                             ctx: EntityContext::new(entity_id.clone(), *shard),
                             entity,
@@ -476,8 +543,11 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             entity_id,
             message,
             reply,
+            credit,
             ..
         } = env;
+        // In custody no longer: its sender may send more.
+        drop(credit);
         let job = Job {
             ctx: EntityContext::new(entity_id.clone(), self.id),
             entity,
@@ -643,6 +713,9 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
 
     /// Starts listed work while there is room for runs.
     fn fill_slots(&mut self, cx: &mut Context<'_>) {
+        if !self.serving && matches!(self.phase, Phase::Active) {
+            return;
+        }
         while self.running < self.concurrency {
             let Some(id) = self.runnable.pop_front() else {
                 return;
@@ -671,6 +744,19 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                 Some(Stop::Next(reason)) => {
                     busy.stop = None;
                     Next::Stop(reason)
+                }
+                _ if !self.serving => {
+                    // A fenced shard handles nothing more: what waits goes
+                    // to the shard's next home. Only its stop may run.
+                    self.queued -= busy.waiting.len();
+                    if let Phase::HandingOff { leftovers, .. } = &mut self.phase {
+                        leftovers.extend(busy.waiting.drain(..));
+                    }
+                    if busy.stop.take().is_some() {
+                        Next::Stop(PassivationReason::HandOff)
+                    } else {
+                        Next::Nothing
+                    }
                 }
                 _ => match busy.waiting.pop_front() {
                     Some(env) => {
@@ -857,14 +943,27 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
     }
 
     /// Stops every entity: each first handles what it has already received,
-    /// then its stop message; all of them side by side.
-    fn begin_handoff(&mut self, leftovers: VecDeque<Envelope<E>>, cx: &mut Context<'_>) {
+    /// then its stop message; all of them side by side. A fenced shard
+    /// (its lease ran out) handles nothing more, and drops its entities at
+    /// once when even its stop messages are too late.
+    fn begin_handoff(&mut self, mut leftovers: VecDeque<Envelope<E>>, cx: &mut Context<'_>) {
         let deadline = Instant::now() + self.entity_type.settings.entity_stop_timeout();
+        if !self.serving {
+            for busy in self.busy.values_mut() {
+                leftovers.extend(busy.waiting.drain(..));
+            }
+            self.queued = 0;
+        }
         self.phase = Phase::HandingOff {
             deadline,
             leftovers,
         };
         self.deadlines.clear();
+        if !self.serving && Instant::now() >= self.lease.hard_deadline() {
+            tracing::warn!(entity_type = %self.entity_type.name, shard = %self.id, "past the region's lease: dropping the shard's entities without running anything");
+            self.force_stop();
+            return;
+        }
         let ids: Vec<EntityId> = self.entities.keys().cloned().collect();
         for id in ids {
             let busy = self.busy.entry(id.clone()).or_default();
@@ -882,11 +981,27 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         self.fill_slots(cx);
     }
 
+    /// When a hand-off must be over: its own deadline, or, for a fenced
+    /// shard, the lease's hard deadline if that is earlier.
+    fn handoff_deadline(&self) -> Option<Instant> {
+        let Phase::HandingOff { deadline, .. } = &self.phase else {
+            return None;
+        };
+        if self.serving {
+            Some(*deadline)
+        } else {
+            Some((*deadline).min(self.lease.hard_deadline()))
+        }
+    }
+
     fn on_timer(&mut self) {
         let now = Instant::now();
         match &mut self.phase {
-            Phase::HandingOff { deadline, .. } if now >= *deadline => self.force_stop(),
-            Phase::HandingOff { .. } => {}
+            Phase::HandingOff { .. } => {
+                if self.handoff_deadline().is_some_and(|d| now >= d) {
+                    self.force_stop();
+                }
+            }
             Phase::Active => {
                 // A run that has already ended ignores its cancel.
                 while let Some(entry) = self.deadlines.first_entry() {
@@ -932,7 +1047,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
     /// Keeps the timer at the earliest instant the shard must act at.
     fn arm_timer(&mut self) {
         let wanted = match &self.phase {
-            Phase::HandingOff { deadline, .. } => Some(*deadline),
+            Phase::HandingOff { .. } => self.handoff_deadline(),
             Phase::Active => self.deadlines.keys().next().map(|(at, _)| *at),
         };
         if wanted != self.timer_at {
@@ -992,13 +1107,10 @@ fn leftovers<E: Entity>(rest: VecDeque<Mail<E>>) -> VecDeque<Envelope<E>> {
         match mail {
             Mail::One(env) => leftovers.push_back(env),
             Mail::Batch(batch) => leftovers.extend(batch),
-            Mail::Query(reply) => {
-                let _ = reply.send(Vec::new());
-            }
             Mail::Barrier(done) => {
                 let _ = done.send(());
             }
-            Mail::HandOff | Mail::SetLimit(_) | Mail::IdleTick => {}
+            Mail::HandOff | Mail::SetLimit(_) | Mail::IdleTick | Mail::Query => {}
         }
     }
     leftovers

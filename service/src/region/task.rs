@@ -1,23 +1,30 @@
 //! The region task: the one place that changes where shards live, as seen
 //! from this node.
+//!
+//! Its two state machines are explicit: the region's own [`Phase`] (running
+//! -> shutting down -> stopped) and its [`Contact`] with the coordinator
+//! (unlinked -> registering -> registered, back to unlinked when the link
+//! breaks or the region fences itself), in `task/contact.rs`.
 
 use super::routes::{Home, Mail};
 use super::shard::{Shard, ShardHandle};
 use super::{RegionCmd, Shared};
 use crate::entity::{Entity, EntityId};
 use crate::envelope::Envelope;
-use crate::inspection::{ClusterShardingStats, CurrentRegionState, RegionStats};
+use crate::inspection::{ClusterShardingStats, CurrentRegionState};
 use crate::mailbox::Mailbox;
-use crate::protocol::{CoordinatorToRegion, RegionToCoordinator};
+use crate::protocol::RegionToCoordinator;
+use crate::region::QueryError;
 use colo_allocation::{RegionId, ShardId};
+use contact::Contact;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::Ordering;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc::{self, error::TrySendError};
-use tokio::sync::oneshot;
-use tokio::time::Instant;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{Instant, Sleep};
 
+mod contact;
 mod draining;
 mod shutdown;
 
@@ -44,7 +51,8 @@ struct Queue<E: Entity> {
 enum Hosted<E: Entity> {
     Active(ShardHandle<E>),
     /// `notify`: the coordinator asked for the hand-off and waits for
-    /// ShardStopped; otherwise the region stops a shard it found stale.
+    /// ShardStopped; otherwise the region stops a shard it found stale or
+    /// fenced itself.
     HandingOff {
         notify: bool,
     },
@@ -54,11 +62,9 @@ pub(super) struct RegionTask<E: Entity> {
     shared: Arc<Shared<E>>,
     commands: mpsc::Sender<RegionCmd<E>>,
     phase: Phase,
-    to_coordinator: Option<mpsc::Sender<RegionToCoordinator>>,
-    from_coordinator: Option<mpsc::Receiver<CoordinatorToRegion>>,
-    registered: bool,
-    /// A task is opening the coordinator link.
-    connecting: bool,
+    contact: Contact,
+    /// Fires `fence_timeout` after the coordinator's last answer.
+    fence_timer: Pin<Box<Sleep>>,
     hosted: BTreeMap<ShardId, Hosted<E>>,
     outbound: HashMap<RegionId, Queue<E>>,
     next_queue: u64,
@@ -73,16 +79,9 @@ pub(super) struct RegionTask<E: Entity> {
     /// Homes learned for held shards, applied once they are released.
     pending_home: HashMap<ShardId, RegionId>,
     asked_at: HashMap<ShardId, Instant>,
-    stats_waiting: HashMap<u64, oneshot::Sender<ClusterShardingStats>>,
+    stats_waiting: HashMap<u64, oneshot::Sender<Result<ClusterShardingStats, QueryError>>>,
     next_request: u64,
     shutdown_waiters: Vec<oneshot::Sender<()>>,
-}
-
-async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
-    match rx {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
-    }
 }
 
 impl<E: Entity> RegionTask<E> {
@@ -91,10 +90,8 @@ impl<E: Entity> RegionTask<E> {
             shared,
             commands,
             phase: Phase::Running,
-            to_coordinator: None,
-            from_coordinator: None,
-            registered: false,
-            connecting: false,
+            contact: Contact::default(),
+            fence_timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
             hosted: BTreeMap::new(),
             outbound: HashMap::new(),
             next_queue: 0,
@@ -113,26 +110,32 @@ impl<E: Entity> RegionTask<E> {
         mut commands: mpsc::Receiver<RegionCmd<E>>,
         mut home_requests: mpsc::UnboundedReceiver<ShardId>,
     ) {
-        let mut tick = tokio::time::interval(self.shared.entity_type.settings.retry_interval);
+        let settings = &self.shared.entity_type.settings;
+        let mut tick = tokio::time::interval(settings.retry_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut heartbeat = tokio::time::interval(settings.heartbeat_interval);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // One timer per region rather than per shard: shards get an idle
         // tick in their mailbox.
-        let idle = self.shared.entity_type.settings.passivation.idle_check();
+        let idle = settings.passivation.idle_check();
         let mut idle_tick =
             tokio::time::interval(idle.map_or(Duration::from_secs(3600), |c| c.interval));
         idle_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         idle_tick.reset();
         loop {
+            let fence_armed = self.contact.last_answer().is_some();
             tokio::select! {
                 biased;
-                message = recv_opt(&mut self.from_coordinator) => match message {
+                message = self.contact.recv() => match message {
                     Some(message) => self.on_coordinator(message),
                     None => self.link_lost(),
                 },
+                _ = self.fence_timer.as_mut(), if fence_armed => self.on_fence_timer(),
                 Some(cmd) = commands.recv() => self.on_command(cmd),
                 Some(shard) = home_requests.recv() => self.ask_home(shard),
-                                _ = tick.tick() => self.on_tick().await,
-                _ = idle_tick.tick(), if idle.is_some() => self.broadcast(|| Mail::IdleTick),
+                _ = heartbeat.tick() => self.send_heartbeat(),
+                _ = tick.tick() => self.on_tick(),
+                _ = idle_tick.tick(), if idle.is_some() => self.idle_tick(),
             }
             if let Phase::ShuttingDown { deadline } = self.phase {
                 self.continue_shutdown(deadline, &mut commands).await;
@@ -147,82 +150,7 @@ impl<E: Entity> RegionTask<E> {
         &self.shared.entity_type.name
     }
 
-    fn send(&mut self, message: RegionToCoordinator) {
-        let Some(link) = &self.to_coordinator else {
-            return;
-        };
-        match link.try_send(message) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => {
-                tracing::warn!(entity_type = %self.name(), "coordinator link full; retrying later");
-            }
-            Err(TrySendError::Closed(_)) => self.link_lost(),
-        }
-    }
-
-    /// Opens the coordinator link in its own task: connecting over a network
-    /// can take seconds, and the region task must keep handling hand-offs
-    /// and returned messages meanwhile.
-    fn connect(&mut self) {
-        if self.connecting {
-            return;
-        }
-        self.connecting = true;
-        let transport = self.shared.node.transport.clone();
-        let (entity_type, region) = (self.name().to_string(), self.shared.id.clone());
-        let commands = self.commands.clone();
-        self.shared.node.tasks.spawn(async move {
-            let link = transport.connect_coordinator(&entity_type, region).await;
-            if let Err(e) = &link {
-                tracing::debug!(%entity_type, error = %e, "coordinator not reachable yet");
-            }
-            let _ = commands
-                .send(RegionCmd::CoordinatorLinked { link: link.ok() })
-                .await;
-        });
-    }
-
-    fn on_linked(&mut self, link: Option<crate::protocol::CoordinatorLink>) {
-        self.connecting = false;
-        let Some(link) = link else { return };
-        if matches!(self.phase, Phase::Stopped) || self.to_coordinator.is_some() {
-            return;
-        }
-        self.to_coordinator = Some(link.to_coordinator);
-        self.from_coordinator = Some(link.from_coordinator);
-        self.registered = false;
-        self.register();
-    }
-
-    /// Registers, naming the shards that run here: after a lost link the
-    /// coordinator may have forgotten them, and must not start them twice.
-    fn register(&mut self) {
-        let hosted = self
-            .hosted
-            .iter()
-            .filter(|(_, h)| matches!(h, Hosted::Active(_)))
-            .map(|(shard, _)| *shard)
-            .collect();
-        self.send(RegionToCoordinator::Register {
-            region: self.shared.id.clone(),
-            proxy: self.shared.proxy,
-            hosted,
-        });
-    }
-
-    /// The coordinator went away: keep serving known homes, buffer the rest,
-    /// and register again when it is back.
-    fn link_lost(&mut self) {
-        if self.to_coordinator.is_some() {
-            tracing::warn!(entity_type = %self.name(), "lost the coordinator; reconnecting");
-        }
-        self.to_coordinator = None;
-        self.from_coordinator = None;
-        self.registered = false;
-        self.shared.registered.store(false, Ordering::Release);
-    }
-
-    async fn on_tick(&mut self) {
+    fn on_tick(&mut self) {
         if matches!(self.phase, Phase::Stopped) {
             return;
         }
@@ -233,16 +161,7 @@ impl<E: Entity> RegionTask<E> {
         if let Some(window) = self.shared.activity.mean_window() {
             metrics.window_proportion.set(window);
         }
-        if self.to_coordinator.is_none() {
-            self.connect();
-        } else if !self.registered {
-            self.register();
-        } else {
-            self.ask_waiting_homes();
-            if matches!(self.phase, Phase::ShuttingDown { .. }) && !self.shared.proxy {
-                self.send(RegionToCoordinator::GracefulShutdown);
-            }
-        }
+        self.contact_tick();
         let retry = self.shared.entity_type.settings.retry_interval;
         self.unreachable.retain(|_, since| since.elapsed() < retry);
         self.stats_waiting.retain(|_, w| !w.is_closed());
@@ -255,68 +174,9 @@ impl<E: Entity> RegionTask<E> {
     }
 
     fn ask_home(&mut self, shard: ShardId) {
-        if self.registered {
+        if self.contact.is_registered() {
             self.asked_at.entry(shard).or_insert_with(Instant::now);
             self.send(RegionToCoordinator::GetShardHome { shard });
-        }
-    }
-
-    fn on_coordinator(&mut self, message: CoordinatorToRegion) {
-        match message {
-            CoordinatorToRegion::RegisterAck => {
-                tracing::info!(entity_type = %self.name(), region = %self.shared.id, proxy = self.shared.proxy, "registered with the coordinator");
-                self.registered = true;
-                let leaving = !matches!(self.phase, Phase::Running);
-                self.shared.registered.store(!leaving, Ordering::Release);
-                self.ask_waiting_homes();
-                if matches!(self.phase, Phase::ShuttingDown { .. }) && !self.shared.proxy {
-                    self.send(RegionToCoordinator::GracefulShutdown);
-                }
-            }
-            CoordinatorToRegion::ShardHome { shard, region } => self.on_shard_home(shard, region),
-            CoordinatorToRegion::HostShard { shard } => {
-                if !self.shared.proxy && !matches!(self.phase, Phase::Stopped) {
-                    if self.is_held(shard) {
-                        // Messages from before may still come back: host it
-                        // once they have.
-                        self.pending_home.insert(shard, self.shared.id.clone());
-                    } else {
-                        self.host_locally(shard);
-                    }
-                    self.send(RegionToCoordinator::ShardStarted { shard });
-                }
-            }
-            CoordinatorToRegion::BeginHandOff { shard } => self.begin_handoff(shard),
-            CoordinatorToRegion::HandOff { shard } => self.handoff(shard, true),
-            CoordinatorToRegion::RegionTerminated { region } => {
-                self.start_draining(&region);
-                self.ask_waiting_homes();
-            }
-            CoordinatorToRegion::GetRegionStats { request, timeout } => {
-                let Some(link) = self.to_coordinator.clone() else {
-                    return;
-                };
-                let query = self.query_shards(timeout);
-                self.shared.node.tasks.spawn(async move {
-                    let state = query.await;
-                    let stats = RegionStats {
-                        stats: state
-                            .shards
-                            .iter()
-                            .map(|(s, ids)| (*s, ids.len()))
-                            .collect(),
-                        failed: state.failed,
-                    };
-                    let _ = link
-                        .send(RegionToCoordinator::RegionStats { request, stats })
-                        .await;
-                });
-            }
-            CoordinatorToRegion::ClusterStats { request, stats } => {
-                if let Some(waiter) = self.stats_waiting.remove(&request) {
-                    let _ = waiter.send(stats);
-                }
-            }
         }
     }
 
@@ -377,6 +237,7 @@ impl<E: Entity> RegionTask<E> {
                     self.shared.metrics.clone(),
                     policy,
                     self.shared.activity.clone(),
+                    self.shared.lease.clone(),
                 );
                 let sink = handle.sink.clone();
                 self.hosted.insert(shard, Hosted::Active(handle));
@@ -405,15 +266,23 @@ impl<E: Entity> RegionTask<E> {
             .set(self.hosted.len() as f64);
         let passivation = &self.shared.entity_type.settings.passivation;
         if let Some(limit) = passivation.shard_limit(self.hosted.len()) {
-            self.broadcast(|| Mail::SetLimit(limit));
+            for hosted in self.hosted.values() {
+                if let Hosted::Active(handle) = hosted {
+                    let _ = handle.sink.push(Mail::SetLimit(limit));
+                }
+            }
         }
     }
 
-    /// Puts a control mail in every active shard's mailbox.
-    fn broadcast(&self, mail: impl Fn() -> Mail<E>) {
+    /// An idle-check interval passed: every active shard gets one tick, and
+    /// a shard that has not taken its last one yet (it is stuck or busy)
+    /// gets no second, so ticks never pile up in a mailbox.
+    fn idle_tick(&self) {
         for hosted in self.hosted.values() {
             if let Hosted::Active(handle) = hosted {
-                let _ = handle.sink.push(mail());
+                if handle.signals.claim_idle_tick() {
+                    let _ = handle.sink.push(Mail::IdleTick);
+                }
             }
         }
     }
@@ -437,6 +306,9 @@ impl<E: Entity> RegionTask<E> {
         self.send(RegionToCoordinator::BeginHandOffAck { shard });
     }
 
+    /// Stops a local shard: its entities handle what they have received,
+    /// then their stop message (a fenced shard handles nothing more, and
+    /// stops by its lease's hard deadline).
     fn handoff(&mut self, shard: ShardId, notify: bool) {
         self.shared.routes.unset_home(shard);
         match self.hosted.remove(&shard) {
@@ -511,18 +383,22 @@ impl<E: Entity> RegionTask<E> {
             }
             RegionCmd::State { timeout, reply } => {
                 let query = self.query_shards(timeout);
+                let reachable = self.contact.is_registered();
                 self.shared.node.tasks.spawn(async move {
-                    let _ = reply.send(query.await);
+                    let mut state = query.await;
+                    state.coordinator_reachable = reachable;
+                    let _ = reply.send(state);
                 });
             }
             RegionCmd::ClusterStats { timeout, reply } => {
-                if self.registered {
+                if self.contact.is_registered() {
                     let request = self.next_request;
                     self.next_request += 1;
                     self.stats_waiting.insert(request, reply);
                     self.send(RegionToCoordinator::GetClusterStats { request, timeout });
+                } else {
+                    let _ = reply.send(Err(QueryError::CoordinatorUnreachable));
                 }
-                // Otherwise the reply is dropped and the caller learns at once.
             }
             RegionCmd::Shutdown { done } => self.begin_shutdown(done),
             RegionCmd::CoordinatorLinked { link } => self.on_linked(link),
@@ -534,29 +410,34 @@ impl<E: Entity> RegionTask<E> {
         &self,
         timeout: Duration,
     ) -> impl std::future::Future<Output = CurrentRegionState> + Send + 'static {
-        let shards: Vec<(ShardId, Arc<Mailbox<Mail<E>>>)> = self
+        let shards: Vec<_> = self
             .hosted
             .iter()
             .filter_map(|(id, h)| match h {
-                Hosted::Active(handle) => Some((*id, handle.sink.clone())),
+                Hosted::Active(handle) => Some((*id, handle.sink.clone(), handle.signals.clone())),
                 Hosted::HandingOff { .. } => None,
             })
             .collect();
         async move {
             let deadline = Instant::now() + timeout;
-            let answers =
-                futures::future::join_all(shards.into_iter().map(|(id, sink)| async move {
+            let answers = futures::future::join_all(shards.into_iter().map(
+                |(id, sink, signals)| async move {
                     let ask = async {
                         let (tx, rx) = oneshot::channel::<Vec<EntityId>>();
-                        sink.push(Mail::Query(tx)).ok()?;
+                        // Queries to a shard that has not answered the last
+                        // one wait together: one query mail at a time.
+                        if signals.add_query(tx) {
+                            sink.push(Mail::Query).ok()?;
+                        }
                         rx.await.ok()
                     };
                     (
                         id,
                         tokio::time::timeout_at(deadline, ask).await.ok().flatten(),
                     )
-                }))
-                .await;
+                },
+            ))
+            .await;
             let mut state = CurrentRegionState::default();
             for (id, answer) in answers {
                 match answer {

@@ -57,8 +57,7 @@ impl Default for GrpcSettings {
     }
 }
 
-/// Connects to another node's gRPC server, the same way for Links and for
-/// the coordinator stream.
+/// Connects to another node's gRPC server for the coordinator stream.
 async fn connect(
     address: &str,
     connect_timeout: Duration,
@@ -72,13 +71,61 @@ async fn connect(
         .map_err(|e| e.to_string())
 }
 
-/// One peer's Link, opened on first use and again after it breaks. The
-/// async lock makes concurrent senders share one connection attempt.
-type PeerSlot = Arc<tokio::sync::Mutex<Option<Arc<Peer>>>>;
+/// Why a Link connection was not opened.
+enum ConnectError {
+    /// Nothing listens at the address: the node is not there.
+    Refused(String),
+    /// Anything else (a timeout, say): it may be slow or cut off.
+    Other(String),
+}
+
+/// Connects for a Link. HTTP/2 keepalive pings find a peer that stopped
+/// answering (a frozen process, a cut network) even while nothing is sent.
+async fn connect_link(
+    address: &str,
+    settings: &GrpcSettings,
+) -> Result<tonic::transport::Channel, ConnectError> {
+    tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .map_err(|e| ConnectError::Refused(e.to_string()))?
+        .connect_timeout(settings.connect_timeout)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(settings.heartbeat_interval)
+        .keep_alive_timeout(settings.region_timeout)
+        .keep_alive_while_idle(true)
+        .connect()
+        .await
+        .map_err(|e| {
+            if is_connection_refused(&e) {
+                ConnectError::Refused(e.to_string())
+            } else {
+                ConnectError::Other(e.to_string())
+            }
+        })
+}
+
+fn is_connection_refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// Each peer's Link and the sequence numbers sent to it so far (kept when
+/// a Link task gives up, so numbering goes on upwards).
+#[derive(Default)]
+struct PeerSlot {
+    peer: Option<Arc<Peer>>,
+    sequence: Arc<AtomicU64>,
+}
 
 /// This node's end of the gRPC network.
 pub struct GrpcTransport {
     local: RegionId,
+    incarnation: u64,
     settings: GrpcSettings,
     hosting: Arc<dyn CoordinatorHosting>,
     inbound: InboundSlot,
@@ -107,6 +154,7 @@ impl GrpcTransport {
     ) -> Arc<Self> {
         Arc::new(Self {
             local: RegionId::new(address),
+            incarnation: super::new_incarnation(),
             settings,
             hosting,
             inbound: Arc::default(),
@@ -118,7 +166,11 @@ impl GrpcTransport {
 
     /// The services another node or a region calls on this one.
     pub fn node_service(&self) -> colo_proto::v1::node_server::NodeServer<NodeService> {
-        colo_proto::v1::node_server::NodeServer::new(NodeService::new(self.inbound.clone()))
+        colo_proto::v1::node_server::NodeServer::new(NodeService::new(
+            self.inbound.clone(),
+            self.incarnation,
+            self.tasks.clone(),
+        ))
     }
 
     /// The coordinator protocol's server end, for coordinators hosted here.
@@ -132,24 +184,27 @@ impl GrpcTransport {
         ))
     }
 
-    async fn peer(&self, to: &RegionId) -> Result<Arc<Peer>, TransportError> {
-        let slot = self.peers.lock().entry(to.clone()).or_default().clone();
-        let mut slot = slot.lock().await;
-        if let Some(peer) = slot.as_ref().filter(|p| !p.is_broken()) {
-            return Ok(peer.clone());
+    /// The Link task towards `to`, started on first use and again after
+    /// one gave up.
+    fn peer(&self, to: &RegionId) -> Arc<Peer> {
+        let mut peers = self.peers.lock();
+        let slot = peers.entry(to.clone()).or_default();
+        if let Some(peer) = slot.peer.as_ref().filter(|p| !p.is_gone()) {
+            return peer.clone();
         }
-        *slot = None;
-        let peer = Peer::open(
-            self.local.as_str(),
-            to.as_str(),
-            self.settings.connect_timeout,
-            self.settings.region_timeout,
-        )
-        .await
-        .map_err(|_| TransportError::Unreachable(to.clone()))?;
-        let peer = Arc::new(peer);
-        *slot = Some(peer.clone());
-        Ok(peer)
+        let local = peer::Local {
+            node: self.local.clone(),
+            incarnation: self.incarnation,
+        };
+        let peer = Arc::new(Peer::start(
+            local,
+            to.to_string(),
+            self.settings.clone(),
+            slot.sequence.clone(),
+            &self.tasks,
+        ));
+        slot.peer = Some(peer.clone());
+        peer
     }
 
     fn epoch(&self, entity_type: &str) -> Arc<AtomicU64> {
@@ -166,6 +221,10 @@ impl Transport for GrpcTransport {
         &self.local
     }
 
+    fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
     fn deliver(
         &self,
         to: &RegionId,
@@ -174,11 +233,11 @@ impl Transport for GrpcTransport {
         let to = to.clone();
         Box::pin(async move {
             let count = batch.len();
-            let peer = self.peer(&to).await?;
-            let accepted = peer
-                .deliver(batch)
-                .await
-                .map_err(|_| TransportError::Unreachable(to.clone()))?;
+            let peer = self.peer(&to);
+            let accepted = peer.deliver(batch).await.map_err(|failure| match failure {
+                peer::Failure::NotSent => TransportError::Unreachable(to.clone()),
+                peer::Failure::Unconfirmed => TransportError::Unconfirmed(to.clone()),
+            })?;
             let accepted = usize::try_from(accepted).unwrap_or(usize::MAX);
             if accepted >= count {
                 Ok(())
@@ -197,10 +256,9 @@ impl Transport for GrpcTransport {
                 }
                 return Ok(());
             }
-            let peer = self.peer(&to).await?;
-            peer.reply(reply)
-                .await
-                .map_err(|_| TransportError::Unreachable(to))
+            self.peer(&to)
+                .reply(reply)
+                .map_err(|()| TransportError::Unreachable(to))
         })
     }
 

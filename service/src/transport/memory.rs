@@ -3,18 +3,20 @@
 //! decoded), so tests exercise the codec and the runtime's handling of
 //! unreachable nodes without sockets.
 
-use super::{Inbound, Transport, TransportError};
+use super::{Inbound, Sender, Transport, TransportError};
 use crate::codec;
 use crate::coordinator::CoordinatorHandle;
 use crate::envelope::{WireEnvelope, WireReply};
 use crate::protocol::CoordinatorLink;
+use crate::tasks::TaskSet;
 use colo_allocation::RegionId;
 use futures::future::BoxFuture;
 use parking_lot::RwLock;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc;
 
 /// The nodes and coordinators of one process.
 #[derive(Default, Clone)]
@@ -30,6 +32,8 @@ struct Inner {
     latency: RwLock<HashMap<RegionId, Duration>>,
     /// Deliveries under way, per target node.
     in_flight: RwLock<HashMap<RegionId, Arc<AtomicUsize>>>,
+    /// Nodes whose coordinator links lose everything, both ways.
+    cut: RwLock<HashSet<RegionId>>,
 }
 
 impl std::fmt::Debug for InMemoryNetwork {
@@ -50,8 +54,27 @@ impl InMemoryNetwork {
     pub fn transport(&self, name: &str) -> Arc<dyn Transport> {
         Arc::new(InMemoryTransport {
             local: RegionId::new(name),
+            incarnation: super::new_incarnation(),
             network: self.clone(),
+            tasks: TaskSet::default(),
         })
+    }
+
+    /// Partitions `node` from the coordinator: everything on its coordinator
+    /// links is lost, both ways, while the links stay open and the node's
+    /// shards keep running, as when a network drops packets between two
+    /// hosts. Other nodes still reach it.
+    pub fn partition_from_coordinator(&self, node: &str) {
+        self.inner.cut.write().insert(RegionId::new(node));
+    }
+
+    /// Ends the partition of `node`.
+    pub fn heal(&self, node: &str) {
+        self.inner.cut.write().remove(&RegionId::new(node));
+    }
+
+    fn is_cut(&self, node: &RegionId) -> bool {
+        self.inner.cut.read().contains(node)
     }
 
     /// Delays every delivery to `node` by `latency`, as a slow link would
@@ -101,12 +124,62 @@ impl InMemoryNetwork {
 
 struct InMemoryTransport {
     local: RegionId,
+    incarnation: u64,
     network: InMemoryNetwork,
+    /// The relays of its coordinator links: stopped when the node detaches.
+    tasks: TaskSet,
+}
+
+impl InMemoryTransport {
+    /// Puts a relay between a region and its coordinator link, so that a
+    /// partition can drop what crosses it. Either end closing closes both.
+    fn relay(&self, inner: CoordinatorLink) -> CoordinatorLink {
+        let CoordinatorLink {
+            to_coordinator: up,
+            from_coordinator: mut down,
+        } = inner;
+        let (to_coordinator, mut from_region) = mpsc::unbounded_channel();
+        let (to_region, from_coordinator) = mpsc::unbounded_channel();
+        let network = self.network.clone();
+        let local = self.local.clone();
+        self.tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    message = from_region.recv() => match message {
+                        Some(message) if !network.is_cut(&local) => {
+                            if up.send(message).is_err() {
+                                return;
+                            }
+                        }
+                        Some(_) => {}
+                        None => return,
+                    },
+                    message = down.recv() => match message {
+                        Some(message) if !network.is_cut(&local) => {
+                            if to_region.send(message).is_err() {
+                                return;
+                            }
+                        }
+                        Some(_) => {}
+                        None => return,
+                    },
+                }
+            }
+        });
+        CoordinatorLink {
+            to_coordinator,
+            from_coordinator,
+        }
+    }
 }
 
 impl Transport for InMemoryTransport {
     fn local(&self) -> &RegionId {
         &self.local
+    }
+
+    fn incarnation(&self) -> u64 {
+        self.incarnation
     }
 
     fn attach(&self, inbound: Arc<dyn Inbound>) {
@@ -119,6 +192,7 @@ impl Transport for InMemoryTransport {
 
     fn detach(&self) {
         self.network.inner.nodes.write().remove(&self.local);
+        self.tasks.abort_now();
     }
 
     fn deliver(
@@ -130,6 +204,10 @@ impl Transport for InMemoryTransport {
         let latency = self.network.inner.latency.read().get(to).copied();
         let in_flight = self.network.in_flight_counter(to);
         let to = to.clone();
+        let from = Sender {
+            node: self.local.clone(),
+            incarnation: self.incarnation,
+        };
         Box::pin(async move {
             let target = target?;
             in_flight.fetch_add(1, Ordering::Relaxed);
@@ -139,9 +217,16 @@ impl Transport for InMemoryTransport {
             in_flight.fetch_sub(1, Ordering::Relaxed);
             let bytes = codec::encode(&batch)?;
             let batch: Vec<WireEnvelope> = codec::decode(&bytes)?;
-            target
-                .deliver(batch)
+            // Flow control: wait while the receiver holds a window's worth
+            // of this node's envelopes. A receiver that has stopped never
+            // took the batch.
+            let credits = target.credits(&from);
+            credits
+                .acquire(batch.len() as u64)
                 .await
+                .map_err(|_| TransportError::Unreachable(to.clone()))?;
+            target
+                .deliver(&from, batch, &credits)
                 .map_err(|accepted| TransportError::Refused {
                     node: to.clone(),
                     accepted,
@@ -175,10 +260,11 @@ impl Transport for InMemoryTransport {
         Box::pin(async move {
             let coordinator =
                 coordinator.ok_or_else(|| TransportError::NoCoordinator(entity_type.clone()))?;
-            coordinator
+            let inner = coordinator
                 .connect(region)
                 .await
-                .map_err(|_| TransportError::NoCoordinator(entity_type))
+                .map_err(|_| TransportError::NoCoordinator(entity_type))?;
+            Ok(self.relay(inner))
         })
     }
 }

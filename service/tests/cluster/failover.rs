@@ -106,7 +106,7 @@ async fn coordinator_restarted_without_state_keeps_shards_where_they_run() {
     assert_eq!(homes_before.len(), 12);
 
     cluster.coordinator.as_ref().unwrap().stop();
-    cluster.store = colo::InMemoryStore::new();
+    cluster.store = colo::InMemoryStore::after_loss();
     cluster.start_coordinator(least_shard_new(0, 0.1));
     eventually(
         "every shard re-adopted",

@@ -6,6 +6,7 @@ mod support;
 mod concurrency;
 mod failover;
 mod failures;
+mod fencing;
 mod handoff;
 mod inspection;
 mod passivation;

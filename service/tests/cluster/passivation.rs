@@ -9,8 +9,13 @@ use std::time::Duration;
 #[tokio::test(start_paused = true)]
 async fn idle_entities_are_passivated_after_the_timeout() {
     let _ = metrics();
+    // Virtual time jumps 30 s at a time: heartbeats every 10 s and a fence
+    // well past a jump, so the region's lease holds throughout.
     let settings = colo::ShardingSettings {
         passivation: PassivationStrategy::idle(Duration::from_secs(120)),
+        heartbeat_interval: Duration::from_secs(10),
+        fence_timeout: Duration::from_secs(90),
+        region_timeout: Duration::from_secs(120),
         ..fast_settings(4)
     };
     let mut cluster = Cluster::new("idle", settings);

@@ -62,6 +62,7 @@ impl<E: Entity> RegionTask<E> {
             serial,
             Arc::from(self.name()),
             self.shared.node.clone(),
+            self.shared.metrics.clone(),
             self.commands.clone(),
         );
         let queue = Queue {

@@ -15,7 +15,7 @@ impl<E: Entity> RegionTask<E> {
         self.shutdown_waiters.push(done);
         // A leaving region is no longer ready: traffic should go elsewhere.
         self.shared
-            .registered
+            .ready
             .store(false, std::sync::atomic::Ordering::Release);
         match self.phase {
             Phase::Running => {}
@@ -31,7 +31,7 @@ impl<E: Entity> RegionTask<E> {
         let deadline = Instant::now() + settings.handoff_timeout * 2;
         tracing::info!(entity_type = %self.name(), region = %self.shared.id, "graceful shutdown");
         self.phase = Phase::ShuttingDown { deadline };
-        if self.registered && !self.shared.proxy {
+        if self.contact.is_registered() && !self.shared.proxy {
             self.send(RegionToCoordinator::GracefulShutdown);
         }
     }
@@ -107,8 +107,7 @@ impl<E: Entity> RegionTask<E> {
             queue.sink.close();
         }
         // Dropping the link tells the coordinator this region is gone.
-        self.to_coordinator = None;
-        self.from_coordinator = None;
+        self.unlink();
         for waiter in self.shutdown_waiters.drain(..) {
             let _ = waiter.send(());
         }

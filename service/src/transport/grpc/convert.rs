@@ -33,6 +33,7 @@ pub fn envelope_to_pb(env: WireEnvelope) -> pb::Envelope {
         reply_to: env.reply_to.map(|r| pb::ReplyTo {
             node: r.node.to_string(),
             correlation: r.correlation,
+            incarnation: r.incarnation,
         }),
     }
 }
@@ -48,6 +49,7 @@ pub fn envelope_from_pb(env: pb::Envelope) -> Result<WireEnvelope, Malformed> {
         Some(r) if r.node.is_empty() => return Err(malformed("envelope", "empty reply_to.node")),
         Some(r) => Some(ReplyTo {
             node: RegionId::new(r.node),
+            incarnation: r.incarnation,
             correlation: r.correlation,
         }),
         None => None,
@@ -84,6 +86,7 @@ pub fn reply_to_pb(reply: WireReply) -> pb::Reply {
     };
     pb::Reply {
         correlation: reply.correlation,
+        incarnation: reply.incarnation,
         result: Some(result),
     }
 }
@@ -105,6 +108,7 @@ pub fn reply_from_pb(reply: pb::Reply) -> Result<WireReply, Malformed> {
         None => return Err(malformed("reply", "no result")),
     };
     Ok(WireReply {
+        incarnation: reply.incarnation,
         correlation: reply.correlation,
         result,
     })
@@ -165,11 +169,18 @@ pub fn region_message_to_pb(entity_type: &str, message: RegionToCoordinator) -> 
             region,
             proxy,
             hosted,
+            number_of_shards,
+            extractor,
+            ping,
         } => ToCoordinator::Register(pb::Register {
             region: region.to_string(),
             proxy,
             hosted: hosted.into_iter().map(|s| s.0).collect(),
+            number_of_shards,
+            extractor,
+            ping,
         }),
+        RegionToCoordinator::Heartbeat { ping } => ToCoordinator::Heartbeat(pb::Heartbeat { ping }),
         RegionToCoordinator::GetShardHome { shard } => {
             ToCoordinator::GetShardHome(pb::GetShardHome { shard: shard.0 })
         }
@@ -204,12 +215,11 @@ pub fn region_message_to_pb(entity_type: &str, message: RegionToCoordinator) -> 
     }
 }
 
-/// What a region's frame means to the coordinator; heartbeats and location
-/// updates are the transport's business and come back as such.
+/// What a region's frame means to the coordinator; location updates are
+/// the transport's business and come back as such.
 #[derive(Debug)]
 pub enum FromRegion {
     Protocol(RegionToCoordinator),
-    Heartbeat,
     UpdateLocations(Vec<(ShardId, RegionId)>),
 }
 
@@ -225,8 +235,12 @@ pub fn region_message_from_pb(message: pb::RegionMessage) -> Result<FromRegion, 
                 region: RegionId::new(r.region),
                 proxy: r.proxy,
                 hosted: shards(r.hosted),
+                number_of_shards: r.number_of_shards,
+                extractor: r.extractor,
+                ping: r.ping,
             }
         }
+        ToCoordinator::Heartbeat(h) => RegionToCoordinator::Heartbeat { ping: h.ping },
         ToCoordinator::GetShardHome(m) => RegionToCoordinator::GetShardHome {
             shard: ShardId(m.shard),
         },
@@ -248,7 +262,6 @@ pub fn region_message_from_pb(message: pb::RegionMessage) -> Result<FromRegion, 
             request: m.request,
             stats: stats_from_pb(m.stats.unwrap_or_default()),
         },
-        ToCoordinator::Heartbeat(_) => return Ok(FromRegion::Heartbeat),
         ToCoordinator::UpdateLocations(u) => {
             return Ok(FromRegion::UpdateLocations(
                 u.locations
@@ -265,7 +278,15 @@ pub fn coordinator_message_to_pb(
     message: CoordinatorToRegion,
 ) -> pb::CoordinatorMessage {
     let message = match message {
-        CoordinatorToRegion::RegisterAck => ToRegion::RegisterAck(pb::RegisterAck {}),
+        CoordinatorToRegion::RegisterAck { ping } => {
+            ToRegion::RegisterAck(pb::RegisterAck { ping })
+        }
+        CoordinatorToRegion::RegisterRefused { reason } => {
+            ToRegion::RegisterRefused(pb::RegisterRefused { reason })
+        }
+        CoordinatorToRegion::HeartbeatAck { ping } => {
+            ToRegion::HeartbeatAck(pb::HeartbeatAck { ping })
+        }
         CoordinatorToRegion::ShardHome { shard, region } => ToRegion::ShardHome(pb::ShardHome {
             location: Some(pb::ShardLocation {
                 shard: shard.0,
@@ -312,14 +333,15 @@ pub fn coordinator_message_to_pb(
 #[derive(Debug)]
 pub enum FromCoordinator {
     Protocol(CoordinatorToRegion),
-    Heartbeat,
     Refused(String),
 }
 
 pub fn coordinator_message_from_pb(message: ToRegion) -> Result<FromCoordinator, Malformed> {
     let what = "coordinator message";
     Ok(FromCoordinator::Protocol(match message {
-        ToRegion::RegisterAck(_) => CoordinatorToRegion::RegisterAck,
+        ToRegion::RegisterAck(m) => CoordinatorToRegion::RegisterAck { ping: m.ping },
+        ToRegion::RegisterRefused(m) => CoordinatorToRegion::RegisterRefused { reason: m.reason },
+        ToRegion::HeartbeatAck(m) => CoordinatorToRegion::HeartbeatAck { ping: m.ping },
         ToRegion::ShardHome(m) => {
             let l = m
                 .location
@@ -359,23 +381,8 @@ pub fn coordinator_message_from_pb(message: ToRegion) -> Result<FromCoordinator,
                 failed_regions: m.failed_regions.into_iter().map(RegionId::new).collect(),
             },
         },
-        ToRegion::Heartbeat(_) => return Ok(FromCoordinator::Heartbeat),
         ToRegion::Refused(r) => return Ok(FromCoordinator::Refused(r.reason)),
     }))
-}
-
-pub fn heartbeat_to_coordinator(entity_type: &str) -> pb::RegionMessage {
-    pb::RegionMessage {
-        entity_type: entity_type.to_string(),
-        message: Some(ToCoordinator::Heartbeat(pb::Heartbeat {})),
-    }
-}
-
-pub fn heartbeat_to_region(epoch: u64) -> pb::CoordinatorMessage {
-    pb::CoordinatorMessage {
-        epoch,
-        message: Some(ToRegion::Heartbeat(pb::Heartbeat {})),
-    }
 }
 
 #[cfg(test)]
@@ -393,16 +400,19 @@ mod tests {
             payload: Bytes::from_static(b"\x01\x02"),
             reply_to: Some(ReplyTo {
                 node: RegionId::new("127.0.0.1:1"),
+                incarnation: 77,
                 correlation: 9,
             }),
         };
         assert_eq!(envelope_from_pb(envelope_to_pb(env.clone())), Ok(env));
         let ok = WireReply {
+            incarnation: 77,
             correlation: 3,
             result: Ok(Bytes::from_static(b"x")),
         };
         assert_eq!(reply_from_pb(reply_to_pb(ok.clone())), Ok(ok));
         let failed = WireReply {
+            incarnation: 77,
             correlation: 4,
             result: Err(AskError::EntityFailed("boom".into())),
         };
@@ -433,7 +443,11 @@ mod tests {
                 region: RegionId::new("r"),
                 proxy: false,
                 hosted: vec![ShardId(1)],
+                number_of_shards: 12,
+                extractor: 0xfeed,
+                ping: 3,
             },
+            RegionToCoordinator::Heartbeat { ping: 4 },
             RegionToCoordinator::GetShardHome { shard: ShardId(1) },
             RegionToCoordinator::ShardStarted { shard: ShardId(1) },
             RegionToCoordinator::BeginHandOffAck { shard: ShardId(1) },
@@ -456,7 +470,11 @@ mod tests {
             );
         }
         let down = [
-            CoordinatorToRegion::RegisterAck,
+            CoordinatorToRegion::RegisterAck { ping: 3 },
+            CoordinatorToRegion::RegisterRefused {
+                reason: "no".into(),
+            },
+            CoordinatorToRegion::HeartbeatAck { ping: 4 },
             CoordinatorToRegion::ShardHome {
                 shard: ShardId(1),
                 region: RegionId::new("r"),

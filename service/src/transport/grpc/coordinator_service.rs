@@ -1,10 +1,10 @@
 //! The server end of regions' coordinator links, on the node that hosts the
 //! coordinator: each stream becomes a link to the local coordinator.
 //!
-//! The stream's end, or silence from the region for `region_timeout`
-//! (heartbeats count), drops the link, which the coordinator takes as the
-//! region's termination: its shards are deallocated and start elsewhere on
-//! their next message.
+//! The stream ends when the region ends it, when the coordinator drops the
+//! link (it terminated the region), or when the region has sent nothing for
+//! `region_timeout` (a connection left half-open). Whether a region is gone
+//! is the coordinator's decision, from the region's heartbeats.
 
 use super::convert::{self, FromRegion};
 use super::GrpcSettings;
@@ -63,7 +63,6 @@ impl pb::coordinator_server::Coordinator for CoordinatorService {
         let session = Session {
             hosting: self.hosting.clone(),
             settings: self.settings.clone(),
-            tasks: self.tasks.clone(),
             down,
         };
         // Answer the call at once: the region sends Register only once it
@@ -76,7 +75,6 @@ impl pb::coordinator_server::Coordinator for CoordinatorService {
 struct Session {
     hosting: Arc<dyn CoordinatorHosting>,
     settings: GrpcSettings,
-    tasks: Arc<TaskSet>,
     down: Down,
 }
 
@@ -145,30 +143,29 @@ impl Session {
             to_coordinator,
             from_coordinator,
         } = link;
-        if to_coordinator.send(register).await.is_err() {
+        if to_coordinator.send(register).is_err() {
             return self
                 .fail(Status::unavailable("coordinator has stopped"))
                 .await;
         }
-        self.tasks.spawn(pump_down(
-            from_coordinator,
-            self.down.clone(),
-            epoch,
-            self.settings.heartbeat_interval,
-        ));
-        let silent = self
-            .pump_up(
-                &entity_type,
-                &region,
-                frames,
-                &to_coordinator,
-                (epoch, external),
-            )
-            .await;
-        if silent {
-            tracing::warn!(%region, %entity_type, timeout = ?self.settings.region_timeout, "region silent; terminating it");
+        let up = self.pump_up(
+            &entity_type,
+            &region,
+            frames,
+            &to_coordinator,
+            (epoch, external),
+        );
+        tokio::select! {
+            silent = up => {
+                if silent {
+                    tracing::info!(%region, %entity_type, timeout = ?self.settings.region_timeout, "region stream silent; closing it");
+                }
+            }
+            // The coordinator dropped the link (it terminated the region):
+            // ending the stream tells the region.
+            () = pump_down(from_coordinator, self.down.clone(), epoch) => {}
         }
-        // Dropping `to_coordinator` here ends the link: the region is gone.
+        // Dropping `to_coordinator` here ends the link.
     }
 
     /// Region to coordinator until the stream ends; `true` when it ended by
@@ -178,7 +175,7 @@ impl Session {
         entity_type: &str,
         region: &colo_allocation::RegionId,
         mut frames: Streaming<pb::RegionMessage>,
-        to_coordinator: &mpsc::Sender<RegionToCoordinator>,
+        to_coordinator: &mpsc::UnboundedSender<RegionToCoordinator>,
         (epoch, external): (u64, Option<ExternalAllocationClient>),
     ) -> bool {
         loop {
@@ -198,11 +195,10 @@ impl Session {
             }
             match convert::region_message_from_pb(frame) {
                 Ok(FromRegion::Protocol(message)) => {
-                    if to_coordinator.send(message).await.is_err() {
+                    if to_coordinator.send(message).is_err() {
                         return false;
                     }
                 }
-                Ok(FromRegion::Heartbeat) => {}
                 Ok(FromRegion::UpdateLocations(locations)) => match &external {
                     Some(client) => client.set_locations(locations),
                     None => {
@@ -226,26 +222,15 @@ impl Session {
     }
 }
 
-/// Coordinator to region, stamped with the epoch, plus a heartbeat every
-/// interval. Ends when the coordinator drops the link or the region's
-/// stream is gone.
+/// Coordinator to region, stamped with the epoch. Ends when the
+/// coordinator drops the link or the region's stream is gone.
 async fn pump_down(
-    mut from_coordinator: mpsc::Receiver<crate::protocol::CoordinatorToRegion>,
+    mut from_coordinator: mpsc::UnboundedReceiver<crate::protocol::CoordinatorToRegion>,
     down: Down,
     epoch: u64,
-    heartbeat_interval: std::time::Duration,
 ) {
-    let mut heartbeat = tokio::time::interval(heartbeat_interval);
-    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        let frame = tokio::select! {
-            biased;
-            message = from_coordinator.recv() => match message {
-                Some(message) => convert::coordinator_message_to_pb(epoch, message),
-                None => return,
-            },
-            _ = heartbeat.tick() => convert::heartbeat_to_region(epoch),
-        };
+    while let Some(message) = from_coordinator.recv().await {
+        let frame = convert::coordinator_message_to_pb(epoch, message);
         if down.send(Ok(frame)).await.is_err() {
             return;
         }

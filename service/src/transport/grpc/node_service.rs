@@ -1,39 +1,62 @@
 //! The server end of other nodes' Links: batches go to this node's regions
-//! in the order they arrive, replies to the asks waiting here.
+//! in the order they arrive, without waiting on any shard; replies go to
+//! the asks waiting here at once.
 //!
-//! One Link per sending node is served at a time. A sender that gave up on
-//! a Link (no ack in time) opens a new one and resends what was not acked;
-//! the older Link is stopped first, so the two never route side by side and
-//! the sender's order holds (a resent message may arrive twice).
+//! One Link per sending node is served at a time: a sender that opens a new
+//! Link (the last one broke) gets the old one stopped first, so the two
+//! never route side by side. Per sender incarnation the receiver remembers
+//! the highest sequence number it accepted, and skips what a resent batch
+//! repeats: an envelope is taken at most once. It also returns the
+//! sender's flow-control credit as envelopes leave its custody.
 
 use super::convert;
-use crate::transport::Inbound;
+use crate::credits::Credits;
+use crate::tasks::TaskSet;
+use crate::transport::{Inbound, Sender};
+use colo_allocation::RegionId;
 use colo_proto::v1 as pb;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::Arc;
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
-
-/// Acks waiting to be written back. The sender waits for each ack before
-/// its next batch, so a handful per stream is plenty.
-const ACK_CAPACITY: usize = 64;
 
 /// Where received traffic goes: set when the node attaches, cleared when it
 /// detaches (then every Link is refused and senders find the node gone).
 pub type InboundSlot = Arc<RwLock<Option<Arc<dyn Inbound>>>>;
 
-/// The Link being served for each sending node, with a serial so that a
-/// Link that ends does not unregister its successor.
-type Serving = Arc<Mutex<HashMap<String, (u64, JoinHandle<()>)>>>;
+/// What the receiver remembers of one sender incarnation across its Links.
+struct SenderState {
+    sender: Sender,
+    /// The highest sequence number taken (or refused) so far.
+    accepted_through: Mutex<u64>,
+}
+
+/// The Link being served for a sending node: a serial, so that a Link that
+/// ends does not unregister its successor; how to stop it; and what says it
+/// has stopped.
+struct Serving {
+    serial: u64,
+    stop: oneshot::Sender<()>,
+    stopped: oneshot::Receiver<()>,
+}
+
+/// The Link served for each sending node, and what is remembered of each
+/// sender.
+#[derive(Default)]
+struct Senders {
+    serving: HashMap<RegionId, Serving>,
+    known: HashMap<RegionId, Arc<SenderState>>,
+}
 
 /// The `colo.v1.Node` service.
 pub struct NodeService {
     inbound: InboundSlot,
-    serving: Serving,
+    incarnation: u64,
+    senders: Arc<Mutex<Senders>>,
     next: Arc<std::sync::atomic::AtomicU64>,
+    tasks: Arc<TaskSet>,
 }
 
 impl std::fmt::Debug for NodeService {
@@ -43,18 +66,22 @@ impl std::fmt::Debug for NodeService {
 }
 
 impl NodeService {
-    pub fn new(inbound: InboundSlot) -> Self {
+    pub(crate) fn new(inbound: InboundSlot, incarnation: u64, tasks: Arc<TaskSet>) -> Self {
         Self {
             inbound,
-            serving: Arc::default(),
+            incarnation,
+            senders: Arc::default(),
             next: Arc::default(),
+            tasks,
         }
     }
 }
 
+type Answers = mpsc::UnboundedSender<Result<pb::LinkAnswer, Status>>;
+
 #[tonic::async_trait]
 impl pb::node_server::Node for NodeService {
-    type LinkStream = ReceiverStream<Result<pb::BatchAck, Status>>;
+    type LinkStream = UnboundedReceiverStream<Result<pb::LinkAnswer, Status>>;
 
     async fn link(
         &self,
@@ -63,108 +90,183 @@ impl pb::node_server::Node for NodeService {
         if self.inbound.read().is_none() {
             return Err(Status::unavailable("node is not serving"));
         }
-        let (acks, rx) = mpsc::channel(ACK_CAPACITY);
+        // Answers are bounded by the sender's window (acks) and coalesced
+        // (credit); unbounded so that answering never waits while frames
+        // must be read.
+        let (answers, rx) = mpsc::unbounded_channel();
         let link = Link {
             slot: self.inbound.clone(),
-            serving: self.serving.clone(),
+            incarnation: self.incarnation,
+            senders: self.senders.clone(),
             serial: self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            acks,
+            answers,
         };
-        tokio::spawn(link.start(request.into_inner()));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        self.tasks.spawn(link.run(request.into_inner()));
+        Ok(Response::new(UnboundedReceiverStream::new(rx)))
     }
 }
 
 struct Link {
     slot: InboundSlot,
-    serving: Serving,
+    incarnation: u64,
+    senders: Arc<Mutex<Senders>>,
     serial: u64,
-    acks: mpsc::Sender<Result<pb::BatchAck, Status>>,
+    answers: Answers,
 }
 
 impl Link {
-    /// Waits for Hello, stops the sender's previous Link, then serves.
-    async fn start(self, mut frames: Streaming<pb::LinkFrame>) {
-        let from = match frames.message().await {
+    /// Waits for Hello, stops the sender's previous Link, then serves until
+    /// the stream ends or a newer Link of the sender stops this one.
+    async fn run(self, mut frames: Streaming<pb::LinkFrame>) {
+        let hello = match frames.message().await {
             Ok(Some(pb::LinkFrame {
                 frame: Some(pb::link_frame::Frame::Hello(hello)),
-            })) if !hello.node.is_empty() => hello.node,
+            })) if !hello.node.is_empty() => hello,
             Ok(Some(_)) => {
                 let refusal = Status::invalid_argument("the first frame must be hello with a node");
-                let _ = self.acks.send(Err(refusal)).await;
+                let _ = self.answers.send(Err(refusal));
                 return;
             }
             Ok(None) | Err(_) => return,
         };
-        let (serving, serial) = (self.serving.clone(), self.serial);
-        let mut map = serving.lock();
-        let previous = map.remove(&from);
-        let task = tokio::spawn(self.serve(from.clone(), frames, previous.map(|(_, t)| t)));
-        map.insert(from, (serial, task));
-    }
-
-    async fn serve(
-        self,
-        from: String,
-        frames: Streaming<pb::LinkFrame>,
-        previous: Option<JoinHandle<()>>,
-    ) {
+        let node = RegionId::new(hello.node);
+        let sender = Sender {
+            node: node.clone(),
+            incarnation: hello.incarnation,
+        };
+        let (stop, stopping) = oneshot::channel();
+        let (_stopped, stopped) = oneshot::channel::<()>();
+        let (state, previous) = {
+            let mut all = self.senders.lock();
+            let state = match all.known.get(&node) {
+                Some(state) if state.sender == sender => state.clone(),
+                // A new incarnation of the node: it numbers from scratch.
+                _ => {
+                    let state = Arc::new(SenderState {
+                        sender,
+                        accepted_through: Mutex::new(0),
+                    });
+                    all.known.insert(node.clone(), state.clone());
+                    state
+                }
+            };
+            let serving = Serving {
+                serial: self.serial,
+                stop,
+                stopped,
+            };
+            (state, all.serving.insert(node.clone(), serving))
+        };
         if let Some(previous) = previous {
-            previous.abort();
-            let _ = previous.await;
+            let _ = previous.stop.send(());
+            // Resolves when the previous Link's `_stopped` is dropped.
+            let _ = previous.stopped.await;
         }
-        self.serve_frames(&from, frames).await;
-        let mut map = self.serving.lock();
-        if map
-            .get(&from)
-            .is_some_and(|(serial, _)| *serial == self.serial)
+        tokio::select! {
+            () = self.serve_frames(&state, frames) => {}
+            _ = stopping => {}
+        }
+        let mut all = self.senders.lock();
+        if all
+            .serving
+            .get(&node)
+            .is_some_and(|serving| serving.serial == self.serial)
         {
-            map.remove(&from);
+            all.serving.remove(&node);
         }
     }
 
-    async fn serve_frames(&self, from: &str, mut frames: Streaming<pb::LinkFrame>) {
+    async fn serve_frames(&self, state: &SenderState, mut frames: Streaming<pb::LinkFrame>) {
+        let Some(inbound) = self.slot.read().clone() else {
+            let _ = self
+                .answers
+                .send(Err(Status::unavailable("node stopped serving")));
+            return;
+        };
+        let credits = inbound.credits(&state.sender);
+        let mut reported = credits.released();
+        let welcome = pb::link_answer::Answer::Welcome(pb::Welcome {
+            incarnation: self.incarnation,
+            released: reported,
+        });
+        if self.answer(welcome).is_err() {
+            return;
+        }
         loop {
-            let frame = match frames.message().await {
+            let frame = tokio::select! {
+                frame = frames.message() => frame,
+                () = credits.released_since(reported) => {
+                    reported = credits.released();
+                    let credit = pb::link_answer::Answer::Credit(pb::Credit { released: reported });
+                    if self.answer(credit).is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let frame = match frame {
                 Ok(Some(pb::LinkFrame { frame: Some(frame) })) => frame,
                 Ok(Some(_)) => continue,
                 Ok(None) => return,
                 Err(status) => {
-                    tracing::debug!(%from, %status, "link from node ended");
+                    tracing::debug!(from = %state.sender.node, %status, "link from node ended");
                     return;
                 }
             };
             // A detached node takes nothing more: the sender keeps its batch.
             let Some(inbound) = self.slot.read().clone() else {
-                let refusal = Status::unavailable("node stopped serving");
-                let _ = self.acks.send(Err(refusal)).await;
+                let _ = self
+                    .answers
+                    .send(Err(Status::unavailable("node stopped serving")));
                 return;
             };
             match frame {
                 pb::link_frame::Frame::Hello(_) => {}
                 pb::link_frame::Frame::Batch(batch) => {
-                    let ack = deliver(from, &inbound, batch).await;
-                    if self.acks.send(Ok(ack)).await.is_err() {
+                    let ack = deliver(state, &inbound, &credits, batch);
+                    if self.answer(pb::link_answer::Answer::Ack(ack)).is_err() {
                         return;
                     }
                 }
                 pb::link_frame::Frame::Reply(reply) => match convert::reply_from_pb(reply) {
                     Ok(reply) => inbound.reply(reply),
-                    Err(e) => tracing::warn!(%from, error = %e, "reply dropped"),
+                    Err(e) => {
+                        tracing::warn!(from = %state.sender.node, error = %e, "reply dropped")
+                    }
                 },
             }
         }
     }
+
+    fn answer(&self, answer: pb::link_answer::Answer) -> Result<(), ()> {
+        self.answers
+            .send(Ok(pb::LinkAnswer {
+                answer: Some(answer),
+            }))
+            .map_err(|_| ())
+    }
 }
 
-/// Routes a batch. A malformed envelope (a sender of another version,
-/// say) is dropped and logged on its own: refusing it would make the
-/// sender resend it for ever.
-async fn deliver(from: &str, inbound: &Arc<dyn Inbound>, batch: pb::Batch) -> pb::BatchAck {
+/// Takes a batch: what was already accepted from this sender incarnation
+/// is skipped, the rest routed at once. A malformed envelope (a sender of
+/// another version, say) is dropped and logged on its own: refusing it
+/// would make the sender resend it for ever.
+fn deliver(
+    state: &SenderState,
+    inbound: &Arc<dyn Inbound>,
+    credits: &Arc<Credits>,
+    batch: pb::Batch,
+) -> pb::BatchAck {
+    let from = &state.sender.node;
+    let first = batch.first_sequence;
     let count = batch.envelopes.len();
-    let mut envelopes = Vec::with_capacity(count);
-    let mut positions = Vec::with_capacity(count);
-    for (i, envelope) in batch.envelopes.into_iter().enumerate() {
+    let mut accepted_through = state.accepted_through.lock();
+    let seen = usize::try_from(accepted_through.saturating_sub(first.saturating_sub(1)))
+        .unwrap_or(usize::MAX)
+        .min(count);
+    let mut envelopes = Vec::with_capacity(count - seen);
+    let mut positions = Vec::with_capacity(count - seen);
+    for (i, envelope) in batch.envelopes.into_iter().enumerate().skip(seen) {
         match convert::envelope_from_pb(envelope) {
             Ok(envelope) => {
                 envelopes.push(envelope);
@@ -176,14 +278,20 @@ async fn deliver(from: &str, inbound: &Arc<dyn Inbound>, batch: pb::Batch) -> pb
             }
         }
     }
-    let accepted = match inbound.deliver(envelopes).await {
+    credits.take((count - seen) as u64);
+    // Malformed envelopes never took custody: their credit returns now.
+    credits.release((count - seen - envelopes.len()) as u64);
+    let taken = match inbound.deliver(&state.sender, envelopes, credits) {
         Ok(()) => count,
         // Refused from the n-th well-formed envelope: everything before its
         // position in the batch was taken or dropped.
         Err(n) => positions.get(n).copied().unwrap_or(count),
     };
+    if taken > 0 {
+        *accepted_through = (*accepted_through).max(first + taken as u64 - 1);
+    }
     pb::BatchAck {
-        sequence: batch.sequence,
-        accepted: u32::try_from(accepted).unwrap_or(u32::MAX),
+        first_sequence: first,
+        accepted: u32::try_from(taken).unwrap_or(u32::MAX),
     }
 }

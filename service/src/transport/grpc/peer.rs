@@ -1,221 +1,446 @@
-//! This node's Link to another node: one gRPC stream that carries envelope
-//! batches (each acked, in order) and ask replies.
+//! This node's Link to another node: one task per peer that owns the gRPC
+//! stream, numbers envelopes, keeps to the receiver's credit window, and
+//! survives a broken connection.
 //!
-//! Every region's outbound queue awaits each batch's ack before it sends the
-//! next, so the stream keeps each sender's order. When the stream breaks,
-//! every batch still waiting for its ack fails as unreachable: the runtime
-//! takes those envelopes back and sends them to the shard's next home. So
-//! does a batch not acked within the region timeout (a node that is stopped
-//! or stuck, not dead). One that had in fact arrived is then delivered
-//! twice; at-least-once is what a broken connection allows.
+//! - Every envelope gets a sequence number that grows for the life of this
+//!   node's incarnation. A batch waits in the task until the receiver's
+//!   window has room (flow control); it is then sent and kept until acked.
+//! - Replies are sent at once, never behind batches waiting for credit.
+//! - When the stream breaks (an error, HTTP/2 keepalive, or no ack within
+//!   the region timeout) the task connects again and resends what was not
+//!   acked, with the same sequence numbers: the receiver skips what it had
+//!   already accepted, so nothing is taken twice.
+//! - If the receiver turns out to be another incarnation (it restarted), or
+//!   cannot be reached again within the region timeout, what was sent and
+//!   not acked is reported unconfirmed (it may or may not have been taken,
+//!   and must not be sent elsewhere), and what was never sent is reported
+//!   not sent (the region routes it again).
 
-use super::convert;
+use super::{convert, GrpcSettings};
+use crate::credits::WINDOW;
 use crate::envelope::{WireEnvelope, WireReply};
+use colo_allocation::RegionId;
 use colo_proto::v1 as pb;
-use parking_lot::Mutex;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 
-/// Frames waiting to be written to the stream. Senders await their ack
-/// before sending more, so this holds about one batch per region plus
-/// replies; the bound only stops a stalled connection from growing memory.
-const FRAME_CAPACITY: usize = 256;
-
-/// The stream broke (or never opened): what was sent may not have arrived.
+/// Why a batch was not delivered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Broken;
-
-struct Writer {
-    next: u64,
-    frames: mpsc::Sender<pb::LinkFrame>,
+pub enum Failure {
+    /// It was never sent: safe to route again.
+    NotSent,
+    /// It was sent and the receiver went away before it confirmed it.
+    Unconfirmed,
 }
 
-#[derive(Default)]
-struct Pending {
-    broken: bool,
-    waiting: VecDeque<(u64, oneshot::Sender<u32>)>,
+/// The first pause between connection attempts, doubled up to the last.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
+
+/// Replies kept while the connection is down; a reply beyond is dropped
+/// (its asker times out), so a dead peer cannot hold memory.
+const MAX_HELD_REPLIES: usize = 4096;
+
+/// Where a batch's outcome goes: how many envelopes were taken.
+type Done = oneshot::Sender<Result<u32, Failure>>;
+
+enum Request {
+    Deliver {
+        batch: Vec<WireEnvelope>,
+        done: Done,
+    },
+    Reply(WireReply),
 }
 
-/// An open Link to one node.
+/// A handle on the Link to one node.
+#[derive(Debug)]
 pub struct Peer {
-    reader: tokio::task::AbortHandle,
-    ack_timeout: Duration,
-    writer: tokio::sync::Mutex<Writer>,
-    pending: std::sync::Arc<Mutex<Pending>>,
+    requests: mpsc::UnboundedSender<Request>,
+    gone: Arc<AtomicBool>,
 }
 
-impl std::fmt::Debug for Peer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Peer")
-            .field("broken", &self.is_broken())
-            .finish_non_exhaustive()
-    }
+/// Who this node is on its Links.
+#[derive(Debug, Clone)]
+pub struct Local {
+    pub node: RegionId,
+    pub incarnation: u64,
 }
 
 impl Peer {
-    /// Connects to `address` and opens the Link as `local`. A batch not
-    /// acked within `ack_timeout` breaks the link.
-    pub async fn open(
-        local: &str,
+    /// Starts the Link task towards `address`. `next_sequence` outlives the
+    /// task, so a later task towards the same node keeps numbering upwards.
+    pub fn start(
+        local: Local,
+        address: String,
+        settings: GrpcSettings,
+        next_sequence: Arc<AtomicU64>,
+        tasks: &crate::tasks::TaskSet,
+    ) -> Self {
+        let (requests, rx) = mpsc::unbounded_channel();
+        let gone = Arc::new(AtomicBool::new(false));
+        let link = LinkTask {
+            local,
+            address,
+            settings,
+            next_sequence,
+            requests: rx,
+            queued: VecDeque::new(),
+            unacked: VecDeque::new(),
+            replies: VecDeque::new(),
+            taken: 0,
+            released: 0,
+            receiver: None,
+            gone: gone.clone(),
+        };
+        tasks.spawn(link.run());
+        Self { requests, gone }
+    }
+
+    /// The task has given up on the node: open a new Link for new work.
+    pub fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+
+    /// Sends a batch; how many envelopes, from the first, the node took.
+    pub async fn deliver(&self, batch: Vec<WireEnvelope>) -> Result<u32, Failure> {
+        let (done, result) = oneshot::channel();
+        if self
+            .requests
+            .send(Request::Deliver { batch, done })
+            .is_err()
+        {
+            return Err(Failure::NotSent);
+        }
+        // A task that ends with the batch unanswered never sent it.
+        result.await.unwrap_or(Err(Failure::NotSent))
+    }
+
+    /// Sends an ask's reply (not acked).
+    ///
+    /// # Errors
+    /// The Link task has stopped.
+    pub fn reply(&self, reply: WireReply) -> Result<(), ()> {
+        self.requests.send(Request::Reply(reply)).map_err(|_| ())
+    }
+}
+
+struct Sent {
+    first: u64,
+    envelopes: Vec<pb::Envelope>,
+    done: Done,
+    at: Instant,
+}
+
+struct LinkTask {
+    local: Local,
+    address: String,
+    settings: GrpcSettings,
+    next_sequence: Arc<AtomicU64>,
+    requests: mpsc::UnboundedReceiver<Request>,
+    /// Batches not sent yet: waiting for the connection or for credit.
+    queued: VecDeque<(Vec<pb::Envelope>, Done)>,
+    /// Batches sent and not acked, oldest first.
+    unacked: VecDeque<Sent>,
+    /// Replies held while the connection is down.
+    replies: VecDeque<pb::Reply>,
+    /// Envelopes sent (first time) and released by the receiver, in all, in
+    /// this receiver incarnation: their difference is in its custody.
+    taken: u64,
+    released: u64,
+    /// The receiver's incarnation, once welcomed.
+    receiver: Option<u64>,
+    gone: Arc<AtomicBool>,
+}
+
+/// How a connection ended.
+enum Ended {
+    /// Broken: connect again.
+    Broken,
+    /// Nobody asks for anything any more.
+    Idle,
+}
+
+impl LinkTask {
+    async fn run(mut self) {
+        loop {
+            // Connect only when there is something to send.
+            if self.queued.is_empty() && self.unacked.is_empty() && self.replies.is_empty() {
+                match self.requests.recv().await {
+                    Some(request) => self.take(request),
+                    None => break,
+                }
+            }
+            let Some(connection) = self.connect().await else {
+                self.give_up();
+                break;
+            };
+            match self.serve(connection).await {
+                Ended::Broken => continue,
+                Ended::Idle => break,
+            }
+        }
+        self.gone.store(true, Ordering::Release);
+    }
+
+    fn take(&mut self, request: Request) {
+        match request {
+            Request::Deliver { batch, done } => {
+                let envelopes = batch.into_iter().map(convert::envelope_to_pb).collect();
+                self.queued.push_back((envelopes, done));
+            }
+            Request::Reply(reply) => {
+                if self.replies.len() < MAX_HELD_REPLIES {
+                    self.replies.push_back(convert::reply_to_pb(reply));
+                }
+            }
+        }
+    }
+
+    /// Connects and is welcomed, retrying until the region timeout; `None`
+    /// when the node cannot be reached again (or refuses the Link).
+    async fn connect(&mut self) -> Option<Connection> {
+        let deadline = Instant::now() + self.settings.region_timeout;
+        let mut pause = BACKOFF.0;
+        loop {
+            match Connection::open(&self.local, &self.address, &self.settings).await {
+                Ok((connection, welcome)) => {
+                    self.welcomed(welcome);
+                    return Some(connection);
+                }
+                Err(Refusal::Definite(reason)) => {
+                    tracing::debug!(node = %self.address, %reason, "node refuses the link");
+                    return None;
+                }
+                Err(Refusal::Maybe(reason)) => {
+                    if Instant::now() + pause >= deadline {
+                        tracing::warn!(node = %self.address, %reason, "node unreachable for the region timeout; giving up on what it did not confirm");
+                        return None;
+                    }
+                    tracing::debug!(node = %self.address, %reason, "node not reachable; retrying");
+                }
+            }
+            // Keep taking requests while waiting, so that replies and new
+            // batches are held rather than blocking their senders.
+            let wait = tokio::time::sleep(pause);
+            tokio::pin!(wait);
+            loop {
+                tokio::select! {
+                    () = &mut wait => break,
+                    request = self.requests.recv() => match request {
+                        Some(request) => self.take(request),
+                        None => return None,
+                    },
+                }
+            }
+            pause = (pause * 2).min(BACKOFF.1);
+        }
+    }
+
+    fn welcomed(&mut self, welcome: pb::Welcome) {
+        if self.receiver.is_some_and(|r| r != welcome.incarnation) {
+            // The node restarted: whatever the old one had not acked may or
+            // may not have been taken; the new one starts a fresh window.
+            for sent in self.unacked.drain(..) {
+                let _ = sent.done.send(Err(Failure::Unconfirmed));
+            }
+            self.taken = 0;
+        }
+        self.receiver = Some(welcome.incarnation);
+        self.released = welcome.released;
+    }
+
+    /// Everything pending fails: sent and unacked as unconfirmed, the rest
+    /// as not sent.
+    fn give_up(&mut self) {
+        for sent in self.unacked.drain(..) {
+            let _ = sent.done.send(Err(Failure::Unconfirmed));
+        }
+        for (_, done) in self.queued.drain(..) {
+            let _ = done.send(Err(Failure::NotSent));
+        }
+        self.replies.clear();
+    }
+
+    async fn serve(&mut self, mut connection: Connection) -> Ended {
+        // What was not acked goes again, first, in order: the receiver skips
+        // what it had already taken.
+        for sent in &mut self.unacked {
+            sent.at = Instant::now();
+            connection.send_batch(sent.first, sent.envelopes.clone());
+        }
+        while let Some(reply) = self.replies.pop_front() {
+            connection.send(pb::link_frame::Frame::Reply(reply));
+        }
+        loop {
+            self.send_what_fits(&mut connection);
+            let ack_deadline = self
+                .unacked
+                .front()
+                .map(|s| s.at + self.settings.region_timeout);
+            tokio::select! {
+                request = self.requests.recv() => match request {
+                    Some(Request::Reply(reply)) => {
+                        connection.send(pb::link_frame::Frame::Reply(convert::reply_to_pb(reply)));
+                    }
+                    Some(request) => self.take(request),
+                    None => return Ended::Idle,
+                },
+                answer = connection.answers.message() => match answer {
+                    Ok(Some(answer)) => {
+                        if !self.answered(answer) {
+                            return Ended::Broken;
+                        }
+                    }
+                    Ok(None) | Err(_) => {
+                        tracing::debug!(node = %self.address, "link broke; reconnecting");
+                        return Ended::Broken;
+                    }
+                },
+                () = sleep_until(ack_deadline) => {
+                    // Alive but silent (stopped, stuck, cut off): the
+                    // connection is given up; the batch is not resent
+                    // elsewhere, only on a new connection to the node.
+                    tracing::warn!(node = %self.address, timeout = ?self.settings.region_timeout, "no ack from node; reconnecting");
+                    return Ended::Broken;
+                }
+            }
+        }
+    }
+
+    /// Sends queued batches while the receiver's window has room.
+    fn send_what_fits(&mut self, connection: &mut Connection) {
+        while let Some((envelopes, _)) = self.queued.front() {
+            let n = envelopes.len() as u64;
+            let in_custody = self.taken.saturating_sub(self.released);
+            if in_custody > 0 && in_custody + n > WINDOW {
+                return;
+            }
+            let Some((envelopes, done)) = self.queued.pop_front() else {
+                return;
+            };
+            let first = self.next_sequence.fetch_add(n.max(1), Ordering::AcqRel) + 1;
+            self.taken += n;
+            connection.send_batch(first, envelopes.clone());
+            self.unacked.push_back(Sent {
+                first,
+                envelopes,
+                done,
+                at: Instant::now(),
+            });
+        }
+    }
+
+    /// Handles one answer; `false` when it makes no sense (the stream is
+    /// then dropped).
+    fn answered(&mut self, answer: pb::LinkAnswer) -> bool {
+        use pb::link_answer::Answer;
+        match answer.answer {
+            Some(Answer::Ack(ack)) => {
+                let Some(sent) = self.unacked.pop_front() else {
+                    tracing::warn!(node = %self.address, "ack without a batch; dropping the link");
+                    return false;
+                };
+                if sent.first != ack.first_sequence {
+                    tracing::warn!(node = %self.address, "ack out of order; dropping the link");
+                    self.unacked.push_front(sent);
+                    return false;
+                }
+                let _ = sent.done.send(Ok(ack.accepted));
+                true
+            }
+            Some(Answer::Credit(credit)) => {
+                self.released = self.released.max(credit.released);
+                true
+            }
+            Some(Answer::Welcome(_)) | None => true,
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Why a connection could not be opened.
+enum Refusal {
+    /// The node is not there (nothing listens, or it refuses the Link): it
+    /// stopped, or restarts as another incarnation.
+    Definite(String),
+    /// It may be slow or cut off: worth trying again.
+    Maybe(String),
+}
+
+/// One open stream.
+struct Connection {
+    frames: mpsc::UnboundedSender<pb::LinkFrame>,
+    answers: tonic::Streaming<pb::LinkAnswer>,
+}
+
+impl Connection {
+    async fn open(
+        local: &Local,
         address: &str,
-        connect_timeout: Duration,
-        ack_timeout: Duration,
-    ) -> Result<Self, Broken> {
-        let channel = super::connect(address, connect_timeout)
+        settings: &GrpcSettings,
+    ) -> Result<(Self, pb::Welcome), Refusal> {
+        let channel = super::connect_link(address, settings)
             .await
-            .map_err(|e| {
-                tracing::debug!(%address, error = %e, "node not reachable");
-                Broken
+            .map_err(|e| match e {
+                super::ConnectError::Refused(e) => Refusal::Definite(e),
+                super::ConnectError::Other(e) => Refusal::Maybe(e),
             })?;
         let mut client = pb::node_client::NodeClient::new(channel);
-        let (frames, rx) = mpsc::channel(FRAME_CAPACITY);
-        let hello = pb::LinkFrame {
-            frame: Some(pb::link_frame::Frame::Hello(pb::Hello {
-                node: local.to_string(),
-            })),
-        };
-        frames.send(hello).await.map_err(|_| Broken)?;
-        let acks = tokio::time::timeout(connect_timeout, client.link(ReceiverStream::new(rx)))
-            .await
-            .map_err(|_| Broken)?
-            .map_err(|status| {
-                tracing::debug!(%address, %status, "node refused the link");
-                Broken
-            })?
-            .into_inner();
-        let pending = std::sync::Arc::new(Mutex::new(Pending::default()));
-        let reader = tokio::spawn(read_acks(acks, pending.clone())).abort_handle();
-        Ok(Self {
-            reader,
-            ack_timeout,
-            writer: tokio::sync::Mutex::new(Writer { next: 0, frames }),
-            pending,
-        })
-    }
-
-    /// The stream has ended: open a new one.
-    pub fn is_broken(&self) -> bool {
-        self.pending.lock().broken
-    }
-
-    /// Sends a batch and waits for its ack: how many envelopes were routed.
-    /// Waiting for the stream and for the ack together take at most the ack
-    /// timeout: a stalled stream must not hold the sender (or the senders
-    /// queued behind it on the writer) for ever.
-    pub async fn deliver(&self, batch: Vec<WireEnvelope>) -> Result<u32, Broken> {
-        let (tx, rx) = oneshot::channel();
-        let attempt = async {
-            {
-                let mut writer = self.writer.lock().await;
-                writer.next += 1;
-                let sequence = writer.next;
-                {
-                    let mut pending = self.pending.lock();
-                    if pending.broken {
-                        return Err(Broken);
-                    }
-                    pending.waiting.push_back((sequence, tx));
-                }
-                let frame = pb::LinkFrame {
-                    frame: Some(pb::link_frame::Frame::Batch(pb::Batch {
-                        sequence,
-                        envelopes: batch.into_iter().map(convert::envelope_to_pb).collect(),
-                    })),
-                };
-                writer.frames.send(frame).await.map_err(|_| Broken)?;
-            }
-            rx.await.map_err(|_| Broken)
-        };
-        self.within_timeout(attempt).await
-    }
-
-    /// Sends an ask's reply; replies are not acked.
-    pub async fn reply(&self, reply: WireReply) -> Result<(), Broken> {
-        if self.is_broken() {
-            return Err(Broken);
-        }
-        let frame = pb::LinkFrame {
-            frame: Some(pb::link_frame::Frame::Reply(convert::reply_to_pb(reply))),
-        };
-        self.within_timeout(async {
-            let writer = self.writer.lock().await;
-            writer.frames.send(frame).await.map_err(|_| Broken)
-        })
+        // Frames are bounded by the credit window (batches) and by the
+        // asks in flight (replies); unbounded here so that writing never
+        // waits while acks must be read.
+        let (frames, rx) = mpsc::unbounded_channel();
+        let hello = pb::link_frame::Frame::Hello(pb::Hello {
+            node: local.node.to_string(),
+            incarnation: local.incarnation,
+        });
+        let _ = frames.send(pb::LinkFrame { frame: Some(hello) });
+        let opened = tokio::time::timeout(
+            settings.connect_timeout,
+            client.link(UnboundedReceiverStream::new(rx)),
+        )
         .await
-    }
-
-    async fn within_timeout<T>(
-        &self,
-        attempt: impl std::future::Future<Output = Result<T, Broken>>,
-    ) -> Result<T, Broken> {
-        match tokio::time::timeout(self.ack_timeout, attempt).await {
-            Ok(Ok(done)) => Ok(done),
-            Ok(Err(Broken)) => {
-                self.break_link();
-                Err(Broken)
+        .map_err(|_| Refusal::Maybe("no answer in time".into()))?;
+        let mut answers = match opened {
+            Ok(response) => response.into_inner(),
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                return Err(Refusal::Definite(status.message().to_string()))
             }
-            Err(_) => {
-                // A node that is alive but does not answer (stopped, stuck)
-                // must not hold this sender's messages for ever: give up on
-                // the connection, and the runtime sends them elsewhere.
-                tracing::warn!(timeout = ?self.ack_timeout, "no ack from node; dropping the link");
-                self.break_link();
-                Err(Broken)
-            }
-        }
-    }
-
-    /// Gives up on the stream: waiting batches fail, the ack reader stops
-    /// (which resets the stream), and the next send opens a new Link, which
-    /// the receiver serves only once this one has stopped there.
-    fn break_link(&self) {
-        {
-            let mut pending = self.pending.lock();
-            pending.broken = true;
-            pending.waiting.clear();
-        }
-        self.reader.abort();
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        self.reader.abort();
-    }
-}
-
-/// Completes waiting batches in order; on the stream's end, fails the rest.
-async fn read_acks(
-    mut acks: tonic::Streaming<pb::BatchAck>,
-    pending: std::sync::Arc<Mutex<Pending>>,
-) {
-    loop {
-        let ack = match acks.message().await {
-            Ok(Some(ack)) => ack,
-            Ok(None) => break,
-            Err(status) => {
-                tracing::debug!(%status, "node link broke");
-                break;
-            }
+            Err(status) => return Err(Refusal::Maybe(status.message().to_string())),
         };
-        let waiter = pending.lock().waiting.pop_front();
-        match waiter {
-            Some((sequence, tx)) if sequence == ack.sequence => {
-                let _ = tx.send(ack.accepted);
+        let first = tokio::time::timeout(settings.connect_timeout, answers.message())
+            .await
+            .map_err(|_| Refusal::Maybe("no welcome in time".into()))?;
+        match first {
+            Ok(Some(pb::LinkAnswer {
+                answer: Some(pb::link_answer::Answer::Welcome(welcome)),
+            })) => Ok((Self { frames, answers }, welcome)),
+            Ok(_) => Err(Refusal::Maybe("no welcome".into())),
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                Err(Refusal::Definite(status.message().to_string()))
             }
-            _ => {
-                tracing::warn!(
-                    sequence = ack.sequence,
-                    "ack out of order; dropping the link"
-                );
-                break;
-            }
+            Err(status) => Err(Refusal::Maybe(status.message().to_string())),
         }
     }
-    let mut pending = pending.lock();
-    pending.broken = true;
-    // Dropping the senders fails every waiting batch as unreachable.
-    pending.waiting.clear();
+
+    fn send(&mut self, frame: pb::link_frame::Frame) {
+        let _ = self.frames.send(pb::LinkFrame { frame: Some(frame) });
+    }
+
+    fn send_batch(&mut self, first: u64, envelopes: Vec<pb::Envelope>) {
+        self.send(pb::link_frame::Frame::Batch(pb::Batch {
+            first_sequence: first,
+            envelopes,
+        }));
+    }
 }

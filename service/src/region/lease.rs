@@ -1,0 +1,88 @@
+//! A region's lease: until when its shards may handle messages.
+//!
+//! The region renews it from its coordinator's answers to heartbeats, and
+//! its shards check it before they handle mail. A process that was paused
+//! (kill -STOP, a suspended VM) resumes with its tasks in any order, so a
+//! shard must not wait for its region's timer to tell it the lease ran out:
+//! it reads the clock itself. It reads a coarse monotonic clock (a few
+//! nanoseconds, millisecond resolution), once per turn of its task rather
+//! than per message; a lease is measured in seconds.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::time::Instant;
+
+/// Until when the shards of a region may handle messages, and until when
+/// anything of them may run at all.
+#[derive(Debug, Default)]
+pub(crate) struct Lease {
+    /// In coarse clock ticks; 0: never (not registered yet, or fenced).
+    valid_until: AtomicU64,
+    /// In coarse clock ticks: when the coordinator may start the shards
+    /// elsewhere. A stop message of a fenced region must end before it.
+    hard_until: AtomicU64,
+}
+
+/// A runtime instant as coarse clock ticks.
+///
+/// The runtime clock can be paused in tests while the coarse clock cannot,
+/// so an instant is carried over as "the same time from now" on the coarse
+/// clock; with a running clock both are the same.
+fn to_ticks(at: Instant) -> u64 {
+    let left = coarsetime::Duration::from(at.saturating_duration_since(Instant::now()));
+    (coarsetime::Instant::now() + left).as_ticks().max(1)
+}
+
+impl Lease {
+    /// Shards may handle messages until `valid_until`, and nothing of
+    /// them may run past `hard_until`.
+    pub fn renew(&self, valid_until: Instant, hard_until: Instant) {
+        self.hard_until
+            .store(to_ticks(hard_until), Ordering::Release);
+        self.valid_until
+            .store(to_ticks(valid_until), Ordering::Release);
+    }
+
+    /// Ends the lease now; the hard deadline stays.
+    pub fn revoke(&self) {
+        self.valid_until.store(0, Ordering::Release);
+    }
+
+    /// Whether shards may handle messages now.
+    pub fn is_valid(&self) -> bool {
+        coarsetime::Instant::now().as_ticks() < self.valid_until.load(Ordering::Acquire)
+    }
+
+    /// The last instant anything of a fenced region's shards may run; now
+    /// when there never was a lease.
+    pub fn hard_deadline(&self) -> Instant {
+        let hard = self.hard_until.load(Ordering::Acquire);
+        let now = coarsetime::Instant::now().as_ticks();
+        let left = coarsetime::Duration::from_ticks(hard.saturating_sub(now));
+        Instant::now() + std::time::Duration::from(left)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_lease_holds_until_its_deadline_or_revocation() {
+        let lease = Lease::default();
+        assert!(!lease.is_valid(), "no lease before the first answer");
+        let hour = Instant::now() + Duration::from_secs(3600);
+        lease.renew(Instant::now() + Duration::from_secs(60), hour);
+        assert!(lease.is_valid());
+        lease.revoke();
+        assert!(!lease.is_valid());
+        assert!(lease.hard_deadline() > Instant::now() + Duration::from_secs(3000));
+        lease.renew(Instant::now() + Duration::from_millis(30), hour);
+        assert!(lease.is_valid());
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(
+            !lease.is_valid(),
+            "the coarse clock runs while nobody looks"
+        );
+    }
+}

@@ -1,0 +1,390 @@
+//! The region's contact with its coordinator: the link, registration,
+//! heartbeats, and fencing.
+//!
+//! Link states: unlinked (a task may be opening a link) -> registering
+//! (Register sent) -> registered; a broken link, or a fence, goes back to
+//! unlinked. Independently of the link, the coordinator's answers to
+//! heartbeats renew the region's lease: without an answer for
+//! `fence_timeout` the region stops its shards, because the coordinator,
+//! which has not heard from it either, may hand them to another region
+//! `region_timeout` after it last did.
+
+use super::{Hosted, Phase, RegionTask};
+use crate::entity::Entity;
+use crate::inspection::RegionStats;
+use crate::protocol::{CoordinatorLink, CoordinatorToRegion, RegionToCoordinator};
+use crate::region::RegionCmd;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// How many unanswered pings are remembered: far more than are ever in
+/// flight while the coordinator answers; when it does not, the oldest are
+/// forgotten (an answer to them would be stale anyway).
+const MAX_PINGS: usize = 64;
+
+struct Link {
+    to: mpsc::UnboundedSender<RegionToCoordinator>,
+    from: mpsc::UnboundedReceiver<CoordinatorToRegion>,
+}
+
+enum LinkState {
+    /// No link; `connecting`: a task is opening one.
+    Unlinked { connecting: bool },
+    /// Register sent on this link, not answered yet.
+    Registering(Link),
+    /// Registered with the coordinator on this link.
+    Registered(Link),
+}
+
+/// The region's side of its coordinator link, with its lease bookkeeping.
+pub(super) struct Contact {
+    state: LinkState,
+    /// Registrations and heartbeats not answered yet, by ping, with the time
+    /// they were sent.
+    pings: VecDeque<(u64, Instant)>,
+    next_ping: u64,
+    /// The send time of the newest answered ping: the coordinator heard this
+    /// region at or after it. `None` before the first answer and after a
+    /// fence.
+    last_answer: Option<Instant>,
+    /// The last registration refusal, logged once.
+    refused: Option<String>,
+    /// The outage has been logged.
+    warned: bool,
+}
+
+impl Default for Contact {
+    fn default() -> Self {
+        Self {
+            state: LinkState::Unlinked { connecting: false },
+            pings: VecDeque::new(),
+            next_ping: 0,
+            last_answer: None,
+            refused: None,
+            warned: false,
+        }
+    }
+}
+
+impl Contact {
+    /// The next message from the coordinator; pending without a link,
+    /// `None` when the link has closed.
+    pub async fn recv(&mut self) -> Option<CoordinatorToRegion> {
+        match &mut self.state {
+            LinkState::Registering(link) | LinkState::Registered(link) => link.from.recv().await,
+            LinkState::Unlinked { .. } => std::future::pending().await,
+        }
+    }
+
+    pub fn is_registered(&self) -> bool {
+        matches!(self.state, LinkState::Registered(_))
+    }
+
+    pub fn last_answer(&self) -> Option<Instant> {
+        self.last_answer
+    }
+
+    fn sender(&self) -> Option<&mpsc::UnboundedSender<RegionToCoordinator>> {
+        match &self.state {
+            LinkState::Registering(link) | LinkState::Registered(link) => Some(&link.to),
+            LinkState::Unlinked { .. } => None,
+        }
+    }
+
+    fn ping(&mut self) -> u64 {
+        self.next_ping += 1;
+        self.pings.push_back((self.next_ping, Instant::now()));
+        if self.pings.len() > MAX_PINGS {
+            self.pings.pop_front();
+        }
+        self.next_ping
+    }
+
+    /// An answer to `ping`: its send time, when it is newer than the last
+    /// answer's.
+    fn answered(&mut self, ping: u64) -> Option<Instant> {
+        let mut sent = None;
+        while let Some(&(p, at)) = self.pings.front() {
+            if p > ping {
+                break;
+            }
+            self.pings.pop_front();
+            if p == ping {
+                sent = Some(at);
+            }
+        }
+        let sent = sent?;
+        if self.last_answer.is_some_and(|last| last >= sent) {
+            return None;
+        }
+        self.last_answer = Some(sent);
+        Some(sent)
+    }
+
+    fn unlink(&mut self) {
+        self.state = LinkState::Unlinked { connecting: false };
+        // Answers on another link are not answers to these.
+        self.pings.clear();
+    }
+}
+
+impl<E: Entity> RegionTask<E> {
+    pub(super) fn send(&mut self, message: RegionToCoordinator) {
+        let Some(to) = self.contact.sender() else {
+            return;
+        };
+        if to.send(message).is_err() {
+            self.link_lost();
+        }
+    }
+
+    /// What the retry tick does for the contact: open a link, register
+    /// again, ask for the homes buffered messages wait for.
+    pub(super) fn contact_tick(&mut self) {
+        match &self.contact.state {
+            LinkState::Unlinked { connecting: false } => self.connect(),
+            LinkState::Unlinked { connecting: true } => {}
+            LinkState::Registering(_) => self.register(),
+            LinkState::Registered(_) => {
+                self.ask_waiting_homes();
+                if matches!(self.phase, Phase::ShuttingDown { .. }) && !self.shared.proxy {
+                    self.send(RegionToCoordinator::GracefulShutdown);
+                }
+            }
+        }
+    }
+
+    /// Opens the coordinator link in its own task: connecting over a network
+    /// can take seconds, and the region task must keep handling hand-offs
+    /// and returned messages meanwhile.
+    fn connect(&mut self) {
+        self.contact.state = LinkState::Unlinked { connecting: true };
+        let transport = self.shared.node.transport.clone();
+        let (entity_type, region) = (self.name().to_string(), self.shared.id.clone());
+        let commands = self.commands.clone();
+        let warned = self.contact.warned;
+        self.shared.node.tasks.spawn(async move {
+            let link = transport.connect_coordinator(&entity_type, region).await;
+            if let Err(e) = &link {
+                if warned {
+                    tracing::debug!(%entity_type, error = %e, "coordinator still unreachable");
+                } else {
+                    tracing::warn!(%entity_type, error = %e, "coordinator unreachable; messages for shards without a known home are buffered");
+                }
+            }
+            let _ = commands
+                .send(RegionCmd::CoordinatorLinked { link: link.ok() })
+                .await;
+        });
+        self.contact.warned = true;
+    }
+
+    pub(super) fn on_linked(&mut self, link: Option<CoordinatorLink>) {
+        if !matches!(self.contact.state, LinkState::Unlinked { connecting: true }) {
+            return; // unreachable: one connect at a time
+        }
+        match link {
+            Some(link) if !matches!(self.phase, Phase::Stopped) => {
+                self.contact.state = LinkState::Registering(Link {
+                    to: link.to_coordinator,
+                    from: link.from_coordinator,
+                });
+                self.register();
+            }
+            _ => self.contact.state = LinkState::Unlinked { connecting: false },
+        }
+    }
+
+    /// Registers, naming the shards that run here: after a lost link the
+    /// coordinator may have forgotten them, and must not start them twice.
+    fn register(&mut self) {
+        let hosted = self
+            .hosted
+            .iter()
+            .filter(|(_, h)| matches!(h, Hosted::Active(_)))
+            .map(|(shard, _)| *shard)
+            .collect();
+        let ping = self.contact.ping();
+        let extractor = &self.shared.extractor;
+        let message = RegionToCoordinator::Register {
+            region: self.shared.id.clone(),
+            proxy: self.shared.proxy,
+            hosted,
+            number_of_shards: extractor.number_of_shards(),
+            extractor: crate::region::extractor_fingerprint(extractor.as_ref()),
+            ping,
+        };
+        self.send(message);
+    }
+
+    pub(super) fn send_heartbeat(&mut self) {
+        if self.contact.sender().is_some() {
+            let ping = self.contact.ping();
+            self.send(RegionToCoordinator::Heartbeat { ping });
+        }
+    }
+
+    /// The coordinator answered `ping`: the region holds its shards until
+    /// `fence_timeout` after that ping was sent.
+    fn on_answer(&mut self, ping: u64) {
+        let Some(sent) = self.contact.answered(ping) else {
+            return;
+        };
+        let settings = &self.shared.entity_type.settings;
+        let fence_at = sent + settings.fence_timeout;
+        self.shared
+            .lease
+            .renew(fence_at, sent + settings.region_timeout);
+        self.fence_timer.as_mut().reset(fence_at);
+        self.set_reachable(true);
+    }
+
+    fn set_reachable(&mut self, reachable: bool) {
+        self.shared.reachable.store(reachable, Ordering::Release);
+        self.shared
+            .metrics
+            .coordinator_reachable
+            .set(if reachable { 1.0 } else { 0.0 });
+        if reachable {
+            self.contact.warned = false;
+        }
+    }
+
+    /// The coordinator went away: keep serving known homes while the lease
+    /// holds, buffer the rest, and register again when it is back.
+    pub(super) fn link_lost(&mut self) {
+        if self.contact.is_registered() {
+            tracing::warn!(entity_type = %self.name(), "lost the coordinator link; reconnecting");
+        }
+        self.unlink();
+    }
+
+    /// Leaves the link (the region stopped, fenced itself, or lost it).
+    pub(super) fn unlink(&mut self) {
+        self.contact.unlink();
+        self.shared.linked.store(false, Ordering::Release);
+    }
+
+    pub(super) fn on_fence_timer(&mut self) {
+        let Some(last) = self.contact.last_answer() else {
+            return;
+        };
+        let fence_at = last + self.shared.entity_type.settings.fence_timeout;
+        if Instant::now() < fence_at {
+            self.fence_timer.as_mut().reset(fence_at);
+            return;
+        }
+        self.fence(last);
+    }
+
+    /// No answer from the coordinator for `fence_timeout` since `last`: it
+    /// may already have handed this region's shards to another region, so
+    /// they stop here. Their stop messages may run until `region_timeout`
+    /// after `last`, when the coordinator may start them elsewhere; a region
+    /// that finds itself past that (it was paused) drops its copies without
+    /// running anything. What is sent meanwhile waits in the buffer until
+    /// the region has registered anew.
+    fn fence(&mut self, last: Instant) {
+        self.shared.lease.revoke();
+        let shards: Vec<_> = self
+            .hosted
+            .iter()
+            .filter(|(_, h)| matches!(h, Hosted::Active(_)))
+            .map(|(shard, _)| *shard)
+            .collect();
+        tracing::warn!(
+            entity_type = %self.name(),
+            region = %self.shared.id,
+            silent = ?last.elapsed(),
+            shards = shards.len(),
+            "no answer from the coordinator within the fence timeout: stopping the shards hosted here; messages are buffered until it answers"
+        );
+        for shard in shards {
+            self.handoff(shard, false);
+        }
+        self.contact.last_answer = None;
+        self.set_reachable(false);
+        // A coordinator that does not answer is probably not there: look
+        // for it again.
+        self.unlink();
+    }
+
+    pub(super) fn on_coordinator(&mut self, message: CoordinatorToRegion) {
+        match message {
+            CoordinatorToRegion::RegisterAck { ping } => {
+                if let LinkState::Registering(_) = self.contact.state {
+                    let LinkState::Registering(link) = std::mem::replace(
+                        &mut self.contact.state,
+                        LinkState::Unlinked { connecting: false },
+                    ) else {
+                        unreachable!("matched just above")
+                    };
+                    self.contact.state = LinkState::Registered(link);
+                    self.contact.refused = None;
+                    self.shared.linked.store(true, Ordering::Release);
+                    tracing::info!(entity_type = %self.name(), region = %self.shared.id, proxy = self.shared.proxy, "registered with the coordinator");
+                }
+                self.on_answer(ping);
+                if matches!(self.phase, Phase::Running) {
+                    self.shared.ready.store(true, Ordering::Release);
+                }
+                self.ask_waiting_homes();
+                if matches!(self.phase, Phase::ShuttingDown { .. }) && !self.shared.proxy {
+                    self.send(RegionToCoordinator::GracefulShutdown);
+                }
+            }
+            CoordinatorToRegion::RegisterRefused { reason } => {
+                if self.contact.refused.as_ref() != Some(&reason) {
+                    tracing::error!(entity_type = %self.name(), region = %self.shared.id, %reason, "the coordinator refused this region; it keeps trying");
+                    *self.shared.refused.lock() = Some(reason.clone());
+                    self.contact.refused = Some(reason);
+                }
+            }
+            CoordinatorToRegion::HeartbeatAck { ping } => self.on_answer(ping),
+            CoordinatorToRegion::ShardHome { shard, region } => self.on_shard_home(shard, region),
+            CoordinatorToRegion::HostShard { shard } => {
+                if !self.shared.proxy && !matches!(self.phase, Phase::Stopped) {
+                    if self.is_held(shard) {
+                        // Messages from before may still come back: host it
+                        // once they have.
+                        self.pending_home.insert(shard, self.shared.id.clone());
+                    } else {
+                        self.host_locally(shard);
+                    }
+                    self.send(RegionToCoordinator::ShardStarted { shard });
+                }
+            }
+            CoordinatorToRegion::BeginHandOff { shard } => self.begin_handoff(shard),
+            CoordinatorToRegion::HandOff { shard } => self.handoff(shard, true),
+            CoordinatorToRegion::RegionTerminated { region } => {
+                self.start_draining(&region);
+                self.ask_waiting_homes();
+            }
+            CoordinatorToRegion::GetRegionStats { request, timeout } => {
+                let Some(link) = self.contact.sender().cloned() else {
+                    return;
+                };
+                let query = self.query_shards(timeout);
+                self.shared.node.tasks.spawn(async move {
+                    let state = query.await;
+                    let stats = RegionStats {
+                        stats: state
+                            .shards
+                            .iter()
+                            .map(|(s, ids)| (*s, ids.len()))
+                            .collect(),
+                        failed: state.failed,
+                    };
+                    let _ = link.send(RegionToCoordinator::RegionStats { request, stats });
+                });
+            }
+            CoordinatorToRegion::ClusterStats { request, stats } => {
+                if let Some(waiter) = self.stats_waiting.remove(&request) {
+                    let _ = waiter.send(Ok(stats));
+                }
+            }
+        }
+    }
+}
