@@ -105,13 +105,19 @@ impl Credits {
     }
 
     /// Waits until more has been released than `seen`.
-    pub async fn released_since(&self, seen: u64) {
+    ///
+    /// # Errors
+    /// The receiver is gone: nothing more will be released.
+    pub async fn released_since(&self, seen: u64) -> Result<(), Closed> {
         loop {
             let released = self.released_notify.notified();
             tokio::pin!(released);
             released.as_mut().enable();
-            if self.released() > seen || self.closed.load(Ordering::Acquire) {
-                return;
+            if self.closed.load(Ordering::Acquire) {
+                return Err(Closed);
+            }
+            if self.released() > seen {
+                return Ok(());
             }
             released.await;
         }

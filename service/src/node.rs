@@ -141,7 +141,7 @@ impl Node {
     /// dropped, other nodes find it unreachable and its coordinator links
     /// close.
     pub async fn kill(&self) {
-        self.context.transport.detach();
+        self.context.transport.abort();
         self.inbound.close();
         for region in self.inbound.regions.read().values() {
             region.stop_accepting();

@@ -96,8 +96,13 @@ pub trait Transport: Send + Sync + 'static {
     /// Starts handing this node's received traffic to `inbound`.
     fn attach(&self, inbound: Arc<dyn Inbound>);
 
-    /// Stops receiving: other nodes find this one unreachable.
+    /// Stops receiving: other nodes find this one unreachable. What this
+    /// node is still sending (the last replies, say) goes on.
     fn detach(&self);
+
+    /// Stops everything at once, as a crash would: receiving, and sending
+    /// whatever was not sent yet.
+    fn abort(&self);
 
     /// Opens `region`'s link to the coordinator of `entity_type`.
     fn connect_coordinator(

@@ -32,6 +32,22 @@ pub fn ask_request(id: &str, message: &str) -> pb::AskRequest {
     }
 }
 
+/// Tells the counter `id` a JSON message; Ok once a region accepted it.
+pub async fn tell(
+    client: &mut ShardingClient<Channel>,
+    id: &str,
+    message: &str,
+) -> Result<(), tonic::Status> {
+    client
+        .tell(pb::TellRequest {
+            entity_type: "counter".into(),
+            entity_id: id.into(),
+            payload: json(message),
+        })
+        .await
+        .map(drop)
+}
+
 /// The counter's value after `message`, as the entity answered it.
 pub async fn ask(
     client: &mut ShardingClient<Channel>,

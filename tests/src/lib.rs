@@ -6,10 +6,15 @@
 //! - [`process`]: a node process started from a generated config, stopped
 //!   by its PID when dropped.
 //! - [`http`]: a minimal HTTP/1.1 GET for the admin endpoints.
+//! - [`lifecycle`]: the at-most-one checker across processes, from logs.
+//! - [`proxy`]: a TCP proxy that forwards, holds (a partition) or breaks
+//!   connections.
 //! - [`wait`]: waiting for a condition with a deadline.
 #![forbid(unsafe_code)]
 
 pub mod client;
 pub mod http;
+pub mod lifecycle;
 pub mod process;
+pub mod proxy;
 pub mod wait;

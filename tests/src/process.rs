@@ -7,21 +7,51 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 use tonic::transport::Channel;
 
-/// The `colo` binary next to the test executable (cargo builds it for the
-/// service crate's own integration tests in the same `cargo test`).
+/// The `colo` binary built from the current source: built (or found up to
+/// date) once per test process with the cargo that builds the tests, into
+/// the tests' own target directory, so a test never runs a stale binary.
 pub fn colo_binary() -> PathBuf {
+    binary("colo", &["--bin", "colo"])
+}
+
+/// An example binary of the colo crate, built like [`colo_binary`].
+pub fn example_binary(name: &str) -> PathBuf {
+    binary(name, &["--example", name])
+}
+
+fn binary(name: &str, what: &[&str]) -> PathBuf {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let built = BUILT.get_or_init(Mutex::default);
+    let mut built = built.lock().expect("build table");
+    if let Some(path) = built.get(name) {
+        return path.clone();
+    }
     let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
+    let profile_dir = exe
         .parent()
         .and_then(|deps| deps.parent())
-        .expect("target directory");
-    let colo = dir.join(format!("colo{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        colo.exists(),
-        "{} not found: build it with `cargo build -p colo` (cargo test --workspace does)",
-        colo.display()
-    );
-    colo
+        .expect("target profile directory");
+    let target_dir = profile_dir.parent().expect("target directory");
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "--locked", "-p", "colo"])
+        .args(what)
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "cargo build -p colo {what:?} failed");
+    let file = format!("{name}{}", std::env::consts::EXE_SUFFIX);
+    let path = if what[0] == "--example" {
+        profile_dir.join("examples").join(file)
+    } else {
+        profile_dir.join(file)
+    };
+    assert!(path.exists(), "{} not built", path.display());
+    built.insert(name.to_string(), path.clone());
+    path
 }
 
 /// A loopback port nobody listens on now, and never handed out before in

@@ -1,5 +1,11 @@
 //! A region's lease: until when its shards may handle messages.
 //!
+//! A lease has generations. A shard holds the generation it started under;
+//! a fence ends that generation for good, and the region's next answer
+//! renews a new one, for shards started from then on. A shard stopped by a
+//! fence therefore never handles anything again, even if its region has
+//! registered anew by the time it takes its hand-off.
+//!
 //! The region renews it from its coordinator's answers to heartbeats, and
 //! its shards check it before they handle mail. A process that was paused
 //! (kill -STOP, a suspended VM) resumes with its tasks in any order, so a
@@ -11,10 +17,37 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::time::Instant;
 
-/// Until when the shards of a region may handle messages, and until when
-/// anything of them may run at all.
+/// A region's lease: its current generation.
 #[derive(Debug, Default)]
 pub(crate) struct Lease {
+    current: parking_lot::Mutex<std::sync::Arc<Generation>>,
+}
+
+impl Lease {
+    /// The generation shards started now run under.
+    pub fn current(&self) -> std::sync::Arc<Generation> {
+        self.current.lock().clone()
+    }
+
+    /// The coordinator answered: the current generation holds until
+    /// `valid_until`, and nothing of it may run past `hard_until`.
+    pub fn renew(&self, valid_until: Instant, hard_until: Instant) {
+        self.current.lock().renew(valid_until, hard_until);
+    }
+
+    /// A fence: the current generation ends (its hard deadline stays), and
+    /// a new one waits for the next answer.
+    pub fn fence(&self) {
+        let mut current = self.current.lock();
+        current.revoke();
+        *current = std::sync::Arc::default();
+    }
+}
+
+/// Until when the shards of one lease generation may handle messages, and
+/// until when anything of them may run at all.
+#[derive(Debug, Default)]
+pub(crate) struct Generation {
     /// In coarse clock ticks; 0: never (not registered yet, or fenced).
     valid_until: AtomicU64,
     /// In coarse clock ticks: when the coordinator may start the shards
@@ -32,24 +65,30 @@ fn to_ticks(at: Instant) -> u64 {
     (coarsetime::Instant::now() + left).as_ticks().max(1)
 }
 
-impl Lease {
+impl Generation {
     /// Shards may handle messages until `valid_until`, and nothing of
     /// them may run past `hard_until`.
-    pub fn renew(&self, valid_until: Instant, hard_until: Instant) {
+    fn renew(&self, valid_until: Instant, hard_until: Instant) {
         self.hard_until
             .store(to_ticks(hard_until), Ordering::Release);
         self.valid_until
             .store(to_ticks(valid_until), Ordering::Release);
     }
 
-    /// Ends the lease now; the hard deadline stays.
-    pub fn revoke(&self) {
+    /// Ends the generation now; the hard deadline stays.
+    fn revoke(&self) {
         self.valid_until.store(0, Ordering::Release);
     }
 
     /// Whether shards may handle messages now.
     pub fn is_valid(&self) -> bool {
         coarsetime::Instant::now().as_ticks() < self.valid_until.load(Ordering::Acquire)
+    }
+
+    /// Whether even a stop message is too late: the coordinator may have
+    /// started the shards elsewhere.
+    pub fn past_hard_deadline(&self) -> bool {
+        coarsetime::Instant::now().as_ticks() >= self.hard_until.load(Ordering::Acquire)
     }
 
     /// The last instant anything of a fenced region's shards may run; now
@@ -68,20 +107,25 @@ mod tests {
     use std::time::Duration;
 
     #[tokio::test]
-    async fn a_lease_holds_until_its_deadline_or_revocation() {
+    async fn a_lease_holds_until_its_deadline_and_a_fence_ends_it_for_good() {
         let lease = Lease::default();
-        assert!(!lease.is_valid(), "no lease before the first answer");
+        let first = lease.current();
+        assert!(!first.is_valid(), "no lease before the first answer");
         let hour = Instant::now() + Duration::from_secs(3600);
         lease.renew(Instant::now() + Duration::from_secs(60), hour);
-        assert!(lease.is_valid());
-        lease.revoke();
-        assert!(!lease.is_valid());
-        assert!(lease.hard_deadline() > Instant::now() + Duration::from_secs(3000));
+        assert!(first.is_valid());
+        lease.fence();
+        assert!(!first.is_valid());
+        assert!(first.hard_deadline() > Instant::now() + Duration::from_secs(3000));
+        // Answers after the fence renew a new generation, not the old one.
+        lease.renew(Instant::now() + Duration::from_secs(60), hour);
+        assert!(!first.is_valid());
+        let second = lease.current();
+        assert!(second.is_valid());
         lease.renew(Instant::now() + Duration::from_millis(30), hour);
-        assert!(lease.is_valid());
         std::thread::sleep(Duration::from_millis(60));
         assert!(
-            !lease.is_valid(),
+            !second.is_valid(),
             "the coarse clock runs while nobody looks"
         );
     }

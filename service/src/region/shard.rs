@@ -30,7 +30,7 @@ use crate::metrics::RegionMetrics;
 use crate::node::context::NodeContext;
 use crate::passivation::{PassivationReason, ReplacementPolicy};
 use crate::region::activity::{Activity, ShardActivity, FLUSH_EVERY};
-use crate::region::lease::Lease;
+use crate::region::lease::Generation;
 use crate::region::routes::Mail;
 use colo_allocation::ShardId;
 use runs::{Cancel, Done, Ended, Job, Kind, Outcome, Runs};
@@ -196,9 +196,10 @@ pub(crate) struct Shard<E: Entity, F> {
     timer: Option<Pin<Box<Sleep>>>,
     timer_at: Option<Instant>,
     phase: Phase<E>,
-    /// The region's lease, and whether it held at the start of this turn:
-    /// a shard handles messages only while it does.
-    lease: Arc<Lease>,
+    /// The lease generation the shard started under, and whether it held
+    /// at the start of this turn: a shard handles messages only while it
+    /// does.
+    lease: Arc<Generation>,
     serving: bool,
     signals: Arc<ShardSignals>,
 }
@@ -212,7 +213,7 @@ impl<E: Entity> Shard<E, ()> {
         metrics: RegionMetrics,
         policy: Option<Box<dyn ReplacementPolicy<EntityId>>>,
         activity: Arc<Activity>,
-        lease: Arc<Lease>,
+        lease: Arc<Generation>,
     ) -> ShardHandle<E> {
         let settings = &entity_type.settings;
         let sink = Arc::new(Mailbox::new(settings.shard_mailbox_capacity));
@@ -606,6 +607,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         self.metrics.hosted_entities.increment(1.0);
         self.metrics.activations.increment(1);
         self.counts.activations += 1;
+        tracing::debug!(target: LIFECYCLE, entity_type = %self.entity_type.name, shard = %self.id, entity_id = %id, "entity started");
         let busy = self.busy.contains_key(id);
         self.entities.insert(
             id.clone(),
@@ -872,6 +874,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
     /// An entity was stopped (its value is already dropped).
     fn gone(&mut self, id: &EntityId, reason: PassivationReason) {
         if self.entities.remove(id).is_some() {
+            tracing::debug!(target: LIFECYCLE, entity_type = %self.entity_type.name, shard = %self.id, entity_id = %id, reason = reason.as_str(), "entity stopped");
             self.metrics.hosted_entities.decrement(1.0);
             self.metrics.passivated(reason);
             if reason != PassivationReason::Limit {
@@ -901,6 +904,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         );
         self.metrics.entity_failures.increment(1);
         if self.entities.remove(id).is_some() {
+            tracing::debug!(target: LIFECYCLE, entity_type = %self.entity_type.name, shard = %self.id, entity_id = %id, reason = "failed", "entity stopped");
             self.metrics.hosted_entities.decrement(1.0);
             if let Some(policy) = &mut self.policy {
                 policy.on_remove(id);
@@ -959,7 +963,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             leftovers,
         };
         self.deadlines.clear();
-        if !self.serving && Instant::now() >= self.lease.hard_deadline() {
+        if !self.serving && self.lease.past_hard_deadline() {
             tracing::warn!(entity_type = %self.entity_type.name, shard = %self.id, "past the region's lease: dropping the shard's entities without running anything");
             self.force_stop();
             return;
@@ -997,8 +1001,9 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
     fn on_timer(&mut self) {
         let now = Instant::now();
         match &mut self.phase {
-            Phase::HandingOff { .. } => {
-                if self.handoff_deadline().is_some_and(|d| now >= d) {
+            Phase::HandingOff { deadline, .. } => {
+                let fenced_out = !self.serving && self.lease.past_hard_deadline();
+                if now >= *deadline || fenced_out {
                     self.force_stop();
                 }
             }
@@ -1084,6 +1089,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
     }
 
     fn drop_entities(&mut self) {
+        log_dropped(&self.entity_type.name, self.id, &self.entities);
         let n = self.entities.len();
         self.entities.clear();
         self.metrics.hosted_entities.decrement(n as f64);
@@ -1093,9 +1099,22 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
 impl<E: Entity, F> Drop for Shard<E, F> {
     fn drop(&mut self) {
         // A shard aborted with its node still counts its entities as gone.
+        log_dropped(&self.entity_type.name, self.id, &self.entities);
         let n = self.entities.len();
         self.entities.clear();
         self.metrics.hosted_entities.decrement(n as f64);
+    }
+}
+
+/// The target of entity lifecycle events (debug level): one per entity
+/// start and stop, so that a log shows where each entity lived when.
+pub(crate) const LIFECYCLE: &str = "colo::entity";
+
+fn log_dropped<V>(entity_type: &str, shard: ShardId, entities: &Map<V>) {
+    if tracing::enabled!(target: LIFECYCLE, tracing::Level::DEBUG) {
+        for id in entities.keys() {
+            tracing::debug!(target: LIFECYCLE, %entity_type, %shard, entity_id = %id, reason = "dropped", "entity stopped");
+        }
     }
 }
 

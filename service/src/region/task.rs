@@ -237,7 +237,7 @@ impl<E: Entity> RegionTask<E> {
                     self.shared.metrics.clone(),
                     policy,
                     self.shared.activity.clone(),
-                    self.shared.lease.clone(),
+                    self.shared.lease.current(),
                 );
                 let sink = handle.sink.clone();
                 self.hosted.insert(shard, Hosted::Active(handle));

@@ -268,6 +268,10 @@ impl Transport for GrpcTransport {
 
     fn detach(&self) {
         *self.inbound.write() = None;
+    }
+
+    fn abort(&self) {
+        self.detach();
         self.tasks.abort_now();
     }
 

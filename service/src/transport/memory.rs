@@ -192,6 +192,10 @@ impl Transport for InMemoryTransport {
 
     fn detach(&self) {
         self.network.inner.nodes.write().remove(&self.local);
+    }
+
+    fn abort(&self) {
+        self.detach();
         self.tasks.abort_now();
     }
 

@@ -287,7 +287,7 @@ impl<E: Entity> RegionTask<E> {
     /// running anything. What is sent meanwhile waits in the buffer until
     /// the region has registered anew.
     fn fence(&mut self, last: Instant) {
-        self.shared.lease.revoke();
+        self.shared.lease.fence();
         let shards: Vec<_> = self
             .hosted
             .iter()

@@ -195,7 +195,12 @@ impl Link {
         loop {
             let frame = tokio::select! {
                 frame = frames.message() => frame,
-                () = credits.released_since(reported) => {
+                released = credits.released_since(reported) => {
+                    if released.is_err() {
+                        // The node stopped receiving.
+                        let _ = self.answers.send(Err(Status::unavailable("node stopped serving")));
+                        return;
+                    }
                     reported = credits.released();
                     let credit = pb::link_answer::Answer::Credit(pb::Credit { released: reported });
                     if self.answer(credit).is_err() {
