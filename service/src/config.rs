@@ -62,9 +62,11 @@ pub struct NodeSection {
     pub advertised: Option<String>,
     /// Where the admin HTTP server (metrics, health) listens.
     pub admin_listen: SocketAddr,
-    /// The built-in entity types to run, one region each.
-    #[serde(default = "default_entity_types")]
-    pub entity_types: Vec<BuiltinEntityType>,
+    /// The entity types to run, one region each, by name. Empty (the
+    /// default): every entity type the program registers (`colo run`: the
+    /// built-in `counter`).
+    #[serde(default)]
+    pub entity_types: Vec<String>,
     /// Run proxy regions (route only, host no shards), e.g. on a gateway.
     #[serde(default)]
     pub proxy: bool,
@@ -72,27 +74,15 @@ pub struct NodeSection {
     /// `colo-data/<advertised address>` under the working directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<PathBuf>,
+    /// How long a graceful stop (SIGTERM, Ctrl-C, Shutdown) may take:
+    /// shards handed off and buffered messages delivered. Past it the node
+    /// stops anyway; what it still held is dropped, counted and logged.
+    #[serde(default = "default_shutdown_timeout", with = "humantime_serde")]
+    pub shutdown_timeout: Duration,
 }
 
-/// An entity type compiled into the `colo` binary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BuiltinEntityType {
-    /// [`crate::counter`].
-    Counter,
-}
-
-impl BuiltinEntityType {
-    /// The entity type's name, as regions and the client API know it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Counter => crate::counter::COUNTER,
-        }
-    }
-}
-
-fn default_entity_types() -> Vec<BuiltinEntityType> {
-    vec![BuiltinEntityType::Counter]
+fn default_shutdown_timeout() -> Duration {
+    Duration::from_secs(30)
 }
 
 /// `[coordinator]`.

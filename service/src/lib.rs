@@ -6,50 +6,56 @@
 //! live, through a pluggable allocation strategy, and moves them with the
 //! hand-off protocol. See DESIGN.md for the vocabulary and the invariants.
 //!
+//! # Start here
+//! - [`Entity`] and [`EntityType`]: what you implement and register.
+//! - [`NodeProgram`]: a node process of your own: your entity types, the
+//!   config file, gRPC, admin HTTP, metrics, health, graceful shutdown.
+//! - [`Node`] and [`Region`]: a node in your own process; tell and ask.
+//!
 //! # Layout
 //! - [`entity`]: the entity API (`Entity`, `EntityType`).
 //! - [`settings`]: per entity type settings with Akka's defaults.
+//! - [`program`]: the node program (`NodeProgram`) that `colo run` is one
+//!   user of; [`config`], its TOML config with env and flag overrides;
+//!   [`admin`], its admin HTTP server; [`api`], its gRPC client API.
 //! - [`node`]: a node and its regions; `node/context.rs`, what its regions
 //!   and shards share; `tasks.rs`, the task sets that stop with it.
 //! - [`region`]: routing, buffering, hosting; `region/routes.rs` is the
 //!   routing table, `region/task.rs` the region's state machine (with
-//!   `task/draining.rs` and `task/shutdown.rs`), `region/shard.rs` the task
-//!   that owns a shard's entities, `region/outbound.rs` the queue to each
-//!   remote node, `region/activity.rs` the passivation gauges,
-//!   `region/erased.rs` a region reached by name with encoded messages;
-//!   `mailbox.rs`, the bounded queue in front of a shard or a remote node.
+//!   `task/contact.rs`, its contact with the coordinator and fencing;
+//!   `task/draining.rs` and `task/shutdown.rs`), `region/lease.rs` its
+//!   lease, `region/shard.rs` the task that owns a shard's entities,
+//!   `region/outbound.rs` the queue to each remote node,
+//!   `region/activity.rs` the passivation gauges, `region/erased.rs` a
+//!   region reached by name with encoded messages; `mailbox.rs`, the
+//!   bounded queue in front of a shard or a remote node.
 //! - [`coordinator`]: shard homes, rebalancing, hand-off; its handle, its
-//!   event-sourced state and store, one task per hand-off, and which node
-//!   hosts it (`coordinator/hosting.rs`).
+//!   event-sourced state and store, its members (registration, liveness),
+//!   one task per hand-off, and which node hosts it.
 //! - [`protocol`]: the coordinator protocol, by direction.
 //! - [`envelope`], [`codec`]: messages and the one codec boundary, with the
 //!   content types clients may use.
 //! - [`transport`]: how nodes reach each other: an in-memory network, and
-//!   gRPC between processes (`transport/grpc.rs`); [`credits`], the flow
-//!   control that keeps a busy receiver from stalling or being resent to.
+//!   gRPC between processes; [`credits`], the flow control that keeps a
+//!   busy receiver from stalling or being resent to.
 //! - [`inspection`]: the region-state and cluster-stats queries.
-//! - [`api`]: the gRPC client API over a node (tell, ask, queries, shutdown).
-//! - [`cli`]: the `colo` client subcommands that call it.
 //! - [`passivation`]: replacement policies and passivation settings.
-//! - [`simulate`]: the passivation trace simulator behind `colo simulate`.
-//! - [`config`]: a node's TOML config with env and flag overrides; `colo run`'s flags.
-//! - [`program`]: `colo run`, one node process with its servers.
-//! - [`admin`]: the admin HTTP server: Prometheus metrics and health probes.
-//! - [`logging`]: the process's log subscriber, text or JSON.
-//! - [`metrics`]: every metric name.
+//! - [`metrics`]: every metric name; [`logging`]: the log subscriber.
 //! - [`error`]: what senders see.
-//! - [`counter`]: the built-in counter entity type; [`demo`]: the embedded demo.
+//! - [`counter`]: the built-in counter entity type.
+//!
+//! The `colo` binary's own parts (client subcommands, the embedded demo,
+//! the passivation simulator) are modules of this crate too, hidden from
+//! these docs.
 #![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod api;
-pub mod cli;
 pub mod codec;
 pub mod config;
 pub mod coordinator;
 pub mod counter;
 pub mod credits;
-pub mod demo;
 pub mod entity;
 pub mod envelope;
 pub mod error;
@@ -64,9 +70,15 @@ pub mod protocol;
 pub mod region;
 mod replies;
 pub mod settings;
-pub mod simulate;
 mod tasks;
 pub mod transport;
+
+#[doc(hidden)]
+pub mod cli;
+#[doc(hidden)]
+pub mod demo;
+#[doc(hidden)]
+pub mod simulate;
 
 pub use codec::ContentType;
 pub use colo_allocation as allocation;
@@ -76,6 +88,7 @@ pub use entity::{Entity, EntityContext, EntityError, EntityId, EntityType, Regis
 pub use error::{AskError, TellError};
 pub use inspection::{ClusterShardingStats, CurrentRegionState, RegionStats};
 pub use node::Node;
+pub use program::{NodeProgram, ProgramError};
 pub use region::{ErasedError, ErasedRegion, QueryError, Region};
 pub use settings::{SettingsError, ShardingSettings};
 pub use transport::{memory::InMemoryNetwork, Transport, TransportError};

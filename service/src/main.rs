@@ -131,10 +131,14 @@ fn block_on<T>(f: impl std::future::Future<Output = Result<T, String>>) -> Resul
 }
 
 fn run_node(args: &colo::config::RunArgs) -> Result<(), String> {
+    use colo::counter::{Counter, COUNTER};
     // The config is read before anything starts, so a bad one stops the
     // process with the field's name and nothing half-started.
-    let config = args.load().map_err(|e| e.to_string())?;
-    block_on(async { colo::program::run(config).await.map_err(|e| e.to_string()) })
+    let program = colo::NodeProgram::from_run_args(args).map_err(|e| e.to_string())?;
+    let program = program.entity_type(|settings| {
+        colo::EntityType::new(COUNTER, |_| Counter::default()).with_settings(settings)
+    });
+    block_on(async { program.run().await.map_err(|e| e.to_string()) })
 }
 
 fn demo(options: colo::demo::DemoOptions) -> Result<(), String> {

@@ -1,20 +1,36 @@
-//! `colo run`: one node process. It serves gRPC (the node Link, the
-//! coordinator protocol when it hosts the coordinator, the client API,
-//! health and reflection) and the admin HTTP server, runs a region per
-//! configured entity type, and stops gracefully on SIGTERM, Ctrl-C or the
-//! client API's Shutdown: shards are handed off first, then the servers
-//! stop.
+//! The node program: one node process around a [`Node`]. It serves gRPC
+//! (the node Link, the coordinator protocol when it hosts the coordinator,
+//! the client API, health and reflection) and the admin HTTP server, runs a
+//! region per entity type, and stops gracefully on SIGTERM, Ctrl-C or the
+//! client API's Shutdown: shards are handed off first (within
+//! `node.shutdown_timeout`), then the servers stop.
+//!
+//! `colo run` is this program with the built-in counter; a binary of one's
+//! own registers its entity types the same way:
+//!
+//! ```no_run
+//! # use colo::{Entity, EntityContext, EntityError, EntityType, NodeProgram};
+//! # #[derive(Default)] struct Account;
+//! # impl Entity for Account { type Message = (); type Reply = ();
+//! #   async fn handle(&mut self, _: &EntityContext, _: ()) -> Result<(), EntityError> { Ok(()) } }
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! NodeProgram::from_args()?
+//!     .entity_type(|settings| EntityType::new("account", |_| Account).with_settings(settings))
+//!     .run()
+//!     .await?;
+//! # Ok(()) }
+//! ```
+
+mod coordinators;
 
 use crate::admin::{self, Admin, Readiness};
 use crate::api::ShardingApi;
-use crate::config::{BuiltinEntityType, NodeConfig};
+use crate::config::{ConfigError, NodeConfig, RunArgs};
 use crate::coordinator::hosting::StaticHosting;
-use crate::counter::{Counter, COUNTER};
-use crate::entity::EntityType;
+use crate::entity::{Entity, EntityType, RegistrationError};
 use crate::node::Node;
+use crate::settings::ShardingSettings;
 use crate::transport::grpc::{GrpcSettings, GrpcTransport};
-use crate::{CoordinatorHandle, InMemoryStore};
-use colo_allocation::LeastShardAllocationStrategy;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +46,9 @@ const SERVER_DRAIN: Duration = Duration::from_secs(2);
 /// Why the node could not start or serve.
 #[derive(Debug, thiserror::Error)]
 pub enum ProgramError {
+    /// The config could not be read.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// A listen address could not be bound.
     #[error("invalid config: {field}: cannot listen on {address}: {source}")]
     Bind {
@@ -65,6 +84,154 @@ pub enum ProgramError {
     Admin(std::io::Error),
 }
 
+/// The command line of a node program: the flags of `colo run`.
+#[derive(Debug, clap::Parser)]
+#[command(
+    about = "Runs a colo node: gRPC for other nodes and clients, admin HTTP for metrics and health"
+)]
+struct ProgramArgs {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// An entity type registered with a program, its Rust type erased.
+trait Registration: Send {
+    fn name(&self) -> &str;
+    fn settings(&self) -> &ShardingSettings;
+    fn start(self: Box<Self>, node: &Node, proxy: bool) -> Result<(), RegistrationError>;
+}
+
+impl<E: Entity> Registration for EntityType<E> {
+    fn name(&self) -> &str {
+        EntityType::name(self)
+    }
+
+    fn settings(&self) -> &ShardingSettings {
+        &self.settings
+    }
+
+    fn start(self: Box<Self>, node: &Node, proxy: bool) -> Result<(), RegistrationError> {
+        if proxy {
+            node.start_proxy(*self).map(drop)
+        } else {
+            node.start_region(*self).map(drop)
+        }
+    }
+}
+
+/// A node program being put together: its config and its entity types.
+pub struct NodeProgram {
+    config: NodeConfig,
+    entity_types: Vec<Box<dyn Registration>>,
+    exit_with_parent: bool,
+}
+
+impl std::fmt::Debug for NodeProgram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeProgram")
+            .field("config", &self.config)
+            .field(
+                "entity_types",
+                &self
+                    .entity_types
+                    .iter()
+                    .map(|t| t.name())
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl NodeProgram {
+    /// A program configured by the process's command line (the flags of
+    /// `colo run`: `--config`, `--set`, ...) and `COLO_*` variables.
+    /// `--help` prints the flags and exits, as a bad flag does with the
+    /// reason.
+    ///
+    /// # Errors
+    /// The config cannot be read or is invalid; the error names the field.
+    pub fn from_args() -> Result<Self, ConfigError> {
+        let args = <ProgramArgs as clap::Parser>::parse();
+        Self::from_run_args(&args.run)
+    }
+
+    /// A program configured by flags parsed elsewhere (say, a subcommand of
+    /// one's own command line that flattens [`RunArgs`]).
+    ///
+    /// # Errors
+    /// The config cannot be read or is invalid; the error names the field.
+    pub fn from_run_args(args: &RunArgs) -> Result<Self, ConfigError> {
+        let mut program = Self::new(args.load()?);
+        program.exit_with_parent = args.exit_with_parent;
+        Ok(program)
+    }
+
+    /// A program with this config.
+    pub fn new(config: NodeConfig) -> Self {
+        Self {
+            config,
+            entity_types: Vec::new(),
+            exit_with_parent: false,
+        }
+    }
+
+    /// The config the program runs with.
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// Registers an entity type: `make` gets the settings of the config's
+    /// `[sharding]` and `[coordinator]` sections and returns the entity
+    /// type (with those settings, or its own). The node runs it unless
+    /// `node.entity_types` names others.
+    pub fn entity_type<E: Entity>(
+        mut self,
+        make: impl FnOnce(ShardingSettings) -> EntityType<E>,
+    ) -> Self {
+        let entity_type = make(self.config.sharding_settings());
+        self.entity_types.push(Box::new(entity_type));
+        self
+    }
+
+    /// Runs the node until it is asked to stop.
+    ///
+    /// # Errors
+    /// Startup failed (a port taken, an entity type the config names but
+    /// the program does not register, a setting the runtime refuses), or a
+    /// server failed while running.
+    pub async fn run(mut self) -> Result<(), ProgramError> {
+        let entity_types = self.selected()?;
+        run(self.config, entity_types, self.exit_with_parent).await
+    }
+
+    /// The registered entity types `node.entity_types` selects (all when it
+    /// is empty), in its order.
+    fn selected(&mut self) -> Result<Vec<Box<dyn Registration>>, ProgramError> {
+        let wanted = &self.config.node.entity_types;
+        let mut all = std::mem::take(&mut self.entity_types);
+        if wanted.is_empty() {
+            if all.is_empty() {
+                return Err(ProgramError::Settings(
+                    "the program registers no entity type".into(),
+                ));
+            }
+            return Ok(all);
+        }
+        let known: Vec<String> = all.iter().map(|t| t.name().to_string()).collect();
+        let mut selected = Vec::new();
+        for name in wanted {
+            let Some(at) = all.iter().position(|t| t.name() == name) else {
+                return Err(ProgramError::Settings(format!(
+                    "node.entity_types: `{name}` is not an entity type of this program (it registers: {})",
+                    known.join(", ")
+                )));
+            };
+            selected.push(all.swap_remove(at));
+        }
+        Ok(selected)
+    }
+}
+
 async fn bind(field: &'static str, address: SocketAddr) -> Result<TcpListener, ProgramError> {
     TcpListener::bind(address)
         .await
@@ -76,21 +243,24 @@ async fn bind(field: &'static str, address: SocketAddr) -> Result<TcpListener, P
 }
 
 /// Runs the node until it is asked to stop.
-///
-/// # Errors
-/// Startup failed (a port taken, a setting the runtime refuses), or a server
-/// failed while running.
-pub async fn run(config: NodeConfig) -> Result<(), ProgramError> {
+async fn run(
+    config: NodeConfig,
+    entity_types: Vec<Box<dyn Registration>>,
+    exit_with_parent: bool,
+) -> Result<(), ProgramError> {
     crate::logging::init(config.log.format, &config.log.level)?;
     let metrics = admin::install_recorder()?;
     let grpc_listener = bind("node.listen", config.node.listen).await?;
     let admin_listener = bind("node.admin_listen", config.node.admin_listen).await?;
     let advertised = advertised(&config, &grpc_listener);
-    let settings = config.sharding_settings();
 
     let hosting = Arc::new(StaticHosting::new(config.coordinator.address.clone()));
     if advertised == config.coordinator.address {
-        host_coordinators(&config, &hosting)?;
+        let types: Vec<(String, ShardingSettings)> = entity_types
+            .iter()
+            .map(|t| (t.name().to_string(), t.settings().clone()))
+            .collect();
+        coordinators::host(&config, &types, &hosting)?;
     }
     let grpc_settings = GrpcSettings {
         heartbeat_interval: config.coordinator.heartbeat_interval,
@@ -99,23 +269,18 @@ pub async fn run(config: NodeConfig) -> Result<(), ProgramError> {
     };
     let transport = GrpcTransport::new(&advertised, grpc_settings, hosting);
     let node = Arc::new(Node::new(transport.clone()));
-    for entity_type in &config.node.entity_types {
-        let started = match entity_type {
-            BuiltinEntityType::Counter => {
-                let counter = EntityType::new(COUNTER, |_| Counter::default())
-                    .with_settings(settings.clone());
-                if config.node.proxy {
-                    node.start_proxy(counter).map(drop)
-                } else {
-                    node.start_region(counter).map(drop)
-                }
-            }
-        };
-        started.map_err(|e| ProgramError::Settings(e.to_string()))?;
+    for entity_type in entity_types {
+        let name = entity_type.name().to_string();
+        entity_type
+            .start(&node, config.node.proxy)
+            .map_err(|e| ProgramError::Settings(format!("entity type {name:?}: {e}")))?;
     }
 
     let (stop, mut stopping) = watch::channel(false);
     tokio::spawn(watch_signals(stop.clone()));
+    if exit_with_parent {
+        tokio::spawn(exit_with_the_parent());
+    }
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
@@ -157,11 +322,15 @@ pub async fn run(config: NodeConfig) -> Result<(), ProgramError> {
         result = &mut grpc => return flatten(result).map_err(ProgramError::Serve),
         result = &mut admin => return flatten(result).map_err(ProgramError::Admin),
     }
-    tracing::info!(node = %advertised, "stopping: handing shards off");
+    let limit = config.node.shutdown_timeout;
+    tracing::info!(node = %advertised, timeout = ?limit, "stopping: handing shards off");
     health
         .set_service_status("", tonic_health::ServingStatus::NotServing)
         .await;
-    node.shutdown().await;
+    if tokio::time::timeout(limit, node.shutdown()).await.is_err() {
+        tracing::warn!(node = %advertised, timeout = ?limit, "graceful stop did not finish within node.shutdown_timeout; stopping now");
+        node.kill().await;
+    }
     let _ = servers_stop.send(true);
     let drained = tokio::time::timeout(SERVER_DRAIN, async {
         let _ = (&mut grpc).await;
@@ -176,6 +345,23 @@ pub async fn run(config: NodeConfig) -> Result<(), ProgramError> {
     Ok(())
 }
 
+/// Exits when the process that started this one is gone (a test runner
+/// killed hard, say): a node must not outlive what supervises it.
+async fn exit_with_the_parent() {
+    #[cfg(unix)]
+    {
+        let parent = std::os::unix::process::parent_id();
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tick.tick().await;
+            if std::os::unix::process::parent_id() != parent {
+                tracing::error!(parent, "the parent process is gone; exiting");
+                std::process::exit(1);
+            }
+        }
+    }
+}
+
 /// The address others reach this node at: configured, or the bound one
 /// (when the config asked for port 0).
 fn advertised(config: &NodeConfig, listener: &TcpListener) -> String {
@@ -184,52 +370,6 @@ fn advertised(config: &NodeConfig, listener: &TcpListener) -> String {
         (None, Ok(bound)) => bound.to_string(),
         (None, Err(_)) => config.advertised(),
     }
-}
-
-/// This node hosts the coordinators: one per entity type, with an
-/// in-memory store. Its epoch is the start time, so a restarted coordinator
-/// outranks the one before it.
-///
-/// The in-memory store is lost when the node restarts, while the other
-/// nodes may still run shards. A marker in the data directory says whether
-/// this node has hosted the coordinator before: if it has, the coordinator
-/// waits `region_timeout` for the regions to report what they run before it
-/// places other shards; a brand-new cluster places shards at once.
-fn host_coordinators(config: &NodeConfig, hosting: &StaticHosting) -> Result<(), ProgramError> {
-    let epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    let data_dir = config.data_dir();
-    for entity_type in &config.node.entity_types {
-        let marker = data_dir.join(format!("coordinator-{}.started", entity_type.name()));
-        let store = if marker.exists() {
-            InMemoryStore::after_loss()
-        } else {
-            InMemoryStore::new()
-        };
-        std::fs::create_dir_all(&data_dir)
-            .and_then(|()| std::fs::write(&marker, format!("{epoch}\n")))
-            .map_err(|source| ProgramError::DataDir {
-                path: marker.clone(),
-                source,
-            })?;
-        let strategy = LeastShardAllocationStrategy::new(config.least_shard_settings())
-            .map_err(|e| ProgramError::Settings(format!("coordinator.least_shard: {e}")))?;
-        let handle = CoordinatorHandle::spawn(
-            entity_type.name(),
-            config.sharding_settings(),
-            Box::new(strategy),
-            Arc::new(store),
-        )
-        .map_err(|e| ProgramError::Settings(format!("sharding.{}: {}", e.field, e.reason)))?;
-        hosting.host(handle, epoch, None);
-    }
-    tracing::info!(
-        entity_types = config.node.entity_types.len(),
-        epoch,
-        "hosting the coordinators"
-    );
-    Ok(())
 }
 
 async fn stopped(mut stop: watch::Receiver<bool>) {
@@ -266,5 +406,36 @@ fn flatten<E>(result: Result<Result<(), E>, tokio::task::JoinError>) -> Result<(
         Ok(result) => result,
         // The server task panicked or was aborted: treat it as a stop.
         Err(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counter::{Counter, COUNTER};
+
+    fn config(sets: &[&str]) -> NodeConfig {
+        let mut all = vec![
+            "node.listen=127.0.0.1:0".to_string(),
+            "node.advertised=127.0.0.1:7001".to_string(),
+            "node.admin_listen=127.0.0.1:0".to_string(),
+            "coordinator.address=127.0.0.1:7001".to_string(),
+        ];
+        all.extend(sets.iter().map(|s| s.to_string()));
+        NodeConfig::load(None, Vec::new(), &all).expect("valid config")
+    }
+
+    #[tokio::test]
+    async fn an_entity_type_the_program_does_not_register_is_refused_at_startup() {
+        let program = NodeProgram::new(config(&[r#"node.entity_types=["cart"]"#]))
+            .entity_type(|s| EntityType::new(COUNTER, |_| Counter::default()).with_settings(s));
+        let err = program.run().await.unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "invalid config: node.entity_types: `cart` is not an entity type of this program (it registers: counter)"
+        );
+        let empty = NodeProgram::new(config(&[]));
+        let err = empty.run().await.unwrap_err().to_string();
+        assert!(err.contains("registers no entity type"), "{err}");
     }
 }

@@ -72,6 +72,26 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Which node program a process runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Program {
+    /// `colo run`, with the built-in counter.
+    Colo,
+    /// An example of the colo crate that is a node program of its own, with
+    /// the entity types it registers.
+    Example(&'static str),
+}
+
+impl Program {
+    /// The binary and the arguments before the config's.
+    fn command(&self) -> (PathBuf, Vec<&'static str>) {
+        match self {
+            Program::Colo => (colo_binary(), vec!["run"]),
+            Program::Example(name) => (example_binary(name), vec![]),
+        }
+    }
+}
+
 /// One node of a test cluster.
 #[derive(Debug)]
 pub struct NodeProcess {
@@ -79,6 +99,7 @@ pub struct NodeProcess {
     pub grpc: String,
     /// Its admin HTTP address.
     pub admin: String,
+    program: Program,
     config: PathBuf,
     sets: Vec<String>,
     log: PathBuf,
@@ -87,9 +108,15 @@ pub struct NodeProcess {
 }
 
 impl NodeProcess {
-    /// Starts a node whose coordinator lives at `coordinator` (its own
-    /// address when `None`); `sets` are `--set key=value` overrides.
+    /// Starts a `colo run` node whose coordinator lives at `coordinator`
+    /// (its own address when `None`); `sets` are `--set key=value`
+    /// overrides.
     pub fn start(coordinator: Option<&str>, sets: &[&str]) -> Self {
+        Self::start_program(Program::Colo, coordinator, sets)
+    }
+
+    /// Starts a node of `program`, like [`Self::start`].
+    pub fn start_program(program: Program, coordinator: Option<&str>, sets: &[&str]) -> Self {
         let grpc = format!("127.0.0.1:{}", free_port());
         let admin = format!("127.0.0.1:{}", free_port());
         let coordinator = coordinator.unwrap_or(&grpc);
@@ -101,7 +128,6 @@ impl NodeProcess {
             r#"[node]
 listen = "{grpc}"
 admin_listen = "{admin}"
-entity_types = ["counter"]
 data_dir = "{data_dir}"
 
 [coordinator]
@@ -124,6 +150,7 @@ level = "info,colo=debug"
         std::fs::write(&config, text).expect("write config");
         let log = dir.path().join("colo.log");
         let mut node = Self {
+            program,
             sets: sets.iter().map(|s| s.to_string()).collect(),
             grpc,
             admin,
@@ -143,8 +170,11 @@ level = "info,colo=debug"
             .open(&self.log)
             .expect("open log file");
         let err = log.try_clone().expect("clone log file");
-        let child = Command::new(colo_binary())
-            .arg("run")
+        let (binary, leading) = self.program.command();
+        // A node exits with its test process, however that one ends.
+        let child = Command::new(binary)
+            .args(leading)
+            .arg("--exit-with-parent")
             .arg("--config")
             .arg(&self.config)
             .args(self.sets.iter().flat_map(|s| ["--set", s.as_str()]))
@@ -184,6 +214,16 @@ level = "info,colo=debug"
     /// kill -CONT: the process goes on where it froze.
     pub fn resume(&self) {
         self.signal("-CONT");
+    }
+
+    /// kill -TERM: what an orchestrator sends to stop a node gracefully.
+    pub fn terminate(&self) {
+        self.signal("-TERM");
+    }
+
+    /// kill -INT: Ctrl-C in a terminal.
+    pub fn interrupt(&self) {
+        self.signal("-INT");
     }
 
     fn signal(&self, signal: &str) {
@@ -259,5 +299,14 @@ level = "info,colo=debug"
 impl Drop for NodeProcess {
     fn drop(&mut self) {
         self.kill();
+        // A failing test shows what every one of its nodes logged.
+        if std::thread::panicking() {
+            eprintln!(
+                "----- log of node {} -----\n{}----- end of log of node {} -----",
+                self.grpc,
+                self.logs(),
+                self.grpc
+            );
+        }
     }
 }

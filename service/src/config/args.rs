@@ -26,6 +26,10 @@ pub struct RunArgs {
     /// Shorthand for `--set coordinator.address=ADDR`.
     #[arg(long, value_name = "ADDR")]
     pub coordinator: Option<String>,
+    /// Exit when the process that started this one is gone (for test
+    /// harnesses: a node must not outlive a runner that was killed).
+    #[arg(long, hide = true)]
+    pub exit_with_parent: bool,
 }
 
 impl RunArgs {

@@ -30,14 +30,14 @@ impl NodeConfig {
             }
             None => {}
         }
-        if node.entity_types.is_empty() {
-            return refuse("node.entity_types", "must name at least one".to_string());
-        }
         let mut seen = HashSet::new();
-        if let Some(twice) = node.entity_types.iter().find(|t| !seen.insert(**t)) {
+        if let Some(twice) = node.entity_types.iter().find(|t| !seen.insert(*t)) {
+            return refuse("node.entity_types", format!("names `{twice}` twice"));
+        }
+        if node.shutdown_timeout.is_zero() {
             return refuse(
-                "node.entity_types",
-                format!("names `{}` twice", twice.name()),
+                "node.shutdown_timeout",
+                "must be longer than zero".to_string(),
             );
         }
         if node.admin_listen == node.listen && node.listen.port() != 0 {

@@ -1,0 +1,59 @@
+//! Hosting the coordinators on the node that the config names.
+
+use super::ProgramError;
+use crate::config::NodeConfig;
+use crate::coordinator::hosting::StaticHosting;
+use crate::settings::ShardingSettings;
+use crate::{CoordinatorHandle, InMemoryStore};
+use colo_allocation::LeastShardAllocationStrategy;
+use std::sync::Arc;
+
+/// This node hosts the coordinators: one per entity type it runs, with an
+/// in-memory store. Its epoch is the start time, so a restarted coordinator
+/// outranks the one before it.
+///
+/// The in-memory store is lost when the node restarts, while the other
+/// nodes may still run shards. A marker in the data directory says whether
+/// this node has hosted the coordinator before: if it has, the coordinator
+/// waits `region_timeout` for the regions to report what they run before it
+/// places other shards; a brand-new cluster places shards at once.
+pub(super) fn host(
+    config: &NodeConfig,
+    entity_types: &[(String, ShardingSettings)],
+    hosting: &StaticHosting,
+) -> Result<(), ProgramError> {
+    let epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let data_dir = config.data_dir();
+    for (name, settings) in entity_types {
+        let marker = data_dir.join(format!("coordinator-{name}.started"));
+        let store = if marker.exists() {
+            InMemoryStore::after_loss()
+        } else {
+            InMemoryStore::new()
+        };
+        std::fs::create_dir_all(&data_dir)
+            .and_then(|()| std::fs::write(&marker, format!("{epoch}\n")))
+            .map_err(|source| ProgramError::DataDir {
+                path: marker.clone(),
+                source,
+            })?;
+        let strategy = LeastShardAllocationStrategy::new(config.least_shard_settings())
+            .map_err(|e| ProgramError::Settings(format!("coordinator.least_shard: {e}")))?;
+        let handle = CoordinatorHandle::spawn(
+            name,
+            settings.clone(),
+            Box::new(strategy),
+            Arc::new(store),
+        )
+        .map_err(|e| ProgramError::Settings(format!("sharding.{}: {}", e.field, e.reason)))?;
+        hosting.host(handle, epoch, None);
+    }
+    tracing::info!(
+        entity_types = entity_types.len(),
+        epoch,
+        "hosting the coordinators"
+    );
+    Ok(())
+}
