@@ -149,6 +149,27 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
             ));
         }
     }
+    // Entity state is in memory only until the durable-state issue lands:
+    // a counter whose shard moved was stopped on its old node and started
+    // anew, from 0, on its new one.
+    let mut kept = 0usize;
+    let mut restarted = 0usize;
+    for id in &ids {
+        let value = nodes[0]
+            .1
+            .ask(id, CounterMsg::Get, Duration::from_secs(10))
+            .await
+            .map_err(step("ask"))?;
+        if value == expected {
+            kept += 1;
+        } else {
+            restarted += 1;
+        }
+    }
+    println!(
+        "{kept} counters still read {expected}; {restarted} read 0: their shards moved, and entity \
+         state is kept in memory only (durable state is not built yet), so a moved entity starts again"
+    );
     for (node, _) in &nodes {
         node.shutdown().await;
     }

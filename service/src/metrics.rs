@@ -27,6 +27,7 @@ pub const ACTIVATIONS: &str = "colo_entity_activations_total";
 pub const ACTIVE_RATIO: &str = "colo_passivation_active_ratio";
 pub const WINDOW_PROPORTION: &str = "colo_passivation_window_proportion";
 pub const COORDINATOR_REACHABLE: &str = "colo_region_coordinator_reachable";
+pub const SHARD_ENTITIES: &str = "colo_shard_entities";
 
 pub const STALE_REPLIES: &str = "colo_stale_replies_total";
 
@@ -87,6 +88,23 @@ pub fn describe() {
             COORDINATOR_REGIONS,
             "Regions registered with the coordinator"
         );
+        describe_counter!(
+            PASSIVATIONS,
+            "Entities passivated, by reason (idle, limit, explicit, hand-off)"
+        );
+        describe_counter!(ACTIVATIONS, "Entities created for a message");
+        describe_gauge!(
+            ACTIVE_RATIO,
+            "Share of messages in the last interval that found their entity active"
+        );
+        describe_gauge!(
+            WINDOW_PROPORTION,
+            "Mean admission window of the adaptive passivation policies, as a share of the limit"
+        );
+        describe_gauge!(
+            SHARD_ENTITIES,
+            "Live entities per hosted shard (0 once the shard left this node)"
+        );
         describe_gauge!(
             COORDINATOR_REACHABLE,
             "1 while the coordinator answers this region's heartbeats, 0 once the region has fenced itself or lost its link"
@@ -119,6 +137,7 @@ pub(crate) struct RegionMetrics {
 
 impl RegionMetrics {
     pub fn new(entity_type: &str) -> Self {
+        initialise(entity_type);
         let et = entity_type.to_string();
         let dropped = |reason: &'static str| metrics::counter!(DROPPED, "entity_type" => et.clone(), "reason" => reason);
         Self {
@@ -152,6 +171,26 @@ impl RegionMetrics {
     pub fn passivated(&self, reason: PassivationReason) {
         self.passivations[reason as usize].increment(1);
     }
+
+    /// A shard's gauge of live entities.
+    pub fn shard_entities(&self, entity_type: &str, shard: colo_allocation::ShardId) -> Gauge {
+        metrics::gauge!(SHARD_ENTITIES, "entity_type" => entity_type.to_string(), "shard" => shard.to_string())
+    }
+}
+
+/// Registers the series of an entity type that only some nodes, or only
+/// some events, would otherwise create, at zero: a dashboard then finds
+/// every series on every node from the start, and `rate()` sees the first
+/// event.
+fn initialise(entity_type: &str) {
+    let et = || entity_type.to_string();
+    for outcome in ["completed", "failed"] {
+        metrics::counter!(HANDOFFS, "entity_type" => et(), "outcome" => outcome).increment(0);
+    }
+    let _ = metrics::histogram!(HANDOFF_DURATION, "entity_type" => et());
+    metrics::counter!(REBALANCED_SHARDS, "entity_type" => et()).increment(0);
+    metrics::counter!(ENTITY_FAILURES, "entity_type" => et()).increment(0);
+    metrics::counter!(ACTIVATIONS, "entity_type" => et()).increment(0);
 }
 
 pub(crate) fn handoff_finished(entity_type: &str, ok: bool, took: Duration) {

@@ -273,14 +273,16 @@ async fn an_invalid_config_names_the_field() {
 #[tokio::test]
 async fn metrics_show_hosted_shards_and_delivered_messages() {
     let a = NodeProcess::start(None, &[]);
+    let b = NodeProcess::start(Some(&a.grpc), &[]);
     a.await_ready(READY).await;
-    let mut client = a.client().await;
+    b.await_ready(READY).await;
+    let mut client = b.client().await;
     for id in ids("m", 30) {
         ask(&mut client, &id, r#"{"Add":2}"#).await.unwrap();
     }
-    let (status, live) = http::get(&a.admin, "/health/live").await.unwrap();
+    let (status, live) = http::get(&b.admin, "/health/live").await.unwrap();
     assert_eq!(status, 200, "{live}");
-    let (status, body) = http::get(&a.admin, "/metrics").await.unwrap();
+    let (status, body) = http::get(&b.admin, "/metrics").await.unwrap();
     assert_eq!(status, 200);
     let value = |name: &str| -> f64 {
         body.lines()
@@ -289,7 +291,51 @@ async fn metrics_show_hosted_shards_and_delivered_messages() {
             .sum()
     };
     assert!(value("colo_region_hosted_shards") >= 1.0, "{body}");
-    assert!(value("colo_messages_delivered_total") >= 30.0, "{body}");
+    // Of the 30 asks through b, those for b's shards were handled here and
+    // the others forwarded to a.
+    let (delivered, forwarded) = (
+        value("colo_messages_delivered_total"),
+        value("colo_messages_forwarded_total"),
+    );
+    assert!(delivered >= 1.0 && forwarded >= 1.0, "{body}");
+    assert!(delivered + forwarded >= 30.0, "{body}");
+    assert_eq!(value("colo_region_coordinator_reachable"), 1.0, "{body}");
+    assert!(value("colo_shard_entities{") >= 1.0, "{body}");
+    // Every family README lists is described and present on this node,
+    // which does not host the coordinator: hand-off and rebalance series
+    // included, at zero until something happens.
+    for family in [
+        "colo_region_hosted_shards",
+        "colo_region_hosted_entities",
+        "colo_shard_entities",
+        "colo_messages_delivered_total",
+        "colo_messages_forwarded_total",
+        "colo_messages_buffered",
+        "colo_messages_buffered_total",
+        "colo_messages_dropped_total",
+        "colo_entity_failures_total",
+        "colo_shard_home_latency_seconds",
+        "colo_handoffs_total",
+        "colo_handoff_duration_seconds",
+        "colo_rebalanced_shards_total",
+        "colo_passivations_total",
+        "colo_entity_activations_total",
+        "colo_region_coordinator_reachable",
+    ] {
+        assert!(
+            body.contains(&format!("# HELP {family} ")),
+            "no HELP for {family}:\n{body}"
+        );
+        assert!(
+            body.lines()
+                .any(|l| l.starts_with(family) && !l.starts_with('#')),
+            "no series of {family}:\n{body}"
+        );
+    }
+    assert!(
+        body.contains(r#"colo_handoffs_total{entity_type="counter",outcome="failed"} 0"#),
+        "{body}"
+    );
 }
 
 /// Server reflection lists colo's services and the standard health

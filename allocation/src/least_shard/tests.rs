@@ -36,6 +36,7 @@ fn shards(ids: &[u32]) -> BTreeSet<ShardId> {
 
 fn threshold_strategy(threshold: usize, max_simultaneous: usize) -> LeastShardAllocationStrategy {
     LeastShardAllocationStrategy::new(LeastShardSettings {
+        rebalance_absolute_limit: 0,
         rebalance_threshold: threshold,
         max_simultaneous_rebalance: max_simultaneous,
         ..LeastShardSettings::default()

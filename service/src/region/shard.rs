@@ -202,6 +202,8 @@ pub(crate) struct Shard<E: Entity, F> {
     lease: Arc<Generation>,
     serving: bool,
     signals: Arc<ShardSignals>,
+    /// Live entities of this shard, as a metric.
+    entities_gauge: metrics::Gauge,
 }
 
 impl<E: Entity> Shard<E, ()> {
@@ -220,6 +222,7 @@ impl<E: Entity> Shard<E, ()> {
         let mailbox = Consumer(sink.clone());
         let (done, stopped) = oneshot::channel();
         let signals = Arc::new(ShardSignals::default());
+        let entities_gauge = metrics.shard_entities(&entity_type.name, id);
         let shard = Shard {
             id,
             idle_ticks: settings.passivation.idle_check().map(|c| c.ticks),
@@ -247,6 +250,7 @@ impl<E: Entity> Shard<E, ()> {
             lease,
             serving: false,
             signals: signals.clone(),
+            entities_gauge,
         };
         node.tasks.spawn_shard(IN_SHARD.scope((), async move {
             let leftovers = shard.run(mailbox).await;
@@ -604,7 +608,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         let factory = &self.entity_type.factory;
         let entity = std::panic::catch_unwind(AssertUnwindSafe(|| factory(id)))
             .map_err(|panic| format!("factory {}", runs::panic_message(&panic)))?;
-        self.metrics.hosted_entities.increment(1.0);
+        self.count_entities(1.0);
         self.metrics.activations.increment(1);
         self.counts.activations += 1;
         tracing::debug!(target: LIFECYCLE, entity_type = %self.entity_type.name, shard = %self.id, entity_id = %id, "entity started");
@@ -875,7 +879,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
     fn gone(&mut self, id: &EntityId, reason: PassivationReason) {
         if self.entities.remove(id).is_some() {
             tracing::debug!(target: LIFECYCLE, entity_type = %self.entity_type.name, shard = %self.id, entity_id = %id, reason = reason.as_str(), "entity stopped");
-            self.metrics.hosted_entities.decrement(1.0);
+            self.count_entities(-1.0);
             self.metrics.passivated(reason);
             if reason != PassivationReason::Limit {
                 if let Some(policy) = &mut self.policy {
@@ -905,7 +909,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         self.metrics.entity_failures.increment(1);
         if self.entities.remove(id).is_some() {
             tracing::debug!(target: LIFECYCLE, entity_type = %self.entity_type.name, shard = %self.id, entity_id = %id, reason = "failed", "entity stopped");
-            self.metrics.hosted_entities.decrement(1.0);
+            self.count_entities(-1.0);
             if let Some(policy) = &mut self.policy {
                 policy.on_remove(id);
             }
@@ -1083,6 +1087,12 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         VecDeque::new()
     }
 
+    /// The entity count changed: the region's gauge and the shard's.
+    fn count_entities(&self, delta: f64) {
+        self.metrics.hosted_entities.increment(delta);
+        self.entities_gauge.increment(delta);
+    }
+
     fn flush_activity(&mut self) {
         let window = self.policy.as_ref().and_then(|p| p.window_proportion());
         self.activity.flush(self.id, &mut self.counts, window);
@@ -1092,7 +1102,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         log_dropped(&self.entity_type.name, self.id, &self.entities);
         let n = self.entities.len();
         self.entities.clear();
-        self.metrics.hosted_entities.decrement(n as f64);
+        self.count_entities(-(n as f64));
     }
 }
 
@@ -1100,9 +1110,10 @@ impl<E: Entity, F> Drop for Shard<E, F> {
     fn drop(&mut self) {
         // A shard aborted with its node still counts its entities as gone.
         log_dropped(&self.entity_type.name, self.id, &self.entities);
-        let n = self.entities.len();
+        let n = self.entities.len() as f64;
         self.entities.clear();
-        self.metrics.hosted_entities.decrement(n as f64);
+        self.metrics.hosted_entities.decrement(n);
+        self.entities_gauge.decrement(n);
     }
 }
 
