@@ -59,8 +59,11 @@ impl Sharding for ShardingApi {
         let region = request::region(&self.node, &req.entity_type)?;
         let entity_id = request::entity_id(&req.entity_id)?;
         let (content_type, data) = request::payload(req.payload.as_ref())?;
-        let shard = region.tell(entity_id, content_type, data).await?;
-        Ok(Response::new(TellResponse { shard: shard.0 }))
+        let told = region.tell(entity_id, content_type, data).await?;
+        Ok(Response::new(TellResponse {
+            shard: told.shard.0,
+            buffered: told.buffered.unwrap_or_default().to_string(),
+        }))
     }
 
     async fn ask(&self, request: Request<AskRequest>) -> Result<Response<AskResponse>, Status> {

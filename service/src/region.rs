@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-pub use erased::{ErasedError, ErasedRegion};
+pub use erased::{ErasedError, ErasedRegion, Told};
 
 /// Capacity of the region task's command channel. Commands are rare (queries,
 /// hand-off results, undelivered batches); senders wait when it is full.
@@ -102,7 +102,7 @@ pub(crate) struct Shared<E: Entity> {
 }
 
 impl<E: Entity> Shared<E> {
-    async fn route(&self, env: Envelope<E>) -> Result<(), TellError> {
+    async fn route(&self, env: Envelope<E>) -> Result<routes::Placement, TellError> {
         self.routes.route(env).await
     }
 }
@@ -375,8 +375,24 @@ impl<E: Entity> Region<E> {
     /// The buffer is full, the id is empty, the region has stopped, or (in a
     /// handler) the target's mailbox stayed full.
     pub async fn tell(&self, entity_id: &str, message: E::Message) -> Result<(), TellError> {
+        self.tell_placed(entity_id, message).await.map(drop)
+    }
+
+    /// [`Self::tell`], saying why the message waits when it does.
+    async fn tell_placed(
+        &self,
+        entity_id: &str,
+        message: E::Message,
+    ) -> Result<Option<&'static str>, TellError> {
         let env = self.envelope(entity_id, message, Reply::None)?;
-        self.shared.route(env).await
+        let placement = self.shared.route(env).await?;
+        Ok(match placement {
+            routes::Placement::Buffered if !self.coordinator_reachable() => {
+                Some("coordinator unreachable")
+            }
+            routes::Placement::Buffered => Some("waiting for the shard's home"),
+            routes::Placement::Delivered | routes::Placement::Forwarded => None,
+        })
     }
 
     /// Sends a message and waits for the entity's reply.

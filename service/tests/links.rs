@@ -1,6 +1,7 @@
 //! Delivery between nodes over gRPC: a busy receiver slows its sender down
 //! and is never resent to; a Link that breaks mid-stream is opened again
-//! and nothing is lost or handled twice.
+//! and nothing is lost or handled twice; what comes off the wire is checked
+//! again (the shard an envelope names, the incarnation a reply is for).
 
 use colo::allocation::{ExternalAllocationClient, ExternalAllocationStrategy, RegionId};
 use colo::coordinator::hosting::StaticHosting;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::StreamExt;
 
 const ENTITY_TYPE: &str = "recorder";
 
@@ -36,16 +38,16 @@ struct Recorder(Arc<Log>);
 
 impl Entity for Recorder {
     type Message = Msg;
-    type Reply = ();
+    type Reply = u64;
 
-    async fn handle(&mut self, _ctx: &EntityContext, message: Msg) -> Result<(), EntityError> {
+    async fn handle(&mut self, _ctx: &EntityContext, message: Msg) -> Result<u64, EntityError> {
         let delay = *self.0.delay.lock();
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
         let Msg::Record(seq) = message;
         self.0.seqs.lock().push(seq);
-        Ok(())
+        Ok(seq)
     }
 }
 
@@ -72,12 +74,72 @@ fn grpc_settings() -> GrpcSettings {
     }
 }
 
+/// A node of the test, over gRPC on a loopback port.
+struct GrpcNode {
+    node: Arc<Node>,
+    region: Region<Recorder>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl GrpcNode {
+    /// A node advertised as `advertised` (a proxy, say) and serving on
+    /// `listener`; it hosts the coordinator when `locations` is given.
+    fn start(
+        listener: TcpListener,
+        advertised: &str,
+        coordinator: &str,
+        locations: Option<&ExternalAllocationClient>,
+        log: &Arc<Log>,
+        mailbox: usize,
+    ) -> Self {
+        let hosting = Arc::new(StaticHosting::new(coordinator));
+        if let Some(locations) = locations {
+            let strategy = ExternalAllocationStrategy::new(locations.clone());
+            let handle = CoordinatorHandle::spawn(
+                ENTITY_TYPE,
+                settings(mailbox),
+                Box::new(strategy),
+                Arc::new(InMemoryStore::new()),
+            )
+            .unwrap();
+            hosting.host(handle, 1, Some(locations.clone()));
+        }
+        let transport = GrpcTransport::new(advertised, grpc_settings(), hosting);
+        let node = Arc::new(Node::new(transport.clone()));
+        let entity = {
+            let log = log.clone();
+            EntityType::new(ENTITY_TYPE, move |_| Recorder(log.clone()))
+                .with_settings(settings(mailbox))
+        };
+        let region = node.start_region(entity).unwrap();
+        let server = tonic::transport::Server::builder()
+            .add_service(transport.node_service())
+            .add_service(transport.coordinator_service())
+            .serve_with_incoming(TcpListenerStream::new(listener));
+        let server = tokio::spawn(async move {
+            let _ = server.await;
+        });
+        Self {
+            node,
+            region,
+            server,
+        }
+    }
+
+    /// kill -9: nothing handed off, the server gone.
+    async fn kill(self) {
+        self.node.kill().await;
+        self.server.abort();
+        let _ = self.server.await;
+    }
+}
+
 struct Cluster {
     sender: Region<Recorder>,
     receiver: Region<Recorder>,
     log: Arc<Log>,
     locations: ExternalAllocationClient,
-    _nodes: Vec<Arc<Node>>,
+    _nodes: Vec<GrpcNode>,
     proxy: Option<Proxy>,
 }
 
@@ -96,44 +158,14 @@ async fn cluster(mailbox: usize, proxied: bool) -> Cluster {
         None
     };
     let b_advertised = proxy.as_ref().map_or(b_address, |p| p.address.clone());
-    let mut nodes = Vec::new();
-    let mut regions = Vec::new();
-    for (listener, advertised) in [(a, a_address.clone()), (b, b_advertised)] {
-        let hosting = Arc::new(StaticHosting::new(&a_address));
-        if advertised == a_address {
-            let strategy = ExternalAllocationStrategy::new(locations.clone());
-            let handle = CoordinatorHandle::spawn(
-                ENTITY_TYPE,
-                settings(mailbox),
-                Box::new(strategy),
-                Arc::new(InMemoryStore::new()),
-            )
-            .unwrap();
-            hosting.host(handle, 1, Some(locations.clone()));
-        }
-        let transport = GrpcTransport::new(&advertised, grpc_settings(), hosting);
-        let node = Arc::new(Node::new(transport.clone()));
-        let entity = {
-            let log = log.clone();
-            EntityType::new(ENTITY_TYPE, move |_| Recorder(log.clone()))
-                .with_settings(settings(mailbox))
-        };
-        regions.push(node.start_region(entity).unwrap());
-        let server = tonic::transport::Server::builder()
-            .add_service(transport.node_service())
-            .add_service(transport.coordinator_service())
-            .serve_with_incoming(TcpListenerStream::new(listener));
-        tokio::spawn(server);
-        nodes.push(node);
-    }
-    let receiver = regions.pop().unwrap();
-    let sender = regions.pop().unwrap();
+    let sender = GrpcNode::start(a, &a_address, &a_address, Some(&locations), &log, mailbox);
+    let receiver = GrpcNode::start(b, &b_advertised, &a_address, None, &log, mailbox);
     Cluster {
-        sender,
-        receiver,
+        sender: sender.region.clone(),
+        receiver: receiver.region.clone(),
         log,
         locations,
-        _nodes: nodes,
+        _nodes: vec![sender, receiver],
         proxy,
     }
 }
@@ -155,26 +187,32 @@ where
 
 /// The one entity of the test lives on the receiving node.
 async fn place_on_receiver(cluster: &Cluster) -> String {
+    place(&cluster.locations, &cluster.sender, &cluster.receiver, 2).await
+}
+
+/// Entity `x` lives on `home`, once `regions` regions are registered.
+async fn place(
+    locations: &ExternalAllocationClient,
+    via: &Region<Recorder>,
+    home: &Region<Recorder>,
+    regions: usize,
+) -> String {
     let id = "x".to_string();
-    let shard = cluster.sender.shard_of(&id);
-    cluster
-        .locations
-        .set_location(shard, RegionId::new(cluster.receiver.node().as_str()));
+    let shard = via.shard_of(&id);
+    locations.set_location(shard, RegionId::new(home.node().as_str()));
     eventually(
-        "both regions registered",
+        "every region registered",
         Duration::from_secs(10),
         || async {
-            cluster.sender.is_ready()
-                && cluster.receiver.is_ready()
-                && cluster
-                    .receiver
+            via.is_ready()
+                && home.is_ready()
+                && via
                     .cluster_stats(Duration::from_secs(1))
                     .await
-                    .is_ok_and(|s| s.regions.len() == 2)
+                    .is_ok_and(|s| s.regions.len() == regions)
         },
     )
     .await;
-    assert_eq!(shard, cluster.receiver.shard_of(&id));
     id
 }
 
@@ -237,4 +275,104 @@ async fn a_link_broken_mid_stream_loses_nothing_and_handles_nothing_twice() {
     sender.await.unwrap();
     let seqs = finish(&cluster, &id, N).await;
     assert_eq!(seqs, (0..=N).collect::<Vec<u64>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envelope_naming_a_shard_its_entity_is_not_in_is_dropped() {
+    use colo_proto::v1 as pb;
+    let cluster = cluster(1024, false).await;
+    let id = place_on_receiver(&cluster).await;
+    // A Link of a sender that disagrees on where `x` lives.
+    let address = format!("http://{}", cluster.receiver.node());
+    let mut client = pb::node_client::NodeClient::connect(address).await.unwrap();
+    let shard = cluster.receiver.shard_of(&id).0;
+    let envelope = |seq: u64, shard: u32| pb::Envelope {
+        entity_type: ENTITY_TYPE.into(),
+        entity_id: id.clone(),
+        shard,
+        payload: colo::codec::encode(&Msg::Record(seq)).unwrap().to_vec(),
+        reply_to: None,
+    };
+    let frames = [
+        pb::link_frame::Frame::Hello(pb::Hello {
+            node: "127.0.0.1:1".into(),
+            incarnation: 1,
+        }),
+        pb::link_frame::Frame::Batch(pb::Batch {
+            first_sequence: 1,
+            envelopes: vec![envelope(7, shard + 1), envelope(8, shard)],
+        }),
+    ]
+    .map(|frame| pb::LinkFrame { frame: Some(frame) });
+    let mut answers = client
+        .link(tokio_stream::iter(frames).chain(tokio_stream::pending()))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut acked = false;
+    while !acked {
+        match answers.message().await.unwrap().unwrap().answer {
+            Some(pb::link_answer::Answer::Ack(ack)) => {
+                // Both taken off the wire (the first dropped, not refused:
+                // refusing would make the sender send it again for ever).
+                assert_eq!(ack.accepted, 2);
+                acked = true;
+            }
+            _ => continue,
+        }
+    }
+    eventually(
+        "the well-formed message handled",
+        Duration::from_secs(10),
+        || async { cluster.log.seqs.lock().contains(&8) },
+    )
+    .await;
+    assert_eq!(
+        *cluster.log.seqs.lock(),
+        vec![8],
+        "the mismatched one was dropped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_for_an_earlier_incarnation_of_the_asker_never_completes_a_new_ask() {
+    // c hosts the coordinator, b the slow entity, a asks.
+    let log = Arc::new(Log::default());
+    let locations = ExternalAllocationClient::new();
+    let [a, b, c] = [(); 3].map(|()| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+    let [a, b, c] = [a, b, c].map(|l| {
+        l.set_nonblocking(true).unwrap();
+        TcpListener::from_std(l).unwrap()
+    });
+    let [a_addr, b_addr, c_addr] = [&a, &b, &c].map(|l| l.local_addr().unwrap().to_string());
+    let _c = GrpcNode::start(c, &c_addr, &c_addr, Some(&locations), &log, 1024);
+    let b = GrpcNode::start(b, &b_addr, &c_addr, None, &log, 1024);
+    let a = GrpcNode::start(a, &a_addr, &c_addr, None, &log, 1024);
+    let id = place(&locations, &a.region, &b.region, 3).await;
+    *log.delay.lock() = Duration::from_millis(1000);
+    // The first incarnation of a asks, gives up, and dies.
+    let first = a
+        .region
+        .ask(&id, Msg::Record(1), Duration::from_millis(200))
+        .await;
+    assert!(
+        matches!(first, Err(colo::AskError::Timeout(_))),
+        "{first:?}"
+    );
+    a.kill().await;
+    // Restarted at the same address, it asks again; the reply to the first
+    // ask (correlation ids start over) arrives while it waits.
+    let listener = TcpListener::bind(&a_addr).await.unwrap();
+    let a = GrpcNode::start(listener, &a_addr, &c_addr, None, &log, 1024);
+    eventually("the new a registered", Duration::from_secs(10), || async {
+        a.region.is_ready()
+    })
+    .await;
+    let answer = a
+        .region
+        .ask(&id, Msg::Record(2), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(answer, 2, "the answer to this incarnation's own ask");
+    assert_eq!(*log.seqs.lock(), vec![1, 2]);
 }

@@ -11,15 +11,21 @@ use tonic::transport::Channel;
 /// date) once per test process with the cargo that builds the tests, into
 /// the tests' own target directory, so a test never runs a stale binary.
 pub fn colo_binary() -> PathBuf {
-    binary("colo", &["--bin", "colo"])
+    binary("colo", "colo", &["--bin", "colo"])
 }
 
 /// An example binary of the colo crate, built like [`colo_binary`].
 pub fn example_binary(name: &str) -> PathBuf {
-    binary(name, &["--example", name])
+    package_example("colo", name)
 }
 
-fn binary(name: &str, what: &[&str]) -> PathBuf {
+/// An example binary of a crate of the workspace, built like
+/// [`colo_binary`].
+pub fn package_example(package: &str, name: &str) -> PathBuf {
+    binary(package, name, &["--example", name])
+}
+
+fn binary(package: &str, name: &str, what: &[&str]) -> PathBuf {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
     static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
@@ -35,14 +41,14 @@ fn binary(name: &str, what: &[&str]) -> PathBuf {
         .expect("target profile directory");
     let target_dir = profile_dir.parent().expect("target directory");
     let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--locked", "-p", "colo"])
+        .args(["build", "--quiet", "--locked", "-p", package])
         .args(what)
         .arg("--target-dir")
         .arg(target_dir)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .expect("run cargo build");
-    assert!(status.success(), "cargo build -p colo {what:?} failed");
+    assert!(status.success(), "cargo build -p {package} {what:?} failed");
     let file = format!("{name}{}", std::env::consts::EXE_SUFFIX);
     let path = if what[0] == "--example" {
         profile_dir.join("examples").join(file)

@@ -4,7 +4,7 @@ use colo_tests::client::*;
 use colo_tests::lifecycle::{Lifecycle, JSON_LOGS};
 use colo_tests::process::{colo_binary, NodeProcess};
 use colo_tests::proxy::Proxy;
-use colo_tests::wait;
+use colo_tests::{http, wait};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -239,4 +239,57 @@ async fn the_client_commands_tell_ask_and_inspect() {
     let (ok, _, err) = colo(&["ask", "--id", "cli", r#"{"Sub":1}"#]);
     assert!(!ok);
     assert!(err.contains("INVALID_ARGUMENT"), "{err}");
+}
+
+/// With its coordinator gone a node says so: at warn level in its log, in
+/// the answer to a tell whose message now waits, in the answer to a stats
+/// query, in a metric; and SIGTERM stops it promptly, since nothing can be
+/// handed off.
+#[tokio::test]
+async fn a_node_without_its_coordinator_says_so_and_still_stops_promptly() {
+    let mut a = NodeProcess::start(None, &[]);
+    let mut b = NodeProcess::start(Some(&a.grpc), &[]);
+    a.await_ready(READY).await;
+    b.await_ready(READY).await;
+    let mut via_b = b.client().await;
+    for id in ids("away", 20) {
+        ask(&mut via_b, &id, r#"{"Add":1}"#).await.unwrap();
+    }
+    a.kill();
+    wait::until("b sees the coordinator gone", Duration::from_secs(30), || async {
+        matches!(
+            http::get(&b.admin, "/metrics").await,
+            Ok((200, body)) if body.contains(r#"colo_region_coordinator_reachable{entity_type="counter"} 0"#)
+        )
+    })
+    .await;
+    let colo = |args: &[&str]| {
+        let out = std::process::Command::new(colo_binary())
+            .args(args)
+            .args(["--addr", &b.grpc])
+            .output()
+            .expect("run colo");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // An id nobody used: its shard may have no known home.
+    let fresh = (0..)
+        .map(|i| format!("fresh-{i}"))
+        .find(|id| {
+            let (ok, out, _) = colo(&["tell", "--id", id, r#"{"Add":1}"#]);
+            ok && out.contains("buffered: coordinator unreachable")
+        })
+        .expect("a tell that waits for the coordinator");
+    assert!(fresh.starts_with("fresh-"));
+    let (ok, _, err) = colo(&["stats"]);
+    assert!(!ok);
+    assert!(err.contains("coordinator unreachable"), "{err}");
+    assert!(b.logs().contains("WARN"), "{}", b.logs());
+    assert!(b.logs().contains("coordinator"), "{}", b.logs());
+    b.terminate();
+    let status = b.exited(Duration::from_secs(10)).await;
+    assert!(status.success(), "{status}");
 }

@@ -385,3 +385,23 @@ async fn reflection_lists_the_services_and_health_serves() {
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
 }
+
+/// A node started with another number_of_shards would put the same id in
+/// another shard than the cluster: it is refused at registration, says so
+/// in its readiness probe, and never serves.
+#[tokio::test]
+async fn a_node_with_another_number_of_shards_is_refused_at_registration() {
+    let a = NodeProcess::start(None, &[]);
+    a.await_ready(READY).await;
+    let d = NodeProcess::start(Some(&a.grpc), &["sharding.number_of_shards=50"]);
+    wait::until("d's refusal shows in its readiness", READY, || async {
+        matches!(
+            http::get(&d.admin, "/health/ready").await,
+            Ok((503, body)) if body.contains("the region has number_of_shards 50, the cluster 12")
+        )
+    })
+    .await;
+    let regions = shards_by_region(&a).await.expect("cluster stats");
+    assert!(!regions.contains_key(&d.grpc), "{regions:?}");
+    assert!(a.logs().contains("region refused"), "{}", a.logs());
+}

@@ -175,6 +175,7 @@ pub async fn execute(cmd: ClientCommand) -> Result<String, ClientCliError> {
                 entity_type: target.entity_type,
                 entity_id: id,
                 shard: response.shard,
+                buffered: (!response.buffered.is_empty()).then_some(response.buffered),
             };
             Ok(render_tell(&outcome, target.json))
         }

@@ -144,6 +144,30 @@ impl CoordinatorState {
     pub fn shards_of(&self, region: &RegionId) -> &[ShardId] {
         self.regions.get(region).map(Vec::as_slice).unwrap_or(&[])
     }
+
+    /// The fewest events that replay to this state: a snapshot, for a log
+    /// that has grown with history nobody needs.
+    pub fn snapshot(&self) -> Vec<CoordinatorEvent> {
+        let mut events = Vec::new();
+        for (region, shards) in &self.regions {
+            events.push(CoordinatorEvent::RegionRegistered {
+                region: region.clone(),
+            });
+            // In allocation order, so the replay lists them the same way.
+            for shard in shards {
+                events.push(CoordinatorEvent::ShardHomeAllocated {
+                    shard: *shard,
+                    region: region.clone(),
+                });
+            }
+        }
+        for region in &self.proxies {
+            events.push(CoordinatorEvent::RegionProxyRegistered {
+                region: region.clone(),
+            });
+        }
+        events
+    }
 }
 
 #[cfg(test)]
@@ -212,6 +236,35 @@ mod tests {
             .apply(CoordinatorEvent::ShardHomeDeallocated { shard: ShardId(9) })
             .is_err());
         assert_eq!(s, before);
+    }
+
+    #[test]
+    fn a_snapshot_replays_to_the_same_state() {
+        let mut s = CoordinatorState::default();
+        for event in [
+            CoordinatorEvent::RegionRegistered { region: r("a") },
+            CoordinatorEvent::RegionRegistered { region: r("b") },
+            CoordinatorEvent::RegionProxyRegistered { region: r("p") },
+            CoordinatorEvent::ShardHomeAllocated {
+                shard: ShardId(7),
+                region: r("a"),
+            },
+            CoordinatorEvent::ShardHomeAllocated {
+                shard: ShardId(2),
+                region: r("a"),
+            },
+            CoordinatorEvent::ShardHomeAllocated {
+                shard: ShardId(3),
+                region: r("b"),
+            },
+            CoordinatorEvent::ShardHomeDeallocated { shard: ShardId(3) },
+            CoordinatorEvent::RegionTerminated { region: r("b") },
+        ] {
+            s.apply(event).unwrap();
+        }
+        let snapshot = s.snapshot();
+        assert_eq!(snapshot.len(), 4);
+        assert_eq!(CoordinatorState::replay(snapshot).unwrap(), s);
     }
 
     #[test]

@@ -31,12 +31,29 @@ pub trait CoordinatorStore: Send + Sync + 'static {
     }
 }
 
+/// Events kept before the log is compacted to a snapshot: a few thousand
+/// small events, against a snapshot of one event per region and shard.
+pub const COMPACT_EVERY: usize = 4096;
+
 /// Events in memory. Clones share the log, so a coordinator started again
-/// with a clone takes over the previous state.
-#[derive(Debug, Clone, Default)]
+/// with a clone takes over the previous state. Every [`COMPACT_EVERY`]
+/// events the log is replaced by a snapshot of the state it replays to, so
+/// a long-running coordinator's memory stays bounded by its state.
+#[derive(Debug, Clone)]
 pub struct InMemoryStore {
     events: Arc<Mutex<Vec<CoordinatorEvent>>>,
     lost: bool,
+    compact_every: usize,
+}
+
+impl Default for InMemoryStore {
+    fn default() -> Self {
+        Self {
+            events: Arc::default(),
+            lost: false,
+            compact_every: COMPACT_EVERY,
+        }
+    }
 }
 
 impl InMemoryStore {
@@ -56,6 +73,12 @@ impl InMemoryStore {
         }
     }
 
+    /// Compacts after `events` events rather than [`COMPACT_EVERY`].
+    pub fn compacting_every(mut self, events: usize) -> Self {
+        self.compact_every = events.max(1);
+        self
+    }
+
     /// A copy of the log.
     pub fn events(&self) -> Vec<CoordinatorEvent> {
         self.events.lock().clone()
@@ -69,11 +92,63 @@ impl CoordinatorStore for InMemoryStore {
     }
 
     fn persist(&self, event: CoordinatorEvent) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.events.lock().push(event);
+        let mut events = self.events.lock();
+        events.push(event);
+        if events.len() >= self.compact_every {
+            // The log replays by construction (the coordinator checked every
+            // event against the state first); if it did not, keep it as it
+            // is for the coordinator to report.
+            if let Ok(state) = super::state::CoordinatorState::replay(events.iter().cloned()) {
+                *events = state.snapshot();
+            }
+        }
         Box::pin(async { Ok(()) })
     }
 
     fn may_have_lost_state(&self) -> bool {
         self.lost && self.events.lock().is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordinator::state::CoordinatorState;
+    use colo_allocation::{RegionId, ShardId};
+
+    #[tokio::test]
+    async fn the_log_is_compacted_to_a_snapshot_that_replays_the_same() {
+        let store = InMemoryStore::new().compacting_every(16);
+        let a = RegionId::new("a");
+        store
+            .persist(CoordinatorEvent::RegionRegistered { region: a.clone() })
+            .await
+            .unwrap();
+        // A shard moving back and forth forever: history nobody needs.
+        for _ in 0..100 {
+            store
+                .persist(CoordinatorEvent::ShardHomeAllocated {
+                    shard: ShardId(1),
+                    region: a.clone(),
+                })
+                .await
+                .unwrap();
+            store
+                .persist(CoordinatorEvent::ShardHomeDeallocated { shard: ShardId(1) })
+                .await
+                .unwrap();
+        }
+        store
+            .persist(CoordinatorEvent::ShardHomeAllocated {
+                shard: ShardId(2),
+                region: a.clone(),
+            })
+            .await
+            .unwrap();
+        let events = store.load().await.unwrap();
+        assert!(events.len() < 16, "{} events kept", events.len());
+        let state = CoordinatorState::replay(events).unwrap();
+        assert_eq!(state.home(ShardId(2)), Some(&a));
+        assert_eq!(state.home(ShardId(1)), None);
     }
 }

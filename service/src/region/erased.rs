@@ -60,6 +60,17 @@ impl From<AskError> for ErasedError {
     }
 }
 
+/// What became of a told message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Told {
+    /// The entity's shard.
+    pub shard: ShardId,
+    /// `None` when the message went to its shard; otherwise why it waits in
+    /// the buffer ("coordinator unreachable", "waiting for the shard's
+    /// home"). It is delivered once the home is known.
+    pub buffered: Option<&'static str>,
+}
+
 /// A node's region of one entity type, without its Rust types: messages and
 /// replies are bytes in a [`ContentType`]. Get one from
 /// [`crate::Node::region_by_name`].
@@ -80,7 +91,7 @@ pub trait ErasedRegion: Send + Sync + 'static {
     fn shard_of(&self, entity_id: &str) -> ShardId;
 
     /// Decodes `payload` as the entity type's message and tells it to the
-    /// entity, like [`Region::tell`]; answers the entity's shard.
+    /// entity, like [`Region::tell`].
     ///
     /// # Errors
     /// The payload does not decode, or the region refused the message.
@@ -89,7 +100,7 @@ pub trait ErasedRegion: Send + Sync + 'static {
         entity_id: &'a str,
         content_type: ContentType,
         payload: &'a [u8],
-    ) -> BoxFuture<'a, Result<ShardId, ErasedError>>;
+    ) -> BoxFuture<'a, Result<Told, ErasedError>>;
 
     /// Decodes `payload`, asks the entity like [`Region::ask`], and answers
     /// the shard and the reply encoded in the same content type.
@@ -164,11 +175,14 @@ impl<E: Entity> ErasedRegion for Region<E> {
         entity_id: &'a str,
         content_type: ContentType,
         payload: &'a [u8],
-    ) -> BoxFuture<'a, Result<ShardId, ErasedError>> {
+    ) -> BoxFuture<'a, Result<Told, ErasedError>> {
         Box::pin(async move {
             let message = self.decode_message(content_type, payload)?;
-            Region::tell(self, entity_id, message).await?;
-            Ok(Region::shard_of(self, entity_id))
+            let buffered = self.tell_placed(entity_id, message).await?;
+            Ok(Told {
+                shard: Region::shard_of(self, entity_id),
+                buffered,
+            })
         })
     }
 

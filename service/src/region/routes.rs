@@ -68,9 +68,20 @@ enum Route<E: Entity> {
     Stopped,
 }
 
+/// Where a routed message went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Placement {
+    /// Into its shard's mailbox on this node.
+    Delivered,
+    /// On its way to its shard's node.
+    Forwarded,
+    /// Into the buffer: its shard's home is not known (or moving).
+    Buffered,
+}
+
 /// What routing under the lock decided.
 enum Step<E: Entity> {
-    Placed,
+    Placed(Placement),
     /// The mailbox is full: wait for room in it.
     Full(Arc<Mailbox<Mail<E>>>, Envelope<E>),
     /// The route changed: route again.
@@ -141,10 +152,10 @@ impl<E: Entity> Routes<E> {
     ///
     /// # Errors
     /// The message is refused (buffer full, region stopped); it comes back.
-    pub async fn route(&self, mut env: Envelope<E>) -> Result<(), TellError> {
+    pub async fn route(&self, mut env: Envelope<E>) -> Result<Placement, TellError> {
         loop {
             match self.try_route(env)? {
-                Step::Placed => return Ok(()),
+                Step::Placed(placement) => return Ok(placement),
                 Step::Full(sink, back) => {
                     // Wait for room outside the lock, then route again: the
                     // home may have changed meanwhile. Inside a handler the
@@ -230,8 +241,10 @@ impl<E: Entity> Routes<E> {
                 Ok(()) => {
                     if home.remote.is_some() {
                         self.metrics.forwarded.increment(1);
+                        Ok(Step::Placed(Placement::Forwarded))
+                    } else {
+                        Ok(Step::Placed(Placement::Delivered))
                     }
-                    Ok(Step::Placed)
                 }
                 Err(PushError::Full(mail)) => Ok(Step::Full(home.sink.clone(), unwrap_one(mail))),
                 Err(PushError::Closed(mail)) => {
@@ -253,7 +266,7 @@ impl<E: Entity> Routes<E> {
                     *requested = true;
                     let _ = self.home_requests.send(shard);
                 }
-                Ok(Step::Placed)
+                Ok(Step::Placed(Placement::Buffered))
             }
         }
     }

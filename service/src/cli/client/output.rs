@@ -18,6 +18,9 @@ pub struct TellOutcome {
     pub entity_id: String,
     /// The entity's shard.
     pub shard: u32,
+    /// Why the message waits in the node's buffer, when it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buffered: Option<String>,
 }
 
 /// An ask's result.
@@ -114,10 +117,16 @@ pub fn render_tell(outcome: &TellOutcome, json: bool) -> String {
     if json {
         return json_line(outcome);
     }
-    format!(
-        "told {}/{} (shard {})\n",
-        outcome.entity_type, outcome.entity_id, outcome.shard
-    )
+    match &outcome.buffered {
+        None => format!(
+            "told {}/{} (shard {})\n",
+            outcome.entity_type, outcome.entity_id, outcome.shard
+        ),
+        Some(why) => format!(
+            "told {}/{} (shard {}); buffered: {why}\n",
+            outcome.entity_type, outcome.entity_id, outcome.shard
+        ),
+    }
 }
 
 /// An ask's output: the reply, as compact JSON.
@@ -222,8 +231,17 @@ mod tests {
             entity_type: "counter".into(),
             entity_id: "a".into(),
             shard: 7,
+            buffered: None,
         };
         assert_eq!(render_tell(&tell, false), "told counter/a (shard 7)\n");
+        let waiting = TellOutcome {
+            buffered: Some("coordinator unreachable".into()),
+            ..tell.clone()
+        };
+        assert_eq!(
+            render_tell(&waiting, false),
+            "told counter/a (shard 7); buffered: coordinator unreachable\n"
+        );
         let json: serde_json::Value = serde_json::from_str(&render_tell(&tell, true)).unwrap();
         assert_eq!(
             json,

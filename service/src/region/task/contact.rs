@@ -241,7 +241,7 @@ impl<E: Entity> RegionTask<E> {
         self.set_reachable(true);
     }
 
-    fn set_reachable(&mut self, reachable: bool) {
+    pub(super) fn set_reachable(&mut self, reachable: bool) {
         self.shared.reachable.store(reachable, Ordering::Release);
         self.shared
             .metrics
@@ -259,6 +259,7 @@ impl<E: Entity> RegionTask<E> {
             tracing::warn!(entity_type = %self.name(), "lost the coordinator link; reconnecting");
         }
         self.unlink();
+        self.set_reachable(false);
     }
 
     /// Leaves the link (the region stopped, fenced itself, or lost it).

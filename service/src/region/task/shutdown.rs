@@ -37,12 +37,32 @@ impl<E: Entity> RegionTask<E> {
     }
 
     /// Done when no shard is hosted and nothing is buffered; then every
-    /// outbound queue is drained before the region stops.
+    /// outbound queue is drained before the region stops. Without a
+    /// coordinator nothing can be handed off: the region stops its shards
+    /// itself, and what it buffered has nowhere to go.
     pub(super) async fn continue_shutdown(
         &mut self,
         deadline: Instant,
         commands: &mut mpsc::Receiver<RegionCmd<E>>,
     ) {
+        if !self.contact.is_registered() {
+            let active: Vec<_> = self
+                .hosted
+                .iter()
+                .filter(|(_, h)| matches!(h, Hosted::Active(_)))
+                .map(|(shard, _)| *shard)
+                .collect();
+            if !active.is_empty() {
+                tracing::warn!(entity_type = %self.name(), shards = active.len(), "stopping without the coordinator: shards stop here without a hand-off");
+            }
+            for shard in active {
+                self.handoff(shard, false);
+            }
+            if self.hosted.is_empty() && self.draining.is_empty() {
+                self.stop();
+                return;
+            }
+        }
         if self.idle() {
             let barriers: Vec<_> = self.outbound.values().map(|q| q.sink.clone()).collect();
             let drained = futures::future::join_all(barriers.into_iter().map(|sink| async move {
