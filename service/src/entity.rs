@@ -43,15 +43,30 @@ pub struct EntityContext {
     pub(crate) entity_id: EntityId,
     pub(crate) shard: ShardId,
     passivate: AtomicBool,
+    delayed: bool,
 }
 
 impl EntityContext {
     pub(crate) fn new(entity_id: EntityId, shard: ShardId) -> Self {
+        Self::with_delay(entity_id, shard, false)
+    }
+
+    pub(crate) fn with_delay(entity_id: EntityId, shard: ShardId, delayed: bool) -> Self {
         Self {
             entity_id,
             shard,
             passivate: AtomicBool::new(false),
+            delayed,
         }
+    }
+
+    /// Whether this message was held by a node that fenced itself (it lost
+    /// its coordinator while the message waited in one of its shards) and
+    /// reaches the entity only after that node registered anew: it may come
+    /// after newer messages from the same sender. Every other message from
+    /// one sender arrives in the order it was told.
+    pub fn delayed(&self) -> bool {
+        self.delayed
     }
 
     /// Asks the shard to passivate this entity once the current message is

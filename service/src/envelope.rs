@@ -17,6 +17,13 @@ pub(crate) struct Envelope<E: Entity> {
     /// For a message received from another node: its sender's credit,
     /// returned when the envelope is handled or dropped.
     pub credit: Option<Credit>,
+    /// Received from another node (whether or not it still holds its
+    /// sender's credit).
+    pub received: bool,
+    /// Received from another node and held by this one when it fenced
+    /// itself: it may reach its entity after newer messages from the same
+    /// sender, which went to the shard's new home directly.
+    pub delayed: bool,
 }
 
 /// Where the answer to a message goes.
@@ -57,6 +64,8 @@ pub struct WireEnvelope {
     pub payload: Bytes,
     /// Where the reply goes, for an ask.
     pub reply_to: Option<ReplyTo>,
+    /// Held by a node that fenced itself (see [`Envelope`]).
+    pub delayed: bool,
 }
 
 /// The answer to a remote ask.

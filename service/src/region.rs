@@ -188,6 +188,8 @@ impl<E: Entity> RegionInbound for Inbound<E> {
             message,
             reply,
             credit: Some(credit),
+            received: true,
+            delayed: env.delayed,
         };
         let registered = shared.linked.load(std::sync::atomic::Ordering::Acquire);
         match shared.routes.place(envelope, registered) {
@@ -353,6 +355,8 @@ impl<E: Entity> Region<E> {
             message,
             reply,
             credit: None,
+            received: false,
+            delayed: false,
         })
     }
 

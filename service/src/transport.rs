@@ -104,6 +104,15 @@ pub trait Transport: Send + Sync + 'static {
     /// whatever was not sent yet.
     fn abort(&self);
 
+    /// A region of this node fenced itself: nothing other nodes sent before
+    /// now and this node has not taken yet may be taken any more. A sender
+    /// may have given up on it during the outage and sent newer messages to
+    /// the shard's new home; taken late, it would be handled behind them.
+    /// Senders learn what was taken and route the rest again. A transport
+    /// that never holds a batch it has not delivered (the in-memory one)
+    /// has nothing to do.
+    fn fence_inbound(&self) {}
+
     /// Opens `region`'s link to the coordinator of `entity_type`.
     fn connect_coordinator(
         &self,

@@ -292,6 +292,7 @@ async fn an_envelope_naming_a_shard_its_entity_is_not_in_is_dropped() {
         shard,
         payload: colo::codec::encode(&Msg::Record(seq)).unwrap().to_vec(),
         reply_to: None,
+        delayed: false,
     };
     let frames = [
         pb::link_frame::Frame::Hello(pb::Hello {

@@ -62,20 +62,34 @@ fn binary(package: &str, name: &str, what: &[&str]) -> PathBuf {
 
 /// A loopback port nobody listens on now, and never handed out before in
 /// this test process: a killed node's port stays its own for its restart,
-/// even while other tests start nodes. Another process may still take it
-/// before the node binds it; on this machine the window is small enough.
+/// even while other tests start nodes. It lies below the kernel's range of
+/// ephemeral ports: a client that keeps connecting to a dead node's port
+/// (a peer, a proxy) could otherwise be given that very port as its own
+/// source port (a TCP self-connect) and hold it when the node restarts.
+/// Another process may still take it before the node binds it; on this
+/// machine the window is small enough.
 pub fn free_port() -> u16 {
     static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());
-    loop {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free loopback port");
-        if GIVEN.lock().expect("port table").insert(port) {
+    let below = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768)
+        .max(2048);
+    let low = below / 2;
+    let span = u32::from(below - low);
+    // Test processes that run side by side start at different places.
+    let mut candidate = std::process::id() % span;
+    for _ in 0..span {
+        candidate = (candidate + 7919) % span;
+        let port = low + candidate as u16;
+        let mut given = GIVEN.lock().expect("port table");
+        if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
             return port;
         }
     }
+    panic!("no free loopback port below {below}");
 }
 
 /// Which node program a process runs.

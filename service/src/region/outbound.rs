@@ -173,6 +173,7 @@ fn encode_batch<E: Entity>(
             shard: env.shard,
             payload,
             reply_to,
+            delayed: env.delayed,
         });
         true
     });

@@ -409,6 +409,15 @@ impl<E: Entity> Routes<E> {
         }
     }
 
+    /// Visits every buffered message.
+    pub fn for_each_buffered(&self, mut mark: impl FnMut(&mut Envelope<E>)) {
+        for slot in self.slots.iter() {
+            if let Route::Buffering { queue, .. } = &mut slot.lock().route {
+                queue.iter_mut().for_each(&mut mark);
+            }
+        }
+    }
+
     /// Shards with buffered messages, which need a home.
     pub fn waiting_shards(&self) -> Vec<ShardId> {
         (0..self.slots.len())

@@ -434,12 +434,13 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                             message,
                             reply,
                             credit,
+                            delayed,
                             ..
                         } = env;
                         // In custody no longer: its sender may send more.
                         drop(credit);
                         let job = Job {
-                            ctx: EntityContext::new(entity_id.clone(), *shard),
+                            ctx: EntityContext::with_delay(entity_id.clone(), *shard, delayed),
                             entity,
                             message,
                         };
@@ -549,12 +550,13 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             message,
             reply,
             credit,
+            delayed,
             ..
         } = env;
         // In custody no longer: its sender may send more.
         drop(credit);
         let job = Job {
-            ctx: EntityContext::new(entity_id.clone(), self.id),
+            ctx: EntityContext::with_delay(entity_id.clone(), self.id, delayed),
             entity,
             message,
         };

@@ -52,9 +52,10 @@ enum Hosted<E: Entity> {
     Active(ShardHandle<E>),
     /// `notify`: the coordinator asked for the hand-off and waits for
     /// ShardStopped; otherwise the region stops a shard it found stale or
-    /// fenced itself.
+    /// fenced itself (`fenced`).
     HandingOff {
         notify: bool,
+        fenced: bool,
     },
 }
 
@@ -310,10 +311,17 @@ impl<E: Entity> RegionTask<E> {
     /// then their stop message (a fenced shard handles nothing more, and
     /// stops by its lease's hard deadline).
     fn handoff(&mut self, shard: ShardId, notify: bool) {
+        self.stop_shard(shard, notify, false);
+    }
+
+    /// Stops a local shard (see [`Self::handoff`]); `fenced`: because the
+    /// region fenced itself.
+    fn stop_shard(&mut self, shard: ShardId, notify: bool, fenced: bool) {
         self.shared.routes.unset_home(shard);
         match self.hosted.remove(&shard) {
             Some(Hosted::Active(handle)) => {
-                self.hosted.insert(shard, Hosted::HandingOff { notify });
+                self.hosted
+                    .insert(shard, Hosted::HandingOff { notify, fenced });
                 // Behind every message routed so far; nothing is routed here
                 // after `unset_home`.
                 let _ = handle.sink.push(Mail::HandOff);
@@ -325,11 +333,15 @@ impl<E: Entity> RegionTask<E> {
                         .await;
                 });
             }
-            Some(Hosted::HandingOff { notify: already }) => {
+            Some(Hosted::HandingOff {
+                notify: already,
+                fenced: was_fenced,
+            }) => {
                 self.hosted.insert(
                     shard,
                     Hosted::HandingOff {
                         notify: notify || already,
+                        fenced: fenced || was_fenced,
                     },
                 );
             }
@@ -343,11 +355,17 @@ impl<E: Entity> RegionTask<E> {
 
     fn on_command(&mut self, cmd: RegionCmd<E>) {
         match cmd {
-            RegionCmd::ShardStopped { shard, leftovers } => {
-                let notify = matches!(
-                    self.hosted.remove(&shard),
-                    Some(Hosted::HandingOff { notify: true })
-                );
+            RegionCmd::ShardStopped {
+                shard,
+                mut leftovers,
+            } => {
+                let (notify, fenced) = match self.hosted.remove(&shard) {
+                    Some(Hosted::HandingOff { notify, fenced }) => (notify, fenced),
+                    _ => (false, false),
+                };
+                if fenced {
+                    mark_delayed(leftovers.iter_mut());
+                }
                 self.shards_changed();
                 self.requeue(shard, leftovers);
                 if notify {
@@ -405,6 +423,20 @@ impl<E: Entity> RegionTask<E> {
         }
     }
 
+    /// The region fenced itself: what other nodes sent that it holds
+    /// (buffered, or come back from a failed node) reaches its entity only
+    /// once the region has registered anew, perhaps after newer messages
+    /// from the same sender; it says so. Shards still stopping mark theirs
+    /// when they have stopped.
+    fn mark_held_delayed(&mut self) {
+        self.shared
+            .routes
+            .for_each_buffered(|env| mark_delayed(std::iter::once(env)));
+        for returned in self.draining.values_mut() {
+            mark_delayed(returned.values_mut().flatten());
+        }
+    }
+
     /// Asks every active local shard for its live entities, within `timeout`.
     fn query_shards(
         &self,
@@ -448,6 +480,16 @@ impl<E: Entity> RegionTask<E> {
                 }
             }
             state
+        }
+    }
+}
+
+/// Marks the envelopes received from other nodes as delayed (see
+/// [`EntityContext::delayed`](crate::EntityContext::delayed)).
+fn mark_delayed<'a, E: Entity>(envelopes: impl Iterator<Item = &'a mut Envelope<E>>) {
+    for env in envelopes {
+        if env.received {
+            env.delayed = true;
         }
     }
 }

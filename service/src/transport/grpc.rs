@@ -135,6 +135,8 @@ pub struct GrpcTransport {
     /// Every task the transport starts (stream pumps, served links): they
     /// stop when the node detaches, as they would if the process died.
     tasks: Arc<TaskSet>,
+    /// The Links other nodes send on, and what is remembered of each sender.
+    senders: Arc<Mutex<node_service::Senders>>,
 }
 
 impl std::fmt::Debug for GrpcTransport {
@@ -161,6 +163,7 @@ impl GrpcTransport {
             peers: Mutex::default(),
             epochs: Mutex::default(),
             tasks: Arc::default(),
+            senders: Arc::default(),
         })
     }
 
@@ -169,6 +172,7 @@ impl GrpcTransport {
         colo_proto::v1::node_server::NodeServer::new(NodeService::new(
             self.inbound.clone(),
             self.incarnation,
+            self.senders.clone(),
             self.tasks.clone(),
         ))
     }
@@ -273,6 +277,10 @@ impl Transport for GrpcTransport {
     fn abort(&self) {
         self.detach();
         self.tasks.abort_now();
+    }
+
+    fn fence_inbound(&self) {
+        self.senders.lock().fence();
     }
 
     fn connect_coordinator(

@@ -289,12 +289,9 @@ impl<E: Entity> RegionTask<E> {
     /// the region has registered anew.
     fn fence(&mut self, last: Instant) {
         self.shared.lease.fence();
-        let shards: Vec<_> = self
-            .hosted
-            .iter()
-            .filter(|(_, h)| matches!(h, Hosted::Active(_)))
-            .map(|(shard, _)| *shard)
-            .collect();
+        // Shards already handing off are stopped as fenced too, so that
+        // what they leave is marked.
+        let shards: Vec<_> = self.hosted.keys().copied().collect();
         tracing::warn!(
             entity_type = %self.name(),
             region = %self.shared.id,
@@ -303,8 +300,13 @@ impl<E: Entity> RegionTask<E> {
             "no answer from the coordinator within the fence timeout: stopping the shards hosted here; messages are buffered until it answers"
         );
         for shard in shards {
-            self.handoff(shard, false);
+            self.stop_shard(shard, false, true);
         }
+        self.mark_held_delayed();
+        // What other nodes sent during the outage and gave up on may still
+        // be on its way: it must not be taken after they have sent newer
+        // messages elsewhere.
+        self.shared.node.transport.fence_inbound();
         self.contact.last_answer = None;
         self.set_reachable(false);
         // A coordinator that does not answer is probably not there: look

@@ -35,6 +35,7 @@ pub fn envelope_to_pb(env: WireEnvelope) -> pb::Envelope {
             correlation: r.correlation,
             incarnation: r.incarnation,
         }),
+        delayed: env.delayed,
     }
 }
 
@@ -60,6 +61,7 @@ pub fn envelope_from_pb(env: pb::Envelope) -> Result<WireEnvelope, Malformed> {
         shard: ShardId(env.shard),
         payload: env.payload.into(),
         reply_to,
+        delayed: env.delayed,
     })
 }
 
@@ -403,6 +405,7 @@ mod tests {
                 incarnation: 77,
                 correlation: 9,
             }),
+            delayed: true,
         };
         assert_eq!(envelope_from_pb(envelope_to_pb(env.clone())), Ok(env));
         let ok = WireReply {

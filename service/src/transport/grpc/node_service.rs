@@ -8,6 +8,15 @@
 //! the highest sequence number it accepted, and skips what a resent batch
 //! repeats: an envelope is taken at most once. It also returns the
 //! sender's flow-control credit as envelopes leave its custody.
+//!
+//! When one of the node's regions fences itself, the node starts a new
+//! inbound epoch: every Link is stopped, and nothing sent in an earlier
+//! epoch is taken any more. A sender may have given up on such a batch
+//! during the outage and sent newer messages to the shard's new home; the
+//! batch's bytes may still sit in the network (a paused peer, a held
+//! connection). Taken late, it would reach its entity behind those newer
+//! messages. Instead the sender learns, when it is welcomed into the new
+//! epoch, how much was taken, and routes the rest again itself.
 
 use super::convert;
 use crate::credits::Credits;
@@ -17,6 +26,7 @@ use colo_allocation::RegionId;
 use colo_proto::v1 as pb;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -44,10 +54,32 @@ struct Serving {
 
 /// The Link served for each sending node, and what is remembered of each
 /// sender.
-#[derive(Default)]
-struct Senders {
+pub(crate) struct Senders {
     serving: HashMap<RegionId, Serving>,
     known: HashMap<RegionId, Arc<SenderState>>,
+    /// The node's inbound epoch; starts at 1 (0 in a Hello means none).
+    epoch: Arc<AtomicU64>,
+}
+
+impl Default for Senders {
+    fn default() -> Self {
+        Self {
+            serving: HashMap::new(),
+            known: HashMap::new(),
+            epoch: Arc::new(AtomicU64::new(1)),
+        }
+    }
+}
+
+impl Senders {
+    /// Starts a new inbound epoch and stops every Link served: each sender
+    /// opens a new one and is told what was taken.
+    pub fn fence(&mut self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        for (_, serving) in self.serving.drain() {
+            let _ = serving.stop.send(());
+        }
+    }
 }
 
 /// The `colo.v1.Node` service.
@@ -55,7 +87,7 @@ pub struct NodeService {
     inbound: InboundSlot,
     incarnation: u64,
     senders: Arc<Mutex<Senders>>,
-    next: Arc<std::sync::atomic::AtomicU64>,
+    next: Arc<AtomicU64>,
     tasks: Arc<TaskSet>,
 }
 
@@ -66,11 +98,16 @@ impl std::fmt::Debug for NodeService {
 }
 
 impl NodeService {
-    pub(crate) fn new(inbound: InboundSlot, incarnation: u64, tasks: Arc<TaskSet>) -> Self {
+    pub(crate) fn new(
+        inbound: InboundSlot,
+        incarnation: u64,
+        senders: Arc<Mutex<Senders>>,
+        tasks: Arc<TaskSet>,
+    ) -> Self {
         Self {
             inbound,
             incarnation,
-            senders: Arc::default(),
+            senders,
             next: Arc::default(),
             tasks,
         }
@@ -98,7 +135,7 @@ impl pb::node_server::Node for NodeService {
             slot: self.inbound.clone(),
             incarnation: self.incarnation,
             senders: self.senders.clone(),
-            serial: self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            serial: self.next.fetch_add(1, Ordering::Relaxed),
             answers,
         };
         self.tasks.spawn(link.run(request.into_inner()));
@@ -136,8 +173,12 @@ impl Link {
         };
         let (stop, stopping) = oneshot::channel();
         let (_stopped, stopped) = oneshot::channel::<()>();
-        let (state, previous) = {
+        let (state, previous, epoch) = {
             let mut all = self.senders.lock();
+            let epoch = Epoch {
+                current: all.epoch.clone(),
+                served: all.epoch.load(Ordering::Acquire),
+            };
             let state = match all.known.get(&node) {
                 Some(state) if state.sender == sender => state.clone(),
                 // A new incarnation of the node: it numbers from scratch.
@@ -155,7 +196,7 @@ impl Link {
                 stop,
                 stopped,
             };
-            (state, all.serving.insert(node.clone(), serving))
+            (state, all.serving.insert(node.clone(), serving), epoch)
         };
         if let Some(previous) = previous {
             let _ = previous.stop.send(());
@@ -163,7 +204,7 @@ impl Link {
             let _ = previous.stopped.await;
         }
         tokio::select! {
-            () = self.serve_frames(&state, frames) => {}
+            () = self.serve_frames(&state, &epoch, frames) => {}
             _ = stopping => {}
         }
         let mut all = self.senders.lock();
@@ -176,7 +217,12 @@ impl Link {
         }
     }
 
-    async fn serve_frames(&self, state: &SenderState, mut frames: Streaming<pb::LinkFrame>) {
+    async fn serve_frames(
+        &self,
+        state: &SenderState,
+        epoch: &Epoch,
+        mut frames: Streaming<pb::LinkFrame>,
+    ) {
         let Some(inbound) = self.slot.read().clone() else {
             let _ = self
                 .answers
@@ -188,6 +234,10 @@ impl Link {
         let welcome = pb::link_answer::Answer::Welcome(pb::Welcome {
             incarnation: self.incarnation,
             released: reported,
+            epoch: epoch.served,
+            // Read after the epoch: whatever an earlier epoch's Link took
+            // is in it (see `deliver`).
+            accepted_through: *state.accepted_through.lock(),
         });
         if self.answer(welcome).is_err() {
             return;
@@ -228,7 +278,12 @@ impl Link {
             match frame {
                 pb::link_frame::Frame::Hello(_) => {}
                 pb::link_frame::Frame::Batch(batch) => {
-                    let ack = deliver(state, &inbound, &credits, batch);
+                    // A batch of an earlier epoch is not taken and not
+                    // acked: the Link ends, and the sender learns on its
+                    // next one what was taken.
+                    let Some(ack) = deliver(state, epoch, &inbound, &credits, batch) else {
+                        return;
+                    };
                     if self.answer(pb::link_answer::Answer::Ack(ack)).is_err() {
                         return;
                     }
@@ -252,20 +307,34 @@ impl Link {
     }
 }
 
+/// The inbound epoch a Link was welcomed in, and the node's current one.
+struct Epoch {
+    current: Arc<AtomicU64>,
+    served: u64,
+}
+
 /// Takes a batch: what was already accepted from this sender incarnation
 /// is skipped, the rest routed at once. A malformed envelope (a sender of
 /// another version, say) is dropped and logged on its own: refusing it
-/// would make the sender resend it for ever.
+/// would make the sender resend it for ever. `None`: the Link's epoch has
+/// ended, and nothing was taken.
 fn deliver(
     state: &SenderState,
+    epoch: &Epoch,
     inbound: &Arc<dyn Inbound>,
     credits: &Arc<Credits>,
     batch: pb::Batch,
-) -> pb::BatchAck {
+) -> Option<pb::BatchAck> {
     let from = &state.sender.node;
     let first = batch.first_sequence;
     let count = batch.envelopes.len();
     let mut accepted_through = state.accepted_through.lock();
+    // Checked under the sender's lock, which the next epoch's Welcome
+    // takes to read `accepted_through`: a batch either counts in that
+    // Welcome or is not taken at all.
+    if epoch.current.load(Ordering::Acquire) != epoch.served {
+        return None;
+    }
     let seen = usize::try_from(accepted_through.saturating_sub(first.saturating_sub(1)))
         .unwrap_or(usize::MAX)
         .min(count);
@@ -295,8 +364,8 @@ fn deliver(
     if taken > 0 {
         *accepted_through = (*accepted_through).max(first + taken as u64 - 1);
     }
-    pb::BatchAck {
+    Some(pb::BatchAck {
         first_sequence: first,
         accepted: u32::try_from(taken).unwrap_or(u32::MAX),
-    }
+    })
 }

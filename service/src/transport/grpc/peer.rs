@@ -15,6 +15,10 @@
 //!   not acked is reported unconfirmed (it may or may not have been taken,
 //!   and must not be sent elsewhere), and what was never sent is reported
 //!   not sent (the region routes it again).
+//! - If the receiver welcomes it into a new inbound epoch (it fenced
+//!   itself meanwhile), nothing unacked is resent: the receiver says up to
+//!   which sequence number it took, and the rest is reported refused, so
+//!   the region routes it again.
 
 use super::{convert, GrpcSettings};
 use crate::credits::WINDOW;
@@ -151,8 +155,8 @@ struct LinkTask {
     /// this receiver incarnation: their difference is in its custody.
     taken: u64,
     released: u64,
-    /// The receiver's incarnation, once welcomed.
-    receiver: Option<u64>,
+    /// The receiver's incarnation and inbound epoch, once welcomed.
+    receiver: Option<(u64, u64)>,
     gone: Arc<AtomicBool>,
 }
 
@@ -241,15 +245,32 @@ impl LinkTask {
     }
 
     fn welcomed(&mut self, welcome: pb::Welcome) {
-        if self.receiver.is_some_and(|r| r != welcome.incarnation) {
-            // The node restarted: whatever the old one had not acked may or
-            // may not have been taken; the new one starts a fresh window.
-            for sent in self.unacked.drain(..) {
-                let _ = sent.done.send(Err(Failure::Unconfirmed));
+        match self.receiver {
+            Some((incarnation, _)) if incarnation != welcome.incarnation => {
+                // The node restarted: whatever the old one had not acked may
+                // or may not have been taken; the new one starts a fresh
+                // window.
+                for sent in self.unacked.drain(..) {
+                    let _ = sent.done.send(Err(Failure::Unconfirmed));
+                }
+                self.taken = 0;
             }
-            self.taken = 0;
+            Some((_, epoch)) if epoch != welcome.epoch => {
+                // The node fenced itself: it took what it acked and up to
+                // `accepted_through`, and will take nothing more of what was
+                // sent before. The rest never reached its custody.
+                for sent in self.unacked.drain(..) {
+                    let count = sent.envelopes.len() as u64;
+                    let taken = (welcome.accepted_through + 1)
+                        .saturating_sub(sent.first)
+                        .min(count);
+                    self.taken = self.taken.saturating_sub(count - taken);
+                    let _ = sent.done.send(Ok(u32::try_from(taken).unwrap_or(u32::MAX)));
+                }
+            }
+            _ => {}
         }
-        self.receiver = Some(welcome.incarnation);
+        self.receiver = Some((welcome.incarnation, welcome.epoch));
         self.released = welcome.released;
     }
 
