@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need (idempotently) and runs all of them:
-# formatting, lints, unit tests, the in-process cluster scenarios, doc tests.
+# formatting, lints, unit tests, the in-process cluster scenarios, the
+# end-to-end tests that start `colo run` processes, doc tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,14 +11,15 @@ cd "$(dirname "$0")/.."
 if command -v rustup >/dev/null 2>&1; then
   rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
+# The test runner: every test in a process of its own, under the deadline
+# set in .config/nextest.toml.
+if ! cargo nextest --version >/dev/null 2>&1; then
+  cargo install cargo-nextest --locked
+fi
 
 # --- the tests -----------------------------------------------------------------
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-cargo test --workspace --locked 2>&1 | tee "$log"
-# One closing line for the whole run (cargo's own last line is the last
-# crate's doc tests, often 0 of them).
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
-     END { printf "%d passed, %d failed\n", p, f }' "$log"
+cargo nextest run --workspace --locked
+# Doc tests (the runner above does not run them).
+cargo test --workspace --locked --doc

@@ -101,6 +101,7 @@ impl Sharding for ShardingApi {
                 })
                 .collect(),
             failed: state.failed.into_iter().map(|s| s.0).collect(),
+            coordinator_reachable: state.coordinator_reachable,
         }))
     }
 

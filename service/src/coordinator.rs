@@ -13,6 +13,8 @@ pub mod rebalance;
 pub mod state;
 pub mod stats;
 pub mod store;
+#[cfg(test)]
+mod tests;
 
 pub use handle::{CoordinatorHandle, CoordinatorStopped};
 
@@ -22,7 +24,7 @@ use crate::protocol::{CoordinatorToRegion, RegionToCoordinator};
 use crate::settings::ShardingSettings;
 use crate::tasks::TaskSet;
 use colo_allocation::{AllocationStrategy, Allocations, RegionId, ShardId};
-use rebalance::{HandOffPlan, WorkerInput, WORKER_CAPACITY};
+use rebalance::{HandOffPlan, WorkerInput};
 use state::{CoordinatorEvent, CoordinatorState};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -76,7 +78,7 @@ struct Link {
 struct InProgress {
     owner: RegionId,
     started: Instant,
-    worker: mpsc::Sender<WorkerInput>,
+    worker: mpsc::UnboundedSender<WorkerInput>,
     /// Regions whose GetShardHome waits for the hand-off to finish.
     deferred: Vec<RegionId>,
 }
@@ -209,6 +211,13 @@ impl Coordinator {
         region: RegionId,
         message: RegionToCoordinator,
     ) -> Result<(), StoreError> {
+        // From the network: a shard the cluster does not have is never
+        // allocated or waited for.
+        let shards = self.settings.number_of_shards;
+        if let Some(shard) = message.shard().filter(|s| s.0 >= shards) {
+            tracing::warn!(%region, %shard, number_of_shards = shards, "region message names a shard out of range; ignored");
+            return Ok(());
+        }
         match message {
             RegionToCoordinator::Register {
                 proxy,
@@ -282,7 +291,7 @@ impl Coordinator {
 
     fn to_worker(&self, shard: ShardId, input: WorkerInput) {
         if let Some(p) = self.in_progress.get(&shard) {
-            let _ = p.worker.try_send(input);
+            let _ = p.worker.send(input);
         }
     }
 
@@ -415,7 +424,7 @@ impl Coordinator {
             .filter(|(r, _)| self.state.is_region(r) || self.state.is_proxy(r))
             .map(|(r, l)| (r.clone(), l.to_region.downgrade()))
             .collect();
-        let (worker, input) = mpsc::channel(WORKER_CAPACITY);
+        let (worker, input) = mpsc::unbounded_channel();
         let plan = HandOffPlan {
             shard,
             owner: owner.clone(),

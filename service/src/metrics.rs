@@ -109,6 +109,9 @@ pub fn describe() {
             COORDINATOR_REACHABLE,
             "1 while the coordinator answers this region's heartbeats, 0 once the region has fenced itself or lost its link"
         );
+        // Node-wide series exist, at zero, before anything happens.
+        metrics::counter!(STALE_REPLIES).increment(0);
+        metrics::counter!(DROPPED, "entity_type" => "", "reason" => "malformed").increment(0);
     });
 }
 
@@ -124,6 +127,7 @@ pub(crate) struct RegionMetrics {
     pub dropped_buffer_full: Counter,
     pub dropped_undeliverable: Counter,
     pub dropped_bad_payload: Counter,
+    pub dropped_wrong_shard: Counter,
     pub dropped_mailbox_full: Counter,
     pub dropped_unconfirmed: Counter,
     pub entity_failures: Counter,
@@ -150,11 +154,12 @@ impl RegionMetrics {
             dropped_buffer_full: dropped("buffer_full"),
             dropped_undeliverable: dropped("undeliverable"),
             dropped_bad_payload: dropped("bad_payload"),
+            dropped_wrong_shard: dropped("wrong_shard"),
             dropped_mailbox_full: dropped("mailbox_full"),
             dropped_unconfirmed: dropped("unconfirmed"),
             entity_failures: metrics::counter!(ENTITY_FAILURES, "entity_type" => et.clone()),
             shard_home_latency: metrics::histogram!(SHARD_HOME_LATENCY, "entity_type" => et.clone()),
-                        activations: metrics::counter!(ACTIVATIONS, "entity_type" => et.clone()),
+            activations: metrics::counter!(ACTIVATIONS, "entity_type" => et.clone()),
             active_ratio: metrics::gauge!(ACTIVE_RATIO, "entity_type" => et.clone()),
             window_proportion: metrics::gauge!(WINDOW_PROPORTION, "entity_type" => et.clone()),
             coordinator_reachable: metrics::gauge!(COORDINATOR_REACHABLE, "entity_type" => et.clone()),

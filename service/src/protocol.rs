@@ -65,6 +65,23 @@ pub enum RegionToCoordinator {
     RegionStats { request: u64, stats: RegionStats },
 }
 
+impl RegionToCoordinator {
+    /// The shard the message is about, if it is about one.
+    pub fn shard(&self) -> Option<ShardId> {
+        match self {
+            Self::GetShardHome { shard }
+            | Self::ShardStarted { shard }
+            | Self::BeginHandOffAck { shard }
+            | Self::ShardStopped { shard } => Some(*shard),
+            Self::Register { .. }
+            | Self::Heartbeat { .. }
+            | Self::GracefulShutdown
+            | Self::GetClusterStats { .. }
+            | Self::RegionStats { .. } => None,
+        }
+    }
+}
+
 /// What the coordinator sends a region.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum CoordinatorToRegion {
@@ -90,6 +107,11 @@ pub enum CoordinatorToRegion {
     HandOff { shard: ShardId },
     /// A region left without handing off; forget the homes it had.
     RegionTerminated { region: RegionId },
+    /// Every region and proxy registered now: sent after each
+    /// `RegisterAck`, and to every region whenever the set changes. A node
+    /// opens its Links to, and takes Links and reply addresses from, only
+    /// the nodes its coordinators list.
+    Members { regions: Vec<RegionId> },
     /// Asks for this region's stats; answered by `RegionStats`.
     GetRegionStats { request: u64, timeout: Duration },
     /// Answers `GetClusterStats`.

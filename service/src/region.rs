@@ -157,22 +157,22 @@ impl<E: Entity> RegionInbound for Inbound<E> {
         // From the wire: the shard must be the one this node's extractor
         // gives the entity, or the two nodes disagree on where it lives.
         let expected = shared.extractor.shard_id(&env.entity_id);
-        let problem = if env.shard != expected {
-            Some(format!(
+        let checked = if env.shard == expected {
+            codec::decode::<E::Message>(&env.payload).map_err(|e| {
+                let reason = format!("cannot be decoded: {}", e.0);
+                (&shared.metrics.dropped_bad_payload, reason)
+            })
+        } else {
+            let reason = format!(
                 "names shard {} but this node places entity {:?} in shard {expected}",
                 env.shard, env.entity_id
-            ))
-        } else {
-            None
+            );
+            Err((&shared.metrics.dropped_wrong_shard, reason))
         };
-        let message = match (problem, codec::decode::<E::Message>(&env.payload)) {
-            (None, Ok(m)) => m,
-            (problem, decoded) => {
-                let reason = problem.unwrap_or_else(|| match decoded {
-                    Err(e) => format!("cannot be decoded: {}", e.0),
-                    Ok(_) => unreachable!("no problem and decoded is the first arm"),
-                });
-                shared.metrics.dropped_bad_payload.increment(1);
+        let message = match checked {
+            Ok(message) => message,
+            Err((counter, reason)) => {
+                counter.increment(1);
                 tracing::warn!(entity_type = %shared.entity_type.name, entity_id = %env.entity_id, shard = %env.shard, %reason, "message received from another node dropped");
                 dropped(
                     reply,
@@ -366,9 +366,10 @@ impl<E: Entity> Region<E> {
     /// backpressure that bounds memory.
     ///
     /// Delivery: the message is handled at most once, after the messages
-    /// this region was told earlier for the same entity (unless it was on a
-    /// node when that node fenced itself); it is lost only if a node holding
-    /// it dies first.
+    /// this region was told earlier for the same entity (unless it was on
+    /// another node when that node fenced itself: then the handler sees
+    /// [`EntityContext::delayed`](crate::EntityContext::delayed)); it is
+    /// lost only if a node holding it dies first.
     ///
     /// Inside an entity handler that wait is bounded by
     /// `handler_tell_timeout`, after which the tell fails with

@@ -113,6 +113,13 @@ pub trait Transport: Send + Sync + 'static {
     /// has nothing to do.
     fn fence_inbound(&self) {}
 
+    /// The coordinator of `entity_type` lists these nodes as registered.
+    /// A node takes Links and reply addresses only from nodes one of its
+    /// coordinators lists, and forgets what it kept for the others. The
+    /// in-memory network connects only the nodes of one process, which
+    /// are known to each other by construction.
+    fn members(&self, _entity_type: &str, _nodes: Vec<RegionId>) {}
+
     /// Opens `region`'s link to the coordinator of `entity_type`.
     fn connect_coordinator(
         &self,

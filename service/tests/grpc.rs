@@ -5,6 +5,7 @@ use colo::coordinator::hosting::StaticHosting;
 use colo::counter::{Counter, CounterMsg, COUNTER};
 use colo::transport::grpc::{GrpcSettings, GrpcTransport};
 use colo::{CoordinatorHandle, EntityType, InMemoryStore, Node, Region, ShardingSettings};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -141,27 +142,56 @@ async fn a_dead_nodes_shards_start_elsewhere_over_grpc() {
         );
     }
     // Node 2 dies: its server goes, its entities with it.
+    let on_dead: BTreeSet<String> = nodes[2]
+        .region
+        .state(ASK)
+        .await
+        .unwrap()
+        .shards
+        .into_values()
+        .flatten()
+        .map(|id| id.to_string())
+        .collect();
+    assert!(!on_dead.is_empty(), "the dead node hosted nothing");
     let dead = nodes.pop().unwrap();
     dead.node.kill().await;
     drop(dead.stop_server);
-    // Every id answers again, from a live node (ids of the dead node start
-    // from zero there).
+    // Every id answers again, from a live node: the survivors with their
+    // values, the dead node's entities from their initial state (state is
+    // in memory only).
     for id in &ids {
-        let mut answered = false;
+        let mut value = None;
         let end = tokio::time::Instant::now() + Duration::from_secs(15);
-        while tokio::time::Instant::now() < end {
-            if nodes[1]
+        while value.is_none() && tokio::time::Instant::now() < end {
+            value = nodes[1]
                 .region
                 .ask(id, CounterMsg::Get, Duration::from_secs(1))
                 .await
-                .is_ok()
-            {
-                answered = true;
-                break;
-            }
+                .ok();
         }
-        assert!(answered, "{id} never answered after the node died");
+        let expected = if on_dead.contains(id) { 0 } else { 1 };
+        assert_eq!(value, Some(expected), "{id}");
     }
+    // Each id lives exactly once.
+    let mut live = Vec::new();
+    for node in &nodes {
+        let state = node.region.state(ASK).await.unwrap();
+        live.extend(
+            state
+                .shards
+                .into_values()
+                .flatten()
+                .map(|id| id.to_string()),
+        );
+    }
+    live.sort();
+    let expected: Vec<String> = ids
+        .iter()
+        .cloned()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(live, expected);
     let stats = nodes[0].region.cluster_stats(ASK).await.unwrap();
     assert_eq!(stats.regions.len(), 2, "{stats:?}");
 }

@@ -277,51 +277,67 @@ async fn a_link_broken_mid_stream_loses_nothing_and_handles_nothing_twice() {
     assert_eq!(seqs, (0..=N).collect::<Vec<u64>>());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_envelope_naming_a_shard_its_entity_is_not_in_is_dropped() {
+/// Opens a Link to the receiving node as `node` (a new incarnation of it)
+/// and sends `envelopes` in one batch; the answers.
+async fn raw_link(
+    cluster: &Cluster,
+    node: String,
+    envelopes: Vec<colo_proto::v1::Envelope>,
+) -> tonic::Streaming<colo_proto::v1::LinkAnswer> {
     use colo_proto::v1 as pb;
-    let cluster = cluster(1024, false).await;
-    let id = place_on_receiver(&cluster).await;
-    // A Link of a sender that disagrees on where `x` lives.
     let address = format!("http://{}", cluster.receiver.node());
     let mut client = pb::node_client::NodeClient::connect(address).await.unwrap();
-    let shard = cluster.receiver.shard_of(&id).0;
-    let envelope = |seq: u64, shard: u32| pb::Envelope {
-        entity_type: ENTITY_TYPE.into(),
-        entity_id: id.clone(),
-        shard,
-        payload: colo::codec::encode(&Msg::Record(seq)).unwrap().to_vec(),
-        reply_to: None,
-        delayed: false,
-    };
     let frames = [
         pb::link_frame::Frame::Hello(pb::Hello {
-            node: "127.0.0.1:1".into(),
+            node,
             incarnation: 1,
         }),
         pb::link_frame::Frame::Batch(pb::Batch {
             first_sequence: 1,
-            envelopes: vec![envelope(7, shard + 1), envelope(8, shard)],
+            envelopes,
         }),
     ]
     .map(|frame| pb::LinkFrame { frame: Some(frame) });
-    let mut answers = client
+    client
         .link(tokio_stream::iter(frames).chain(tokio_stream::pending()))
         .await
         .unwrap()
-        .into_inner();
-    let mut acked = false;
-    while !acked {
-        match answers.message().await.unwrap().unwrap().answer {
-            Some(pb::link_answer::Answer::Ack(ack)) => {
-                // Both taken off the wire (the first dropped, not refused:
-                // refusing would make the sender send it again for ever).
-                assert_eq!(ack.accepted, 2);
-                acked = true;
-            }
-            _ => continue,
+        .into_inner()
+}
+
+/// How many envelopes the first ack says were taken.
+async fn accepted(answers: &mut tonic::Streaming<colo_proto::v1::LinkAnswer>) -> u32 {
+    loop {
+        if let Some(colo_proto::v1::link_answer::Answer::Ack(ack)) =
+            answers.message().await.unwrap().unwrap().answer
+        {
+            return ack.accepted;
         }
     }
+}
+
+fn raw_envelope(id: &str, seq: u64, shard: u32) -> colo_proto::v1::Envelope {
+    colo_proto::v1::Envelope {
+        entity_type: ENTITY_TYPE.into(),
+        entity_id: id.to_string(),
+        shard,
+        payload: colo::codec::encode(&Msg::Record(seq)).unwrap().to_vec(),
+        reply_to: None,
+        delayed: false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envelope_naming_a_shard_its_entity_is_not_in_is_dropped() {
+    let cluster = cluster(1024, false).await;
+    let id = place_on_receiver(&cluster).await;
+    // A Link of a sender that disagrees on where `x` lives.
+    let shard = cluster.receiver.shard_of(&id).0;
+    let envelopes = vec![raw_envelope(&id, 7, shard + 1), raw_envelope(&id, 8, shard)];
+    let mut answers = raw_link(&cluster, cluster.sender.node().to_string(), envelopes).await;
+    // Both taken off the wire (the first dropped, not refused: refusing
+    // would make the sender send it again for ever).
+    assert_eq!(accepted(&mut answers).await, 2);
     eventually(
         "the well-formed message handled",
         Duration::from_secs(10),
@@ -333,6 +349,47 @@ async fn an_envelope_naming_a_shard_its_entity_is_not_in_is_dropped() {
         vec![8],
         "the mismatched one was dropped"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_from_a_node_no_coordinator_lists_is_refused_and_so_is_a_reply_address_naming_one() {
+    let cluster = cluster(1024, false).await;
+    let id = place_on_receiver(&cluster).await;
+    let shard = cluster.receiver.shard_of(&id).0;
+    let stranger = "127.0.0.1:1".to_string();
+    let mut answers = raw_link(
+        &cluster,
+        stranger.clone(),
+        vec![raw_envelope(&id, 6, shard)],
+    )
+    .await;
+    let refusal = answers
+        .message()
+        .await
+        .expect_err("a stranger's Link is refused");
+    assert_eq!(
+        refusal.code(),
+        tonic::Code::FailedPrecondition,
+        "{refusal:?}"
+    );
+    assert!(refusal.message().contains(&stranger), "{refusal:?}");
+    // A member's Link, with an ask whose reply would go to the stranger.
+    let mut ask = raw_envelope(&id, 7, shard);
+    ask.reply_to = Some(colo_proto::v1::ReplyTo {
+        node: stranger,
+        correlation: 1,
+        incarnation: 1,
+    });
+    let envelopes = vec![ask, raw_envelope(&id, 8, shard)];
+    let mut answers = raw_link(&cluster, cluster.sender.node().to_string(), envelopes).await;
+    assert_eq!(accepted(&mut answers).await, 2, "both taken off the wire");
+    eventually(
+        "the other message handled",
+        Duration::from_secs(10),
+        || async { cluster.log.seqs.lock().contains(&8) },
+    )
+    .await;
+    assert_eq!(*cluster.log.seqs.lock(), vec![8], "the ask was dropped");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -243,8 +243,9 @@ async fn the_client_commands_tell_ask_and_inspect() {
 
 /// With its coordinator gone a node says so: at warn level in its log, in
 /// the answer to a tell whose message now waits, in the answer to a stats
-/// query, in a metric; and SIGTERM stops it promptly, since nothing can be
-/// handed off.
+/// query, in its region state, in a metric; it stays ready (it still serves
+/// the shards it hosts, like Akka's sharding health check once registered);
+/// and SIGTERM stops it promptly, since nothing can be handed off.
 #[tokio::test]
 async fn a_node_without_its_coordinator_says_so_and_still_stops_promptly() {
     let mut a = NodeProcess::start(None, &[]);
@@ -287,6 +288,10 @@ async fn a_node_without_its_coordinator_says_so_and_still_stops_promptly() {
     let (ok, _, err) = colo(&["stats"]);
     assert!(!ok);
     assert!(err.contains("coordinator unreachable"), "{err}");
+    let (ok, out, _) = colo(&["shards"]);
+    assert!(ok && out.contains("coordinator unreachable"), "{out}");
+    let (status, _) = http::get(&b.admin, "/health/ready").await.unwrap();
+    assert_eq!(status, 200, "still ready without the coordinator");
     assert!(b.logs().contains("WARN"), "{}", b.logs());
     assert!(b.logs().contains("coordinator"), "{}", b.logs());
     b.terminate();

@@ -6,7 +6,7 @@ use colo_proto::v1 as pb;
 use colo_tests::client::*;
 use colo_tests::process::{colo_binary, NodeProcess};
 use colo_tests::{http, wait};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tonic::Code;
 
@@ -108,9 +108,53 @@ async fn graceful_shutdown_moves_shards_and_loses_no_acknowledged_message() {
     assert!(!regions.contains_key(&b.grpc));
 }
 
+/// SIGTERM (what an orchestrator sends) and Ctrl-C stop a node the way the
+/// Shutdown call does: its shards are handed off first, and it exits with
+/// success while the rest of the cluster keeps answering for every id.
+#[tokio::test]
+async fn sigterm_and_ctrl_c_hand_the_shards_off_before_the_node_exits() {
+    let (a, mut b, mut c) = cluster_of_three().await;
+    let ids = ids("sig", 30);
+    let mut via_a = a.client().await;
+    for id in &ids {
+        ask(&mut via_a, id, r#"{"Add":1}"#).await.unwrap();
+    }
+    let hosted = entities_by_node(&[&b, &c]).await;
+    assert!(hosted.values().all(|ids| !ids.is_empty()), "{hosted:?}");
+    b.terminate();
+    let status = b.exited(Duration::from_secs(60)).await;
+    assert!(
+        status.success(),
+        "b exited with {status}; log:\n{}",
+        b.logs()
+    );
+    assert!(b.logs().contains("graceful shutdown"), "{}", b.logs());
+    c.interrupt();
+    let status = c.exited(Duration::from_secs(60)).await;
+    assert!(
+        status.success(),
+        "c exited with {status}; log:\n{}",
+        c.logs()
+    );
+    assert!(c.logs().contains("graceful shutdown"), "{}", c.logs());
+    let regions = shards_by_region(&a).await.expect("cluster stats");
+    assert_eq!(
+        regions.keys().collect::<Vec<_>>(),
+        vec![&a.grpc],
+        "{regions:?}"
+    );
+    for id in &ids {
+        ask(&mut via_a, id, r#""Get""#).await.unwrap();
+    }
+    assert_each_lives_once(&ids, &entities_by_node(&[&a]).await);
+}
+
 /// kill -9 of a node that does not host the coordinator: its shards start
-/// elsewhere, and asks to its entities succeed again; restarted with the
-/// same config, it rejoins and gets shards again.
+/// elsewhere; the survivors keep their values, the killed node's entities
+/// start again from their initial state (state is in memory only), and
+/// each id lives once. Restarted with the same config, the node rejoins and
+/// gets shards again, and still no id lives twice (while shards move to it
+/// an entity may be between homes).
 #[tokio::test]
 async fn a_killed_node_is_replaced_and_rejoins_after_a_restart() {
     let (a, mut b, c) = cluster_of_three().await;
@@ -124,7 +168,7 @@ async fn a_killed_node_is_replaced_and_rejoins_after_a_restart() {
 
     b.kill();
     for id in &on_b {
-        let mut client = a.client().await;
+        let client = a.client().await;
         wait::until(
             &format!("{id} answers again"),
             Duration::from_secs(30),
@@ -134,11 +178,16 @@ async fn a_killed_node_is_replaced_and_rejoins_after_a_restart() {
             },
         )
         .await;
-        let _ = &mut client;
     }
-    let after = entities_by_node(&[&a, &c]).await;
-    let live: BTreeSet<String> = after.values().flatten().cloned().collect();
-    assert!(on_b.is_subset(&live), "{after:?}");
+    for id in &ids {
+        let expected = if on_b.contains(id) { 0 } else { 1 };
+        assert_eq!(
+            ask(&mut via_a, id, r#""Get""#).await.unwrap(),
+            expected,
+            "{id}"
+        );
+    }
+    assert_each_lives_once(&ids, &entities_by_node(&[&a, &c]).await);
 
     b.restart();
     b.await_ready(READY).await;
@@ -148,6 +197,22 @@ async fn a_killed_node_is_replaced_and_rejoins_after_a_restart() {
             .is_some_and(|s| s.len() == 3 && s.get(&b.grpc).is_some_and(|n| *n >= 1))
     })
     .await;
+    for id in &ids {
+        ask(&mut via_a, id, r#""Get""#).await.unwrap();
+    }
+    let by_node = entities_by_node(&[&a, &b, &c]).await;
+    let live: Vec<&String> = by_node.values().flatten().collect();
+    let distinct: BTreeSet<&String> = live.iter().copied().collect();
+    assert_eq!(live.len(), distinct.len(), "an id lives twice: {by_node:?}");
+}
+
+/// Every id is live on exactly one node.
+fn assert_each_lives_once(ids: &[String], by_node: &BTreeMap<String, BTreeSet<String>>) {
+    let mut live: Vec<&String> = by_node.values().flatten().collect();
+    live.sort();
+    let mut expected: Vec<&String> = ids.iter().collect();
+    expected.sort();
+    assert_eq!(live, expected, "{by_node:?}");
 }
 
 /// Malformed client requests are refused with INVALID_ARGUMENT and a
@@ -334,6 +399,18 @@ async fn metrics_show_hosted_shards_and_delivered_messages() {
     }
     assert!(
         body.contains(r#"colo_handoffs_total{entity_type="counter",outcome="failed"} 0"#),
+        "{body}"
+    );
+    assert!(body.contains("colo_stale_replies_total 0"), "{body}");
+    assert!(
+        body.contains(r#"colo_messages_dropped_total{entity_type="",reason="malformed"} 0"#),
+        "{body}"
+    );
+    // The node that hosts the coordinator counts the registered regions.
+    let (_, body) = http::get(&a.admin, "/metrics").await.unwrap();
+    assert!(body.contains("# HELP colo_coordinator_regions "), "{body}");
+    assert!(
+        body.contains(r#"colo_coordinator_regions{entity_type="counter"} 2"#),
         "{body}"
     );
 }

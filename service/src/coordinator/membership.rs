@@ -48,6 +48,9 @@ impl Coordinator {
         self.last_heard.insert(region.clone(), Instant::now());
         metrics::coordinator_regions(&self.entity_type, self.state.allocations().len());
         self.send(&region, CoordinatorToRegion::RegisterAck { ping });
+        // Everyone learns the newcomer (and the newcomer everyone) before
+        // any shard home names it.
+        self.announce_members();
         let first_on_link = match self.links.get_mut(&region) {
             Some(link) => !std::mem::replace(&mut link.registered, true),
             None => false,
@@ -59,6 +62,22 @@ impl Coordinator {
             self.adopt(&region, hosted).await?;
         }
         Ok(())
+    }
+
+    /// Sends every linked region the regions and proxies registered now.
+    fn announce_members(&self) {
+        let regions: Vec<RegionId> = self
+            .state
+            .allocations()
+            .keys()
+            .chain(self.state.proxies())
+            .cloned()
+            .collect();
+        for link in self.links.values() {
+            let _ = link.to_region.send(CoordinatorToRegion::Members {
+                regions: regions.clone(),
+            });
+        }
     }
 
     /// Why a region cannot join, if it cannot: it would put entities in
@@ -197,10 +216,11 @@ impl Coordinator {
             })
             .await?;
         }
+        self.announce_members();
         self.graceful_shutdown.remove(&region);
         self.unacked_host.retain(|_, (r, _)| *r != region);
         for p in self.in_progress.values() {
-            let _ = p.worker.try_send(WorkerInput::RegionGone(region.clone()));
+            let _ = p.worker.send(WorkerInput::RegionGone(region.clone()));
         }
         metrics::coordinator_regions(&self.entity_type, self.state.allocations().len());
         Ok(())

@@ -13,7 +13,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-/// What the coordinator forwards to a running hand-off.
+/// What the coordinator forwards to a running hand-off: never dropped (a
+/// lost ack would stall the hand-off until its deadline), so the channel
+/// is unbounded; the protocol bounds it to one ack and one departure per
+/// region and one ShardStopped.
 #[derive(Debug)]
 pub(crate) enum WorkerInput {
     /// A region acked BeginHandOff.
@@ -23,11 +26,6 @@ pub(crate) enum WorkerInput {
     /// A region left the cluster.
     RegionGone(RegionId),
 }
-
-/// Capacity of a worker's input: one ack per region plus departures; the
-/// coordinator drops (and logs) anything beyond, which only delays the
-/// hand-off to its deadline.
-pub(crate) const WORKER_CAPACITY: usize = 1024;
 
 /// A hand-off to run.
 pub(crate) struct HandOffPlan {
@@ -40,7 +38,10 @@ pub(crate) struct HandOffPlan {
 }
 
 /// Runs the hand-off; `true` when the owner stopped the shard in time.
-pub(crate) async fn run(plan: HandOffPlan, mut input: mpsc::Receiver<WorkerInput>) -> bool {
+pub(crate) async fn run(
+    plan: HandOffPlan,
+    mut input: mpsc::UnboundedReceiver<WorkerInput>,
+) -> bool {
     let deadline = Instant::now() + plan.timeout;
     let shard = plan.shard;
     let mut waiting: BTreeSet<RegionId> = BTreeSet::new();

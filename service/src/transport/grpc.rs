@@ -5,6 +5,8 @@
 //! - `grpc/node_service.rs`: the server end of other nodes' Links;
 //! - `grpc/coordinator_link.rs`: a region's stream to a remote coordinator;
 //! - `grpc/coordinator_service.rs`: the server end, on the hosting node;
+//! - `grpc/members.rs`: the nodes this node takes Links and reply addresses
+//!   from;
 //! - `grpc/convert.rs`: colo.v1 messages to and from the runtime's types.
 //!
 //! Where a coordinator runs comes from [`CoordinatorHosting`]; a region whose
@@ -13,6 +15,7 @@
 mod convert;
 mod coordinator_link;
 mod coordinator_service;
+mod members;
 mod node_service;
 mod peer;
 
@@ -26,6 +29,7 @@ use crate::protocol::CoordinatorLink;
 use crate::tasks::TaskSet;
 use colo_allocation::RegionId;
 use futures::future::BoxFuture;
+use members::Members;
 use node_service::InboundSlot;
 use parking_lot::Mutex;
 use peer::Peer;
@@ -114,14 +118,6 @@ fn is_connection_refused(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// Each peer's Link and the sequence numbers sent to it so far (kept when
-/// a Link task gives up, so numbering goes on upwards).
-#[derive(Default)]
-struct PeerSlot {
-    peer: Option<Arc<Peer>>,
-    sequence: Arc<AtomicU64>,
-}
-
 /// This node's end of the gRPC network.
 pub struct GrpcTransport {
     local: RegionId,
@@ -129,7 +125,13 @@ pub struct GrpcTransport {
     settings: GrpcSettings,
     hosting: Arc<dyn CoordinatorHosting>,
     inbound: InboundSlot,
-    peers: Mutex<HashMap<RegionId, PeerSlot>>,
+    /// The Link task towards each node, while the node is a member.
+    peers: Mutex<HashMap<RegionId, Arc<Peer>>>,
+    /// The sequence numbers of every envelope this node sends, to any node:
+    /// one counter, so that a Link started anew towards a node (the last
+    /// gave up, or was forgotten with a node that left) numbers upwards.
+    sequence: Arc<AtomicU64>,
+    members: Arc<Members>,
     /// Per entity type, the newest coordinator epoch heard.
     epochs: Mutex<HashMap<String, Arc<AtomicU64>>>,
     /// Every task the transport starts (stream pumps, served links): they
@@ -161,6 +163,8 @@ impl GrpcTransport {
             hosting,
             inbound: Arc::default(),
             peers: Mutex::default(),
+            sequence: Arc::default(),
+            members: Arc::default(),
             epochs: Mutex::default(),
             tasks: Arc::default(),
             senders: Arc::default(),
@@ -170,9 +174,11 @@ impl GrpcTransport {
     /// The services another node or a region calls on this one.
     pub fn node_service(&self) -> colo_proto::v1::node_server::NodeServer<NodeService> {
         colo_proto::v1::node_server::NodeServer::new(NodeService::new(
+            self.local.clone(),
             self.inbound.clone(),
             self.incarnation,
             self.senders.clone(),
+            self.members.clone(),
             self.tasks.clone(),
         ))
     }
@@ -192,8 +198,7 @@ impl GrpcTransport {
     /// one gave up.
     fn peer(&self, to: &RegionId) -> Arc<Peer> {
         let mut peers = self.peers.lock();
-        let slot = peers.entry(to.clone()).or_default();
-        if let Some(peer) = slot.peer.as_ref().filter(|p| !p.is_gone()) {
+        if let Some(peer) = peers.get(to).filter(|p| !p.is_gone()) {
             return peer.clone();
         }
         let local = peer::Local {
@@ -204,10 +209,10 @@ impl GrpcTransport {
             local,
             to.to_string(),
             self.settings.clone(),
-            slot.sequence.clone(),
+            self.sequence.clone(),
             &self.tasks,
         ));
-        slot.peer = Some(peer.clone());
+        peers.insert(to.clone(), peer.clone());
         peer
     }
 
@@ -283,6 +288,16 @@ impl Transport for GrpcTransport {
         self.senders.lock().fence();
     }
 
+    fn members(&self, entity_type: &str, nodes: Vec<RegionId>) {
+        self.members.set(entity_type, nodes);
+        // The Link task towards a node that left is forgotten once nothing
+        // uses it (a batch on its way keeps it: two tasks towards one node
+        // would keep stopping each other's Link), at a later update.
+        self.peers
+            .lock()
+            .retain(|node, peer| self.members.contains(node) || Arc::strong_count(peer) > 1);
+    }
+
     fn connect_coordinator(
         &self,
         entity_type: &str,
@@ -311,5 +326,28 @@ impl Transport for GrpcTransport {
                 CoordinatorLocation::Unknown => Err(unreachable()),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordinator::hosting::StaticHosting;
+
+    #[tokio::test]
+    async fn the_link_task_towards_a_node_that_left_is_forgotten() {
+        let hosting = Arc::new(StaticHosting::new("127.0.0.1:9"));
+        let transport = GrpcTransport::new("127.0.0.1:9", GrpcSettings::default(), hosting);
+        let (a, b) = (RegionId::new("127.0.0.1:10"), RegionId::new("127.0.0.1:11"));
+        transport.members("x", vec![a.clone(), b.clone()]);
+        let in_use = transport.peer(&a);
+        drop(transport.peer(&b));
+        assert_eq!(transport.peers.lock().len(), 2);
+        transport.members("x", vec![]);
+        let kept: Vec<RegionId> = transport.peers.lock().keys().cloned().collect();
+        assert_eq!(kept, vec![a.clone()], "only the task still in use is kept");
+        drop(in_use);
+        transport.members("x", vec![]);
+        assert!(transport.peers.lock().is_empty());
     }
 }

@@ -140,13 +140,15 @@ async fn messages_a_dead_node_never_received_come_back_in_order() {
     cluster.add_node("b");
     cluster.await_regions(2).await;
     client.set_location(ShardId(0), RegionId::new("b"));
-    // b stops keeping up after 20 records: its mailbox, then a's queue to
-    // b, fill up behind it.
+    // b stops keeping up after 20 records: it takes a credit window's worth
+    // of a's messages into its custody and no more, so the rest are still
+    // at a (in its queue to b) when b dies, whatever the timing.
+    const N: u64 = 3 * colo::credits::WINDOW;
     *cluster.world.stall_node.lock() = Some(("b".into(), 20));
     let sender = tokio::spawn({
         let a = a.clone();
         async move {
-            for seq in 0..3000u64 {
+            for seq in 0..N {
                 a.tell(
                     "x",
                     ProbeMsg::Record {
@@ -172,7 +174,7 @@ async fn messages_a_dead_node_never_received_come_back_in_order() {
         || async {
             cluster.world.log.lock()["x"]
                 .last()
-                .is_some_and(|d| d.seq == 2999)
+                .is_some_and(|d| d.seq == N - 1)
         },
     )
     .await;
@@ -193,7 +195,7 @@ async fn messages_a_dead_node_never_received_come_back_in_order() {
     let first_on_a = on_a[0];
     assert_eq!(
         on_a,
-        (first_on_a..3000).collect::<Vec<_>>(),
+        (first_on_a..N).collect::<Vec<_>>(),
         "nothing lost after the first returned message"
     );
     drop(log);

@@ -365,6 +365,8 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 impl Cluster {
     /// A cluster without nodes; `name` is unique per test (metric labels).
     pub fn new(test: &str, settings: ShardingSettings) -> Self {
+        // Before any region registers its metrics: a test may read them.
+        let _ = metrics();
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         Self {
             name: format!("{test}-{n}"),

@@ -45,6 +45,8 @@ pub struct ShardsOutcome {
     pub shards: BTreeMap<u32, Vec<String>>,
     /// Shards that did not answer in time.
     pub failed: Vec<u32>,
+    /// Whether the region is registered with its coordinator now.
+    pub coordinator_reachable: bool,
 }
 
 impl From<RegionStateResponse> for ShardsOutcome {
@@ -59,6 +61,7 @@ impl From<RegionStateResponse> for ShardsOutcome {
                 .map(|s| (s.shard, s.entity_ids))
                 .collect(),
             failed,
+            coordinator_reachable: r.coordinator_reachable,
         }
     }
 }
@@ -174,6 +177,11 @@ pub fn render_shards(outcome: &ShardsOutcome, json: bool) -> String {
             join(&outcome.failed)
         );
     }
+    if !outcome.coordinator_reachable {
+        text.push_str(
+            "coordinator unreachable: the shards above keep serving until the fence timeout; messages for other shards are buffered\n",
+        );
+    }
     text
 }
 
@@ -275,6 +283,7 @@ mod tests {
                 },
             ],
             failed: vec![9, 4],
+            coordinator_reachable: true,
         };
         let outcome = ShardsOutcome::from(response);
         let text = render_shards(&outcome, false);
@@ -295,11 +304,15 @@ mod tests {
             region: "node-2".into(),
             shards: vec![],
             failed: vec![],
+            coordinator_reachable: false,
         });
         assert_eq!(
             render_shards(&empty, false),
-            "region node-2: 0 shards, 0 entities\n"
+            "region node-2: 0 shards, 0 entities\n\
+             coordinator unreachable: the shards above keep serving until the fence timeout; messages for other shards are buffered\n"
         );
+        let json: serde_json::Value = serde_json::from_str(&render_shards(&empty, true)).unwrap();
+        assert_eq!(json["coordinator_reachable"], false);
     }
 
     #[test]

@@ -365,6 +365,9 @@ impl<E: Entity> RegionTask<E> {
                 self.start_draining(&region);
                 self.ask_waiting_homes();
             }
+            CoordinatorToRegion::Members { regions } => {
+                self.shared.node.transport.members(self.name(), regions);
+            }
             CoordinatorToRegion::GetRegionStats { request, timeout } => {
                 let Some(link) = self.contact.sender().cloned() else {
                     return;

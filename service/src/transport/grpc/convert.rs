@@ -307,6 +307,9 @@ pub fn coordinator_message_to_pb(
                 region: region.to_string(),
             })
         }
+        CoordinatorToRegion::Members { regions } => ToRegion::Members(pb::Members {
+            regions: regions.iter().map(ToString::to_string).collect(),
+        }),
         CoordinatorToRegion::GetRegionStats { request, timeout } => {
             ToRegion::GetRegionStats(pb::GetRegionStats {
                 request,
@@ -367,6 +370,9 @@ pub fn coordinator_message_from_pb(message: ToRegion) -> Result<FromCoordinator,
         },
         ToRegion::RegionTerminated(m) => CoordinatorToRegion::RegionTerminated {
             region: RegionId::new(m.region),
+        },
+        ToRegion::Members(m) => CoordinatorToRegion::Members {
+            regions: m.regions.into_iter().map(RegionId::new).collect(),
         },
         ToRegion::GetRegionStats(m) => CoordinatorToRegion::GetRegionStats {
             request: m.request,
@@ -487,6 +493,9 @@ mod tests {
             CoordinatorToRegion::HandOff { shard: ShardId(1) },
             CoordinatorToRegion::RegionTerminated {
                 region: RegionId::new("r"),
+            },
+            CoordinatorToRegion::Members {
+                regions: vec![RegionId::new("r"), RegionId::new("s")],
             },
             CoordinatorToRegion::GetRegionStats {
                 request: 2,

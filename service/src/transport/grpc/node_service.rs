@@ -19,6 +19,7 @@
 //! epoch, how much was taken, and routes the rest again itself.
 
 use super::convert;
+use super::members::Members;
 use crate::credits::Credits;
 use crate::tasks::TaskSet;
 use crate::transport::{Inbound, Sender};
@@ -84,9 +85,11 @@ impl Senders {
 
 /// The `colo.v1.Node` service.
 pub struct NodeService {
+    local: RegionId,
     inbound: InboundSlot,
     incarnation: u64,
     senders: Arc<Mutex<Senders>>,
+    members: Arc<Members>,
     next: Arc<AtomicU64>,
     tasks: Arc<TaskSet>,
 }
@@ -99,15 +102,19 @@ impl std::fmt::Debug for NodeService {
 
 impl NodeService {
     pub(crate) fn new(
+        local: RegionId,
         inbound: InboundSlot,
         incarnation: u64,
         senders: Arc<Mutex<Senders>>,
+        members: Arc<Members>,
         tasks: Arc<TaskSet>,
     ) -> Self {
         Self {
+            local,
             inbound,
             incarnation,
             senders,
+            members,
             next: Arc::default(),
             tasks,
         }
@@ -132,9 +139,11 @@ impl pb::node_server::Node for NodeService {
         // must be read.
         let (answers, rx) = mpsc::unbounded_channel();
         let link = Link {
+            local: self.local.clone(),
             slot: self.inbound.clone(),
             incarnation: self.incarnation,
             senders: self.senders.clone(),
+            members: self.members.clone(),
             serial: self.next.fetch_add(1, Ordering::Relaxed),
             answers,
         };
@@ -144,9 +153,11 @@ impl pb::node_server::Node for NodeService {
 }
 
 struct Link {
+    local: RegionId,
     slot: InboundSlot,
     incarnation: u64,
     senders: Arc<Mutex<Senders>>,
+    members: Arc<Members>,
     serial: u64,
     answers: Answers,
 }
@@ -167,6 +178,15 @@ impl Link {
             Ok(None) | Err(_) => return,
         };
         let node = RegionId::new(hello.node);
+        if !self.members.contains(&node) {
+            tracing::debug!(%node, "link refused: no coordinator of this node lists the sender");
+            let refusal = Status::failed_precondition(format!(
+                "{node} is not a registered node of any entity type {} runs",
+                self.local
+            ));
+            let _ = self.answers.send(Err(refusal));
+            return;
+        }
         let sender = Sender {
             node: node.clone(),
             incarnation: hello.incarnation,
@@ -281,7 +301,8 @@ impl Link {
                     // A batch of an earlier epoch is not taken and not
                     // acked: the Link ends, and the sender learns on its
                     // next one what was taken.
-                    let Some(ack) = deliver(state, epoch, &inbound, &credits, batch) else {
+                    let Some(ack) = deliver(state, epoch, self.knows(), &inbound, &credits, batch)
+                    else {
                         return;
                     };
                     if self.answer(pb::link_answer::Answer::Ack(ack)).is_err() {
@@ -296,6 +317,11 @@ impl Link {
                 },
             }
         }
+    }
+
+    /// Whether a reply address may name `node`: this node, or a member.
+    fn knows(&self) -> impl Fn(&RegionId) -> bool + '_ {
+        |node| *node == self.local || self.members.contains(node)
     }
 
     fn answer(&self, answer: pb::link_answer::Answer) -> Result<(), ()> {
@@ -321,6 +347,7 @@ struct Epoch {
 fn deliver(
     state: &SenderState,
     epoch: &Epoch,
+    knows: impl Fn(&RegionId) -> bool,
     inbound: &Arc<dyn Inbound>,
     credits: &Arc<Credits>,
     batch: pb::Batch,
@@ -342,6 +369,11 @@ fn deliver(
     let mut positions = Vec::with_capacity(count - seen);
     for (i, envelope) in batch.envelopes.into_iter().enumerate().skip(seen) {
         match convert::envelope_from_pb(envelope) {
+            Ok(envelope) if envelope.reply_to.as_ref().is_some_and(|r| !knows(&r.node)) => {
+                crate::metrics::malformed_envelope();
+                let reply_to = envelope.reply_to.map(|r| r.node);
+                tracing::warn!(%from, ?reply_to, "envelope dropped: its reply address is not a registered node");
+            }
             Ok(envelope) => {
                 envelopes.push(envelope);
                 positions.push(i);

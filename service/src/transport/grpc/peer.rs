@@ -75,8 +75,9 @@ pub struct Local {
 }
 
 impl Peer {
-    /// Starts the Link task towards `address`. `next_sequence` outlives the
-    /// task, so a later task towards the same node keeps numbering upwards.
+    /// Starts the Link task towards `address`. `next_sequence` is the
+    /// node's, shared by all its Link tasks, so a later task towards the
+    /// same node keeps numbering upwards.
     pub fn start(
         local: Local,
         address: String,
