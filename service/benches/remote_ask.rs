@@ -14,7 +14,6 @@ use colo::{CoordinatorHandle, EntityType, InMemoryStore, Node, Region, ShardingS
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 
 const ROUNDS: usize = 5;
 const ASKS_PER_ROUND: usize = 20_000;
@@ -57,7 +56,7 @@ async fn node(
     let server = tonic::transport::Server::builder()
         .add_service(transport.node_service())
         .add_service(transport.coordinator_service())
-        .serve_with_incoming(TcpListenerStream::new(listener));
+        .serve_with_incoming(colo::transport::grpc::incoming(listener));
     tokio::spawn(server);
     (node, region)
 }

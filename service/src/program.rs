@@ -36,7 +36,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 
 /// How long the servers get to finish open calls once the node has handed
 /// its shards off. Other nodes keep their Links open for as long as they
@@ -298,7 +297,7 @@ async fn run(
         .add_service(health_service)
         .add_service(reflection)
         .serve_with_incoming_shutdown(
-            TcpListenerStream::new(grpc_listener),
+            crate::transport::grpc::incoming(grpc_listener),
             stopped(servers_stopping.clone()),
         );
     let mut grpc = tokio::spawn(grpc);

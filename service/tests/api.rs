@@ -17,7 +17,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -90,7 +89,7 @@ async fn serve(node: Arc<Node>) -> Served {
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(service)
-            .serve_with_incoming(TcpListenerStream::new(listener)),
+            .serve_with_incoming(colo::transport::grpc::incoming(listener)),
     );
     let client = ShardingClient::connect(format!("http://{addr}"))
         .await

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use tokio_stream::wrappers::TcpListenerStream;
 
 const ASK: Duration = Duration::from_secs(5);
 
@@ -64,7 +63,7 @@ async fn start(listener: TcpListener, coordinator: &str, host: bool) -> TestNode
     let server = tonic::transport::Server::builder()
         .add_service(transport.node_service())
         .add_service(transport.coordinator_service())
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+        .serve_with_incoming_shutdown(colo::transport::grpc::incoming(listener), async {
             let _ = stopped.await;
         });
     tokio::spawn(server);

@@ -16,7 +16,6 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_stream::StreamExt;
 
 const ENTITY_TYPE: &str = "recorder";
@@ -115,7 +114,7 @@ impl GrpcNode {
         let server = tonic::transport::Server::builder()
             .add_service(transport.node_service())
             .add_service(transport.coordinator_service())
-            .serve_with_incoming(TcpListenerStream::new(listener));
+            .serve_with_incoming(colo::transport::grpc::incoming(listener));
         let server = tokio::spawn(async move {
             let _ = server.await;
         });

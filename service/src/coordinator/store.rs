@@ -41,15 +41,24 @@ pub const COMPACT_EVERY: usize = 4096;
 /// a long-running coordinator's memory stays bounded by its state.
 #[derive(Debug, Clone)]
 pub struct InMemoryStore {
-    events: Arc<Mutex<Vec<CoordinatorEvent>>>,
+    log: Arc<Mutex<Log>>,
     lost: bool,
     compact_every: usize,
+}
+
+/// The events, and how many of them the last compaction left: a snapshot
+/// as long as `compact_every` (thousands of shards) must not make every
+/// event compact again.
+#[derive(Debug, Default)]
+struct Log {
+    events: Vec<CoordinatorEvent>,
+    snapshot: usize,
 }
 
 impl Default for InMemoryStore {
     fn default() -> Self {
         Self {
-            events: Arc::default(),
+            log: Arc::default(),
             lost: false,
             compact_every: COMPACT_EVERY,
         }
@@ -81,7 +90,7 @@ impl InMemoryStore {
 
     /// A copy of the log.
     pub fn events(&self) -> Vec<CoordinatorEvent> {
-        self.events.lock().clone()
+        self.log.lock().events.clone()
     }
 }
 
@@ -92,21 +101,22 @@ impl CoordinatorStore for InMemoryStore {
     }
 
     fn persist(&self, event: CoordinatorEvent) -> BoxFuture<'_, Result<(), StoreError>> {
-        let mut events = self.events.lock();
-        events.push(event);
-        if events.len() >= self.compact_every {
+        let mut log = self.log.lock();
+        log.events.push(event);
+        if log.events.len() - log.snapshot >= self.compact_every {
             // The log replays by construction (the coordinator checked every
             // event against the state first); if it did not, keep it as it
             // is for the coordinator to report.
-            if let Ok(state) = super::state::CoordinatorState::replay(events.iter().cloned()) {
-                *events = state.snapshot();
+            if let Ok(state) = super::state::CoordinatorState::replay(log.events.iter().cloned()) {
+                log.events = state.snapshot();
             }
+            log.snapshot = log.events.len();
         }
         Box::pin(async { Ok(()) })
     }
 
     fn may_have_lost_state(&self) -> bool {
-        self.lost && self.events.lock().is_empty()
+        self.lost && self.log.lock().events.is_empty()
     }
 }
 
@@ -150,5 +160,48 @@ mod tests {
         let state = CoordinatorState::replay(events).unwrap();
         assert_eq!(state.home(ShardId(2)), Some(&a));
         assert_eq!(state.home(ShardId(1)), None);
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_longer_than_the_interval_is_not_compacted_again_at_every_event() {
+        let store = InMemoryStore::new().compacting_every(4);
+        let a = RegionId::new("a");
+        store
+            .persist(CoordinatorEvent::RegionRegistered { region: a.clone() })
+            .await
+            .unwrap();
+        for shard in 0..10 {
+            store
+                .persist(CoordinatorEvent::ShardHomeAllocated {
+                    shard: ShardId(shard),
+                    region: a.clone(),
+                })
+                .await
+                .unwrap();
+        }
+        // The snapshot alone is 11 events now, more than the interval.
+        let mut compactions = 0;
+        let mut before = store.events().len();
+        for _ in 0..20 {
+            store
+                .persist(CoordinatorEvent::ShardHomeDeallocated { shard: ShardId(0) })
+                .await
+                .unwrap();
+            store
+                .persist(CoordinatorEvent::ShardHomeAllocated {
+                    shard: ShardId(0),
+                    region: a.clone(),
+                })
+                .await
+                .unwrap();
+            let after = store.events().len();
+            if after <= before {
+                compactions += 1;
+            }
+            before = after;
+        }
+        assert!(compactions <= 10, "{compactions} compactions for 40 events");
+        let state = CoordinatorState::replay(store.events()).unwrap();
+        assert_eq!(state.home(ShardId(0)), Some(&a));
     }
 }

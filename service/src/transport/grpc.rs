@@ -61,6 +61,15 @@ impl Default for GrpcSettings {
     }
 }
 
+/// What a node's gRPC server accepts connections from: `listener`, with
+/// Nagle's algorithm off, as on the connecting side. Link frames are small
+/// (an ask, its ack, a credit update, a reply); with Nagle on, a frame
+/// written while the last is unacknowledged waits for the peer's delayed
+/// ACK, and every other remote ask took 40 ms.
+pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
 /// Connects to another node's gRPC server for the coordinator stream.
 async fn connect(
     address: &str,
@@ -333,6 +342,17 @@ impl Transport for GrpcTransport {
 mod tests {
     use super::*;
     use crate::coordinator::hosting::StaticHosting;
+
+    #[tokio::test]
+    async fn accepted_connections_send_small_frames_at_once() {
+        use futures::StreamExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let mut accepted = incoming(listener);
+        let _client = tokio::net::TcpStream::connect(address).await.unwrap();
+        let stream = accepted.next().await.unwrap().unwrap();
+        assert!(stream.nodelay().unwrap(), "Nagle's algorithm is off");
+    }
 
     #[tokio::test]
     async fn the_link_task_towards_a_node_that_left_is_forgotten() {
