@@ -20,6 +20,15 @@ fi
 # --- the tests -----------------------------------------------------------------
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# README's cluster runs the release binary (tests/tests/readme.rs runs that
+# block as written); built here, so no test spends its deadline on it.
+cargo build --release -p colo --locked
 cargo nextest run --workspace --locked
 # Doc tests (the runner above does not run them).
 cargo test --workspace --locked --doc
+# Every benchmark README shows, as shown: it must run for a new user (its
+# figures go to BENCHMARKS.md from quiet runs, not from here).
+for bench in routing passivation remote_ask io_entities; do
+  grep -qF "cargo bench -p colo --bench $bench" README.md
+  cargo bench -p colo --locked --bench "$bench" | tail -n 3
+done

@@ -14,6 +14,7 @@ use crate::transport::TransportError;
 use colo_allocation::RegionId;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 /// Capacity of an outbound queue, in mails (a mail may be a whole flushed
@@ -23,7 +24,9 @@ pub(crate) const OUTBOUND_CAPACITY: usize = 1024;
 /// The most envelopes sent in one batch: bounds the size of one transfer.
 const MAX_BATCH: usize = 512;
 
-/// Starts the outbound task towards `to`.
+/// Starts the outbound task towards `to`. A batch `to` has not confirmed
+/// after `silent_after` (the region timeout) makes the region stop routing
+/// there while the batch's fate is found out (see `deliver`).
 pub(crate) fn start<E: Entity>(
     to: RegionId,
     serial: u64,
@@ -31,6 +34,7 @@ pub(crate) fn start<E: Entity>(
     node: Arc<NodeContext>,
     metrics: RegionMetrics,
     region: mpsc::Sender<RegionCmd<E>>,
+    silent_after: Duration,
 ) -> Arc<Mailbox<Mail<E>>> {
     let sink = Arc::new(Mailbox::new(OUTBOUND_CAPACITY));
     let queue = Consumer(sink.clone());
@@ -38,7 +42,7 @@ pub(crate) fn start<E: Entity>(
     node.tasks.spawn(async move {
         let node = task_node;
         let mut failed = false;
-                let mut mails = VecDeque::new();
+        let mut mails = VecDeque::new();
         while queue.0.recv_all(&mut mails).await {
             let mut envelopes = Vec::new();
             let mut barriers = Vec::new();
@@ -53,7 +57,8 @@ pub(crate) fn start<E: Entity>(
                     let rest = envelopes.split_off(envelopes.len().min(MAX_BATCH));
                     let mut chunk = std::mem::replace(&mut envelopes, rest);
                     let wire = encode_batch(&entity_type, &node, &mut chunk);
-                    match node.transport.deliver(&to, wire).await {
+                    let delivery = deliver(&to, serial, &node, wire, &region, silent_after);
+                    match delivery.await {
                         Ok(()) => {}
                         Err(TransportError::Unconfirmed(_)) => {
                             // The node may or may not have taken them: sent
@@ -77,7 +82,7 @@ pub(crate) fn start<E: Entity>(
                 }
             }
             if !undelivered.is_empty() {
-                                let cmd = RegionCmd::Undeliverable {
+                let cmd = RegionCmd::Undeliverable {
                     to: to.clone(),
                     serial,
                     envelopes: undelivered,
@@ -90,10 +95,38 @@ pub(crate) fn start<E: Entity>(
                 let _ = barrier.send(());
             }
         }
-                // Closed by the region and emptied: nothing more comes back.
+        // Closed by the region and emptied: nothing more comes back.
         let _ = region.send(RegionCmd::OutboundClosed { to, serial }).await;
     });
     sink
+}
+
+/// Delivers one batch. Past `silent_after` without an answer the node is
+/// unreachable (or too busy to take anything): the region is told at once,
+/// with nothing given back, so that it stops routing there and holds the
+/// node's shards (new messages wait in its buffer) until this batch's fate
+/// is known: taken, given back, or gone with a node that left.
+async fn deliver<E: Entity>(
+    to: &RegionId,
+    serial: u64,
+    node: &NodeContext,
+    wire: Vec<crate::envelope::WireEnvelope>,
+    region: &mpsc::Sender<RegionCmd<E>>,
+    silent_after: Duration,
+) -> Result<(), TransportError> {
+    let delivery = node.transport.deliver(to, wire);
+    tokio::pin!(delivery);
+    tokio::select! {
+        result = &mut delivery => return result,
+        () = tokio::time::sleep(silent_after) => {}
+    }
+    let silent = RegionCmd::Undeliverable {
+        to: to.clone(),
+        serial,
+        envelopes: Vec::new(),
+    };
+    let _ = region.send(silent).await;
+    delivery.await
 }
 
 /// Envelopes a node went away with before confirming them.

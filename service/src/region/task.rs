@@ -17,7 +17,7 @@ use crate::protocol::RegionToCoordinator;
 use crate::region::QueryError;
 use colo_allocation::{RegionId, ShardId};
 use contact::Contact;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,6 +79,13 @@ pub(super) struct RegionTask<E: Entity> {
     draining: HashMap<(RegionId, u64), Returned<E>>,
     /// Homes learned for held shards, applied once they are released.
     pending_home: HashMap<ShardId, RegionId>,
+    /// Shards whose hand-off barrier has not passed yet (it follows what
+    /// was sent to the old home).
+    barriers: BTreeSet<ShardId>,
+    /// Shards whose hand-off has begun while their barrier or an
+    /// unconfirmed batch to the old home was pending: acked once that is
+    /// settled.
+    handoff_acks: BTreeSet<ShardId>,
     asked_at: HashMap<ShardId, Instant>,
     stats_waiting: HashMap<u64, oneshot::Sender<Result<ClusterShardingStats, QueryError>>>,
     next_request: u64,
@@ -99,6 +106,8 @@ impl<E: Entity> RegionTask<E> {
             unreachable: HashMap::new(),
             draining: HashMap::new(),
             pending_home: HashMap::new(),
+            barriers: BTreeSet::new(),
+            handoff_acks: BTreeSet::new(),
             asked_at: HashMap::new(),
             stats_waiting: HashMap::new(),
             next_request: 0,
@@ -293,9 +302,20 @@ impl<E: Entity> RegionTask<E> {
     /// so all of it is handled before the shard stops, in order.
     fn begin_handoff(&mut self, shard: ShardId) {
         self.pending_home.remove(&shard);
+        if self.is_draining(shard) || self.barriers.contains(&shard) {
+            // What this region sent the old home may not have arrived yet
+            // (an earlier hand-off's barrier has not passed, or a batch is
+            // unconfirmed): if the old home takes it, it must still host
+            // the shard then. Acked once it has arrived or its fate is
+            // known; until then the hand-off waits (or times out and is
+            // tried again).
+            self.handoff_acks.insert(shard);
+            return;
+        }
         if let Some(old) = self.shared.routes.unset_remote_home(shard) {
             let (done, passed) = oneshot::channel();
             if old.sink.push(Mail::Barrier(done)).is_ok() {
+                self.barriers.insert(shard);
                 let commands = self.commands.clone();
                 self.shared.node.tasks.spawn(async move {
                     let _ = passed.await;
@@ -375,7 +395,15 @@ impl<E: Entity> RegionTask<E> {
                 tracing::debug!(entity_type = %self.name(), %shard, "shard stopped");
             }
             RegionCmd::BeginHandOffReady { shard } => {
-                self.send(RegionToCoordinator::BeginHandOffAck { shard });
+                self.barriers.remove(&shard);
+                if self.is_draining(shard) {
+                    // Acked when the rest of the old home's queue has come
+                    // back (see `release`).
+                    self.handoff_acks.insert(shard);
+                } else {
+                    self.handoff_acks.remove(&shard);
+                    self.send(RegionToCoordinator::BeginHandOffAck { shard });
+                }
             }
             RegionCmd::Undeliverable {
                 to,

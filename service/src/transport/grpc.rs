@@ -299,12 +299,17 @@ impl Transport for GrpcTransport {
 
     fn members(&self, entity_type: &str, nodes: Vec<RegionId>) {
         self.members.set(entity_type, nodes);
-        // The Link task towards a node that left is forgotten once nothing
-        // uses it (a batch on its way keeps it: two tasks towards one node
-        // would keep stopping each other's Link), at a later update.
-        self.peers
-            .lock()
-            .retain(|node, peer| self.members.contains(node) || Arc::strong_count(peer) > 1);
+        // A node that left gives up what it did not confirm. Its Link task
+        // is forgotten once nothing uses it (a batch on its way keeps it:
+        // two tasks towards one node would keep stopping each other's
+        // Link), at a later update.
+        self.peers.lock().retain(|node, peer| {
+            if self.members.contains(node) {
+                return true;
+            }
+            peer.node_left();
+            Arc::strong_count(peer) > 1
+        });
     }
 
     fn connect_coordinator(

@@ -16,14 +16,25 @@ impl<E: Entity> RegionTask<E> {
     /// messages sent to its old home may still come back.
     pub(super) fn is_held(&self, shard: ShardId) -> bool {
         matches!(self.hosted.get(&shard), Some(Hosted::HandingOff { .. }))
-            || self
-                .draining
-                .values()
-                .any(|shards| shards.contains_key(&shard))
+            || self.is_draining(shard)
     }
 
-    /// A held shard is free again: apply the home learned meanwhile, or ask.
+    /// Whether messages sent to the shard's old home may still come back.
+    pub(super) fn is_draining(&self, shard: ShardId) -> bool {
+        self.draining
+            .values()
+            .any(|shards| shards.contains_key(&shard))
+    }
+
+    /// A held shard is free again: ack its hand-off if one waits, and apply
+    /// the home learned meanwhile, or ask.
     pub(super) fn release(&mut self, shard: ShardId) {
+        if self.is_draining(shard) {
+            return;
+        }
+        if !self.barriers.contains(&shard) && self.handoff_acks.remove(&shard) {
+            self.send(crate::protocol::RegionToCoordinator::BeginHandOffAck { shard });
+        }
         if self.is_held(shard) {
             return;
         }
@@ -64,6 +75,7 @@ impl<E: Entity> RegionTask<E> {
             self.shared.node.clone(),
             self.shared.metrics.clone(),
             self.commands.clone(),
+            self.shared.entity_type.settings.region_timeout,
         );
         let queue = Queue {
             serial,

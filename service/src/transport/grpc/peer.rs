@@ -11,10 +11,11 @@
 //!   acked, with the same sequence numbers: the receiver skips what it had
 //!   already accepted, so nothing is taken twice.
 //! - If the receiver turns out to be another incarnation (it restarted), or
-//!   cannot be reached again within the region timeout, what was sent and
-//!   not acked is reported unconfirmed (it may or may not have been taken,
-//!   and must not be sent elsewhere), and what was never sent is reported
-//!   not sent (the region routes it again).
+//!   left the cluster, what was sent and not acked is reported unconfirmed
+//!   (it may or may not have been taken, and must not be sent elsewhere).
+//!   While it is only unreachable, that waits (see `LinkTask::connect`);
+//!   what was never sent is reported not sent after the region timeout (the
+//!   region routes it again).
 //! - If the receiver welcomes it into a new inbound epoch (it fenced
 //!   itself meanwhile), nothing unacked is resent: the receiver says up to
 //!   which sequence number it took, and the rest is reported refused, so
@@ -29,7 +30,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
@@ -65,6 +66,7 @@ enum Request {
 pub struct Peer {
     requests: mpsc::UnboundedSender<Request>,
     gone: Arc<AtomicBool>,
+    left: Arc<Left>,
 }
 
 /// Who this node is on its Links.
@@ -87,6 +89,7 @@ impl Peer {
     ) -> Self {
         let (requests, rx) = mpsc::unbounded_channel();
         let gone = Arc::new(AtomicBool::new(false));
+        let left = Arc::new(Left::default());
         let link = LinkTask {
             local,
             address,
@@ -100,14 +103,25 @@ impl Peer {
             released: 0,
             receiver: None,
             gone: gone.clone(),
+            left: left.clone(),
         };
         tasks.spawn(link.run());
-        Self { requests, gone }
+        Self {
+            requests,
+            gone,
+            left,
+        }
     }
 
     /// The task has given up on the node: open a new Link for new work.
     pub fn is_gone(&self) -> bool {
         self.gone.load(Ordering::Acquire)
+    }
+
+    /// The node left the cluster: what it did not confirm is given up on
+    /// (see `connect`).
+    pub fn node_left(&self) {
+        self.left.set();
     }
 
     /// Sends a batch; how many envelopes, from the first, the node took.
@@ -159,6 +173,34 @@ struct LinkTask {
     /// The receiver's incarnation and inbound epoch, once welcomed.
     receiver: Option<(u64, u64)>,
     gone: Arc<AtomicBool>,
+    left: Arc<Left>,
+}
+
+/// Set when the node left the cluster (its coordinators no longer list it).
+#[derive(Debug, Default)]
+struct Left {
+    set: AtomicBool,
+    notify: Notify,
+}
+
+impl Left {
+    fn set(&self) {
+        self.set.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+
+    async fn wait(&self) {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if !self.is_set() {
+            notified.await;
+        }
+    }
 }
 
 /// How a connection ended.
@@ -205,12 +247,29 @@ impl LinkTask {
         }
     }
 
-    /// Connects and is welcomed, retrying until the region timeout; `None`
-    /// when the node cannot be reached again (or refuses the Link).
+    /// Connects and is welcomed; `None` when the node is gone: nothing
+    /// listens at its address, it left the cluster, or it stayed
+    /// unreachable for the region timeout with nothing of this node's in
+    /// its hands.
+    ///
+    /// After the region timeout, what was never sent goes back to its
+    /// region at once (and what comes meanwhile), which routes it again.
+    /// What was sent and not acked does not: the node may still take it (a
+    /// connection held in the network, a paused peer), so its sender must
+    /// neither drop it nor send newer messages elsewhere. It waits until the
+    /// node answers again, whose Welcome says what it took, or until the
+    /// node leaves the cluster: the coordinator terminates only a region it
+    /// has not heard from for the region timeout, which has fenced itself
+    /// by then and takes nothing sent before.
     async fn connect(&mut self) -> Option<Connection> {
         let deadline = Instant::now() + self.settings.region_timeout;
         let mut pause = BACKOFF.0;
+        let mut silent = false;
         loop {
+            if self.left.is_set() {
+                tracing::warn!(node = %self.address, "node left the cluster; giving up on what it did not confirm");
+                return None;
+            }
             match Connection::open(&self.local, &self.address, &self.settings).await {
                 Ok((connection, welcome)) => {
                     self.welcomed(welcome);
@@ -221,27 +280,46 @@ impl LinkTask {
                     return None;
                 }
                 Err(Refusal::Maybe(reason)) => {
-                    if Instant::now() + pause >= deadline {
-                        tracing::warn!(node = %self.address, %reason, "node unreachable for the region timeout; giving up on what it did not confirm");
-                        return None;
+                    if !silent && Instant::now() + pause >= deadline {
+                        silent = true;
+                        self.return_queued();
+                        if self.unacked.is_empty() {
+                            tracing::warn!(node = %self.address, %reason, "node unreachable for the region timeout");
+                            return None;
+                        }
+                        tracing::warn!(node = %self.address, %reason, "node unreachable for the region timeout; what it did not confirm waits until it answers or leaves the cluster");
                     }
                     tracing::debug!(node = %self.address, %reason, "node not reachable; retrying");
                 }
             }
             // Keep taking requests while waiting, so that replies and new
-            // batches are held rather than blocking their senders.
+            // batches are held (or, once the node is silent, given back)
+            // rather than blocking their senders.
             let wait = tokio::time::sleep(pause);
             tokio::pin!(wait);
             loop {
                 tokio::select! {
                     () = &mut wait => break,
+                    () = self.left.wait() => break,
                     request = self.requests.recv() => match request {
-                        Some(request) => self.take(request),
+                        Some(request) => {
+                            self.take(request);
+                            if silent {
+                                self.return_queued();
+                            }
+                        }
                         None => return None,
                     },
                 }
             }
             pause = (pause * 2).min(BACKOFF.1);
+        }
+    }
+
+    /// What was never sent goes back: its region routes it again.
+    fn return_queued(&mut self) {
+        for (_, done) in self.queued.drain(..) {
+            let _ = done.send(Err(Failure::NotSent));
         }
     }
 

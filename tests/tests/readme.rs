@@ -1,0 +1,155 @@
+//! README's shell blocks run as a new user runs them: the three-node
+//! cluster and the client commands, exactly as written, from the project's
+//! root (the nodes' data directory goes to a temporary one, through the
+//! documented environment override, so that an earlier run's coordinator
+//! marker does not make this cluster wait).
+
+use colo_tests::{http, wait};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+        .to_path_buf()
+}
+
+/// The indented block that follows the paragraph containing `marker`.
+fn block_after(readme: &str, marker: &str) -> Vec<String> {
+    let start = readme
+        .find(marker)
+        .unwrap_or_else(|| panic!("README says {marker:?}"));
+    readme[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with("    "))
+        .take_while(|l| l.starts_with("    "))
+        .map(|l| l[4..].to_string())
+        .collect()
+}
+
+/// The nodes the block started, stopped by their PIDs however the test
+/// ends.
+struct Started(Vec<u32>);
+
+impl Started {
+    fn signal(&self, signal: &str) {
+        for pid in &self.0 {
+            let _ = Command::new("kill")
+                .arg(signal)
+                .arg(pid.to_string())
+                .status();
+        }
+    }
+
+    fn running(&self) -> bool {
+        self.0
+            .iter()
+            .any(|pid| Path::new(&format!("/proc/{pid}")).exists() && !zombie(*pid))
+    }
+}
+
+fn zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+    })
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        self.signal("-KILL");
+    }
+}
+
+#[tokio::test]
+async fn the_three_node_cluster_and_the_client_commands_run_as_shown() {
+    let root = root();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let nodes = block_after(&readme, "Three nodes on one machine:");
+    let client = block_after(&readme, "Then, with the built-in counter");
+    assert!(
+        nodes.iter().filter(|l| l.contains(" run ")).count() == 3,
+        "{nodes:?}"
+    );
+    let data = tempfile::tempdir().expect("a temporary directory");
+    let out = data.path().join("nodes.out");
+    // Started as a user does (in the background of a shell); the shell
+    // prints their PIDs and leaves them running.
+    let status = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -e\n{}\necho PIDS $(jobs -p)",
+            nodes.join("\n")
+        ))
+        .current_dir(&root)
+        .env("COLO_NODE__DATA_DIR", data.path())
+        .stdout(std::fs::File::create(&out).expect("stdout file"))
+        .stderr(std::fs::File::create(data.path().join("nodes.err")).expect("stderr file"))
+        .status()
+        .expect("run bash");
+    let printed = std::fs::read_to_string(&out).unwrap_or_default();
+    let started = Started(
+        printed
+            .lines()
+            .find_map(|l| l.strip_prefix("PIDS "))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|pid| pid.parse().ok())
+            .collect(),
+    );
+    let logs = || std::fs::read_to_string(data.path().join("nodes.err")).unwrap_or_default();
+    assert!(status.success(), "{printed}\n{}", logs());
+    assert_eq!(started.0.len(), 3, "{printed}");
+    for admin in ["127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"] {
+        let ready = wait::held_within(Duration::from_secs(60), || async {
+            matches!(http::get(admin, "/health/ready").await, Ok((200, _)))
+        })
+        .await;
+        assert!(ready, "{admin} not ready; logs:\n{}", logs());
+    }
+    // The client commands, in a shell of their own that knows `$colo`.
+    let assignment = nodes
+        .iter()
+        .find(|l| l.starts_with("colo="))
+        .expect("the block names the binary");
+    let run = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -euo pipefail\n{assignment}\n{}",
+            client.join("\n")
+        ))
+        .current_dir(&root)
+        .output()
+        .expect("run bash");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr),
+    );
+    assert!(
+        run.status.success(),
+        "{stdout}\n{stderr}\nlogs:\n{}",
+        logs()
+    );
+    // The ask answers 5, wherever alice lives; shards and stats answer;
+    // the metric is there.
+    assert!(
+        stdout.contains("alice (shard") && stdout.contains("replied 5"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("region 127.0.0.1:7001"), "{stdout}");
+    assert!(stdout.contains("127.0.0.1:7003"), "{stdout}");
+    assert!(stdout.contains("colo_region_hosted_shards"), "{stdout}");
+    started.signal("-TERM");
+    let stopped = wait::held_within(Duration::from_secs(60), || {
+        std::future::ready(!started.running())
+    })
+    .await;
+    assert!(
+        stopped,
+        "the nodes did not stop on SIGTERM; logs:\n{}",
+        logs()
+    );
+}
