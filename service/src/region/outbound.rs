@@ -13,6 +13,7 @@ use crate::node::context::NodeContext;
 use crate::transport::TransportError;
 use colo_allocation::RegionId;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -24,18 +25,35 @@ pub(crate) const OUTBOUND_CAPACITY: usize = 1024;
 /// The most envelopes sent in one batch: bounds the size of one transfer.
 const MAX_BATCH: usize = 512;
 
-/// Starts the outbound task towards `to`. A batch `to` has not confirmed
-/// after `silent_after` (the region timeout) makes the region stop routing
-/// there while the batch's fate is found out (see `deliver`).
-pub(crate) fn start<E: Entity>(
-    to: RegionId,
-    serial: u64,
-    entity_type: Arc<str>,
-    node: Arc<NodeContext>,
-    metrics: RegionMetrics,
-    region: mpsc::Sender<RegionCmd<E>>,
-    silent_after: Duration,
-) -> Arc<Mailbox<Mail<E>>> {
+/// What an outbound task towards one node is given by its region.
+pub(crate) struct Outbound<E: Entity> {
+    pub to: RegionId,
+    /// Tells this queue apart from earlier ones to the same node.
+    pub serial: u64,
+    pub entity_type: Arc<str>,
+    pub node: Arc<NodeContext>,
+    pub metrics: RegionMetrics,
+    pub region: mpsc::Sender<RegionCmd<E>>,
+    /// A batch the node has not confirmed after this long (the region
+    /// timeout) makes the region stop routing there while the batch's fate
+    /// is found out (see `deliver`).
+    pub silent_after: Duration,
+    /// Once set, nothing more is sent: all the queue holds goes back.
+    pub give_back: Arc<AtomicBool>,
+}
+
+/// Starts the outbound task.
+pub(crate) fn start<E: Entity>(outbound: Outbound<E>) -> Arc<Mailbox<Mail<E>>> {
+    let Outbound {
+        to,
+        serial,
+        entity_type,
+        node,
+        metrics,
+        region,
+        silent_after,
+        give_back,
+    } = outbound;
     let sink = Arc::new(Mailbox::new(OUTBOUND_CAPACITY));
     let queue = Consumer(sink.clone());
     let task_node = node.clone();
@@ -54,6 +72,10 @@ pub(crate) fn start<E: Entity>(
                 undelivered = envelopes;
             } else {
                 while !envelopes.is_empty() {
+                    if give_back.load(Ordering::Acquire) {
+                        undelivered.append(&mut envelopes);
+                        break;
+                    }
                     let rest = envelopes.split_off(envelopes.len().min(MAX_BATCH));
                     let mut chunk = std::mem::replace(&mut envelopes, rest);
                     let wire = encode_batch(&entity_type, &node, &mut chunk);

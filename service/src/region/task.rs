@@ -46,6 +46,9 @@ type Returned<E> = BTreeMap<ShardId, VecDeque<Envelope<E>>>;
 struct Queue<E: Entity> {
     serial: u64,
     sink: Arc<Mailbox<Mail<E>>>,
+    /// Set when the node left: the queue sends nothing more and gives all
+    /// it holds back.
+    give_back: Arc<std::sync::atomic::AtomicBool>,
 }
 
 enum Hosted<E: Entity> {
@@ -412,7 +415,7 @@ impl<E: Entity> RegionTask<E> {
             } => {
                 self.unreachable.insert(to.clone(), Instant::now());
                 if self.outbound.get(&to).is_some_and(|q| q.serial == serial) {
-                    self.start_draining(&to);
+                    self.start_draining(&to, false);
                 }
                 let returned = self.draining.entry((to, serial)).or_default();
                 for env in envelopes {

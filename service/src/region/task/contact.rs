@@ -362,7 +362,7 @@ impl<E: Entity> RegionTask<E> {
             CoordinatorToRegion::BeginHandOff { shard } => self.begin_handoff(shard),
             CoordinatorToRegion::HandOff { shard } => self.handoff(shard, true),
             CoordinatorToRegion::RegionTerminated { region } => {
-                self.start_draining(&region);
+                self.start_draining(&region, true);
                 self.ask_waiting_homes();
             }
             CoordinatorToRegion::Members { regions } => {

@@ -46,11 +46,20 @@ impl<E: Entity> RegionTask<E> {
 
     /// Stops routing to `node` and holds its shards until its current
     /// outbound queue has given back whatever it could not deliver.
-    pub(super) fn start_draining(&mut self, node: &RegionId) {
+    /// `terminated`: the coordinator has placed the node's shards elsewhere
+    /// without a hand-off, so nothing more goes there (taken late, a
+    /// message would be forwarded to the new home behind newer ones): the
+    /// queue gives back everything it has not handed to the transport.
+    pub(super) fn start_draining(&mut self, node: &RegionId, terminated: bool) {
         let forgotten = self.shared.routes.forget_region(node);
         let Some(queue) = self.outbound.remove(node) else {
             return; // nothing queued for it
         };
+        if terminated {
+            queue
+                .give_back
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         // Closing ends the queue once it has given back what it holds.
         queue.sink.close();
         let held = self
@@ -68,18 +77,21 @@ impl<E: Entity> RegionTask<E> {
         }
         let serial = self.next_queue;
         self.next_queue += 1;
-        let sink = outbound::start(
-            region.clone(),
+        let give_back = Arc::default();
+        let sink = outbound::start(outbound::Outbound {
+            to: region.clone(),
             serial,
-            Arc::from(self.name()),
-            self.shared.node.clone(),
-            self.shared.metrics.clone(),
-            self.commands.clone(),
-            self.shared.entity_type.settings.region_timeout,
-        );
+            entity_type: Arc::from(self.name()),
+            node: self.shared.node.clone(),
+            metrics: self.shared.metrics.clone(),
+            region: self.commands.clone(),
+            silent_after: self.shared.entity_type.settings.region_timeout,
+            give_back: Arc::clone(&give_back),
+        });
         let queue = Queue {
             serial,
             sink: sink.clone(),
+            give_back,
         };
         self.outbound.insert(region.clone(), queue);
         sink
