@@ -6,6 +6,7 @@ mod support;
 mod concurrency;
 mod failover;
 mod failures;
+mod faults;
 mod fencing;
 mod handoff;
 mod inspection;

@@ -68,10 +68,16 @@ pub struct Delivery {
     pub node: String,
     pub from: String,
     pub seq: u64,
+    /// Held by a node that fenced itself (see `EntityContext::delayed`).
+    pub delayed: bool,
+    /// When, since the world was made.
+    pub at: Duration,
 }
 
 /// Shared by every probe of a test: the deliveries and the live incarnations.
 pub struct World {
+    /// When the world was made: deliveries are timed from here.
+    pub start: std::time::Instant,
     pub log: Mutex<HashMap<String, Vec<Delivery>>>,
     live: Mutex<HashMap<String, String>>,
     pub violations: Mutex<Vec<String>>,
@@ -93,6 +99,7 @@ pub struct World {
 impl Default for World {
     fn default() -> Self {
         Self {
+            start: std::time::Instant::now(),
             log: Mutex::default(),
             live: Mutex::default(),
             violations: Mutex::default(),
@@ -206,8 +213,21 @@ pub struct Probe {
     world: Arc<World>,
 }
 
+/// The probe entity type on `node`, with the probe's stop message.
+pub fn probe_entity_type(
+    name: &str,
+    node: &str,
+    world: Arc<World>,
+    settings: ShardingSettings,
+) -> EntityType<Probe> {
+    let node = node.to_string();
+    EntityType::new(name, move |id| Probe::new(id, &node, world.clone()))
+        .with_settings(settings)
+        .with_stop_message(|| ProbeMsg::Stop)
+}
+
 impl Probe {
-    fn new(id: &str, node: &str, world: Arc<World>) -> Self {
+    pub fn new(id: &str, node: &str, world: Arc<World>) -> Self {
         if world.refused_id.lock().as_deref() == Some(id) {
             panic!("factory refuses {id}");
         }
@@ -268,6 +288,8 @@ impl Entity for Probe {
                         node: self.node.clone(),
                         from,
                         seq,
+                        delayed: ctx.delayed(),
+                        at: self.world.start.elapsed(),
                     });
                 Ok(ProbeReply::Ok)
             }
@@ -380,13 +402,7 @@ impl Cluster {
     }
 
     pub fn entity_type(&self, node: &str) -> EntityType<Probe> {
-        let world = self.world.clone();
-        let node = node.to_string();
-        EntityType::new(self.name.clone(), move |id| {
-            Probe::new(id, &node, world.clone())
-        })
-        .with_settings(self.settings.clone())
-        .with_stop_message(|| ProbeMsg::Stop)
+        probe_entity_type(&self.name, node, self.world.clone(), self.settings.clone())
     }
 
     pub fn start_coordinator(&mut self, strategy: Box<dyn AllocationStrategy>) {

@@ -14,20 +14,16 @@
 //! prints its seed and its fault schedule. Timing is real, so a seed
 //! replays the same faults and workload, not the same interleaving.
 
+use crate::support::{probe_entity_type, Delivery, Probe, ProbeMsg, World};
 use colo::allocation::{LeastShardAllocationStrategy, LeastShardSettings};
 use colo::coordinator::hosting::StaticHosting;
 use colo::transport::grpc::{GrpcSettings, GrpcTransport};
-use colo::{
-    CoordinatorHandle, Entity, EntityContext, EntityError, EntityType, InMemoryStore, Node, Region,
-    ShardingSettings,
-};
+use colo::{CoordinatorHandle, InMemoryStore, Node, Region, ShardingSettings};
 use colo_tests::proxy::Proxy;
-use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::net::TcpListener;
 
 const NODES: usize = 4;
@@ -55,104 +51,14 @@ impl Rng {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-enum Msg {
-    Record { from: String, seq: u64 },
-    Where,
-}
-
-/// One handled tell: which message, whether it was held by a node that
-/// fenced itself, where and when (since the run started) it was handled.
-#[derive(Clone)]
-struct Handled {
-    seq: u64,
-    delayed: bool,
-    node: String,
-    at: Duration,
-}
-
 /// One line per handled tell, for a failure report.
-fn describe(all: &[Handled]) -> String {
+fn describe(all: &[&Delivery]) -> String {
     all.iter()
-        .map(|h| {
-            let delayed = if h.delayed { " (delayed)" } else { "" };
-            format!("\n  {} on {} at {:.3?}{delayed}", h.seq, h.node, h.at)
+        .map(|d| {
+            let delayed = if d.delayed { " (delayed)" } else { "" };
+            format!("\n  {} on {} at {:.3?}{delayed}", d.seq, d.node, d.at)
         })
         .collect()
-}
-
-/// What the whole run saw: who is live where, and every handled message.
-struct World {
-    start: Instant,
-    live: Mutex<HashMap<String, String>>,
-    violations: Mutex<Vec<String>>,
-    /// (id, sender) -> what was handled, in handling order.
-    handled: Mutex<BTreeMap<(String, String), Vec<Handled>>>,
-}
-
-impl World {
-    fn new() -> Self {
-        Self {
-            start: Instant::now(),
-            live: Mutex::default(),
-            violations: Mutex::default(),
-            handled: Mutex::default(),
-        }
-    }
-}
-
-struct Probe {
-    id: String,
-    node: String,
-    world: Arc<World>,
-}
-
-impl Probe {
-    fn new(id: &str, node: &str, world: Arc<World>) -> Self {
-        if let Some(other) = world.live.lock().insert(id.to_string(), node.to_string()) {
-            world
-                .violations
-                .lock()
-                .push(format!("{id} started on {node} while live on {other}"));
-        }
-        Self {
-            id: id.to_string(),
-            node: node.to_string(),
-            world,
-        }
-    }
-}
-
-impl Drop for Probe {
-    fn drop(&mut self) {
-        let mut live = self.world.live.lock();
-        if live.get(&self.id) == Some(&self.node) {
-            live.remove(&self.id);
-        }
-    }
-}
-
-impl Entity for Probe {
-    type Message = Msg;
-    type Reply = String;
-
-    async fn handle(&mut self, ctx: &EntityContext, message: Msg) -> Result<String, EntityError> {
-        if let Msg::Record { from, seq } = message {
-            let handled = Handled {
-                seq,
-                delayed: ctx.delayed(),
-                node: self.node.clone(),
-                at: self.world.start.elapsed(),
-            };
-            self.world
-                .handled
-                .lock()
-                .entry((self.id.clone(), from))
-                .or_default()
-                .push(handled);
-        }
-        Ok(self.node.clone())
-    }
 }
 
 fn settings() -> ShardingSettings {
@@ -227,11 +133,7 @@ impl Slot {
         let transport = GrpcTransport::new(&self.inbound.address, grpc_settings(), hosting);
         let node = Arc::new(Node::new(transport.clone()));
         let label = self.label();
-        let entity = {
-            let (world, label) = (world.clone(), label.clone());
-            EntityType::new(ENTITY_TYPE, move |id| Probe::new(id, &label, world.clone()))
-                .with_settings(settings())
-        };
+        let entity = probe_entity_type(ENTITY_TYPE, &label, world.clone(), settings());
         let region = node.start_region(entity).expect("valid entity type");
         let server = tonic::transport::Server::builder()
             .add_service(transport.node_service())
@@ -290,7 +192,7 @@ impl Sender {
             while !flag.load(Ordering::Relaxed) {
                 let id = format!("e{}", rng.below(IDS));
                 if rng.below(10) == 0 {
-                    let exchange = region.ask(&id, Msg::Where, ASK);
+                    let exchange = region.ask(&id, ProbeMsg::Where, ASK);
                     // The ask's own timeout bounds it; past it (and a margin
                     // for a loaded machine) it hangs.
                     match tokio::time::timeout(ASK + Duration::from_secs(2), exchange).await {
@@ -299,7 +201,7 @@ impl Sender {
                     };
                 } else {
                     let seq = next.entry(id.clone()).or_insert(0);
-                    let record = Msg::Record {
+                    let record = ProbeMsg::Record {
                         from: label.clone(),
                         seq: *seq,
                     };
@@ -310,6 +212,7 @@ impl Sender {
                         *seq += 1;
                     }
                 }
+                // The load's pace, not a wait for anything.
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
             accepted
@@ -337,7 +240,7 @@ enum Fault {
 
 async fn run(seed: u64) -> Result<(), String> {
     let mut rng = Rng(seed);
-    let world = Arc::new(World::new());
+    let world = Arc::new(World::default());
     let asks = Arc::new(Asks::default());
     let mut slots = Vec::new();
     for index in 0..NODES {
@@ -404,6 +307,7 @@ async fn run(seed: u64) -> Result<(), String> {
             }
             Fault::Break => slot.inbound.break_connections(),
         }
+        // How long the fault lasts.
         tokio::time::sleep(hold).await;
         slot.inbound.heal();
         if let Some(p) = &slot.to_coordinator {
@@ -422,23 +326,14 @@ async fn run(seed: u64) -> Result<(), String> {
         .expect("node 0 runs")
         .region
         .clone();
-    let healed = async {
-        loop {
-            let all = via
-                .cluster_stats(Duration::from_millis(500))
-                .await
-                .is_ok_and(|s| s.regions.len() == NODES && s.failed_regions.is_empty());
-            if all {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
     let report = |what: String| format!("seed {seed:#x}: {what}\nschedule: {schedule:#?}");
-    if tokio::time::timeout(Duration::from_secs(20), healed)
-        .await
-        .is_err()
-    {
+    let healed = colo_tests::wait::held_within(Duration::from_secs(20), || async {
+        via.cluster_stats(Duration::from_millis(500))
+            .await
+            .is_ok_and(|s| s.regions.len() == NODES && s.failed_regions.is_empty())
+    })
+    .await;
+    if !healed {
         return Err(report("the cluster did not heal within 20 s".into()));
     }
     for slot in &mut slots {
@@ -456,7 +351,7 @@ async fn run(seed: u64) -> Result<(), String> {
     // Every id answers once healed (this also flushes what waited).
     for i in 0..IDS {
         let id = format!("e{i}");
-        if let Err(e) = via.ask(&id, Msg::Where, Duration::from_secs(5)).await {
+        if let Err(e) = via.ask(&id, ProbeMsg::Where, Duration::from_secs(5)).await {
             return Err(report(format!("{id} does not answer after healing: {e}")));
         }
     }
@@ -468,40 +363,48 @@ async fn run(seed: u64) -> Result<(), String> {
     if hanging > 0 {
         return Err(report(format!("{hanging} asks hung past their timeout")));
     }
-    let handled = world.handled.lock().clone();
-    for ((id, from), all) in &handled {
-        let sent = accepted.get(&(id.clone(), from.clone()));
-        let mut seen = std::collections::BTreeSet::new();
-        let mut last = None;
-        for h in all {
-            if !seen.insert(h.seq) {
-                return Err(report(format!(
-                    "{id} handled {from}'s {} twice:{}",
-                    h.seq,
-                    describe(all)
-                )));
-            }
-            if sent.is_none_or(|s| s.binary_search(&h.seq).is_err()) {
-                return Err(report(format!(
-                    "{id} handled {from}'s {}, never accepted",
-                    h.seq
-                )));
-            }
-            if !h.delayed {
-                if last.is_some_and(|l| l > h.seq) {
+    let log = world.log.lock().clone();
+    let mut handled = 0;
+    for (id, deliveries) in &log {
+        let mut by_sender: BTreeMap<&str, Vec<&Delivery>> = BTreeMap::new();
+        for d in deliveries {
+            by_sender.entry(&d.from).or_default().push(d);
+        }
+        for (from, all) in by_sender {
+            handled += all.len();
+            let sent = accepted.get(&(id.clone(), from.to_string()));
+            let mut seen = BTreeSet::new();
+            let mut last = None;
+            for d in &all {
+                if !seen.insert(d.seq) {
+                    let twice = describe(&all);
                     return Err(report(format!(
-                        "{id} handled {from}'s messages out of order:{}",
-                        describe(all)
+                        "{id} handled {from}'s {} twice:{twice}",
+                        d.seq
                     )));
                 }
-                last = Some(h.seq);
+                if sent.is_none_or(|s| s.binary_search(&d.seq).is_err()) {
+                    return Err(report(format!(
+                        "{id} handled {from}'s {}, never accepted",
+                        d.seq
+                    )));
+                }
+                if !d.delayed {
+                    if last.is_some_and(|l| l > d.seq) {
+                        let order = describe(&all);
+                        return Err(report(format!(
+                            "{id} handled {from}'s messages out of order:{order}"
+                        )));
+                    }
+                    last = Some(d.seq);
+                }
             }
         }
     }
     eprintln!(
         "seed {seed:#x}: {} tells accepted, {} handled, {} asks answered; schedule {schedule:?}",
         accepted.values().map(Vec::len).sum::<usize>(),
-        handled.values().map(Vec::len).sum::<usize>(),
+        handled,
         asks.answered.load(Ordering::Relaxed),
     );
     for slot in &mut slots {
