@@ -46,9 +46,6 @@ type Returned<E> = BTreeMap<ShardId, VecDeque<Envelope<E>>>;
 struct Queue<E: Entity> {
     serial: u64,
     sink: Arc<Mailbox<Mail<E>>>,
-    /// Set when the node left: the queue sends nothing more and gives all
-    /// it holds back.
-    give_back: Arc<std::sync::atomic::AtomicBool>,
 }
 
 enum Hosted<E: Entity> {
@@ -80,6 +77,9 @@ pub(super) struct RegionTask<E: Entity> {
     /// back, in order. Those shards are held (no new home) until the queue
     /// has closed, so returned messages go out before anything newer.
     draining: HashMap<(RegionId, u64), Returned<E>>,
+    /// Every outbound queue until it has closed, current or draining: set
+    /// when its node is terminated, and the queue sends nothing more.
+    give_back: HashMap<(RegionId, u64), Arc<std::sync::atomic::AtomicBool>>,
     /// Homes learned for held shards, applied once they are released.
     pending_home: HashMap<ShardId, RegionId>,
     /// Shards whose hand-off barrier has not passed yet (it follows what
@@ -108,6 +108,7 @@ impl<E: Entity> RegionTask<E> {
             next_queue: 0,
             unreachable: HashMap::new(),
             draining: HashMap::new(),
+            give_back: HashMap::new(),
             pending_home: HashMap::new(),
             barriers: BTreeSet::new(),
             handoff_acks: BTreeSet::new(),
@@ -423,6 +424,7 @@ impl<E: Entity> RegionTask<E> {
                 }
             }
             RegionCmd::OutboundClosed { to, serial } => {
+                self.give_back.remove(&(to.clone(), serial));
                 if let Some(shards) = self.draining.remove(&(to, serial)) {
                     for (shard, returned) in shards {
                         self.requeue(shard, returned);

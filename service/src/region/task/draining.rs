@@ -51,15 +51,19 @@ impl<E: Entity> RegionTask<E> {
     /// message would be forwarded to the new home behind newer ones): the
     /// queue gives back everything it has not handed to the transport.
     pub(super) fn start_draining(&mut self, node: &RegionId, terminated: bool) {
+        if terminated {
+            // Every queue to it: the current one, and those already
+            // draining after it went silent.
+            for ((to, _), give_back) in &self.give_back {
+                if to == node {
+                    give_back.store(true, std::sync::atomic::Ordering::Release);
+                }
+            }
+        }
         let forgotten = self.shared.routes.forget_region(node);
         let Some(queue) = self.outbound.remove(node) else {
             return; // nothing queued for it
         };
-        if terminated {
-            queue
-                .give_back
-                .store(true, std::sync::atomic::Ordering::Release);
-        }
         // Closing ends the queue once it has given back what it holds.
         queue.sink.close();
         let held = self
@@ -77,7 +81,9 @@ impl<E: Entity> RegionTask<E> {
         }
         let serial = self.next_queue;
         self.next_queue += 1;
-        let give_back = Arc::default();
+        let give_back: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+        self.give_back
+            .insert((region.clone(), serial), give_back.clone());
         let sink = outbound::start(outbound::Outbound {
             to: region.clone(),
             serial,
@@ -86,12 +92,11 @@ impl<E: Entity> RegionTask<E> {
             metrics: self.shared.metrics.clone(),
             region: self.commands.clone(),
             silent_after: self.shared.entity_type.settings.region_timeout,
-            give_back: Arc::clone(&give_back),
+            give_back,
         });
         let queue = Queue {
             serial,
             sink: sink.clone(),
-            give_back,
         };
         self.outbound.insert(region.clone(), queue);
         sink
