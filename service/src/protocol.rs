@@ -109,8 +109,8 @@ pub enum CoordinatorToRegion {
     RegionTerminated { region: RegionId },
     /// Every region and proxy registered now: sent after each
     /// `RegisterAck`, and to every region whenever the set changes. A node
-    /// opens its Links to, and takes Links and reply addresses from, only
-    /// the nodes its coordinators list.
+    /// takes Links and reply addresses only from the nodes its
+    /// coordinators list.
     Members { regions: Vec<RegionId> },
     /// Asks for this region's stats; answered by `RegionStats`.
     GetRegionStats { request: u64, timeout: Duration },

@@ -99,6 +99,10 @@ pub(crate) struct Shared<E: Entity> {
     pub linked: std::sync::atomic::AtomicBool,
     /// Why the coordinator refused this region, while it does.
     pub refused: parking_lot::Mutex<Option<String>>,
+    /// Fenced and not registered again: what other nodes send now waits
+    /// here while they may route newer messages to a new home, so it is
+    /// marked delayed.
+    pub fenced: std::sync::atomic::AtomicBool,
 }
 
 impl<E: Entity> Shared<E> {
@@ -189,7 +193,7 @@ impl<E: Entity> RegionInbound for Inbound<E> {
             reply,
             credit: Some(credit),
             received: true,
-            delayed: env.delayed,
+            delayed: env.delayed || shared.fenced.load(std::sync::atomic::Ordering::Acquire),
         };
         let registered = shared.linked.load(std::sync::atomic::Ordering::Acquire);
         match shared.routes.place(envelope, registered) {
@@ -294,6 +298,7 @@ impl<E: Entity> Region<E> {
             reachable: std::sync::atomic::AtomicBool::new(false),
             linked: std::sync::atomic::AtomicBool::new(false),
             refused: parking_lot::Mutex::new(None),
+            fenced: std::sync::atomic::AtomicBool::new(false),
         });
         let task = task::RegionTask::new(shared.clone(), commands.clone());
         node.tasks.spawn(task.run(command_rx, home_rx));

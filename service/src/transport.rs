@@ -115,10 +115,17 @@ pub trait Transport: Send + Sync + 'static {
 
     /// The coordinator of `entity_type` lists these nodes as registered.
     /// A node takes Links and reply addresses only from nodes one of its
-    /// coordinators lists, and forgets what it kept for the others. The
-    /// in-memory network connects only the nodes of one process, which
-    /// are known to each other by construction.
+    /// coordinators lists, and forgets its idle Link tasks towards the
+    /// others. The in-memory network connects only the nodes of one
+    /// process, which are known to each other by construction.
     fn members(&self, _entity_type: &str, _nodes: Vec<RegionId>) {}
+
+    /// The coordinator of `entity_type` terminated `node`: it was silent
+    /// for the region timeout, so it has fenced itself if it runs at all,
+    /// and takes nothing sent to it before. What it did not confirm is
+    /// given up on, until that coordinator lists it again. The in-memory
+    /// network never holds a batch it has not delivered.
+    fn node_terminated(&self, _entity_type: &str, _node: &RegionId) {}
 
     /// Opens `region`'s link to the coordinator of `entity_type`.
     fn connect_coordinator(

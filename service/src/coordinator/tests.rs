@@ -134,3 +134,38 @@ async fn a_region_whose_extractor_places_entities_elsewhere_is_refused() {
         "{reason}"
     );
 }
+
+#[tokio::test]
+async fn a_region_that_is_not_registered_gets_no_heartbeat_answer() {
+    let coordinator = coordinator();
+    let region = RegionId::new("gone");
+    // A region the coordinator terminated (or never registered) has no
+    // lease to renew: its heartbeats go unanswered until it registers.
+    let mut link = coordinator.connect(region.clone()).await.unwrap();
+    link.to_coordinator
+        .send(RegionToCoordinator::Heartbeat { ping: 7 })
+        .unwrap();
+    link.to_coordinator
+        .send(RegionToCoordinator::Register {
+            region,
+            proxy: false,
+            hosted: vec![],
+            number_of_shards: SHARDS,
+            extractor: 1,
+            ping: 8,
+        })
+        .unwrap();
+    // Answered in order: had the heartbeat been answered, its ack would
+    // come first.
+    let first = next(&mut link, |m| match m {
+        CoordinatorToRegion::HeartbeatAck { ping } | CoordinatorToRegion::RegisterAck { ping } => {
+            Some(ping)
+        }
+        _ => None,
+    })
+    .await;
+    assert_eq!(
+        first, 8,
+        "the heartbeat of an unregistered region was answered"
+    );
+}

@@ -407,6 +407,12 @@ impl<E: Entity> RegionTask<E> {
                 } else {
                     self.handoff_acks.remove(&shard);
                     self.send(RegionToCoordinator::BeginHandOffAck { shard });
+                    // A home learned while the barrier was pending waited
+                    // for it: messages go there only behind those sent to
+                    // the old home.
+                    if let Some(home) = self.pending_home.remove(&shard) {
+                        self.on_shard_home(shard, home);
+                    }
                 }
             }
             RegionCmd::Undeliverable {

@@ -298,18 +298,29 @@ impl Transport for GrpcTransport {
     }
 
     fn members(&self, entity_type: &str, nodes: Vec<RegionId>) {
+        let listed: std::collections::HashSet<RegionId> = nodes.iter().cloned().collect();
         self.members.set(entity_type, nodes);
-        // A node that left gives up what it did not confirm. Its Link task
-        // is forgotten once nothing uses it (a batch on its way keeps it:
-        // two tasks towards one node would keep stopping each other's
-        // Link), at a later update.
+        // The Link task towards a node no coordinator lists is forgotten
+        // once nothing uses it (a batch on its way keeps it: two tasks
+        // towards one node would keep stopping each other's Link), at a
+        // later update. A list may be short (a coordinator that lost its
+        // state hears from its regions one by one), so only a termination
+        // gives up on what a node did not confirm.
         self.peers.lock().retain(|node, peer| {
+            if listed.contains(node) {
+                peer.node_rejoined(entity_type);
+            }
             if self.members.contains(node) {
                 return true;
             }
-            peer.node_left();
             Arc::strong_count(peer) > 1
         });
+    }
+
+    fn node_terminated(&self, entity_type: &str, node: &RegionId) {
+        if let Some(peer) = self.peers.lock().get(node) {
+            peer.node_left(entity_type);
+        }
     }
 
     fn connect_coordinator(

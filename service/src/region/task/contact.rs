@@ -302,11 +302,14 @@ impl<E: Entity> RegionTask<E> {
         for shard in shards {
             self.stop_shard(shard, false, true);
         }
-        self.mark_held_delayed();
+        // What other nodes send from now on is marked as it arrives.
+        self.shared.fenced.store(true, Ordering::Release);
         // What other nodes sent during the outage and gave up on may still
         // be on its way: it must not be taken after they have sent newer
-        // messages elsewhere.
+        // messages elsewhere. Once the transport returns, what it took
+        // before is in the buffer, and is marked with the rest.
         self.shared.node.transport.fence_inbound();
+        self.mark_held_delayed();
         self.contact.last_answer = None;
         self.set_reachable(false);
         // A coordinator that does not answer is probably not there: look
@@ -327,6 +330,7 @@ impl<E: Entity> RegionTask<E> {
                     self.contact.state = LinkState::Registered(link);
                     self.contact.refused = None;
                     self.shared.linked.store(true, Ordering::Release);
+                    self.shared.fenced.store(false, Ordering::Release);
                     tracing::info!(entity_type = %self.name(), region = %self.shared.id, proxy = self.shared.proxy, "registered with the coordinator");
                 }
                 self.on_answer(ping);
@@ -362,6 +366,10 @@ impl<E: Entity> RegionTask<E> {
             CoordinatorToRegion::BeginHandOff { shard } => self.begin_handoff(shard),
             CoordinatorToRegion::HandOff { shard } => self.handoff(shard, true),
             CoordinatorToRegion::RegionTerminated { region } => {
+                self.shared
+                    .node
+                    .transport
+                    .node_terminated(&self.shared.entity_type.name, &region);
                 self.start_draining(&region, true);
                 self.ask_waiting_homes();
             }

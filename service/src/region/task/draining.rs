@@ -17,6 +17,7 @@ impl<E: Entity> RegionTask<E> {
     pub(super) fn is_held(&self, shard: ShardId) -> bool {
         matches!(self.hosted.get(&shard), Some(Hosted::HandingOff { .. }))
             || self.is_draining(shard)
+            || self.barriers.contains(&shard)
     }
 
     /// Whether messages sent to the shard's old home may still come back.

@@ -75,10 +75,17 @@ impl Default for Senders {
 impl Senders {
     /// Starts a new inbound epoch and stops every Link served: each sender
     /// opens a new one and is told what was taken.
+    /// Returns once no batch of an earlier epoch is being taken: what was
+    /// taken before is with the node's regions then.
     pub fn fence(&mut self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
         for (_, serving) in self.serving.drain() {
             let _ = serving.stop.send(());
+        }
+        // A batch is taken under its sender's lock, after checking the
+        // epoch.
+        for state in self.known.values() {
+            drop(state.accepted_through.lock());
         }
     }
 }
@@ -301,11 +308,13 @@ impl Link {
                     // A batch of an earlier epoch is not taken and not
                     // acked: the Link ends, and the sender learns on its
                     // next one what was taken.
-                    let Some(ack) = deliver(state, epoch, self.knows(), &inbound, &credits, batch)
+                    let Some(delivered) =
+                        deliver(state, epoch, self.knows(), &inbound, &credits, batch)
                     else {
                         return;
                     };
-                    if self.answer(pb::link_answer::Answer::Ack(ack)).is_err() {
+                    let answered = self.answer(pb::link_answer::Answer::Ack(delivered.ack));
+                    if answered.is_err() || delivered.refused {
                         return;
                     }
                 }
@@ -351,7 +360,7 @@ fn deliver(
     inbound: &Arc<dyn Inbound>,
     credits: &Arc<Credits>,
     batch: pb::Batch,
-) -> Option<pb::BatchAck> {
+) -> Option<Delivered> {
     let from = &state.sender.node;
     let first = batch.first_sequence;
     let count = batch.envelopes.len();
@@ -367,12 +376,17 @@ fn deliver(
         .min(count);
     let mut envelopes = Vec::with_capacity(count - seen);
     let mut positions = Vec::with_capacity(count - seen);
+    // An envelope whose reply address this node does not know (yet: the
+    // asker may have registered a moment ago) is refused, with all after
+    // it: its sender routes them again.
+    let mut refused_from = None;
     for (i, envelope) in batch.envelopes.into_iter().enumerate().skip(seen) {
         match convert::envelope_from_pb(envelope) {
             Ok(envelope) if envelope.reply_to.as_ref().is_some_and(|r| !knows(&r.node)) => {
-                crate::metrics::malformed_envelope();
                 let reply_to = envelope.reply_to.map(|r| r.node);
-                tracing::warn!(%from, ?reply_to, "envelope dropped: its reply address is not a registered node");
+                tracing::debug!(%from, ?reply_to, "envelope refused: its reply address is not a registered node");
+                refused_from = Some(i);
+                break;
             }
             Ok(envelope) => {
                 envelopes.push(envelope);
@@ -384,20 +398,35 @@ fn deliver(
             }
         }
     }
+    let considered = refused_from.unwrap_or(count) - seen;
     credits.take((count - seen) as u64);
-    // Malformed envelopes never took custody: their credit returns now.
+    // Malformed envelopes, and the refused ones, never took custody: their
+    // credit returns now.
     credits.release((count - seen - envelopes.len()) as u64);
     let taken = match inbound.deliver(&state.sender, envelopes, credits) {
-        Ok(()) => count,
+        Ok(()) => seen + considered,
         // Refused from the n-th well-formed envelope: everything before its
         // position in the batch was taken or dropped.
-        Err(n) => positions.get(n).copied().unwrap_or(count),
+        Err(n) => positions.get(n).copied().unwrap_or(seen + considered),
     };
     if taken > 0 {
-        *accepted_through = (*accepted_through).max(first + taken as u64 - 1);
+        let through = first.saturating_add(taken as u64 - 1);
+        *accepted_through = (*accepted_through).max(through);
     }
-    Some(pb::BatchAck {
-        first_sequence: first,
-        accepted: u32::try_from(taken).unwrap_or(u32::MAX),
+    Some(Delivered {
+        ack: pb::BatchAck {
+            first_sequence: first,
+            accepted: u32::try_from(taken).unwrap_or(u32::MAX),
+        },
+        refused: taken < count,
     })
+}
+
+/// What became of a batch.
+struct Delivered {
+    ack: pb::BatchAck,
+    /// Not all of it was taken. The Link ends after the ack: a later batch
+    /// taken on it would raise `accepted_through` past the refused
+    /// envelopes, and a resend of them (their ack lost) would be skipped.
+    refused: bool,
 }

@@ -118,10 +118,16 @@ impl Peer {
         self.gone.load(Ordering::Acquire)
     }
 
-    /// The node left the cluster: what it did not confirm is given up on
-    /// (see `connect`).
-    pub fn node_left(&self) {
-        self.left.set();
+    /// The coordinator of `entity_type` terminated the node: what it did
+    /// not confirm is given up on (see `LinkTask::connect`).
+    pub fn node_left(&self, entity_type: &str) {
+        self.left.set(entity_type);
+    }
+
+    /// The node is a member again: it answers for what it took (its
+    /// Welcome says so), so nothing is given up on any more.
+    pub fn node_rejoined(&self, entity_type: &str) {
+        self.left.clear(entity_type);
     }
 
     /// Sends a batch; how many envelopes, from the first, the node took.
@@ -176,21 +182,27 @@ struct LinkTask {
     left: Arc<Left>,
 }
 
-/// Set when the node left the cluster (its coordinators no longer list it).
+/// The entity types whose coordinator terminated the node and does not
+/// list it again yet. A Link carries every type's envelopes, so the node
+/// has left while one of them says so.
 #[derive(Debug, Default)]
 struct Left {
-    set: AtomicBool,
+    by: parking_lot::Mutex<std::collections::BTreeSet<String>>,
     notify: Notify,
 }
 
 impl Left {
-    fn set(&self) {
-        self.set.store(true, Ordering::Release);
+    fn set(&self, entity_type: &str) {
+        self.by.lock().insert(entity_type.to_string());
         self.notify.notify_waiters();
     }
 
+    fn clear(&self, entity_type: &str) {
+        self.by.lock().remove(entity_type);
+    }
+
     fn is_set(&self) -> bool {
-        self.set.load(Ordering::Acquire)
+        !self.by.lock().is_empty()
     }
 
     async fn wait(&self) {
@@ -340,7 +352,9 @@ impl LinkTask {
                 // sent before. The rest never reached its custody.
                 for sent in self.unacked.drain(..) {
                     let count = sent.envelopes.len() as u64;
-                    let taken = (welcome.accepted_through + 1)
+                    let taken = welcome
+                        .accepted_through
+                        .saturating_add(1)
                         .saturating_sub(sent.first)
                         .min(count);
                     self.taken = self.taken.saturating_sub(count - taken);
