@@ -47,9 +47,12 @@ struct SimulateArgs {
     /// The trace file; gzip or xz input is decompressed transparently.
     #[arg(long)]
     trace: PathBuf,
-    /// lirs, lirs2, corda, arc or simple. Default: from the file name once a
-    /// .gz/.xz suffix is dropped: .trace or .lirs is lirs, .lirs2 lirs2,
-    /// .corda corda, .arc arc, .txt simple; anything else needs --format.
+    /// lirs, lirs2, corda, arc, simple, address, adapt-size, cache2k or
+    /// scarab. Default: from the file name once a .gz/.xz suffix is
+    /// dropped (.lirs is lirs, .lirs2 lirs2, .corda corda, .arc arc, .txt
+    /// simple), else from a folder named after a format (address/,
+    /// adapt_size/, cache2k/, scarab/, corda/, lirs/), else .trace is lirs;
+    /// anything else needs --format.
     #[arg(long, value_parser = parse_format)]
     format: Option<TraceFormat>,
     /// Comma-separated: opt, opt-seen, lru, slru, s4lru, mru, lfu, lfuda,

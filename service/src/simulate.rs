@@ -167,7 +167,7 @@ pub enum SimulateError {
     Sharding(String),
     /// The trace's format is not given and its name does not tell.
     #[error(
-        "cannot tell the format of trace {} from its name; pass --format lirs|lirs2|corda|arc|simple",
+        "cannot tell the format of trace {} from its name; pass --format lirs|lirs2|corda|arc|simple|address|adapt-size|cache2k|scarab",
         .0.display()
     )]
     UnknownFormat(PathBuf),

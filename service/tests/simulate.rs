@@ -137,6 +137,14 @@ fn every_reader_reads_the_same_accesses() {
         ("tiny.corda", None),
         ("tiny.corda.gz", Some("corda")),
         ("tiny.arc", None),
+        // The broader corpus' formats, told by the folder they are in (as
+        // the published corpus is laid out) or named.
+        ("address/tiny.trace", None),
+        ("address/tiny.trace", Some("address")),
+        ("adapt_size/tiny.trace", None),
+        ("cache2k/tiny.trace", None),
+        ("scarab/tiny.trace", None),
+        ("scarab/tiny.trace", Some("scarab")),
     ];
     for (file, format) in cases {
         let path = fixture(file);
@@ -323,6 +331,104 @@ fn bad_arc_line_is_refused() {
             "expected \"start count\"",
             "foo bar",
         ],
+    );
+}
+
+/// `5 100`, `5 200`, `5 100`: one ID at two sizes is two entities, as
+/// Caffeine reads the CDN trace (40,240 pairs where there are 36,815 IDs).
+#[test]
+fn adapt_size_ids_are_id_and_size_pairs() {
+    let csv = stdout_ok(&[
+        "--trace",
+        &fixture("adapt_size/sizes.trace"),
+        "--strategy",
+        "opt",
+        "--limits",
+        "10",
+        "--single",
+        "--csv",
+    ]);
+    assert!(csv.ends_with("sizes,opt,10,3,2,33.33\n"), "{csv}");
+}
+
+#[test]
+fn bad_address_line_is_refused() {
+    fails_with(
+        &[
+            "--trace",
+            &fixture("bad.address"),
+            "--format",
+            "address",
+            "--strategy",
+            "lru",
+            "--limits",
+            "2",
+        ],
+        &[
+            "bad.address is not valid address: line 2",
+            "expected \"TYPE 0xADDRESS SIZE\"",
+            "l zz 4",
+        ],
+    );
+}
+
+#[test]
+fn bad_adapt_size_line_is_refused() {
+    fails_with(
+        &[
+            "--trace",
+            &fixture("bad.adapt-size"),
+            "--format",
+            "adapt-size",
+            "--strategy",
+            "lru",
+            "--limits",
+            "2",
+        ],
+        &[
+            "bad.adapt-size is not valid adapt-size: line 2",
+            "TIMESTAMP ID SIZE",
+            "2 5",
+        ],
+    );
+}
+
+#[test]
+fn truncated_cache2k_record_is_refused() {
+    fails_with(
+        &[
+            "--trace",
+            &fixture("truncated.cache2k"),
+            "--format",
+            "cache2k",
+            "--strategy",
+            "lru",
+            "--limits",
+            "2",
+        ],
+        &[
+            "truncated.cache2k is not valid cache2k: byte offset 4",
+            "2 of its 4 bytes",
+        ],
+    );
+}
+
+/// A memory trace read as lirs (a `.trace` outside a format's folder)
+/// fails on its first line, naming the formats to try.
+#[test]
+fn an_address_trace_read_as_lirs_names_the_other_formats() {
+    fails_with(
+        &[
+            "--trace",
+            &fixture("address/tiny.trace"),
+            "--format",
+            "lirs",
+            "--strategy",
+            "lru",
+            "--limits",
+            "2",
+        ],
+        &["not valid lirs: line 1", "not a decimal id", "address"],
     );
 }
 

@@ -10,6 +10,15 @@
 //! - `lirs2`: binary, one big-endian `u32` per access.
 //! - `corda`: binary, one big-endian `i64` per access.
 //!
+//! And those of the broader corpus Caffeine's simulator reads:
+//! - `address`: text, `TYPE 0xADDRESS SIZE` per line (SPEC CPU memory
+//!   traces); the id is the address, in decimal.
+//! - `adapt-size`: text, `TIMESTAMP ID SIZE` per line (a CDN's requests);
+//!   the id is the pair, `ID:SIZE`, since one ID names objects of several
+//!   sizes.
+//! - `cache2k`: binary, one big-endian `i32` per access.
+//! - `scarab`: binary, one big-endian `i64` per access.
+//!
 //! gzip and xz input is decompressed transparently, recognised by its magic
 //! bytes whatever the file is called. gzip is streamed; xz is decompressed
 //! into memory first (`lzma-rs` has no streaming xz reader).
@@ -36,16 +45,28 @@ pub enum TraceFormat {
     Arc,
     /// Text, one id per line.
     Simple,
+    /// Text, `TYPE 0xADDRESS SIZE` per line (SPEC CPU memory traces).
+    Address,
+    /// Text, `TIMESTAMP ID SIZE` per line (AdaptSize's CDN trace).
+    AdaptSize,
+    /// Binary big-endian `i32` ids (cache2k's traces).
+    Cache2k,
+    /// Binary big-endian `i64` ids (Scarab Research's trace).
+    Scarab,
 }
 
 impl TraceFormat {
     /// Every format, in the order the CLI lists them.
-    pub const ALL: [TraceFormat; 5] = [
+    pub const ALL: [TraceFormat; 9] = [
         TraceFormat::Lirs,
         TraceFormat::Lirs2,
         TraceFormat::Corda,
         TraceFormat::Arc,
         TraceFormat::Simple,
+        TraceFormat::Address,
+        TraceFormat::AdaptSize,
+        TraceFormat::Cache2k,
+        TraceFormat::Scarab,
     ];
 
     /// The format's name on the command line.
@@ -56,25 +77,42 @@ impl TraceFormat {
             TraceFormat::Corda => "corda",
             TraceFormat::Arc => "arc",
             TraceFormat::Simple => "simple",
+            TraceFormat::Address => "address",
+            TraceFormat::AdaptSize => "adapt-size",
+            TraceFormat::Cache2k => "cache2k",
+            TraceFormat::Scarab => "scarab",
         }
     }
 
-    /// The format a file name implies, after dropping a `.gz` or `.xz`
-    /// suffix: `.trace` and `.lirs` are lirs, `.lirs2` lirs2, `.corda`
-    /// corda, `.arc` arc, `.txt` simple. `None` for anything else: the
-    /// caller then has to say.
+    /// The format a file's path implies. After dropping a `.gz` or `.xz`
+    /// suffix, `.lirs` is lirs, `.lirs2` lirs2, `.corda` corda, `.arc` arc
+    /// and `.txt` simple. Otherwise a folder named after a format (as the
+    /// published corpora are laid out: `address/gcc.trace.gz`,
+    /// `adapt_size/request.trace.xz`) names it, and a `.trace` file
+    /// elsewhere is lirs. `None` for anything else: the caller then has to
+    /// say.
     pub fn infer(path: &Path) -> Option<TraceFormat> {
         let name = path.file_name()?.to_str()?;
         let name = strip_compression(name);
-        let ext = Path::new(name).extension()?.to_str()?;
-        match ext.to_ascii_lowercase().as_str() {
-            "trace" | "lirs" => Some(TraceFormat::Lirs),
-            "lirs2" => Some(TraceFormat::Lirs2),
-            "corda" => Some(TraceFormat::Corda),
-            "arc" => Some(TraceFormat::Arc),
-            "txt" => Some(TraceFormat::Simple),
+        let ext = Path::new(name)
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        let by_ext = match ext.as_deref() {
+            Some("lirs") => Some(TraceFormat::Lirs),
+            Some("lirs2") => Some(TraceFormat::Lirs2),
+            Some("corda") => Some(TraceFormat::Corda),
+            Some("arc") => Some(TraceFormat::Arc),
+            Some("txt") => Some(TraceFormat::Simple),
             _ => None,
-        }
+        };
+        let by_folder = || {
+            let folder = path.parent()?.file_name()?.to_str()?.replace('_', "-");
+            folder.parse().ok()
+        };
+        by_ext
+            .or_else(by_folder)
+            .or_else(|| (ext.as_deref() == Some("trace")).then_some(TraceFormat::Lirs))
     }
 }
 
@@ -86,7 +124,9 @@ impl fmt::Display for TraceFormat {
 
 /// A format name that is not one of [`TraceFormat::ALL`].
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("unknown trace format '{0}' (known: lirs, lirs2, corda, arc, simple)")]
+#[error(
+    "unknown trace format '{0}' (known: lirs, lirs2, corda, arc, simple, address, adapt-size, cache2k, scarab)"
+)]
 pub struct UnknownFormat(pub String);
 
 impl FromStr for TraceFormat {
@@ -247,13 +287,85 @@ impl TraceReader {
                 push_decimal(id, u32::from_be_bytes(bytes));
                 Ok(true)
             }
-            TraceFormat::Corda => {
+            TraceFormat::Corda | TraceFormat::Scarab => {
                 let Some(bytes) = self.next_record::<8>()? else {
                     return Ok(false);
                 };
                 push_decimal(id, i64::from_be_bytes(bytes));
                 Ok(true)
             }
+            TraceFormat::Cache2k => {
+                let Some(bytes) = self.next_record::<4>()? else {
+                    return Ok(false);
+                };
+                push_decimal(id, i32::from_be_bytes(bytes));
+                Ok(true)
+            }
+            TraceFormat::Address => self.next_address(id),
+            TraceFormat::AdaptSize => self.next_adapt_size(id),
+        }
+    }
+
+    /// `TYPE 0xADDRESS SIZE`: the address alone names the entity (Caffeine
+    /// reads these traces the same way). Blank lines carry nothing.
+    fn next_address(&mut self, id: &mut String) -> Result<bool, TraceError> {
+        loop {
+            if !self.next_line()? {
+                return Ok(false);
+            }
+            if self.buf.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let address = std::str::from_utf8(&self.buf).ok().and_then(|text| {
+                let mut fields = text.split_ascii_whitespace();
+                let _kind = fields.next()?;
+                let address = fields.next()?;
+                let hex = address
+                    .strip_prefix("0x")
+                    .or_else(|| address.strip_prefix("0X"))
+                    .unwrap_or(address);
+                u64::from_str_radix(hex, 16).ok()
+            });
+            let Some(address) = address else {
+                return Err(self.line_error(format!(
+                    "expected \"TYPE 0xADDRESS SIZE\", got \"{}\"{}",
+                    snippet(&self.buf),
+                    BINARY_HINT
+                )));
+            };
+            push_decimal(id, address);
+            return Ok(true);
+        }
+    }
+
+    /// `TIMESTAMP ID SIZE`: the entity is the pair of ID and SIZE, as
+    /// Caffeine reads the trace (the same ID comes with several sizes).
+    fn next_adapt_size(&mut self, id: &mut String) -> Result<bool, TraceError> {
+        loop {
+            if !self.next_line()? {
+                return Ok(false);
+            }
+            if self.buf.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let pair = std::str::from_utf8(&self.buf).ok().and_then(|text| {
+                let mut fields = text.split_ascii_whitespace();
+                fields.next()?.parse::<u64>().ok()?;
+                let key = fields.next()?.parse::<i64>().ok()?;
+                let size = fields.next()?.parse::<i64>().ok()?;
+                Some((key, size))
+            });
+            let Some((key, size)) = pair else {
+                return Err(self.line_error(format!(
+                    "expected \"TIMESTAMP ID SIZE\" (decimal numbers), got \"{}\"{}",
+                    snippet(&self.buf),
+                    BINARY_HINT
+                )));
+            };
+            push_decimal(id, key);
+            id.push(':');
+            push_decimal(id, size);
+            return Ok(true);
         }
     }
 
@@ -434,7 +546,8 @@ impl TraceReader {
     }
 }
 
-const BINARY_HINT: &str = " (binary data? try --format lirs2 or corda)";
+const BINARY_HINT: &str =
+    " (another format? text: lirs, simple, arc, address, adapt-size; binary: lirs2, corda, cache2k, scarab)";
 
 /// Up to 32 bytes of a bad line, printable ASCII as is, the rest escaped.
 fn snippet(bytes: &[u8]) -> String {
@@ -477,6 +590,35 @@ mod tests {
             Some(TraceFormat::Lirs2)
         );
         assert_eq!(TraceFormat::infer(Path::new("trace_vaultservice.gz")), None);
+        assert_eq!(
+            TraceFormat::infer(Path::new("traces/corda/trace_vaultservice.gz")),
+            Some(TraceFormat::Corda)
+        );
+        assert_eq!(
+            TraceFormat::infer(Path::new("extra/address/gcc.trace.gz")),
+            Some(TraceFormat::Address)
+        );
+        assert_eq!(
+            TraceFormat::infer(Path::new("extra/adapt_size/request.trace.xz")),
+            Some(TraceFormat::AdaptSize)
+        );
+        assert_eq!(
+            TraceFormat::infer(Path::new("extra/cache2k/orm-night.trace.xz")),
+            Some(TraceFormat::Cache2k)
+        );
+        assert_eq!(
+            TraceFormat::infer(Path::new("extra/scarab/x.trace.xz")),
+            Some(TraceFormat::Scarab)
+        );
+        // A specific extension wins over the folder; `.trace` does not.
+        assert_eq!(
+            TraceFormat::infer(Path::new("scarab/x.lirs2")),
+            Some(TraceFormat::Lirs2)
+        );
+        assert_eq!(
+            TraceFormat::infer(Path::new("lirs/gli.trace.gz")),
+            Some(TraceFormat::Lirs)
+        );
         assert_eq!("LIRS".parse::<TraceFormat>().ok(), Some(TraceFormat::Lirs));
         assert!("csv".parse::<TraceFormat>().is_err());
     }
