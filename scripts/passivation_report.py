@@ -16,7 +16,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRACES = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "shared", "traces")
 STRATEGIES = ["opt", "opt-seen", "lru", "slru", "s4lru", "mru", "lfu", "lfuda", "w-tinylfu", "w-tinylfu-hc",
-              "default-strategy", "lirs", "lirs-arc", "lirs-tinylfu", "ensemble", "next-use", "default"]
+              "default-strategy", "lirs", "lirs-arc", "lirs-tinylfu", "ensemble", "next-use", "follow-best",
+              "default"]
 # Not policies: references to measure policies against.
 REFERENCES = ["opt-seen"]
 
@@ -90,9 +91,10 @@ def best_non_opt(akka, i):
 
 
 def published():
-    compared = {"colo default (next-use)": "default", "colo opt-seen (reference)": "opt-seen",
-                "colo default-strategy": "default-strategy", "colo lirs": "lirs", "colo lirs-arc": "lirs-arc",
-                "colo lirs-tinylfu": "lirs-tinylfu", "colo ensemble": "ensemble"}
+    compared = {"colo next-use": "next-use", "colo follow-best": "follow-best",
+                "colo opt-seen (reference)": "opt-seen",
+                "colo default-strategy (= default)": "default-strategy", "colo lirs": "lirs",
+                "colo lirs-arc": "lirs-arc", "colo lirs-tinylfu": "lirs-tinylfu", "colo ensemble": "ensemble"}
     distances = {name: [] for name in compared}
     distances["akka default-strategy"] = []
     for trace, (limits, akka) in AKKA.items():

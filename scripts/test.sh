@@ -32,3 +32,8 @@ for bench in routing passivation remote_ask io_entities; do
   grep -qF "cargo bench -p colo --bench $bench" README.md
   cargo bench -p colo --locked --bench "$bench" | tail -n 3
 done
+# README's simulate command, as shown (it reads the traces in ../shared).
+simulate=$(awk '/^    cargo run --release -p colo -- simulate/ {on = 1}
+  on {sub(/^    /, ""); print; if (!/\\$/) exit}' README.md)
+test -n "$simulate"
+bash -c "set -euo pipefail; $simulate" | tail -n 3

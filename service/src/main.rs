@@ -56,8 +56,9 @@ struct SimulateArgs {
     #[arg(long, value_parser = parse_format)]
     format: Option<TraceFormat>,
     /// Comma-separated: opt, opt-seen, lru, slru, s4lru, mru, lfu, lfuda,
-    /// w-tinylfu, w-tinylfu-hc, default-strategy, default (= next-use),
-    /// lirs, lirs-arc, lirs-tinylfu, ensemble.
+    /// w-tinylfu, w-tinylfu-hc, default-strategy, default (both Akka's
+    /// default strategy, = w-tinylfu-hc), lirs, lirs-arc, lirs-tinylfu,
+    /// ensemble, next-use, follow-best.
     #[arg(long, value_delimiter = ',', required = true)]
     strategy: Vec<String>,
     /// Comma-separated active-entity limits, totals across regions.

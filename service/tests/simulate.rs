@@ -453,3 +453,100 @@ fn unknown_format_is_refused() {
         &["unknown trace format 'csv'"],
     );
 }
+
+/// The corpus figures PASSIVATION.md reports (`scripts/passivation_corpus.py`
+/// writes them): by row (trace, shards, limit), each strategy's active %.
+fn corpus(
+) -> std::collections::BTreeMap<(String, u32, u64), std::collections::BTreeMap<String, f64>> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scripts/passivation_corpus.csv"
+    );
+    let text = std::fs::read_to_string(path).expect("the corpus figures");
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("trace,family,split,shards,limit,strategy,active_percent")
+    );
+    let mut rows = std::collections::BTreeMap::<_, std::collections::BTreeMap<_, _>>::new();
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        let key = (
+            f[0].to_string(),
+            f[3].parse().unwrap(),
+            f[4].parse().unwrap(),
+        );
+        rows.entry(key)
+            .or_default()
+            .insert(f[5].to_string(), f[6].parse().unwrap());
+    }
+    rows
+}
+
+/// The `default` preset obeys PASSIVATION.md's rule on the whole corpus:
+/// the policy closest to OPT on average among those never more than 1
+/// point below the better of LRU and W-TinyLFU with hill climbing on any
+/// row, or Akka's default strategy if no policy qualifies.
+#[test]
+fn the_default_preset_is_the_one_the_corpus_rule_picks() {
+    use colo::passivation::ReplacementSettings;
+    let rows = corpus();
+    assert_eq!(rows.len(), 200, "rows of the corpus");
+    let policies: Vec<&String> = rows
+        .values()
+        .next()
+        .unwrap()
+        .keys()
+        .filter(|s| !s.starts_with("opt"))
+        .collect();
+    let mut chosen: Option<(&str, f64)> = None;
+    for policy in policies {
+        let qualifies = rows
+            .values()
+            .all(|v| v[policy] >= v["lru"].max(v["w-tinylfu-hc"]) - 1.0);
+        let mean = rows.values().map(|v| v["opt"] - v[policy]).sum::<f64>() / rows.len() as f64;
+        if qualifies && chosen.is_none_or(|(_, best)| mean < best) {
+            chosen = Some((policy, mean));
+        }
+    }
+    let chosen = chosen.map_or("default-strategy", |(p, _)| p);
+    assert_eq!(
+        ReplacementSettings::preset("default"),
+        ReplacementSettings::preset(chosen),
+        "the rule picks {chosen}"
+    );
+}
+
+/// The recorded corpus figures are what this simulator gives: cs with 5
+/// shards, every strategy, replayed now.
+#[test]
+fn the_corpus_figures_are_reproduced() {
+    let rows = corpus();
+    let cs: Vec<_> = rows
+        .iter()
+        .filter(|((t, s, _), _)| t == "cs" && *s == 5)
+        .collect();
+    assert_eq!(cs.len(), 6);
+    let limits: Vec<String> = cs.iter().map(|((_, _, l), _)| l.to_string()).collect();
+    let strategies: Vec<&str> = cs[0].1.keys().map(String::as_str).collect();
+    let trace = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/traces/lirs/cs.trace.gz"
+    );
+    let csv = stdout_ok(&[
+        "--trace",
+        trace,
+        "--strategy",
+        &strategies.join(","),
+        "--limits",
+        &limits.join(","),
+        "--shards",
+        "5",
+        "--csv",
+    ]);
+    for line in csv.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let recorded = rows[&("cs".to_string(), 5, f[2].parse().unwrap())][f[1]];
+        assert_eq!(format!("{recorded:.2}"), f[5], "{line}");
+    }
+}
