@@ -7,12 +7,14 @@
 //! [`ExternalAllocationClient`]. Because the runtime must also work without
 //! Kafka, the client is plain shared state that any code can write.
 //!
-//! Desired locations take effect at the coordinator's next decision: a shard
-//! without a home is allocated to its desired region at once, and a shard that
-//! lives elsewhere is moved by the next rebalance round. A desired region
-//! that is not registered (yet) is ignored until it registers, so a listener
-//! may record an assignment before its region's registration reaches the
-//! coordinator.
+//! Locations set through the coordinator protocol (a region's
+//! `UpdateLocations`, which goes through [`AllocationStrategy::set_locations`])
+//! take effect at once: the coordinator hands a shard that lives elsewhere
+//! off and places it. Locations written to the client directly take effect
+//! at the coordinator's next decision: a shard without a home is allocated
+//! to its desired region, and one that lives elsewhere is moved by the next
+//! rebalance round. A desired region that is not registered (yet) is
+//! ignored until it registers.
 
 use crate::least_shard::least_loaded_region;
 use crate::{AllocationStrategy, Allocations, RegionId, ShardId};
@@ -174,6 +176,19 @@ impl AllocationStrategy for ExternalAllocationStrategy {
             .map(|(_, shard)| *shard)
             .collect()
     }
+
+    fn set_locations(&mut self, locations: &[(ShardId, RegionId)]) -> bool {
+        self.client.set_locations(locations.iter().cloned());
+        true
+    }
+
+    fn location_released(&mut self, shard: ShardId, region: &RegionId) {
+        let mut desired = self.client.lock();
+        if desired.locations.get(&shard) == Some(region) {
+            desired.locations.remove(&shard);
+            desired.version += 1;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -193,6 +208,26 @@ mod tests {
 
     fn shards(ids: &[u32]) -> BTreeSet<ShardId> {
         ids.iter().copied().map(ShardId).collect()
+    }
+
+    #[test]
+    fn locations_from_the_coordinator_protocol_are_taken_and_released() {
+        let client = ExternalAllocationClient::new();
+        let mut strategy = ExternalAllocationStrategy::new(client.clone());
+        assert!(strategy.set_locations(&[(ShardId(1), region("b")), (ShardId(2), region("b"))]));
+        assert_eq!(client.location(ShardId(1)), Some(region("b")));
+        let version = client.version();
+        // Released by another region: b's location stands.
+        strategy.location_released(ShardId(1), &region("a"));
+        assert_eq!(client.location(ShardId(1)), Some(region("b")));
+        assert_eq!(client.version(), version);
+        // Released by b: forgotten, so it is not placed back there.
+        strategy.location_released(ShardId(1), &region("b"));
+        assert_eq!(client.location(ShardId(1)), None);
+        assert!(client.version() > version);
+        // A strategy that decides on its own takes none.
+        let mut least = crate::LeastShardAllocationStrategy::default();
+        assert!(!least.set_locations(&[(ShardId(1), region("b"))]));
     }
 
     #[test]

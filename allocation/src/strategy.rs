@@ -30,6 +30,18 @@ pub trait AllocationStrategy: Send + 'static {
         current: &Allocations,
         in_progress: &BTreeSet<ShardId>,
     ) -> BTreeSet<ShardId>;
+
+    /// Desired homes decided outside the coordinator (a Kafka consumer
+    /// group's assignment), which the coordinator applies at once. `false`:
+    /// this strategy decides on its own and takes none (the default).
+    fn set_locations(&mut self, _locations: &[(ShardId, RegionId)]) -> bool {
+        false
+    }
+
+    /// `region` gave `shard` up (its Kafka partition was revoked): a desired
+    /// home naming it no longer holds, or the shard would be placed back
+    /// there. Nothing to do for a strategy that takes no locations.
+    fn location_released(&mut self, _shard: ShardId, _region: &RegionId) {}
 }
 
 impl<S: AllocationStrategy + ?Sized> AllocationStrategy for Box<S> {
@@ -48,5 +60,13 @@ impl<S: AllocationStrategy + ?Sized> AllocationStrategy for Box<S> {
         in_progress: &BTreeSet<ShardId>,
     ) -> BTreeSet<ShardId> {
         (**self).rebalance(current, in_progress)
+    }
+
+    fn set_locations(&mut self, locations: &[(ShardId, RegionId)]) -> bool {
+        (**self).set_locations(locations)
+    }
+
+    fn location_released(&mut self, shard: ShardId, region: &RegionId) {
+        (**self).location_released(shard, region)
     }
 }

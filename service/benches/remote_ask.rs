@@ -46,7 +46,7 @@ async fn node(
             Arc::new(InMemoryStore::new()),
         )
         .expect("valid settings");
-        hosting.host(handle, 1, None);
+        hosting.host(handle, 1);
     }
     let transport = GrpcTransport::new(&address, GrpcSettings::default(), hosting);
     let node = Arc::new(Node::new(transport.clone()));

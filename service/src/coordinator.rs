@@ -9,6 +9,7 @@
 mod handle;
 pub mod hosting;
 mod membership;
+mod placement;
 pub mod rebalance;
 pub mod state;
 pub mod stats;
@@ -115,6 +116,8 @@ struct Coordinator {
     /// Hand-off workers, stats gatherers and link forwarders: stopped with
     /// the coordinator.
     tasks: Arc<TaskSet>,
+    /// Locations and releases regions asked for and wait on.
+    placements: placement::Placements,
 }
 
 impl Coordinator {
@@ -214,7 +217,7 @@ impl Coordinator {
         // From the network: a shard the cluster does not have is never
         // allocated or waited for.
         let shards = self.settings.number_of_shards;
-        if let Some(shard) = message.shard().filter(|s| s.0 >= shards) {
+        if let Some(shard) = message.shards().into_iter().find(|s| s.0 >= shards) {
             tracing::warn!(%region, %shard, number_of_shards = shards, "region message names a shard out of range; ignored");
             return Ok(());
         }
@@ -245,6 +248,7 @@ impl Coordinator {
                     .is_some_and(|(r, _)| *r == region)
                 {
                     self.unacked_host.remove(&shard);
+                    self.settle();
                 }
             }
             RegionToCoordinator::BeginHandOffAck { shard } => {
@@ -266,6 +270,12 @@ impl Coordinator {
                 if let Some(collector) = self.stats_requests.get(&request) {
                     let _ = collector.try_send((region, stats));
                 }
+            }
+            RegionToCoordinator::UpdateLocations { request, locations } => {
+                self.update_locations(region, request, locations).await?
+            }
+            RegionToCoordinator::ReleaseShards { request, shards } => {
+                self.release_shards(region, request, shards)
             }
         }
         Ok(())
@@ -465,14 +475,28 @@ impl Coordinator {
             // A leaving region asks again; its shards are retried then.
             self.graceful_shutdown.remove(&done.owner);
         }
+        let released = self.placements.take_released(shard);
+        self.placement_handoff_done(shard, ok);
+        let target = self.placement_target(shard).filter(|_| ok);
+        if let Some(target) = &target {
+            // A location set while the shard was moving: placed there now.
+            self.get_shard_home(shard, target.clone()).await?;
+        }
         for requester in &done.deferred {
+            // The region that let the shard go asks for its home as soon as
+            // it stopped: it would get it straight back.
+            if released && ok && *requester == done.owner && target.is_none() {
+                continue;
+            }
             self.get_shard_home(shard, requester.clone()).await?;
         }
+        let place = !released || target.is_some();
         // A moved shard gets its new home at once rather than on its next
-        // message, so the next rebalance round sees where it went.
+        // message, so the next rebalance round sees where it went; a
+        // released one only when asked (it would go back where it was).
         // When the owner has left meanwhile (the end of a graceful shutdown),
         // any registered region asks on its behalf.
-        if ok && done.deferred.is_empty() {
+        if ok && done.deferred.is_empty() && place && self.state.home(shard).is_none() {
             let requester = if self.state.is_region(&done.owner) {
                 Some(done.owner)
             } else {

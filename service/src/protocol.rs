@@ -63,6 +63,22 @@ pub enum RegionToCoordinator {
     GetClusterStats { request: u64, timeout: Duration },
     /// Answers [`CoordinatorToRegion::GetRegionStats`].
     RegionStats { request: u64, stats: RegionStats },
+    /// These shards should live in these regions, now (a Kafka consumer
+    /// group assigned their partitions there). The coordinator hands off
+    /// each one that lives elsewhere and places it, without waiting for a
+    /// rebalance round, and answers [`CoordinatorToRegion::PlacementDone`]
+    /// once every one runs where it should. Refused unless the allocation
+    /// strategy takes locations from outside (the external strategy).
+    UpdateLocations {
+        request: u64,
+        locations: Vec<(ShardId, RegionId)>,
+    },
+    /// Hand these shards off from this region, now (their Kafka partitions
+    /// were revoked): answered by [`CoordinatorToRegion::PlacementDone`]
+    /// once none of them runs here. A desired location naming this region
+    /// is forgotten; the shards get a home again when a location is set or
+    /// a message asks for one.
+    ReleaseShards { request: u64, shards: Vec<ShardId> },
 }
 
 impl RegionToCoordinator {
@@ -77,7 +93,19 @@ impl RegionToCoordinator {
             | Self::Heartbeat { .. }
             | Self::GracefulShutdown
             | Self::GetClusterStats { .. }
-            | Self::RegionStats { .. } => None,
+            | Self::RegionStats { .. }
+            | Self::UpdateLocations { .. }
+            | Self::ReleaseShards { .. } => None,
+        }
+    }
+
+    /// Every shard the message names: checked against the number of shards
+    /// before anything is done with it.
+    pub fn shards(&self) -> Vec<ShardId> {
+        match self {
+            Self::UpdateLocations { locations, .. } => locations.iter().map(|(s, _)| *s).collect(),
+            Self::ReleaseShards { shards, .. } => shards.clone(),
+            other => other.shard().into_iter().collect(),
         }
     }
 }
@@ -118,6 +146,14 @@ pub enum CoordinatorToRegion {
     ClusterStats {
         request: u64,
         stats: ClusterShardingStats,
+    },
+    /// Answers `UpdateLocations` or `ReleaseShards`: done, except for the
+    /// `failed` shards (a hand-off that failed, a region that is not
+    /// registered), or not done at all for the `refused` reason.
+    PlacementDone {
+        request: u64,
+        failed: Vec<ShardId>,
+        refused: Option<String>,
     },
 }
 

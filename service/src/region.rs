@@ -11,6 +11,7 @@ pub(crate) mod activity;
 mod erased;
 pub(crate) mod lease;
 pub(crate) mod outbound;
+pub(crate) mod placement;
 pub(crate) mod routes;
 pub(crate) mod shard;
 mod task;
@@ -32,6 +33,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 pub use erased::{ErasedError, ErasedRegion, Told};
+pub use placement::PlacementError;
 
 /// Capacity of the region task's command channel. Commands are rare (queries,
 /// hand-off results, undelivered batches); senders wait when it is full.
@@ -73,6 +75,11 @@ pub(crate) enum RegionCmd<E: Entity> {
     },
     Shutdown {
         done: oneshot::Sender<()>,
+    },
+    /// Host or release shards through the coordinator.
+    Placement {
+        request: placement::PlacementRequest,
+        reply: placement::PlacementReply,
     },
 }
 

@@ -52,7 +52,7 @@ async fn start(listener: TcpListener, coordinator: &str, host: bool) -> TestNode
             Arc::new(InMemoryStore::new()),
         )
         .unwrap();
-        hosting.host(handle, 1, None);
+        hosting.host(handle, 1);
     }
     let transport = GrpcTransport::new(&address, grpc_settings(), hosting);
     let node = Arc::new(Node::new(transport.clone()));

@@ -101,7 +101,7 @@ impl GrpcNode {
                 Arc::new(InMemoryStore::new()),
             )
             .unwrap();
-            hosting.host(handle, 1, Some(locations.clone()));
+            hosting.host(handle, 1);
         }
         let transport = GrpcTransport::new(advertised, grpc_settings(), hosting);
         let node = Arc::new(Node::new(transport.clone()));
@@ -436,4 +436,38 @@ async fn a_reply_for_an_earlier_incarnation_of_the_asker_never_completes_a_new_a
         .unwrap();
     assert_eq!(answer, 2, "the answer to this incarnation's own ask");
     assert_eq!(*log.seqs.lock(), vec![1, 2]);
+}
+
+/// A Kafka rebalance listener's two steps over the wire: the receiving
+/// node takes a shard that runs on the sender, then lets it go, each call
+/// returning once done; messages keep their order across both moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_are_hosted_and_released_on_demand_over_grpc() {
+    let cluster = cluster(1024, false).await;
+    let id = place(&cluster.locations, &cluster.sender, &cluster.sender, 2).await;
+    let shard = cluster.sender.shard_of(&id);
+    cluster.sender.tell(&id, Msg::Record(1)).await.unwrap();
+    cluster
+        .receiver
+        .host_shards([shard], Duration::from_secs(10))
+        .await
+        .expect("the shard moves to the receiver");
+    assert_eq!(
+        cluster.locations.location(shard).map(|r| r.to_string()),
+        Some(cluster.receiver.node().to_string()),
+        "the location is recorded"
+    );
+    cluster.sender.tell(&id, Msg::Record(2)).await.unwrap();
+    cluster
+        .receiver
+        .release_shards([shard], Duration::from_secs(10))
+        .await
+        .expect("the shard is released");
+    assert_eq!(cluster.locations.location(shard), None, "and forgotten");
+    cluster.sender.tell(&id, Msg::Record(3)).await.unwrap();
+    eventually("every message handled", Duration::from_secs(10), || async {
+        cluster.log.seqs.lock().len() == 3
+    })
+    .await;
+    assert_eq!(*cluster.log.seqs.lock(), vec![1, 2, 3]);
 }

@@ -53,6 +53,7 @@ impl CoordinatorHandle {
             adoption_grace: None,
             inbox: inbox.clone(),
             tasks: tasks.clone(),
+            placements: Default::default(),
         };
         let task = tokio::spawn(coordinator.run(rx));
         Ok(Self {

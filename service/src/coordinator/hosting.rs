@@ -8,7 +8,6 @@
 //! it.
 
 use super::CoordinatorHandle;
-use colo_allocation::ExternalAllocationClient;
 use parking_lot::RwLock;
 use std::collections::HashMap;
 
@@ -21,9 +20,6 @@ pub enum CoordinatorLocation {
         handle: CoordinatorHandle,
         /// Its epoch: higher than any coordinator before it.
         epoch: u64,
-        /// The external strategy's client, when the coordinator uses one:
-        /// regions' location updates go there.
-        external: Option<ExternalAllocationClient>,
     },
     /// Another node hosts it, at this gRPC address.
     Remote {
@@ -44,7 +40,6 @@ pub trait CoordinatorHosting: Send + Sync + 'static {
 struct Hosted {
     handle: CoordinatorHandle,
     epoch: u64,
-    external: Option<ExternalAllocationClient>,
 }
 
 /// One node, named by configuration, hosts every coordinator; the others
@@ -69,20 +64,10 @@ impl StaticHosting {
         &self.address
     }
 
-    /// Makes a coordinator started on this node reachable; `external` is
-    /// its strategy's client when it allocates by desired locations.
-    pub fn host(
-        &self,
-        handle: CoordinatorHandle,
-        epoch: u64,
-        external: Option<ExternalAllocationClient>,
-    ) {
+    /// Makes a coordinator started on this node reachable.
+    pub fn host(&self, handle: CoordinatorHandle, epoch: u64) {
         let entity_type = handle.entity_type().to_string();
-        let hosted = Hosted {
-            handle,
-            epoch,
-            external,
-        };
+        let hosted = Hosted { handle, epoch };
         self.local.write().insert(entity_type, hosted);
     }
 }
@@ -93,7 +78,6 @@ impl CoordinatorHosting for StaticHosting {
             return CoordinatorLocation::Local {
                 handle: hosted.handle,
                 epoch: hosted.epoch,
-                external: hosted.external,
             };
         }
         CoordinatorLocation::Remote {

@@ -219,6 +219,9 @@ impl Coordinator {
         self.announce_members();
         self.graceful_shutdown.remove(&region);
         self.unacked_host.retain(|_, (r, _)| *r != region);
+        self.placements.region_left(&region);
+        // Its shards have no home now: a release it asked for is done.
+        self.settle();
         for p in self.in_progress.values() {
             let _ = p.worker.send(WorkerInput::RegionGone(region.clone()));
         }

@@ -48,7 +48,7 @@ pub(super) fn host(
             Arc::new(store),
         )
         .map_err(|e| ProgramError::Settings(format!("sharding.{}: {}", e.field, e.reason)))?;
-        hosting.host(handle, epoch, None);
+        hosting.host(handle, epoch);
     }
     tracing::info!(
         entity_types = entity_types.len(),

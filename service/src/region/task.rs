@@ -91,6 +91,8 @@ pub(super) struct RegionTask<E: Entity> {
     handoff_acks: BTreeSet<ShardId>,
     asked_at: HashMap<ShardId, Instant>,
     stats_waiting: HashMap<u64, oneshot::Sender<Result<ClusterShardingStats, QueryError>>>,
+    /// Placements asked of the coordinator, by request.
+    placements_waiting: HashMap<u64, super::placement::PlacementReply>,
     next_request: u64,
     shutdown_waiters: Vec<oneshot::Sender<()>>,
 }
@@ -114,6 +116,7 @@ impl<E: Entity> RegionTask<E> {
             handoff_acks: BTreeSet::new(),
             asked_at: HashMap::new(),
             stats_waiting: HashMap::new(),
+            placements_waiting: HashMap::new(),
             next_request: 0,
             shutdown_waiters: Vec::new(),
         }
@@ -179,6 +182,7 @@ impl<E: Entity> RegionTask<E> {
         let retry = self.shared.entity_type.settings.retry_interval;
         self.unreachable.retain(|_, since| since.elapsed() < retry);
         self.stats_waiting.retain(|_, w| !w.is_closed());
+        self.placements_waiting.retain(|_, w| !w.is_closed());
     }
 
     fn ask_waiting_homes(&mut self) {
@@ -458,6 +462,7 @@ impl<E: Entity> RegionTask<E> {
                 }
             }
             RegionCmd::Shutdown { done } => self.begin_shutdown(done),
+            RegionCmd::Placement { request, reply } => self.ask_placement(request, reply),
             RegionCmd::CoordinatorLinked { link } => self.on_linked(link),
         }
     }

@@ -128,7 +128,7 @@ impl Slot {
                 Arc::new(InMemoryStore::new()),
             )
             .expect("valid settings");
-            hosting.host(handle, 1, None);
+            hosting.host(handle, 1);
         }
         let transport = GrpcTransport::new(&self.inbound.address, grpc_settings(), hosting);
         let node = Arc::new(Node::new(transport.clone()));

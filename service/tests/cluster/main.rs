@@ -11,6 +11,7 @@ mod fencing;
 mod handoff;
 mod inspection;
 mod passivation;
+mod placement;
 mod rebalance;
 mod routing;
 mod shutdown;

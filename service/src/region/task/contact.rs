@@ -13,6 +13,7 @@ use super::{Hosted, Phase, RegionTask};
 use crate::entity::Entity;
 use crate::inspection::RegionStats;
 use crate::protocol::{CoordinatorLink, CoordinatorToRegion, RegionToCoordinator};
+use crate::region::placement::{PlacementError, PlacementReply, PlacementRequest};
 use crate::region::RegionCmd;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -266,6 +267,9 @@ impl<E: Entity> RegionTask<E> {
     pub(super) fn unlink(&mut self) {
         self.contact.unlink();
         self.shared.linked.store(false, Ordering::Release);
+        for (_, waiter) in self.placements_waiting.drain() {
+            let _ = waiter.send(Err(PlacementError::CoordinatorUnreachable));
+        }
     }
 
     pub(super) fn on_fence_timer(&mut self) {
@@ -399,6 +403,47 @@ impl<E: Entity> RegionTask<E> {
                     let _ = waiter.send(Ok(stats));
                 }
             }
+            CoordinatorToRegion::PlacementDone {
+                request,
+                failed,
+                refused,
+            } => {
+                if let Some(waiter) = self.placements_waiting.remove(&request) {
+                    let outcome = match (refused, failed.is_empty()) {
+                        (Some(reason), _) => Err(PlacementError::Refused(reason)),
+                        (None, true) => Ok(()),
+                        (None, false) => Err(PlacementError::Failed(failed)),
+                    };
+                    let _ = waiter.send(outcome);
+                }
+            }
         }
+    }
+
+    /// Asks the coordinator to host or release shards; answered when its
+    /// `PlacementDone` arrives. Only on a registered link: the coordinator
+    /// answers on the link it was asked on, so placements waiting when the
+    /// link goes fail at once (the caller may ask again).
+    pub(super) fn ask_placement(&mut self, request: PlacementRequest, reply: PlacementReply) {
+        if !self.contact.is_registered() {
+            let _ = reply.send(Err(PlacementError::CoordinatorUnreachable));
+            return;
+        }
+        let id = self.next_request;
+        self.next_request += 1;
+        self.placements_waiting.insert(id, reply);
+        self.send(match request {
+            PlacementRequest::Host(shards) => RegionToCoordinator::UpdateLocations {
+                request: id,
+                locations: shards
+                    .into_iter()
+                    .map(|shard| (shard, self.shared.id.clone()))
+                    .collect(),
+            },
+            PlacementRequest::Release(shards) => RegionToCoordinator::ReleaseShards {
+                request: id,
+                shards,
+            },
+        });
     }
 }

@@ -210,6 +210,24 @@ pub fn region_message_to_pb(entity_type: &str, message: RegionToCoordinator) -> 
                 stats: Some(stats_to_pb(stats)),
             })
         }
+        RegionToCoordinator::UpdateLocations { request, locations } => {
+            ToCoordinator::UpdateLocations(pb::UpdateLocations {
+                request,
+                locations: locations
+                    .into_iter()
+                    .map(|(shard, region)| pb::ShardLocation {
+                        shard: shard.0,
+                        region: region.to_string(),
+                    })
+                    .collect(),
+            })
+        }
+        RegionToCoordinator::ReleaseShards { request, shards } => {
+            ToCoordinator::ReleaseShards(pb::ReleaseShards {
+                request,
+                shards: shards.into_iter().map(|s| s.0).collect(),
+            })
+        }
     };
     pb::RegionMessage {
         entity_type: entity_type.to_string(),
@@ -217,18 +235,12 @@ pub fn region_message_to_pb(entity_type: &str, message: RegionToCoordinator) -> 
     }
 }
 
-/// What a region's frame means to the coordinator; location updates are
-/// the transport's business and come back as such.
-#[derive(Debug)]
-pub enum FromRegion {
-    Protocol(RegionToCoordinator),
-    UpdateLocations(Vec<(ShardId, RegionId)>),
-}
-
-pub fn region_message_from_pb(message: pb::RegionMessage) -> Result<FromRegion, Malformed> {
+pub fn region_message_from_pb(
+    message: pb::RegionMessage,
+) -> Result<RegionToCoordinator, Malformed> {
     let what = "region message";
     let message = message.message.ok_or(malformed(what, "empty"))?;
-    Ok(FromRegion::Protocol(match message {
+    Ok(match message {
         ToCoordinator::Register(r) => {
             if r.region.is_empty() {
                 return Err(malformed(what, "register without a region"));
@@ -265,14 +277,23 @@ pub fn region_message_from_pb(message: pb::RegionMessage) -> Result<FromRegion, 
             stats: stats_from_pb(m.stats.unwrap_or_default()),
         },
         ToCoordinator::UpdateLocations(u) => {
-            return Ok(FromRegion::UpdateLocations(
-                u.locations
-                    .into_iter()
-                    .map(|l| (ShardId(l.shard), RegionId::new(l.region)))
-                    .collect(),
-            ))
+            let mut locations = Vec::with_capacity(u.locations.len());
+            for l in u.locations {
+                if l.region.is_empty() {
+                    return Err(malformed(what, "a location without a region"));
+                }
+                locations.push((ShardId(l.shard), RegionId::new(l.region)));
+            }
+            RegionToCoordinator::UpdateLocations {
+                request: u.request,
+                locations,
+            }
         }
-    }))
+        ToCoordinator::ReleaseShards(m) => RegionToCoordinator::ReleaseShards {
+            request: m.request,
+            shards: shards(m.shards),
+        },
+    })
 }
 
 pub fn coordinator_message_to_pb(
@@ -327,6 +348,15 @@ pub fn coordinator_message_to_pb(
                 failed_regions: stats.failed_regions.iter().map(|r| r.to_string()).collect(),
             })
         }
+        CoordinatorToRegion::PlacementDone {
+            request,
+            failed,
+            refused,
+        } => ToRegion::PlacementDone(pb::PlacementDone {
+            request,
+            failed: failed.into_iter().map(|s| s.0).collect(),
+            refused,
+        }),
     };
     pb::CoordinatorMessage {
         epoch,
@@ -334,16 +364,9 @@ pub fn coordinator_message_to_pb(
     }
 }
 
-/// What a coordinator frame means to a region.
-#[derive(Debug)]
-pub enum FromCoordinator {
-    Protocol(CoordinatorToRegion),
-    Refused(String),
-}
-
-pub fn coordinator_message_from_pb(message: ToRegion) -> Result<FromCoordinator, Malformed> {
+pub fn coordinator_message_from_pb(message: ToRegion) -> Result<CoordinatorToRegion, Malformed> {
     let what = "coordinator message";
-    Ok(FromCoordinator::Protocol(match message {
+    Ok(match message {
         ToRegion::RegisterAck(m) => CoordinatorToRegion::RegisterAck { ping: m.ping },
         ToRegion::RegisterRefused(m) => CoordinatorToRegion::RegisterRefused { reason: m.reason },
         ToRegion::HeartbeatAck(m) => CoordinatorToRegion::HeartbeatAck { ping: m.ping },
@@ -389,8 +412,12 @@ pub fn coordinator_message_from_pb(message: ToRegion) -> Result<FromCoordinator,
                 failed_regions: m.failed_regions.into_iter().map(RegionId::new).collect(),
             },
         },
-        ToRegion::Refused(r) => return Ok(FromCoordinator::Refused(r.reason)),
-    }))
+        ToRegion::PlacementDone(m) => CoordinatorToRegion::PlacementDone {
+            request: m.request,
+            failed: shards(m.failed),
+            refused: m.refused,
+        },
+    })
 }
 
 #[cfg(test)]
@@ -470,13 +497,21 @@ mod tests {
                 request: 1,
                 stats: stats.clone(),
             },
+            RegionToCoordinator::UpdateLocations {
+                request: 5,
+                locations: vec![
+                    (ShardId(1), RegionId::new("r")),
+                    (ShardId(7), RegionId::new("s")),
+                ],
+            },
+            RegionToCoordinator::ReleaseShards {
+                request: 6,
+                shards: vec![ShardId(2), ShardId(3)],
+            },
         ];
         for m in up {
             let back = region_message_from_pb(region_message_to_pb("t", m.clone()));
-            assert!(
-                matches!(back, Ok(FromRegion::Protocol(ref b)) if *b == m),
-                "{m:?}"
-            );
+            assert_eq!(back.ok(), Some(m.clone()), "{m:?}");
         }
         let down = [
             CoordinatorToRegion::RegisterAck { ping: 3 },
@@ -508,15 +543,22 @@ mod tests {
                     failed_regions: vec![RegionId::new("s")],
                 },
             },
+            CoordinatorToRegion::PlacementDone {
+                request: 5,
+                failed: vec![],
+                refused: None,
+            },
+            CoordinatorToRegion::PlacementDone {
+                request: 6,
+                failed: vec![ShardId(1)],
+                refused: Some("not external".into()),
+            },
         ];
         for m in down {
             let pb = coordinator_message_to_pb(5, m.clone());
             assert_eq!(pb.epoch, 5);
             let back = coordinator_message_from_pb(pb.message.unwrap());
-            assert!(
-                matches!(back, Ok(FromCoordinator::Protocol(ref b)) if *b == m),
-                "{m:?}"
-            );
+            assert_eq!(back.ok(), Some(m.clone()), "{m:?}");
         }
     }
 }

@@ -6,7 +6,7 @@
 //! it. On one link, frames of an older epoch than one already heard there
 //! are ignored: they come from a coordinator that has been replaced.
 
-use super::convert::{self, FromCoordinator};
+use super::convert;
 use super::GrpcSettings;
 use crate::protocol::{CoordinatorLink, CoordinatorToRegion};
 use crate::tasks::TaskSet;
@@ -104,13 +104,10 @@ async fn pump_down(
             continue;
         };
         match convert::coordinator_message_from_pb(message) {
-            Ok(FromCoordinator::Protocol(message)) => {
+            Ok(message) => {
                 if to_region.send(message).is_err() {
                     return;
                 }
-            }
-            Ok(FromCoordinator::Refused(reason)) => {
-                tracing::warn!(%reason, "coordinator refused a message");
             }
             Err(e) => {
                 tracing::warn!(error = %e, "malformed coordinator message; dropping the link");

@@ -6,12 +6,11 @@
 //! `region_timeout` (a connection left half-open). Whether a region is gone
 //! is the coordinator's decision, from the region's heartbeats.
 
-use super::convert::{self, FromRegion};
+use super::convert;
 use super::GrpcSettings;
 use crate::coordinator::hosting::{CoordinatorHosting, CoordinatorLocation};
 use crate::protocol::{CoordinatorLink, RegionToCoordinator};
 use crate::tasks::TaskSet;
-use colo_allocation::ExternalAllocationClient;
 use colo_proto::v1 as pb;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -109,7 +108,7 @@ impl Session {
         };
         let entity_type = first.entity_type.clone();
         let register = match convert::region_message_from_pb(first) {
-            Ok(FromRegion::Protocol(m @ RegionToCoordinator::Register { .. })) => m,
+            Ok(m @ RegionToCoordinator::Register { .. }) => m,
             Ok(_) => {
                 return self
                     .fail(Status::invalid_argument(
@@ -123,12 +122,8 @@ impl Session {
             return;
         };
         let region = region.clone();
-        let (handle, epoch, external) = match self.hosting.locate(&entity_type) {
-            CoordinatorLocation::Local {
-                handle,
-                epoch,
-                external,
-            } => (handle, epoch, external),
+        let (handle, epoch) = match self.hosting.locate(&entity_type) {
+            CoordinatorLocation::Local { handle, epoch } => (handle, epoch),
             _ => {
                 let reason = format!("this node does not host the coordinator of {entity_type:?}");
                 return self.fail(Status::failed_precondition(reason)).await;
@@ -148,13 +143,7 @@ impl Session {
                 .fail(Status::unavailable("coordinator has stopped"))
                 .await;
         }
-        let up = self.pump_up(
-            &entity_type,
-            &region,
-            frames,
-            &to_coordinator,
-            (epoch, external),
-        );
+        let up = self.pump_up(&entity_type, &region, frames, &to_coordinator);
         tokio::select! {
             silent = up => {
                 if silent {
@@ -176,7 +165,6 @@ impl Session {
         region: &colo_allocation::RegionId,
         mut frames: Streaming<pb::RegionMessage>,
         to_coordinator: &mpsc::UnboundedSender<RegionToCoordinator>,
-        (epoch, external): (u64, Option<ExternalAllocationClient>),
     ) -> bool {
         loop {
             let frame =
@@ -194,24 +182,11 @@ impl Session {
                 return false;
             }
             match convert::region_message_from_pb(frame) {
-                Ok(FromRegion::Protocol(message)) => {
+                Ok(message) => {
                     if to_coordinator.send(message).is_err() {
                         return false;
                     }
                 }
-                Ok(FromRegion::UpdateLocations(locations)) => match &external {
-                    Some(client) => client.set_locations(locations),
-                    None => {
-                        let refused = pb::CoordinatorMessage {
-                            epoch,
-                            message: Some(pb::coordinator_message::Message::Refused(pb::Refused {
-                                reason: "the coordinator's allocation strategy is not external"
-                                    .into(),
-                            })),
-                        };
-                        let _ = self.down.send(Ok(refused)).await;
-                    }
-                },
                 Err(e) => {
                     tracing::warn!(%region, error = %e, "malformed message from region");
                     self.fail(Status::invalid_argument(e.to_string())).await;
