@@ -59,4 +59,8 @@ pub enum AskError {
     /// The reply could not be decoded.
     #[error("reply could not be decoded: {0}")]
     Codec(String),
+    /// A node took the message and went away before confirming it: it may
+    /// or may not have been handled.
+    #[error("message unconfirmed: {0}")]
+    Unconfirmed(String),
 }

@@ -89,6 +89,6 @@ pub use error::{AskError, TellError};
 pub use inspection::{ClusterShardingStats, CurrentRegionState, RegionStats};
 pub use node::Node;
 pub use program::{NodeProgram, ProgramError};
-pub use region::{ErasedError, ErasedRegion, PlacementError, QueryError, Region};
+pub use region::{Delivery, ErasedError, ErasedRegion, PlacementError, QueryError, Region};
 pub use settings::{SettingsError, ShardingSettings};
 pub use transport::{memory::InMemoryNetwork, Transport, TransportError};

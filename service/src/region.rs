@@ -8,6 +8,7 @@
 //! active -> shutting down -> stopped.
 
 pub(crate) mod activity;
+pub(crate) mod delivery;
 mod erased;
 pub(crate) mod lease;
 pub(crate) mod outbound;
@@ -32,6 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
+pub use delivery::Delivery;
 pub use erased::{ErasedError, ErasedRegion, Told};
 pub use placement::PlacementError;
 

@@ -54,6 +54,8 @@ impl From<AskError> for Status {
             AskError::Timeout(_) => Status::deadline_exceeded(message),
             AskError::EntityFailed(_) => Status::aborted(message),
             AskError::Dropped(_) => Status::unavailable(message),
+            // Like a deadline: the message may have been handled.
+            AskError::Unconfirmed(_) => Status::deadline_exceeded(message),
             AskError::Codec(_) => Status::internal(message),
         }
     }
@@ -101,6 +103,10 @@ mod tests {
             ),
             (AskError::EntityFailed("boom".into()).into(), Code::Aborted),
             (AskError::Dropped("gone".into()).into(), Code::Unavailable),
+            (
+                AskError::Unconfirmed("gone".into()).into(),
+                Code::DeadlineExceeded,
+            ),
             (AskError::Codec("x".into()).into(), Code::Internal),
             (
                 QueryError::Timeout(Duration::from_secs(1)).into(),

@@ -165,7 +165,7 @@ fn unconfirmed<E: Entity>(
     for env in envelopes {
         node.reply(
             env.reply,
-            Err(AskError::Dropped(format!(
+            Err(AskError::Unconfirmed(format!(
                 "node {to} went away before confirming the message; it may or may not have been handled"
             ))),
         );

@@ -4,6 +4,7 @@
 mod support;
 
 mod concurrency;
+mod delivery;
 mod failover;
 mod failures;
 mod faults;

@@ -83,6 +83,7 @@ pub fn reply_to_pb(reply: WireReply) -> pb::Reply {
                 AskError::EntityFailed(m) => failure(Kind::EntityFailed, m),
                 AskError::Dropped(m) => failure(Kind::Dropped, m),
                 AskError::Codec(m) => failure(Kind::Codec, m),
+                AskError::Unconfirmed(m) => failure(Kind::Unconfirmed, m),
             }
         }
     };
@@ -103,6 +104,7 @@ pub fn reply_from_pb(reply: pb::Reply) -> Result<WireReply, Malformed> {
         Some(pb::reply::Result::Failure(f)) => Err(match Kind::try_from(f.kind) {
             Ok(Kind::EntityFailed) => AskError::EntityFailed(f.message),
             Ok(Kind::Codec) => AskError::Codec(f.message),
+            Ok(Kind::Unconfirmed) => AskError::Unconfirmed(f.message),
             Ok(Kind::Refused | Kind::Timeout | Kind::Dropped | Kind::Unspecified) | Err(_) => {
                 AskError::Dropped(f.message)
             }
@@ -453,6 +455,16 @@ mod tests {
             result: Err(AskError::EntityFailed("boom".into())),
         };
         assert_eq!(reply_from_pb(reply_to_pb(failed.clone())), Ok(failed));
+        // "May or may not have been handled" stays that across nodes.
+        let unconfirmed = WireReply {
+            incarnation: 77,
+            correlation: 5,
+            result: Err(AskError::Unconfirmed("node c went away".into())),
+        };
+        assert_eq!(
+            reply_from_pb(reply_to_pb(unconfirmed.clone())),
+            Ok(unconfirmed)
+        );
     }
 
     #[test]
