@@ -13,4 +13,12 @@
 //! `colo-allocation`, which is pure and shared with the runtime.
 #![forbid(unsafe_code)]
 
+mod ack;
+mod source;
+
+pub use ack::Ack;
 pub use colo_allocation::MessageExtractor;
+pub use source::{
+    AssignedPartition, Completion, KafkaSource, Record, SourceError, SourceEvent, SourceSettings,
+    TopicPartition,
+};

@@ -1,0 +1,131 @@
+//! Acknowledgements of records, and the offsets they allow to be stored.
+//!
+//! Every record handed to the service carries an [`Ack`]. Acking it says the
+//! record was handled (or dead-lettered); dropping it unacked says it was
+//! not, so no path can lose one. A partition's offset advances only over a
+//! run of acked records: its stored position is the lowest offset still
+//! pending, so a record that was not handled is consumed again after a
+//! restart or a rebalance, never skipped.
+
+use parking_lot::Mutex;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// One partition's records in the service's hands, and how far its offset
+/// may be stored.
+#[derive(Debug, Default)]
+pub(crate) struct Offsets {
+    /// Delivered to the service and not acked yet.
+    pending: BTreeSet<i64>,
+    /// The highest offset delivered so far.
+    delivered_through: Option<i64>,
+    /// The lowest offset whose ack was dropped: the position stays at or
+    /// below it.
+    failed: Option<i64>,
+}
+
+impl Offsets {
+    /// A record goes to the service.
+    pub fn delivered(&mut self, offset: i64) {
+        self.pending.insert(offset);
+        self.delivered_through = Some(self.delivered_through.map_or(offset, |d| d.max(offset)));
+    }
+
+    fn settle(&mut self, offset: i64, handled: bool) {
+        if self.pending.remove(&offset) && !handled {
+            self.failed = Some(self.failed.map_or(offset, |f| f.min(offset)));
+        }
+    }
+
+    /// Records in the service's hands.
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The next offset to consume after a restart: every record below it
+    /// was handled. `None` before anything was delivered.
+    pub fn position(&self) -> Option<i64> {
+        let next = self.delivered_through? + 1;
+        let lowest_pending = self.pending.first().copied().unwrap_or(next);
+        Some(lowest_pending.min(self.failed.unwrap_or(i64::MAX)))
+    }
+}
+
+/// The acknowledgement of one record. [`Ack::handled`] says it was handled
+/// or dead-lettered; dropped without that, it reports the record not
+/// handled.
+#[derive(Debug)]
+pub struct Ack {
+    offsets: Arc<Mutex<Offsets>>,
+    offset: i64,
+    settled: bool,
+}
+
+impl Ack {
+    pub(crate) fn new(offsets: Arc<Mutex<Offsets>>, offset: i64) -> Self {
+        offsets.lock().delivered(offset);
+        Self {
+            offsets,
+            offset,
+            settled: false,
+        }
+    }
+
+    /// The record was handled, or written to the dead-letter topic: its
+    /// offset may be committed once every record before it is too.
+    pub fn handled(mut self) {
+        self.settled = true;
+        self.offsets.lock().settle(self.offset, true);
+    }
+}
+
+impl Drop for Ack {
+    fn drop(&mut self) {
+        if !self.settled {
+            tracing::warn!(offset = self.offset, "record not handled: its offset is not committed, and it is consumed again after a restart or rebalance");
+            self.offsets.lock().settle(self.offset, false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ack(offsets: &Arc<Mutex<Offsets>>, offset: i64) -> Ack {
+        Ack::new(offsets.clone(), offset)
+    }
+
+    #[test]
+    fn the_position_advances_over_acked_records_only_in_order() {
+        let offsets = Arc::new(Mutex::new(Offsets::default()));
+        assert_eq!(offsets.lock().position(), None);
+        let (a, b, c) = (ack(&offsets, 10), ack(&offsets, 11), ack(&offsets, 12));
+        assert_eq!(offsets.lock().in_flight(), 3);
+        c.handled();
+        assert_eq!(offsets.lock().position(), Some(10), "10 and 11 pending");
+        a.handled();
+        assert_eq!(offsets.lock().position(), Some(11));
+        b.handled();
+        assert_eq!(offsets.lock().position(), Some(13), "all handled");
+        assert_eq!(offsets.lock().in_flight(), 0);
+    }
+
+    #[test]
+    fn a_dropped_ack_holds_the_position_at_its_record() {
+        let offsets = Arc::new(Mutex::new(Offsets::default()));
+        let (a, b, c) = (ack(&offsets, 0), ack(&offsets, 1), ack(&offsets, 2));
+        a.handled();
+        drop(b);
+        c.handled();
+        assert_eq!(
+            offsets.lock().position(),
+            Some(1),
+            "record 1 is consumed again"
+        );
+        // Later records acked do not move it past the failed one.
+        let d = ack(&offsets, 3);
+        d.handled();
+        assert_eq!(offsets.lock().position(), Some(1));
+    }
+}

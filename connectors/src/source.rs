@@ -1,0 +1,500 @@
+//! The Kafka source of one entity type: one consumer in the entity type's
+//! group (cooperative-sticky), records per partition, and the group's
+//! rebalances as events the service answers before the callback returns.
+//!
+//! The consumer is polled on a thread of its own, because librdkafka runs
+//! the rebalance callback inside `poll`, and that callback must wait for
+//! the service: on a revoke, until the partitions' in-flight records are
+//! handled and their shards handed off, and then it commits; on an
+//! assignment, until the shards are hosted, and only then is the partition
+//! consumed. Waiting on a runtime thread would stall the runtime that does
+//! the hand-off.
+//!
+//! Backpressure: at most `max_in_flight` records per partition are in the
+//! service's hands; past that the partition is paused, and resumed once
+//! acks bring it below.
+
+use crate::ack::{Ack, Offsets};
+use parking_lot::Mutex;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::message::Message;
+use rdkafka::{ClientContext, TopicPartitionList};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The librdkafka properties the source sets itself: overriding them would
+/// break its guarantees.
+const OWN_PROPERTIES: [&str; 6] = [
+    "bootstrap.servers",
+    "group.id",
+    "enable.auto.offset.store",
+    "enable.auto.commit",
+    "auto.commit.interval.ms",
+    "partition.assignment.strategy",
+];
+
+/// How an entity type's source consumes.
+#[derive(Debug, Clone)]
+pub struct SourceSettings {
+    pub bootstrap_servers: String,
+    /// `<cluster>.<entity type>`.
+    pub group_id: String,
+    pub topics: Vec<String>,
+    /// Further librdkafka properties, passed through (security, timeouts).
+    pub client: Vec<(String, String)>,
+    /// Records of one partition in the service's hands at most.
+    pub max_in_flight: usize,
+    /// How often stored offsets are committed (and on revoke and shutdown).
+    pub commit_interval: Duration,
+    /// How long a rebalance callback waits for the service before going on.
+    pub rebalance_timeout: Duration,
+}
+
+/// Why a source could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// librdkafka refused the configuration or the subscription.
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    /// A client property the source sets itself.
+    #[error("client property {0:?} is set by colo and cannot be overridden")]
+    OwnProperty(String),
+    /// Nothing to consume.
+    #[error("no topics to consume")]
+    NoTopics,
+    /// `max_in_flight` must be at least 1.
+    #[error("max_in_flight must be at least 1")]
+    NoInFlight,
+}
+
+/// A partition of a topic.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+/// A consumed record. Its [`Ack`] must be acked once the record was handled
+/// or dead-lettered; dropped unacked, the record is consumed again later.
+#[derive(Debug)]
+pub struct Record {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
+    pub ack: Ack,
+}
+
+/// A partition assigned to this node, with its records in order.
+#[derive(Debug)]
+pub struct AssignedPartition {
+    pub partition: TopicPartition,
+    /// Ends when the partition is revoked or lost.
+    pub records: mpsc::UnboundedReceiver<Record>,
+}
+
+/// What the rebalance callback waits for. [`Completion::done`] says the
+/// service did its part; dropped without that, the callback goes on and
+/// logs that it did not.
+#[derive(Debug)]
+pub struct Completion(std::sync::mpsc::SyncSender<()>);
+
+impl Completion {
+    /// The service is done with the event.
+    pub fn done(self) {
+        let _ = self.0.send(());
+    }
+}
+
+/// A rebalance of the entity type's group, as this node sees it.
+#[derive(Debug)]
+pub enum SourceEvent {
+    /// Partitions assigned here. Host their shards, then complete: only
+    /// then are they consumed.
+    Assigned {
+        partitions: Vec<AssignedPartition>,
+        done: Completion,
+    },
+    /// Partitions revoked. Their record streams have ended: handle what was
+    /// received, hand their shards off, then complete; the source commits
+    /// their offsets after that, before the partitions change owner.
+    Revoked {
+        partitions: Vec<TopicPartition>,
+        done: Completion,
+    },
+    /// Partitions lost (the session expired): another node may own them
+    /// already. Drop their shards; nothing is committed.
+    Lost { partitions: Vec<TopicPartition> },
+}
+
+/// A running source; stopped (committing what was handled) by
+/// [`KafkaSource::shutdown`] or when dropped.
+#[derive(Debug)]
+pub struct KafkaSource {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl KafkaSource {
+    /// Subscribes and starts consuming. The events say which partitions
+    /// are assigned, with their records.
+    ///
+    /// # Errors
+    /// A bad configuration, or a subscription librdkafka refuses.
+    pub fn start(
+        settings: SourceSettings,
+    ) -> Result<(Self, mpsc::UnboundedReceiver<SourceEvent>), SourceError> {
+        if settings.topics.is_empty() {
+            return Err(SourceError::NoTopics);
+        }
+        if settings.max_in_flight == 0 {
+            return Err(SourceError::NoInFlight);
+        }
+        let mut config = ClientConfig::new();
+        for (key, value) in &settings.client {
+            if OWN_PROPERTIES.contains(&key.as_str()) {
+                return Err(SourceError::OwnProperty(key.clone()));
+            }
+            config.set(key, value);
+        }
+        config
+            .set("bootstrap.servers", &settings.bootstrap_servers)
+            .set("group.id", &settings.group_id)
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.auto.commit", "true")
+            .set(
+                "auto.commit.interval.ms",
+                settings.commit_interval.as_millis().max(1).to_string(),
+            );
+        if !settings
+            .client
+            .iter()
+            .any(|(k, _)| k == "auto.offset.reset")
+        {
+            config.set("auto.offset.reset", "earliest");
+        }
+        let (events, receiver) = mpsc::unbounded_channel();
+        let feeds = Arc::new(Mutex::new(Feeds {
+            by: HashMap::new(),
+            max_in_flight: settings.max_in_flight,
+        }));
+        let context = SourceContext {
+            feeds: feeds.clone(),
+            events,
+            timeout: settings.rebalance_timeout,
+        };
+        let consumer: BaseConsumer<SourceContext> = config.create_with_context(context)?;
+        let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
+        consumer.subscribe(&topics)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name(format!("kafka-{}", settings.group_id))
+                .spawn(move || poll(&consumer, &feeds, &stop))
+                .map_err(|e| {
+                    SourceError::Kafka(rdkafka::error::KafkaError::ClientCreation(e.to_string()))
+                })?
+        };
+        Ok((
+            Self {
+                stop,
+                thread: Some(thread),
+            },
+            receiver,
+        ))
+    }
+
+    /// Stops consuming and commits the offsets of what was handled. Blocks
+    /// until the consumer has closed: call it off the async runtime's
+    /// threads (`spawn_blocking`).
+    pub fn shutdown(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for KafkaSource {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+/// The consumer's thread: poll, hand records to their partitions, keep
+/// the in-flight bound and store what was handled.
+fn poll(consumer: &BaseConsumer<SourceContext>, feeds: &Mutex<Feeds>, stop: &AtomicBool) {
+    while !stop.load(Ordering::Acquire) {
+        // Not under the lock: the rebalance callback runs in here and
+        // takes it.
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(message)) => {
+                let raw = RawRecord {
+                    topic: message.topic().to_string(),
+                    partition: message.partition(),
+                    offset: message.offset(),
+                    key: message.key().map(<[u8]>::to_vec),
+                    payload: message.payload().map(<[u8]>::to_vec),
+                };
+                feeds.lock().push(raw);
+            }
+            Some(Err(e)) => tracing::warn!(error = %e, "kafka consumer error"),
+            None => {}
+        }
+        feeds.lock().maintain(consumer);
+    }
+    feeds.lock().maintain(consumer);
+    if let Err(e) = consumer.commit_consumer_state(CommitMode::Sync) {
+        tracing::debug!(error = %e, "no offsets committed at shutdown");
+    }
+}
+
+/// A record as polled, before it is handed over with its ack.
+#[derive(Debug)]
+struct RawRecord {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    key: Option<Vec<u8>>,
+    payload: Option<Vec<u8>>,
+}
+
+/// An assigned partition's way to the service.
+#[derive(Debug)]
+struct Feed {
+    to_service: mpsc::UnboundedSender<Record>,
+    offsets: Arc<Mutex<Offsets>>,
+    /// Polled but not handed over: the partition is at its in-flight bound.
+    held: VecDeque<RawRecord>,
+    paused: bool,
+    /// The position last stored.
+    stored: Option<i64>,
+}
+
+impl Feed {
+    fn hand_over(&self, raw: RawRecord) {
+        let ack = Ack::new(self.offsets.clone(), raw.offset);
+        let record = Record {
+            topic: raw.topic,
+            partition: raw.partition,
+            offset: raw.offset,
+            key: raw.key,
+            payload: raw.payload,
+            ack,
+        };
+        // A service that stopped listening drops the record, and with it
+        // the ack: the record is consumed again later.
+        let _ = self.to_service.send(record);
+    }
+}
+
+#[derive(Debug)]
+struct Feeds {
+    by: HashMap<TopicPartition, Feed>,
+    max_in_flight: usize,
+}
+
+impl Feeds {
+    fn push(&mut self, raw: RawRecord) {
+        let tp = TopicPartition {
+            topic: raw.topic.clone(),
+            partition: raw.partition,
+        };
+        // A record of a partition revoked meanwhile: its next owner reads it.
+        let Some(feed) = self.by.get_mut(&tp) else {
+            return;
+        };
+        if feed.held.is_empty() && feed.offsets.lock().in_flight() < self.max_in_flight {
+            feed.hand_over(raw);
+        } else {
+            feed.held.push_back(raw);
+        }
+    }
+
+    fn maintain(&mut self, consumer: &BaseConsumer<SourceContext>) {
+        for (tp, feed) in &mut self.by {
+            while !feed.held.is_empty() && feed.offsets.lock().in_flight() < self.max_in_flight {
+                if let Some(raw) = feed.held.pop_front() {
+                    feed.hand_over(raw);
+                }
+            }
+            let full = !feed.held.is_empty();
+            if full != feed.paused {
+                let list = one(tp);
+                let result = if full {
+                    consumer.pause(&list)
+                } else {
+                    consumer.resume(&list)
+                };
+                match result {
+                    Ok(()) => feed.paused = full,
+                    Err(e) => {
+                        tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "cannot pause or resume")
+                    }
+                }
+            }
+            store(consumer, tp, feed);
+        }
+    }
+}
+
+/// Stores the partition's position if it moved.
+fn store(consumer: &BaseConsumer<SourceContext>, tp: &TopicPartition, feed: &mut Feed) {
+    let position = feed.offsets.lock().position();
+    if let Some(offset) = position.filter(|_| position != feed.stored) {
+        match store_position(consumer, tp, offset) {
+            Ok(()) => feed.stored = position,
+            Err(e) => {
+                tracing::debug!(topic = %tp.topic, partition = tp.partition, error = %e, "offset not stored")
+            }
+        }
+    }
+}
+
+/// Stores `offset` as the next one to consume (what a commit records).
+fn store_position(
+    consumer: &BaseConsumer<SourceContext>,
+    tp: &TopicPartition,
+    offset: i64,
+) -> rdkafka::error::KafkaResult<()> {
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(&tp.topic, tp.partition, rdkafka::Offset::Offset(offset))?;
+    consumer.store_offsets(&list)
+}
+
+fn one(tp: &TopicPartition) -> TopicPartitionList {
+    let mut list = TopicPartitionList::new();
+    list.add_partition(&tp.topic, tp.partition);
+    list
+}
+
+fn partitions(list: &TopicPartitionList) -> Vec<TopicPartition> {
+    list.elements()
+        .iter()
+        .map(|e| TopicPartition {
+            topic: e.topic().to_string(),
+            partition: e.partition(),
+        })
+        .collect()
+}
+
+/// The consumer's context: turns rebalances into events and waits for the
+/// service's answer.
+struct SourceContext {
+    feeds: Arc<Mutex<Feeds>>,
+    events: mpsc::UnboundedSender<SourceEvent>,
+    timeout: Duration,
+}
+
+impl SourceContext {
+    /// Sends an event that carries a completion and waits for it.
+    fn ask(&self, event: impl FnOnce(Completion) -> SourceEvent, what: &str) {
+        let (done, wait) = std::sync::mpsc::sync_channel(1);
+        if self.events.send(event(Completion(done))).is_err() {
+            tracing::warn!("kafka source: nobody listens to rebalance events");
+            return;
+        }
+        match wait.recv_timeout(self.timeout) {
+            Ok(()) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                tracing::warn!(timeout = ?self.timeout, "kafka source: {what} not done within the rebalance timeout; going on")
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                tracing::warn!("kafka source: {what} not done; going on")
+            }
+        }
+    }
+}
+
+impl ClientContext for SourceContext {}
+
+impl ConsumerContext for SourceContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(list) => {
+                let mut assigned = Vec::new();
+                {
+                    let mut feeds = self.feeds.lock();
+                    for tp in partitions(list) {
+                        let (to_service, records) = mpsc::unbounded_channel();
+                        feeds.by.insert(
+                            tp.clone(),
+                            Feed {
+                                to_service,
+                                offsets: Arc::default(),
+                                held: VecDeque::new(),
+                                paused: false,
+                                stored: None,
+                            },
+                        );
+                        assigned.push(AssignedPartition {
+                            partition: tp,
+                            records,
+                        });
+                    }
+                }
+                tracing::info!(partitions = assigned.len(), "kafka partitions assigned");
+                self.ask(
+                    |done| SourceEvent::Assigned {
+                        partitions: assigned,
+                        done,
+                    },
+                    "hosting the assigned partitions' shards",
+                );
+            }
+            Rebalance::Revoke(list) => {
+                let revoked = partitions(list);
+                let removed: Vec<(TopicPartition, Feed)> = {
+                    let mut feeds = self.feeds.lock();
+                    revoked
+                        .iter()
+                        .filter_map(|tp| feeds.by.remove(tp).map(|f| (tp.clone(), f)))
+                        .collect()
+                };
+                if consumer.assignment_lost() {
+                    tracing::warn!(partitions = revoked.len(), "kafka partitions lost");
+                    let _ = self.events.send(SourceEvent::Lost {
+                        partitions: revoked,
+                    });
+                    return;
+                }
+                tracing::info!(partitions = revoked.len(), "kafka partitions revoked");
+                // Their streams end with the feeds (the senders dropped
+                // here); what the service received it handles now.
+                let offsets: Vec<(TopicPartition, Arc<Mutex<Offsets>>)> = removed
+                    .into_iter()
+                    .map(|(tp, feed)| (tp, feed.offsets))
+                    .collect();
+                self.ask(
+                    |done| SourceEvent::Revoked {
+                        partitions: revoked,
+                        done,
+                    },
+                    "handing off the revoked partitions' shards",
+                );
+                for (tp, offsets) in offsets {
+                    if let Some(position) = offsets.lock().position() {
+                        if let Err(e) = store_position(consumer, &tp, position) {
+                            tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "offset not stored on revoke");
+                        }
+                    }
+                }
+                if let Err(e) = consumer.commit_consumer_state(CommitMode::Sync) {
+                    tracing::debug!(error = %e, "nothing committed on revoke");
+                }
+            }
+            Rebalance::Error(e) => tracing::warn!(error = %e, "kafka rebalance error"),
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! The source against librdkafka's in-process mock cluster: the connector
+//! alone, with the test playing the service. The mock cluster serves these
+//! tests because they check the connector's own bookkeeping (acks, offsets,
+//! the in-flight bound, rebalance events), not a broker's behaviour; the
+//! broker tests run against a real Kafka-protocol broker.
+
+use colo_connectors::{KafkaSource, Record, SourceEvent, SourceSettings, TopicPartition};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+const TOPIC: &str = "events";
+const PARTITIONS: i32 = 3;
+const PER_PARTITION: i64 = 20;
+
+fn broker() -> MockCluster<'static, rdkafka::producer::DefaultProducerContext> {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster
+        .create_topic(TOPIC, PARTITIONS, 1)
+        .expect("topic created");
+    cluster
+}
+
+fn produce(bootstrap: &str) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("producer");
+    for partition in 0..PARTITIONS {
+        for i in 0..PER_PARTITION {
+            let key = format!("k{partition}");
+            let payload = i.to_string();
+            producer
+                .send(
+                    BaseRecord::to(TOPIC)
+                        .key(&key)
+                        .payload(&payload)
+                        .partition(partition),
+                )
+                .expect("queued");
+        }
+    }
+    producer.flush(Duration::from_secs(10)).expect("flushed");
+}
+
+fn settings(bootstrap: &str, group: &str, max_in_flight: usize) -> SourceSettings {
+    SourceSettings {
+        bootstrap_servers: bootstrap.into(),
+        group_id: group.into(),
+        topics: vec![TOPIC.into()],
+        client: vec![
+            ("session.timeout.ms".into(), "6000".into()),
+            ("heartbeat.interval.ms".into(), "500".into()),
+        ],
+        max_in_flight,
+        commit_interval: Duration::from_millis(100),
+        rebalance_timeout: Duration::from_secs(10),
+    }
+}
+
+/// The group's committed offsets, by partition.
+fn committed(bootstrap: &str, group: &str) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .create()
+        .expect("consumer");
+    let mut list = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        list.add_partition(TOPIC, p);
+    }
+    let committed = consumer
+        .committed_offsets(list, Duration::from_secs(5))
+        .expect("committed offsets");
+    committed
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits for the next assignment and completes it.
+async fn assigned(
+    events: &mut mpsc::UnboundedReceiver<SourceEvent>,
+) -> BTreeMap<TopicPartition, mpsc::UnboundedReceiver<Record>> {
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(30), events.recv())
+            .await
+            .expect("an assignment in time")
+            .expect("source running");
+        if let SourceEvent::Assigned { partitions, done } = event {
+            done.done();
+            return partitions
+                .into_iter()
+                .map(|p| (p.partition, p.records))
+                .collect();
+        }
+    }
+}
+
+async fn next(records: &mut mpsc::UnboundedReceiver<Record>) -> Record {
+    tokio::time::timeout(Duration::from_secs(30), records.recv())
+        .await
+        .expect("a record in time")
+        .expect("partition still assigned")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_come_in_order_and_their_offsets_are_committed_once_acked() {
+    let cluster = broker();
+    let bootstrap = cluster.bootstrap_servers();
+    produce(&bootstrap);
+    let (source, mut events) =
+        KafkaSource::start(settings(&bootstrap, "in-order", 1000)).expect("source");
+    let mut partitions = assigned(&mut events).await;
+    assert_eq!(
+        partitions.len(),
+        PARTITIONS as usize,
+        "one node gets them all"
+    );
+    let mut held = None;
+    for (tp, records) in &mut partitions {
+        for expected in 0..PER_PARTITION {
+            let record = next(records).await;
+            assert_eq!(record.offset, expected, "{tp:?} in order");
+            assert_eq!(
+                record.payload.as_deref(),
+                Some(expected.to_string().as_bytes())
+            );
+            // Partition 0's record 5 is not acked yet.
+            if tp.partition == 0 && expected == 5 {
+                held = Some(record.ack);
+            } else {
+                record.ack.handled();
+            }
+        }
+    }
+    eventually("offsets committed up to the unacked record", || {
+        committed(&bootstrap, "in-order")
+            == BTreeMap::from([(0, 5), (1, PER_PARTITION), (2, PER_PARTITION)])
+    })
+    .await;
+    held.expect("held").handled();
+    eventually("every offset committed", || {
+        committed(&bootstrap, "in-order")
+            .values()
+            .all(|&o| o == PER_PARTITION)
+    })
+    .await;
+    tokio::task::spawn_blocking(move || source.shutdown())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_at_its_in_flight_bound_waits_for_acks() {
+    let cluster = broker();
+    let bootstrap = cluster.bootstrap_servers();
+    produce(&bootstrap);
+    let (source, mut events) =
+        KafkaSource::start(settings(&bootstrap, "bounded", 3)).expect("source");
+    let mut partitions = assigned(&mut events).await;
+    let records = partitions
+        .get_mut(&TopicPartition {
+            topic: TOPIC.into(),
+            partition: 1,
+        })
+        .expect("partition 1");
+    let mut in_hand = Vec::new();
+    for _ in 0..3 {
+        in_hand.push(next(records).await);
+    }
+    // Nothing more while three are in hand.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        records.try_recv().is_err(),
+        "a fourth record while three are in flight"
+    );
+    // One ack lets one more through, in order.
+    in_hand.remove(0).ack.handled();
+    assert_eq!(next(records).await.offset, 3);
+    tokio::task::spawn_blocking(move || source.shutdown())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_waits_for_the_service_then_commits_what_was_handled() {
+    let cluster = broker();
+    let bootstrap = cluster.bootstrap_servers();
+    produce(&bootstrap);
+    let (first, mut first_events) =
+        KafkaSource::start(settings(&bootstrap, "revoke", 1000)).expect("first source");
+    let mut partitions = assigned(&mut first_events).await;
+    // Everything handled on the first node.
+    for records in partitions.values_mut() {
+        for _ in 0..PER_PARTITION {
+            next(records).await.ack.handled();
+        }
+    }
+    // A second node joins: the first gives some partitions up.
+    let (second, mut second_events) =
+        KafkaSource::start(settings(&bootstrap, "revoke", 1000)).expect("second source");
+    let revoked = loop {
+        let event = tokio::time::timeout(Duration::from_secs(60), first_events.recv())
+            .await
+            .expect("a revoke in time")
+            .expect("source running");
+        if let SourceEvent::Revoked {
+            partitions: revoked,
+            done,
+        } = event
+        {
+            // Their streams have ended by now.
+            for tp in &revoked {
+                let records = partitions.get_mut(tp).expect("a partition of ours");
+                assert!(records.recv().await.is_none(), "{tp:?} stream ended");
+            }
+            done.done();
+            break revoked;
+        }
+    };
+    assert!(!revoked.is_empty());
+    let taken = assigned(&mut second_events).await;
+    assert!(
+        taken.keys().all(|tp| revoked.contains(tp)),
+        "the second node gets only what the first gave up"
+    );
+    // Committed before the partitions changed owner: the new owner starts
+    // after what was handled.
+    let offsets = committed(&bootstrap, "revoke");
+    for tp in &revoked {
+        assert_eq!(offsets.get(&tp.partition), Some(&PER_PARTITION), "{tp:?}");
+    }
+    tokio::task::spawn_blocking(move || {
+        second.shutdown();
+        first.shutdown();
+    })
+    .await
+    .unwrap();
+}
