@@ -18,6 +18,9 @@
 //! - [`program`]: the node program (`NodeProgram`) that `colo run` is one
 //!   user of; [`config`], its TOML config with env and flag overrides;
 //!   [`admin`], its admin HTTP server; [`api`], its gRPC client API.
+//! - [`kafka`]: Kafka records driving an entity type: the connector's
+//!   source wired to the region (rebalances move shards synchronously;
+//!   offsets follow handled records).
 //! - [`node`]: a node and its regions; `node/context.rs`, what its regions
 //!   and shards share; `tasks.rs`, the task sets that stop with it.
 //! - [`region`]: routing, buffering, hosting; `region/routes.rs` is the
@@ -26,7 +29,9 @@
 //!   `task/draining.rs` and `task/shutdown.rs`), `region/lease.rs` its
 //!   lease, `region/shard.rs` the task that owns a shard's entities,
 //!   `region/outbound.rs` the queue to each remote node,
-//!   `region/activity.rs` the passivation gauges, `region/erased.rs` a
+//!   `region/activity.rs` the passivation gauges, `region/placement.rs`
+//!   hosting and releasing shards on demand, `region/delivery.rs` messages
+//!   whose outcome the sender learns, `region/erased.rs` a
 //!   region reached by name with encoded messages; `mailbox.rs`, the
 //!   bounded queue in front of a shard or a remote node.
 //! - [`coordinator`]: shard homes, rebalancing, hand-off; its handle, its
@@ -60,6 +65,7 @@ pub mod entity;
 pub mod envelope;
 pub mod error;
 pub mod inspection;
+pub mod kafka;
 pub mod logging;
 mod mailbox;
 pub mod metrics;

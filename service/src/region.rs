@@ -441,6 +441,34 @@ impl<E: Entity> Region<E> {
             .map_err(|_| AskError::Timeout(timeout))?
     }
 
+    /// Routes a message whose outcome the caller waits for itself (a Kafka
+    /// partition routes its records in order and waits for them in order).
+    pub(crate) async fn route_tracked(
+        &self,
+        entity_id: &str,
+        message: E::Message,
+    ) -> Result<oneshot::Receiver<Result<E::Reply, AskError>>, TellError> {
+        let (tx, rx) = oneshot::channel();
+        let env = self.envelope(entity_id, message, Reply::Local(tx))?;
+        self.shared.route(env).await?;
+        Ok(rx)
+    }
+
+    /// The node this region runs on, for the tasks that serve it.
+    pub(crate) fn context(&self) -> &Arc<NodeContext> {
+        &self.shared.node
+    }
+
+    /// The entity type's name.
+    pub(crate) fn entity_type_name(&self) -> &str {
+        &self.shared.entity_type.name
+    }
+
+    /// The region's task has ended.
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.commands.is_closed()
+    }
+
     /// This region's shards and the entities alive in each.
     ///
     /// # Errors

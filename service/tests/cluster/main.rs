@@ -11,6 +11,7 @@ mod faults;
 mod fencing;
 mod handoff;
 mod inspection;
+mod kafka;
 mod passivation;
 mod placement;
 mod rebalance;

@@ -1,0 +1,308 @@
+//! Kafka records driving an entity type: the connector's source wired to
+//! the type's region on this node.
+//!
+//! Shard = partition, so a record is handled on the node that consumed it.
+//! The group's rebalances move shards synchronously, inside the callback:
+//! - assigned partitions: their shards are hosted here ([`Region::host_shards`])
+//!   before the partitions are consumed;
+//! - revoked partitions: the records already received are handled, then the
+//!   shards are handed off ([`Region::release_shards`]), then the source
+//!   commits;
+//! - lost partitions: their records are dropped unhandled (another node may
+//!   own them already) and nothing is committed.
+//!
+//! Each partition is one task that routes its records in order and waits for
+//! their deliveries in order, so a record's offset is committed only once
+//! it and every record before it were handled. A record whose delivery is
+//! not confirmed is delivered again (at least once); one whose handler keeps
+//! failing is given up after `max_attempts`, logged and counted.
+
+use crate::entity::Entity;
+use crate::error::AskError;
+use crate::region::{Delivery, Region};
+use colo_allocation::ShardId;
+use colo_connectors::{
+    AssignedPartition, KafkaSource, Record, SourceError, SourceEvent, SourceSettings,
+    TopicPartition,
+};
+use futures::stream::{FuturesOrdered, StreamExt};
+use serde::de::DeserializeOwned;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// How a record becomes a message: the entity id and the message, or why
+/// the record cannot be one.
+pub type RecordDecoder<M> = Arc<dyn Fn(&Record) -> Result<(String, M), String> + Send + Sync>;
+
+/// The default decoder: the key is the entity id (UTF-8), the payload the
+/// message as JSON.
+pub fn json_records<M: DeserializeOwned + 'static>() -> RecordDecoder<M> {
+    Arc::new(|record: &Record| {
+        let key = record.key.as_deref().ok_or("the record has no key")?;
+        let id = std::str::from_utf8(key).map_err(|_| "the key is not UTF-8".to_string())?;
+        let payload = record
+            .payload
+            .as_deref()
+            .ok_or("the record has no payload")?;
+        let message = serde_json::from_slice(payload)
+            .map_err(|e| format!("the payload is not a message: {e}"))?;
+        Ok((id.to_string(), message))
+    })
+}
+
+/// How an entity type consumes its topics.
+#[derive(Debug, Clone)]
+pub struct IngestSettings {
+    pub source: SourceSettings,
+    /// How long a delivery may take before it is sent again.
+    pub delivery_timeout: Duration,
+    /// How long hosting or releasing shards may take in a rebalance.
+    pub placement_timeout: Duration,
+    /// Handler failures of one record before it is given up.
+    pub max_attempts: u32,
+    /// The pause before a record is delivered again.
+    pub retry_backoff: Duration,
+}
+
+/// A running Kafka ingest of one entity type.
+#[derive(Debug)]
+pub struct KafkaIngest {
+    source: Option<KafkaSource>,
+}
+
+impl KafkaIngest {
+    /// Starts consuming into `region`; the entity type's extractor must put
+    /// a key in the shard Kafka's partitioner puts it in (the murmur2
+    /// extractor), or records are forwarded instead of handled here.
+    ///
+    /// # Errors
+    /// The source cannot start (see [`SourceError`]).
+    pub fn start<E: Entity>(
+        region: Region<E>,
+        settings: IngestSettings,
+        decode: RecordDecoder<E::Message>,
+    ) -> Result<Self, SourceError> {
+        let (source, events) = KafkaSource::start(settings.source.clone())?;
+        let node = region.context().clone();
+        let rebalances = Rebalances {
+            region,
+            settings: Arc::new(settings),
+            decode,
+            partitions: HashMap::new(),
+        };
+        node.tasks.spawn(rebalances.run(events));
+        Ok(Self {
+            source: Some(source),
+        })
+    }
+
+    /// Stops consuming: the partitions are revoked (their shards handed
+    /// off) and what was handled is committed.
+    pub async fn shutdown(mut self) {
+        if let Some(source) = self.source.take() {
+            let _ = tokio::task::spawn_blocking(move || source.shutdown()).await;
+        }
+    }
+}
+
+/// The rebalance events of one entity type's source.
+struct Rebalances<E: Entity> {
+    region: Region<E>,
+    settings: Arc<IngestSettings>,
+    decode: RecordDecoder<E::Message>,
+    /// Each assigned partition's task, which ends when the partition's
+    /// records have ended and every one was settled.
+    partitions: HashMap<TopicPartition, oneshot::Receiver<()>>,
+}
+
+impl<E: Entity> Rebalances<E> {
+    async fn run(mut self, mut events: mpsc::UnboundedReceiver<SourceEvent>) {
+        while let Some(event) = events.recv().await {
+            match event {
+                SourceEvent::Assigned { partitions, done } => {
+                    self.assigned(partitions).await;
+                    done.done();
+                }
+                SourceEvent::Revoked { partitions, done } => {
+                    self.revoked(&partitions).await;
+                    done.done();
+                }
+                SourceEvent::Lost { partitions } => {
+                    // Their streams ended; what is left unsettled is
+                    // consumed again by the partitions' next owner.
+                    for tp in &partitions {
+                        self.partitions.remove(tp);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn assigned(&mut self, partitions: Vec<AssignedPartition>) {
+        let shards = shards_of(partitions.iter().map(|p| &p.partition));
+        if let Err(e) = self
+            .region
+            .host_shards(shards, self.settings.placement_timeout)
+            .await
+        {
+            // Consumed anyway: the records are routed to wherever the shards
+            // are, only not locally.
+            tracing::warn!(entity_type = %self.region.entity_type_name(), error = %e, "assigned partitions' shards not hosted here");
+        }
+        for partition in partitions {
+            let (finished, ended) = oneshot::channel();
+            self.partitions.insert(partition.partition.clone(), ended);
+            let task = PartitionTask {
+                region: self.region.clone(),
+                settings: self.settings.clone(),
+                decode: self.decode.clone(),
+                partition: partition.partition,
+            };
+            self.region.context().tasks.spawn(async move {
+                task.run(partition.records).await;
+                let _ = finished.send(());
+            });
+        }
+    }
+
+    async fn revoked(&mut self, partitions: &[TopicPartition]) {
+        for tp in partitions {
+            if let Some(ended) = self.partitions.remove(tp) {
+                let _ = ended.await;
+            }
+        }
+        // A shard stays while another topic's partition of the same number
+        // is still assigned here.
+        let kept: BTreeSet<i32> = self.partitions.keys().map(|tp| tp.partition).collect();
+        let released = shards_of(partitions.iter().filter(|tp| !kept.contains(&tp.partition)));
+        if let Err(e) = self
+            .region
+            .release_shards(released, self.settings.placement_timeout)
+            .await
+        {
+            tracing::warn!(entity_type = %self.region.entity_type_name(), error = %e, "revoked partitions' shards not released");
+        }
+    }
+}
+
+fn shards_of<'a>(partitions: impl Iterator<Item = &'a TopicPartition>) -> Vec<ShardId> {
+    let shards: BTreeSet<ShardId> = partitions
+        .filter_map(|tp| u32::try_from(tp.partition).ok().map(ShardId))
+        .collect();
+    shards.into_iter().collect()
+}
+
+/// One partition's records, routed in order, settled in order.
+struct PartitionTask<E: Entity> {
+    region: Region<E>,
+    settings: Arc<IngestSettings>,
+    decode: RecordDecoder<E::Message>,
+    partition: TopicPartition,
+}
+
+/// A record routed and waiting for its outcome.
+type InFlight<R> = (
+    Record,
+    String,
+    Result<oneshot::Receiver<Result<R, AskError>>, AskError>,
+);
+
+impl<E: Entity> PartitionTask<E> {
+    async fn run(self, mut records: mpsc::UnboundedReceiver<Record>) {
+        let mut in_flight = FuturesOrdered::new();
+        let mut open = true;
+        loop {
+            tokio::select! {
+                record = records.recv(), if open => match record {
+                    Some(record) => {
+                        if let Some(routed) = self.route(record).await {
+                            in_flight.push_back(self.outcome(routed));
+                        }
+                    }
+                    None => open = false,
+                },
+                Some((record, id, delivery)) = in_flight.next(), if !in_flight.is_empty() => {
+                    self.settle(record, &id, delivery).await;
+                }
+                else => break,
+            }
+        }
+    }
+
+    /// Decodes and routes a record; `None` if it cannot be a message.
+    async fn route(&self, record: Record) -> Option<InFlight<E::Reply>> {
+        match (self.decode)(&record) {
+            Ok((id, message)) => {
+                let routed = self
+                    .region
+                    .route_tracked(&id, message)
+                    .await
+                    .map_err(AskError::from);
+                Some((record, id, routed))
+            }
+            Err(reason) => {
+                tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, offset = record.offset, %reason, "record cannot be decoded; given up");
+                record.ack.handled();
+                None
+            }
+        }
+    }
+
+    fn outcome(
+        &self,
+        (record, id, routed): InFlight<E::Reply>,
+    ) -> impl std::future::Future<Output = (Record, String, Delivery<E::Reply>)> {
+        let timeout = self.settings.delivery_timeout;
+        async move {
+            let result = match routed {
+                Ok(reply) => match tokio::time::timeout(timeout, reply).await {
+                    Ok(Ok(result)) => result,
+                    Ok(Err(_)) => Err(AskError::Dropped("dropped before it was handled".into())),
+                    Err(_) => Err(AskError::Timeout(timeout)),
+                },
+                Err(e) => Err(e),
+            };
+            (record, id, Delivery::from(result))
+        }
+    }
+
+    /// Acks a handled record; delivers one again until it is handled, or
+    /// gives it up after `max_attempts` handler failures.
+    async fn settle(&self, record: Record, id: &str, mut delivery: Delivery<E::Reply>) {
+        let mut failures = 0;
+        loop {
+            match delivery {
+                Delivery::Handled(_) => {
+                    record.ack.handled();
+                    return;
+                }
+                Delivery::Failed(reason) => {
+                    failures += 1;
+                    if failures >= self.settings.max_attempts {
+                        tracing::error!(topic = %self.partition.topic, partition = self.partition.partition, offset = record.offset, entity_id = id, %reason, attempts = failures, "record handler keeps failing; given up");
+                        record.ack.handled();
+                        return;
+                    }
+                }
+                Delivery::NotDelivered(reason) | Delivery::Unconfirmed(reason) => {
+                    if self.region.is_stopped() {
+                        // Not acked: consumed again after a restart.
+                        return;
+                    }
+                    tracing::debug!(entity_id = id, %reason, "record delivered again");
+                }
+            }
+            tokio::time::sleep(self.settings.retry_backoff).await;
+            delivery = match (self.decode)(&record) {
+                Ok((id, message)) => {
+                    self.region
+                        .deliver(&id, message, self.settings.delivery_timeout)
+                        .await
+                }
+                Err(reason) => Delivery::Failed(reason),
+            };
+        }
+    }
+}

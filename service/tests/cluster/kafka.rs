@@ -1,0 +1,153 @@
+//! Kafka records driving entities through the in-process cluster. The
+//! broker is librdkafka's in-process mock cluster: these scenarios check the
+//! wiring of the source to the regions (rebalances moving shards inside the
+//! callback, offsets following handled records), which needs a consumer
+//! group but no broker behaviour beyond it.
+
+use crate::support::*;
+use colo::allocation::{
+    ExternalAllocationClient, ExternalAllocationStrategy, KafkaMurmur2Extractor,
+};
+use colo::kafka::{IngestSettings, KafkaIngest, RecordDecoder};
+use colo::{Node, Region};
+use colo_connectors::SourceSettings;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::ClientConfig;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+const PARTITIONS: u32 = 4;
+
+/// Record key: the entity id; payload: the sequence number.
+fn probe_records() -> RecordDecoder<ProbeMsg> {
+    Arc::new(|record: &colo_connectors::Record| {
+        let id = std::str::from_utf8(record.key.as_deref().ok_or("no key")?)
+            .map_err(|e| e.to_string())?
+            .to_string();
+        let seq = std::str::from_utf8(record.payload.as_deref().ok_or("no payload")?)
+            .map_err(|e| e.to_string())?
+            .parse()
+            .map_err(|e: std::num::ParseIntError| e.to_string())?;
+        Ok((
+            id,
+            ProbeMsg::Record {
+                from: "kafka".into(),
+                seq,
+            },
+        ))
+    })
+}
+
+/// Produces `seqs` for every key, partitioned as Kafka's Java client does
+/// (murmur2), which the entity type's extractor reproduces.
+fn produce(bootstrap: &str, topic: &str, keys: &[String], seqs: std::ops::Range<u64>) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("partitioner", "murmur2_random")
+        .create()
+        .expect("producer");
+    for seq in seqs {
+        for key in keys {
+            let payload = seq.to_string();
+            producer
+                .send(BaseRecord::to(topic).key(key).payload(&payload))
+                .expect("queued");
+        }
+    }
+    producer.flush(Duration::from_secs(10)).expect("flushed");
+}
+
+fn ingest(region: &Region<Probe>, bootstrap: &str, topic: &str) -> KafkaIngest {
+    let settings = IngestSettings {
+        source: SourceSettings {
+            bootstrap_servers: bootstrap.into(),
+            group_id: format!("{topic}.probe"),
+            topics: vec![topic.into()],
+            client: vec![
+                ("session.timeout.ms".into(), "6000".into()),
+                ("heartbeat.interval.ms".into(), "500".into()),
+            ],
+            max_in_flight: 100,
+            commit_interval: Duration::from_millis(200),
+            rebalance_timeout: Duration::from_secs(20),
+        },
+        delivery_timeout: Duration::from_secs(5),
+        placement_timeout: Duration::from_secs(10),
+        max_attempts: 3,
+        retry_backoff: Duration::from_millis(50),
+    };
+    KafkaIngest::start(region.clone(), settings, probe_records()).expect("ingest")
+}
+
+fn kafka_node(cluster: &mut Cluster, name: &str) -> Region<Probe> {
+    let node = Node::new(cluster.network.transport(name));
+    let entity_type = cluster
+        .entity_type(name)
+        .with_extractor(KafkaMurmur2Extractor::new(PARTITIONS).expect("partitions"));
+    let region = node.start_region(entity_type).expect("region");
+    cluster
+        .nodes
+        .insert(name.to_string(), (node, region.clone()));
+    region
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_drive_entities_and_a_joining_node_takes_partitions_over_without_losing_or_repeating_one(
+) {
+    let broker = MockCluster::new(1).expect("mock cluster");
+    let mut cluster = Cluster::new("kafka-join", fast_settings(PARTITIONS));
+    let topic = format!("{}.events", cluster.name);
+    broker
+        .create_topic(&topic, PARTITIONS as i32, 1)
+        .expect("topic");
+    let bootstrap = broker.bootstrap_servers();
+    cluster.start_coordinator(Box::new(ExternalAllocationStrategy::new(
+        ExternalAllocationClient::new(),
+    )));
+    let a = kafka_node(&mut cluster, "a");
+    cluster.await_regions(1).await;
+    let keys: Vec<String> = (0..16).map(|i| format!("user-{i}")).collect();
+    produce(&bootstrap, &topic, &keys, 0..20);
+    let ingest_a = ingest(&a, &bootstrap, &topic);
+    let first: BTreeMap<(String, String), u64> = keys
+        .iter()
+        .map(|k| ((k.clone(), "kafka".to_string()), 20))
+        .collect();
+    all_delivered(&cluster.world, &first).await;
+    assert_eq!(
+        cluster.shard_counts()["a"],
+        PARTITIONS as usize,
+        "a consumes and hosts every partition"
+    );
+
+    // b joins the group: some partitions move, their shards with them.
+    let b = kafka_node(&mut cluster, "b");
+    cluster.await_regions(2).await;
+    let ingest_b = ingest(&b, &bootstrap, &topic);
+    eventually("b hosts some shards", Duration::from_secs(60), || async {
+        cluster.shard_counts().get("b").copied().unwrap_or(0) > 0
+    })
+    .await;
+    produce(&bootstrap, &topic, &keys, 20..40);
+    let all: BTreeMap<(String, String), u64> = keys
+        .iter()
+        .map(|k| ((k.clone(), "kafka".to_string()), 40))
+        .collect();
+    all_delivered(&cluster.world, &all).await;
+    // Graceful changes only: every record handled exactly once, in order.
+    cluster.world.assert_complete_in_order(&all);
+    cluster.world.assert_never_live_twice();
+    // Records after the move were handled where their partition is now.
+    let homes = cluster.homes();
+    let log = cluster.world.log.lock().clone();
+    for key in &keys {
+        let shard = a.shard_of(key);
+        let home = &homes[&shard];
+        let last = log[key].last().expect("deliveries");
+        assert_eq!(&last.node, home, "{key} handled on its partition's node");
+    }
+    ingest_b.shutdown().await;
+    ingest_a.shutdown().await;
+}
