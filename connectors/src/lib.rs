@@ -15,6 +15,7 @@
 
 mod ack;
 mod source;
+mod topics;
 
 pub use ack::Ack;
 pub use colo_allocation::MessageExtractor;
@@ -22,3 +23,4 @@ pub use source::{
     AssignedPartition, Completion, KafkaSource, Record, SourceError, SourceEvent, SourceSettings,
     TopicPartition,
 };
+pub use topics::{check_partition_counts, partition_counts, TopicError};

@@ -19,10 +19,11 @@
 
 use crate::entity::Entity;
 use crate::error::AskError;
+use crate::metrics::KafkaMetrics;
 use crate::region::{Delivery, Region};
 use colo_allocation::ShardId;
 use colo_connectors::{
-    AssignedPartition, KafkaSource, Record, SourceError, SourceEvent, SourceSettings,
+    AssignedPartition, KafkaSource, Record, SourceError, SourceEvent, SourceSettings, TopicError,
     TopicPartition,
 };
 use futures::stream::{FuturesOrdered, StreamExt};
@@ -66,6 +67,21 @@ pub struct IngestSettings {
     pub retry_backoff: Duration,
 }
 
+/// Why an entity type cannot consume its topics.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// The source could not start, or the broker did not answer.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// A topic is missing or its partition count is not the entity type's
+    /// number of shards.
+    #[error("entity type {entity_type:?}: {error}")]
+    Topic {
+        entity_type: String,
+        error: TopicError,
+    },
+}
+
 /// A running Kafka ingest of one entity type.
 #[derive(Debug)]
 pub struct KafkaIngest {
@@ -73,17 +89,30 @@ pub struct KafkaIngest {
 }
 
 impl KafkaIngest {
-    /// Starts consuming into `region`; the entity type's extractor must put
-    /// a key in the shard Kafka's partitioner puts it in (the murmur2
-    /// extractor), or records are forwarded instead of handled here.
+    /// Starts consuming into `region`, once every topic is checked to have
+    /// the entity type's number of shards as its partition count (shard =
+    /// partition). The entity type's extractor should put a key in the shard
+    /// Kafka's partitioner puts it in (the murmur2 extractor): a record found
+    /// elsewhere is still handled, but forwarded, counted and warned about.
+    /// Blocks while it reads the topics' metadata.
     ///
     /// # Errors
-    /// The source cannot start (see [`SourceError`]).
+    /// See [`IngestError`].
     pub fn start<E: Entity>(
         region: Region<E>,
         settings: IngestSettings,
         decode: RecordDecoder<E::Message>,
-    ) -> Result<Self, SourceError> {
+    ) -> Result<Self, IngestError> {
+        let entity_type = region.entity_type_name().to_string();
+        let counts =
+            colo_connectors::partition_counts(&settings.source, settings.placement_timeout)?;
+        colo_connectors::check_partition_counts(&counts, region.number_of_shards()).map_err(
+            |error| IngestError::Topic {
+                entity_type: entity_type.clone(),
+                error,
+            },
+        )?;
+        let metrics = KafkaMetrics::new(&entity_type, &settings.source.topics);
         let (source, events) = KafkaSource::start(settings.source.clone())?;
         let node = region.context().clone();
         let rebalances = Rebalances {
@@ -91,6 +120,7 @@ impl KafkaIngest {
             settings: Arc::new(settings),
             decode,
             partitions: HashMap::new(),
+            metrics,
         };
         node.tasks.spawn(rebalances.run(events));
         Ok(Self {
@@ -115,19 +145,23 @@ struct Rebalances<E: Entity> {
     /// Each assigned partition's task, which ends when the partition's
     /// records have ended and every one was settled.
     partitions: HashMap<TopicPartition, oneshot::Receiver<()>>,
+    metrics: KafkaMetrics,
 }
 
 impl<E: Entity> Rebalances<E> {
     async fn run(mut self, mut events: mpsc::UnboundedReceiver<SourceEvent>) {
         while let Some(event) = events.recv().await {
+            let started = std::time::Instant::now();
             match event {
                 SourceEvent::Assigned { partitions, done } => {
                     self.assigned(partitions).await;
                     done.done();
+                    self.metrics.rebalance("assigned", started.elapsed());
                 }
                 SourceEvent::Revoked { partitions, done } => {
                     self.revoked(&partitions).await;
                     done.done();
+                    self.metrics.rebalance("revoked", started.elapsed());
                 }
                 SourceEvent::Lost { partitions } => {
                     // Their streams ended; what is left unsettled is
@@ -135,6 +169,7 @@ impl<E: Entity> Rebalances<E> {
                     for tp in &partitions {
                         self.partitions.remove(tp);
                     }
+                    self.metrics.rebalance("lost", started.elapsed());
                 }
             }
         }
@@ -159,6 +194,8 @@ impl<E: Entity> Rebalances<E> {
                 settings: self.settings.clone(),
                 decode: self.decode.clone(),
                 partition: partition.partition,
+                metrics: self.metrics.clone(),
+                mismatch_warned: false,
             };
             self.region.context().tasks.spawn(async move {
                 task.run(partition.records).await;
@@ -200,6 +237,10 @@ struct PartitionTask<E: Entity> {
     settings: Arc<IngestSettings>,
     decode: RecordDecoder<E::Message>,
     partition: TopicPartition,
+    metrics: KafkaMetrics,
+    /// A record in the wrong partition was warned about (once per
+    /// partition: a producer with another partitioner sends many).
+    mismatch_warned: bool,
 }
 
 /// A record routed and waiting for its outcome.
@@ -210,7 +251,7 @@ type InFlight<R> = (
 );
 
 impl<E: Entity> PartitionTask<E> {
-    async fn run(self, mut records: mpsc::UnboundedReceiver<Record>) {
+    async fn run(mut self, mut records: mpsc::UnboundedReceiver<Record>) {
         let mut in_flight = FuturesOrdered::new();
         let mut open = true;
         loop {
@@ -232,9 +273,17 @@ impl<E: Entity> PartitionTask<E> {
     }
 
     /// Decodes and routes a record; `None` if it cannot be a message.
-    async fn route(&self, record: Record) -> Option<InFlight<E::Reply>> {
+    async fn route(&mut self, record: Record) -> Option<InFlight<E::Reply>> {
         match (self.decode)(&record) {
             Ok((id, message)) => {
+                let shard = self.region.shard_of(&id);
+                if i64::from(shard.0) != i64::from(self.partition.partition) {
+                    self.metrics.partitioner_mismatch(&self.partition.topic);
+                    if !self.mismatch_warned {
+                        self.mismatch_warned = true;
+                        tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, entity_id = %id, %shard, "record in another partition than its key's murmur2 partition (a producer with another partitioner?): handled, but on the shard's node, not here");
+                    }
+                }
                 let routed = self
                     .region
                     .route_tracked(&id, message)
@@ -244,6 +293,7 @@ impl<E: Entity> PartitionTask<E> {
             }
             Err(reason) => {
                 tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, offset = record.offset, %reason, "record cannot be decoded; given up");
+                self.metrics.record(&self.partition.topic, "undecodable");
                 record.ack.handled();
                 None
             }
@@ -275,6 +325,7 @@ impl<E: Entity> PartitionTask<E> {
         loop {
             match delivery {
                 Delivery::Handled(_) => {
+                    self.metrics.record(&self.partition.topic, "handled");
                     record.ack.handled();
                     return;
                 }
@@ -282,6 +333,7 @@ impl<E: Entity> PartitionTask<E> {
                     failures += 1;
                     if failures >= self.settings.max_attempts {
                         tracing::error!(topic = %self.partition.topic, partition = self.partition.partition, offset = record.offset, entity_id = id, %reason, attempts = failures, "record handler keeps failing; given up");
+                        self.metrics.record(&self.partition.topic, "given_up");
                         record.ack.handled();
                         return;
                     }

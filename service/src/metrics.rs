@@ -31,6 +31,52 @@ pub const SHARD_ENTITIES: &str = "colo_shard_entities";
 
 pub const STALE_REPLIES: &str = "colo_stale_replies_total";
 
+pub const KAFKA_RECORDS: &str = "colo_kafka_records_total";
+pub const KAFKA_PARTITIONER_MISMATCHES: &str = "colo_kafka_partitioner_mismatches_total";
+pub const KAFKA_REBALANCES: &str = "colo_kafka_rebalances_total";
+pub const KAFKA_REBALANCE_DURATION: &str = "colo_kafka_rebalance_callback_seconds";
+
+/// A Kafka source's metric handles, per topic where it matters.
+#[derive(Clone, Debug)]
+pub(crate) struct KafkaMetrics {
+    entity_type: String,
+}
+
+impl KafkaMetrics {
+    pub fn new(entity_type: &str, topics: &[String]) -> Self {
+        describe();
+        for topic in topics {
+            for outcome in ["handled", "undecodable", "given_up"] {
+                metrics::counter!(KAFKA_RECORDS, "entity_type" => entity_type.to_string(), "topic" => topic.clone(), "outcome" => outcome).increment(0);
+            }
+            metrics::counter!(KAFKA_PARTITIONER_MISMATCHES, "entity_type" => entity_type.to_string(), "topic" => topic.clone()).increment(0);
+        }
+        for kind in ["assigned", "revoked", "lost"] {
+            metrics::counter!(KAFKA_REBALANCES, "entity_type" => entity_type.to_string(), "kind" => kind).increment(0);
+        }
+        Self {
+            entity_type: entity_type.to_string(),
+        }
+    }
+
+    /// A record settled: `handled`, `undecodable` or `given_up`.
+    pub fn record(&self, topic: &str, outcome: &'static str) {
+        metrics::counter!(KAFKA_RECORDS, "entity_type" => self.entity_type.clone(), "topic" => topic.to_string(), "outcome" => outcome).increment(1);
+    }
+
+    /// A record in another partition than its key's murmur2 partition.
+    pub fn partitioner_mismatch(&self, topic: &str) {
+        metrics::counter!(KAFKA_PARTITIONER_MISMATCHES, "entity_type" => self.entity_type.clone(), "topic" => topic.to_string()).increment(1);
+    }
+
+    /// A rebalance of `kind` (assigned, revoked, lost) and how long this
+    /// node's part in it took.
+    pub fn rebalance(&self, kind: &'static str, took: Duration) {
+        metrics::counter!(KAFKA_REBALANCES, "entity_type" => self.entity_type.clone(), "kind" => kind).increment(1);
+        metrics::histogram!(KAFKA_REBALANCE_DURATION, "entity_type" => self.entity_type.clone(), "kind" => kind).record(took.as_secs_f64());
+    }
+}
+
 /// A reply meant for an earlier incarnation of this node (it restarted at
 /// the same address since the ask): dropped and counted.
 pub fn stale_reply() {
@@ -108,6 +154,23 @@ pub fn describe() {
         describe_gauge!(
             COORDINATOR_REACHABLE,
             "1 while the coordinator answers this region's heartbeats, 0 once the region has fenced itself or lost its link"
+        );
+        describe_counter!(
+            KAFKA_RECORDS,
+            "Kafka records settled, by topic and outcome (handled, undecodable, given_up after max_attempts)"
+        );
+        describe_counter!(
+            KAFKA_PARTITIONER_MISMATCHES,
+            "Kafka records found in another partition than the murmur2 partition of their key (handled, but not where their shard lives)"
+        );
+        describe_counter!(
+            KAFKA_REBALANCES,
+            "Kafka consumer group rebalances seen by this node, by kind (assigned, revoked, lost)"
+        );
+        describe_histogram!(
+            KAFKA_REBALANCE_DURATION,
+            Unit::Seconds,
+            "How long this node's part of a rebalance took (hosting or handing off the shards)"
         );
         // Node-wide series exist, at zero, before anything happens.
         metrics::counter!(STALE_REPLIES).increment(0);

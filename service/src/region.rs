@@ -464,6 +464,11 @@ impl<E: Entity> Region<E> {
         &self.shared.entity_type.name
     }
 
+    /// The entity type's number of shards.
+    pub(crate) fn number_of_shards(&self) -> u32 {
+        self.shared.entity_type.settings.number_of_shards
+    }
+
     /// The region's task has ended.
     pub(crate) fn is_stopped(&self) -> bool {
         self.commands.is_closed()

@@ -60,7 +60,16 @@ fn produce(bootstrap: &str, topic: &str, keys: &[String], seqs: std::ops::Range<
 }
 
 fn ingest(region: &Region<Probe>, bootstrap: &str, topic: &str) -> KafkaIngest {
-    let settings = IngestSettings {
+    KafkaIngest::start(
+        region.clone(),
+        ingest_settings(bootstrap, topic),
+        probe_records(),
+    )
+    .expect("ingest")
+}
+
+fn ingest_settings(bootstrap: &str, topic: &str) -> IngestSettings {
+    IngestSettings {
         source: SourceSettings {
             bootstrap_servers: bootstrap.into(),
             group_id: format!("{topic}.probe"),
@@ -77,8 +86,7 @@ fn ingest(region: &Region<Probe>, bootstrap: &str, topic: &str) -> KafkaIngest {
         placement_timeout: Duration::from_secs(10),
         max_attempts: 3,
         retry_backoff: Duration::from_millis(50),
-    };
-    KafkaIngest::start(region.clone(), settings, probe_records()).expect("ingest")
+    }
 }
 
 fn kafka_node(cluster: &mut Cluster, name: &str) -> Region<Probe> {
@@ -149,5 +157,80 @@ async fn records_drive_entities_and_a_joining_node_takes_partitions_over_without
         assert_eq!(&last.node, home, "{key} handled on its partition's node");
     }
     ingest_b.shutdown().await;
+    ingest_a.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_without_one_partition_per_shard_stops_the_start_naming_it() {
+    let broker = MockCluster::new(1).expect("mock cluster");
+    let mut cluster = Cluster::new("kafka-partitions", fast_settings(PARTITIONS));
+    let topic = format!("{}.events", cluster.name);
+    broker.create_topic(&topic, 3, 1).expect("topic");
+    let bootstrap = broker.bootstrap_servers();
+    let a = kafka_node(&mut cluster, "a");
+    let error = KafkaIngest::start(
+        a.clone(),
+        ingest_settings(&bootstrap, &topic),
+        probe_records(),
+    )
+    .expect_err("3 partitions for 4 shards");
+    let message = error.to_string();
+    assert!(
+        message.contains(&topic)
+            && message.contains("3 partitions")
+            && message.contains("4 shards"),
+        "{message}"
+    );
+    let missing = format!("{topic}.missing");
+    let error = KafkaIngest::start(a, ingest_settings(&bootstrap, &missing), probe_records())
+        .expect_err("a missing topic");
+    assert!(error.to_string().contains("does not exist"), "{error}");
+}
+
+/// A producer with another partitioner (librdkafka's default CRC32, say)
+/// puts keys in other partitions: their records are still handled, in
+/// order, and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_in_another_partition_than_their_keys_are_handled_and_counted() {
+    let _ = metrics();
+    let broker = MockCluster::new(1).expect("mock cluster");
+    let mut cluster = Cluster::new("kafka-mismatch", fast_settings(PARTITIONS));
+    let topic = format!("{}.events", cluster.name);
+    broker
+        .create_topic(&topic, PARTITIONS as i32, 1)
+        .expect("topic");
+    let bootstrap = broker.bootstrap_servers();
+    cluster.start_coordinator(Box::new(ExternalAllocationStrategy::new(
+        ExternalAllocationClient::new(),
+    )));
+    let a = kafka_node(&mut cluster, "a");
+    cluster.await_regions(1).await;
+    let id = "user-7".to_string();
+    let wrong = (a.shard_of(&id).0 + 1) % PARTITIONS;
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()
+        .expect("producer");
+    for seq in 0..5u64 {
+        let payload = seq.to_string();
+        producer
+            .send(
+                BaseRecord::to(&topic)
+                    .key(&id)
+                    .payload(&payload)
+                    .partition(wrong as i32),
+            )
+            .expect("queued");
+    }
+    producer.flush(Duration::from_secs(10)).expect("flushed");
+    let ingest_a = ingest(&a, &bootstrap, &topic);
+    let sent = BTreeMap::from([((id.clone(), "kafka".to_string()), 5)]);
+    all_delivered(&cluster.world, &sent).await;
+    cluster.world.assert_complete_in_order(&sent);
+    let mismatches = counter(
+        colo::metrics::KAFKA_PARTITIONER_MISMATCHES,
+        &[("entity_type", &cluster.name), ("topic", &topic)],
+    );
+    assert_eq!(mismatches, 5);
     ingest_a.shutdown().await;
 }

@@ -1,0 +1,82 @@
+//! Topic metadata the source checks before it subscribes: every topic of an
+//! entity type must exist with the entity type's number of shards as its
+//! partition count (shard = partition).
+
+use crate::source::{SourceError, SourceSettings};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Why a topic does not fit the entity type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopicError {
+    /// The broker does not know the topic.
+    #[error("topic {topic:?} does not exist")]
+    Missing { topic: String },
+    /// Shard = partition: the counts must be equal.
+    #[error("topic {topic:?} has {partitions} partitions but the entity type has {number_of_shards} shards; they must be equal")]
+    PartitionCount {
+        topic: String,
+        partitions: usize,
+        number_of_shards: u32,
+    },
+}
+
+/// The partition count of each of `settings.topics`, from the broker's
+/// metadata.
+///
+/// # Errors
+/// The broker cannot be reached within `timeout`.
+pub fn partition_counts(
+    settings: &SourceSettings,
+    timeout: Duration,
+) -> Result<BTreeMap<String, Option<usize>>, SourceError> {
+    let mut config = ClientConfig::new();
+    for (key, value) in &settings.client {
+        config.set(key, value);
+    }
+    let consumer: BaseConsumer = config
+        .set("bootstrap.servers", &settings.bootstrap_servers)
+        .create()?;
+    let mut counts = BTreeMap::new();
+    for topic in &settings.topics {
+        let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+        let found = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+            .map(|t| t.partitions().len())
+            .filter(|&n| n > 0);
+        counts.insert(topic.clone(), found);
+    }
+    Ok(counts)
+}
+
+/// Checks every topic against the entity type's number of shards.
+///
+/// # Errors
+/// The first topic that is missing or has another partition count.
+pub fn check_partition_counts(
+    counts: &BTreeMap<String, Option<usize>>,
+    number_of_shards: u32,
+) -> Result<(), TopicError> {
+    for (topic, count) in counts {
+        match count {
+            None => {
+                return Err(TopicError::Missing {
+                    topic: topic.clone(),
+                })
+            }
+            Some(n) if *n != number_of_shards as usize => {
+                return Err(TopicError::PartitionCount {
+                    topic: topic.clone(),
+                    partitions: *n,
+                    number_of_shards,
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
