@@ -14,11 +14,15 @@
 #![forbid(unsafe_code)]
 
 mod ack;
+mod dead_letters;
 mod source;
 mod topics;
 
 pub use ack::Ack;
 pub use colo_allocation::MessageExtractor;
+pub use dead_letters::{
+    DeadLetters, REASON_HEADER, SOURCE_OFFSET_HEADER, SOURCE_PARTITION_HEADER, SOURCE_TOPIC_HEADER,
+};
 pub use source::{
     AssignedPartition, Completion, KafkaSource, Record, SourceError, SourceEvent, SourceSettings,
     TopicPartition,

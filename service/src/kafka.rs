@@ -14,8 +14,12 @@
 //! Each partition is one task that routes its records in order and waits for
 //! their deliveries in order, so a record's offset is committed only once
 //! it and every record before it were handled. A record whose delivery is
-//! not confirmed is delivered again (at least once); one whose handler keeps
-//! failing is given up after `max_attempts`, logged and counted.
+//! not confirmed is delivered again (at least once). A record that cannot
+//! be decoded, or whose handler fails `max_attempts` times, goes to the
+//! dead-letter topic with the reason and its source topic, partition and
+//! offset as headers; while that topic cannot be written the partition
+//! waits (and is paused at its in-flight bound): nothing is skipped
+//! unrecorded.
 
 use crate::entity::Entity;
 use crate::error::AskError;
@@ -23,8 +27,8 @@ use crate::metrics::KafkaMetrics;
 use crate::region::{Delivery, Region};
 use colo_allocation::ShardId;
 use colo_connectors::{
-    AssignedPartition, KafkaSource, Record, SourceError, SourceEvent, SourceSettings, TopicError,
-    TopicPartition,
+    AssignedPartition, DeadLetters, KafkaSource, Record, SourceError, SourceEvent, SourceSettings,
+    TopicError, TopicPartition,
 };
 use futures::stream::{FuturesOrdered, StreamExt};
 use serde::de::DeserializeOwned;
@@ -65,6 +69,9 @@ pub struct IngestSettings {
     pub max_attempts: u32,
     /// The pause before a record is delivered again.
     pub retry_backoff: Duration,
+    /// Where records that cannot be handled go: `<cluster>.<entity
+    /// type>.dlq` by convention.
+    pub dead_letter_topic: String,
 }
 
 /// Why an entity type cannot consume its topics.
@@ -113,6 +120,12 @@ impl KafkaIngest {
             },
         )?;
         let metrics = KafkaMetrics::new(&entity_type, &settings.source.topics);
+        let dead_letters = DeadLetters::new(
+            &settings.source.bootstrap_servers,
+            &settings.source.client,
+            &settings.dead_letter_topic,
+            settings.delivery_timeout,
+        )?;
         let (source, events) = KafkaSource::start(settings.source.clone())?;
         let node = region.context().clone();
         let rebalances = Rebalances {
@@ -121,6 +134,7 @@ impl KafkaIngest {
             decode,
             partitions: HashMap::new(),
             metrics,
+            dead_letters,
         };
         node.tasks.spawn(rebalances.run(events));
         Ok(Self {
@@ -146,6 +160,7 @@ struct Rebalances<E: Entity> {
     /// records have ended and every one was settled.
     partitions: HashMap<TopicPartition, oneshot::Receiver<()>>,
     metrics: KafkaMetrics,
+    dead_letters: DeadLetters,
 }
 
 impl<E: Entity> Rebalances<E> {
@@ -196,6 +211,7 @@ impl<E: Entity> Rebalances<E> {
                 partition: partition.partition,
                 metrics: self.metrics.clone(),
                 mismatch_warned: false,
+                dead_letters: self.dead_letters.clone(),
             };
             self.region.context().tasks.spawn(async move {
                 task.run(partition.records).await;
@@ -241,6 +257,7 @@ struct PartitionTask<E: Entity> {
     /// A record in the wrong partition was warned about (once per
     /// partition: a producer with another partitioner sends many).
     mismatch_warned: bool,
+    dead_letters: DeadLetters,
 }
 
 /// A record routed and waiting for its outcome.
@@ -292,9 +309,12 @@ impl<E: Entity> PartitionTask<E> {
                 Some((record, id, routed))
             }
             Err(reason) => {
-                tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, offset = record.offset, %reason, "record cannot be decoded; given up");
-                self.metrics.record(&self.partition.topic, "undecodable");
-                record.ack.handled();
+                self.dead_letter(
+                    record,
+                    &format!("cannot be decoded: {reason}"),
+                    "undecodable",
+                )
+                .await;
                 None
             }
         }
@@ -332,9 +352,8 @@ impl<E: Entity> PartitionTask<E> {
                 Delivery::Failed(reason) => {
                     failures += 1;
                     if failures >= self.settings.max_attempts {
-                        tracing::error!(topic = %self.partition.topic, partition = self.partition.partition, offset = record.offset, entity_id = id, %reason, attempts = failures, "record handler keeps failing; given up");
-                        self.metrics.record(&self.partition.topic, "given_up");
-                        record.ack.handled();
+                        let reason = format!("the handler failed {failures} times: {reason}");
+                        self.dead_letter(record, &reason, "handler_failed").await;
                         return;
                     }
                 }
@@ -355,6 +374,33 @@ impl<E: Entity> PartitionTask<E> {
                 }
                 Err(reason) => Delivery::Failed(reason),
             };
+        }
+    }
+
+    /// Writes `record` to the dead-letter topic, waiting (and retrying)
+    /// while it cannot be written, then acks it. Unacked if the region
+    /// stops meanwhile: consumed again after a restart.
+    async fn dead_letter(&self, record: Record, reason: &str, outcome: &'static str) {
+        let mut warned = false;
+        loop {
+            match self.dead_letters.send(&record, reason).await {
+                Ok(()) => {
+                    tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, offset = record.offset, dead_letter_topic = %self.dead_letters.topic(), %reason, "record dead-lettered");
+                    self.metrics.record(&self.partition.topic, outcome);
+                    record.ack.handled();
+                    return;
+                }
+                Err(e) => {
+                    if !warned {
+                        warned = true;
+                        tracing::error!(topic = %self.partition.topic, partition = self.partition.partition, offset = record.offset, dead_letter_topic = %self.dead_letters.topic(), error = %e, "dead-letter topic cannot be written; the partition waits");
+                    }
+                    if self.region.is_stopped() {
+                        return;
+                    }
+                    tokio::time::sleep(self.settings.retry_backoff).await;
+                }
+            }
         }
     }
 }

@@ -46,7 +46,7 @@ impl KafkaMetrics {
     pub fn new(entity_type: &str, topics: &[String]) -> Self {
         describe();
         for topic in topics {
-            for outcome in ["handled", "undecodable", "given_up"] {
+            for outcome in ["handled", "undecodable", "handler_failed"] {
                 metrics::counter!(KAFKA_RECORDS, "entity_type" => entity_type.to_string(), "topic" => topic.clone(), "outcome" => outcome).increment(0);
             }
             metrics::counter!(KAFKA_PARTITIONER_MISMATCHES, "entity_type" => entity_type.to_string(), "topic" => topic.clone()).increment(0);
@@ -59,7 +59,8 @@ impl KafkaMetrics {
         }
     }
 
-    /// A record settled: `handled`, `undecodable` or `given_up`.
+    /// A record settled: `handled`, or dead-lettered as `undecodable` or
+    /// `handler_failed`.
     pub fn record(&self, topic: &str, outcome: &'static str) {
         metrics::counter!(KAFKA_RECORDS, "entity_type" => self.entity_type.clone(), "topic" => topic.to_string(), "outcome" => outcome).increment(1);
     }
@@ -157,7 +158,7 @@ pub fn describe() {
         );
         describe_counter!(
             KAFKA_RECORDS,
-            "Kafka records settled, by topic and outcome (handled, undecodable, given_up after max_attempts)"
+            "Kafka records settled, by topic and outcome: handled, or dead-lettered as undecodable or handler_failed (max_attempts failures)"
         );
         describe_counter!(
             KAFKA_PARTITIONER_MISMATCHES,

@@ -26,8 +26,12 @@ fn probe_records() -> RecordDecoder<ProbeMsg> {
         let id = std::str::from_utf8(record.key.as_deref().ok_or("no key")?)
             .map_err(|e| e.to_string())?
             .to_string();
-        let seq = std::str::from_utf8(record.payload.as_deref().ok_or("no payload")?)
-            .map_err(|e| e.to_string())?
+        let payload = std::str::from_utf8(record.payload.as_deref().ok_or("no payload")?)
+            .map_err(|e| e.to_string())?;
+        if payload == "fail" {
+            return Ok((id, ProbeMsg::Fail));
+        }
+        let seq = payload
             .parse()
             .map_err(|e: std::num::ParseIntError| e.to_string())?;
         Ok((
@@ -86,6 +90,7 @@ fn ingest_settings(bootstrap: &str, topic: &str) -> IngestSettings {
         placement_timeout: Duration::from_secs(10),
         max_attempts: 3,
         retry_backoff: Duration::from_millis(50),
+        dead_letter_topic: format!("{topic}.dlq"),
     }
 }
 
@@ -232,5 +237,98 @@ async fn records_in_another_partition_than_their_keys_are_handled_and_counted() 
         &[("entity_type", &cluster.name), ("topic", &topic)],
     );
     assert_eq!(mismatches, 5);
+    ingest_a.shutdown().await;
+}
+
+/// Records that cannot be handled land in the dead-letter topic with why
+/// and where they came from; the partition goes on with the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_records_and_a_failing_handler_go_to_the_dead_letter_topic_and_the_partition_goes_on() {
+    use colo_connectors::{REASON_HEADER, SOURCE_OFFSET_HEADER, SOURCE_TOPIC_HEADER};
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+    let broker = MockCluster::new(1).expect("mock cluster");
+    let mut cluster = Cluster::new("kafka-dlq", fast_settings(PARTITIONS));
+    let topic = format!("{}.events", cluster.name);
+    let dlq = format!("{topic}.dlq");
+    broker
+        .create_topic(&topic, PARTITIONS as i32, 1)
+        .expect("topic");
+    broker.create_topic(&dlq, 1, 1).expect("dead-letter topic");
+    let bootstrap = broker.bootstrap_servers();
+    cluster.start_coordinator(Box::new(ExternalAllocationStrategy::new(
+        ExternalAllocationClient::new(),
+    )));
+    let a = kafka_node(&mut cluster, "a");
+    cluster.await_regions(1).await;
+    let id = "user-3".to_string();
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("partitioner", "murmur2_random")
+        .create()
+        .expect("producer");
+    // 0, 1, garbage, 2, a record whose handler fails, 3.
+    for payload in ["0", "1", "not a number", "2", "fail", "3"] {
+        producer
+            .send(BaseRecord::to(&topic).key(&id).payload(payload))
+            .expect("queued");
+    }
+    producer.flush(Duration::from_secs(10)).expect("flushed");
+    let ingest_a = ingest(&a, &bootstrap, &topic);
+    let sent = BTreeMap::from([((id.clone(), "kafka".to_string()), 4)]);
+    all_delivered(&cluster.world, &sent).await;
+    cluster.world.assert_complete_in_order(&sent);
+
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", format!("{dlq}.reader"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[dlq.as_str()]).expect("subscribed");
+    let mut letters = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while letters.len() < 2 && std::time::Instant::now() < deadline {
+        if let Some(Ok(message)) = consumer.poll(Duration::from_millis(200)) {
+            let header = |name: &str| {
+                message.headers().and_then(|h| {
+                    h.iter()
+                        .find(|x| x.key == name)
+                        .and_then(|x| x.value)
+                        .map(|v| String::from_utf8_lossy(v).into_owned())
+                })
+            };
+            letters.push((
+                message
+                    .payload()
+                    .map(|p| String::from_utf8_lossy(p).into_owned()),
+                header(REASON_HEADER).unwrap_or_default(),
+                header(SOURCE_TOPIC_HEADER),
+                header(SOURCE_OFFSET_HEADER),
+            ));
+        }
+    }
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    assert_eq!(letters[0].0.as_deref(), Some("not a number"));
+    assert!(letters[0].1.contains("cannot be decoded"), "{letters:?}");
+    assert_eq!(letters[0].2.as_deref(), Some(topic.as_str()));
+    assert_eq!(letters[0].3.as_deref(), Some("2"));
+    assert_eq!(letters[1].0.as_deref(), Some("fail"));
+    assert!(letters[1].1.contains("failed 3 times"), "{letters:?}");
+    assert_eq!(letters[1].3.as_deref(), Some("4"));
+    let dead = |outcome| {
+        counter(
+            colo::metrics::KAFKA_RECORDS,
+            &[
+                ("entity_type", &cluster.name),
+                ("topic", &topic),
+                ("outcome", outcome),
+            ],
+        )
+    };
+    assert_eq!(
+        (dead("undecodable"), dead("handler_failed"), dead("handled")),
+        (1, 1, 4)
+    );
     ingest_a.shutdown().await;
 }

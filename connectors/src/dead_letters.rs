@@ -1,0 +1,112 @@
+//! The dead-letter topic: records that cannot be handled (undecodable, or a
+//! handler that keeps failing) are written there with the reason and where
+//! they came from, so a partition can go on without skipping anything
+//! unrecorded.
+
+use crate::source::{Record, SourceError};
+use rdkafka::config::ClientConfig;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use std::time::Duration;
+
+/// The header naming why a record was dead-lettered.
+pub const REASON_HEADER: &str = "colo.reason";
+/// The headers naming where it came from.
+pub const SOURCE_TOPIC_HEADER: &str = "colo.source.topic";
+pub const SOURCE_PARTITION_HEADER: &str = "colo.source.partition";
+pub const SOURCE_OFFSET_HEADER: &str = "colo.source.offset";
+
+/// Writes records to one entity type's dead-letter topic.
+#[derive(Clone)]
+pub struct DeadLetters {
+    producer: FutureProducer,
+    topic: String,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for DeadLetters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeadLetters")
+            .field("topic", &self.topic)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeadLetters {
+    /// A producer for `topic`; `client` are the source's pass-through
+    /// properties (security and the like).
+    ///
+    /// # Errors
+    /// librdkafka refuses the configuration.
+    pub fn new(
+        bootstrap_servers: &str,
+        client: &[(String, String)],
+        topic: &str,
+        timeout: Duration,
+    ) -> Result<Self, SourceError> {
+        let mut config = ClientConfig::new();
+        for (key, value) in client {
+            config.set(key, value);
+        }
+        let producer = config
+            .set("bootstrap.servers", bootstrap_servers)
+            // A dead letter is written once or retried by the caller, and
+            // must not be reordered behind a retry.
+            .set("enable.idempotence", "false")
+            .set("message.timeout.ms", timeout.as_millis().max(1).to_string())
+            .create()?;
+        Ok(Self {
+            producer,
+            topic: topic.to_string(),
+            timeout,
+        })
+    }
+
+    /// The dead-letter topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Writes `record` with `reason`; returns once the broker has it.
+    ///
+    /// # Errors
+    /// The broker did not take it within the timeout.
+    pub async fn send(
+        &self,
+        record: &Record,
+        reason: &str,
+    ) -> Result<(), rdkafka::error::KafkaError> {
+        let partition = record.partition.to_string();
+        let offset = record.offset.to_string();
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: REASON_HEADER,
+                value: Some(reason),
+            })
+            .insert(Header {
+                key: SOURCE_TOPIC_HEADER,
+                value: Some(record.topic.as_str()),
+            })
+            .insert(Header {
+                key: SOURCE_PARTITION_HEADER,
+                value: Some(partition.as_str()),
+            })
+            .insert(Header {
+                key: SOURCE_OFFSET_HEADER,
+                value: Some(offset.as_str()),
+            });
+        let mut letter: FutureRecord<'_, [u8], [u8]> =
+            FutureRecord::to(&self.topic).headers(headers);
+        if let Some(key) = record.key.as_deref() {
+            letter = letter.key(key);
+        }
+        if let Some(payload) = record.payload.as_deref() {
+            letter = letter.payload(payload);
+        }
+        self.producer
+            .send(letter, self.timeout)
+            .await
+            .map(drop)
+            .map_err(|(e, _)| e)
+    }
+}
