@@ -16,6 +16,12 @@ fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked
 fi
+# The Kafka-protocol broker the Kafka tests start on loopback (tansu, in
+# memory). Built once (about 20 minutes on two cores), then reused.
+if ! command -v tansu >/dev/null 2>&1 \
+  && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/tansu" ]; then
+  cargo install tansu --locked --version 0.6.0 --features dynostore,libsql
+fi
 
 # --- the tests -----------------------------------------------------------------
 cargo fmt --all -- --check

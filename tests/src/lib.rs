@@ -2,6 +2,7 @@
 //! clients for their gRPC and admin HTTP endpoints.
 //!
 //! # Layout
+//! - [`broker`]: a Kafka-protocol broker (tansu) on a loopback port.
 //! - [`client`]: asks to the built-in counter and the inspection queries.
 //! - [`process`]: a node process started from a generated config, stopped
 //!   by its PID when dropped.
@@ -12,6 +13,7 @@
 //! - [`wait`]: waiting for a condition with a deadline.
 #![forbid(unsafe_code)]
 
+pub mod broker;
 pub mod client;
 pub mod http;
 pub mod lifecycle;

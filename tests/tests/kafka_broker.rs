@@ -1,0 +1,205 @@
+//! The Kafka source against a real Kafka-protocol broker (tansu on
+//! loopback): a consumer group with the cooperative-sticky assignor, offset
+//! commits, and a member joining.
+
+use colo_connectors::{KafkaSource, Record, SourceEvent, SourceSettings, TopicPartition};
+use colo_tests::broker::Broker;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+const PARTITIONS: i32 = 3;
+const PER_PARTITION: i64 = 10;
+
+async fn create_topic(bootstrap: &str, topic: &str) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client");
+    let results = admin
+        .create_topics(
+            &[NewTopic::new(topic, PARTITIONS, TopicReplication::Fixed(1))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .expect("create topics");
+    for result in results {
+        result.expect("topic created");
+    }
+}
+
+async fn produce(bootstrap: &str, topic: &str) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("producer");
+    for partition in 0..PARTITIONS {
+        for i in 0..PER_PARTITION {
+            let payload = i.to_string();
+            producer
+                .send(
+                    FutureRecord::to(topic)
+                        .key("k")
+                        .payload(&payload)
+                        .partition(partition),
+                    Duration::from_secs(10),
+                )
+                .await
+                .expect("produced");
+        }
+    }
+}
+
+fn settings(bootstrap: &str, topic: &str, group: &str) -> SourceSettings {
+    SourceSettings {
+        bootstrap_servers: bootstrap.into(),
+        group_id: group.into(),
+        topics: vec![topic.into()],
+        client: vec![
+            ("session.timeout.ms".into(), "10000".into()),
+            // A rebalance waiting on a revoke callback completes one
+            // heartbeat-driven round later.
+            ("heartbeat.interval.ms".into(), "500".into()),
+        ],
+        max_in_flight: 1000,
+        commit_interval: Duration::from_millis(200),
+        rebalance_timeout: Duration::from_secs(20),
+    }
+}
+
+fn committed(bootstrap: &str, topic: &str, group: &str) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .create()
+        .expect("consumer");
+    let mut list = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        list.add_partition(topic, p);
+    }
+    consumer
+        .committed_offsets(list, Duration::from_secs(10))
+        .expect("committed offsets")
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn assigned(
+    events: &mut mpsc::UnboundedReceiver<SourceEvent>,
+) -> BTreeMap<TopicPartition, mpsc::UnboundedReceiver<Record>> {
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(60), events.recv())
+            .await
+            .expect("an assignment in time")
+            .expect("source running");
+        if let SourceEvent::Assigned { partitions, done } = event {
+            done.done();
+            // A cooperative rebalance may first assign nothing new.
+            if partitions.is_empty() {
+                continue;
+            }
+            return partitions
+                .into_iter()
+                .map(|p| (p.partition, p.records))
+                .collect();
+        }
+    }
+}
+
+async fn next(records: &mut mpsc::UnboundedReceiver<Record>) -> Record {
+    tokio::time::timeout(Duration::from_secs(30), records.recv())
+        .await
+        .expect("a record in time")
+        .expect("partition still assigned")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_follow_handled_records_and_a_joining_member_starts_after_them() {
+    let broker = Broker::start();
+    let bootstrap = broker.bootstrap().to_string();
+    let topic = format!("source-{}", std::process::id());
+    let group = format!("{topic}.probe");
+    create_topic(&bootstrap, &topic).await;
+    produce(&bootstrap, &topic).await;
+
+    let (first, mut first_events) =
+        KafkaSource::start(settings(&bootstrap, &topic, &group)).expect("first source");
+    let mut partitions = assigned(&mut first_events).await;
+    assert_eq!(partitions.len(), PARTITIONS as usize);
+    // Every partition handled up to record 6; record 7 of each is kept
+    // unacked, and what follows it is acked.
+    let mut held = Vec::new();
+    for records in partitions.values_mut() {
+        for expected in 0..PER_PARTITION {
+            let record = next(records).await;
+            assert_eq!(record.offset, expected, "in order");
+            if expected == 7 {
+                held.push(record.ack);
+            } else {
+                record.ack.handled();
+            }
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let offsets = committed(&bootstrap, &topic, &group);
+        if offsets.values().all(|&o| o == 7) && offsets.len() == PARTITIONS as usize {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "committed {offsets:?}; broker log:\n{}",
+            broker.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A second member joins: the partitions the first gives up were not
+    // handled past 7, so their new owner starts at record 7.
+    let (second, mut second_events) =
+        KafkaSource::start(settings(&bootstrap, &topic, &group)).expect("second source");
+    let revoked = loop {
+        let event = tokio::time::timeout(Duration::from_secs(60), first_events.recv())
+            .await
+            .expect("a revoke in time")
+            .expect("source running");
+        if let SourceEvent::Revoked {
+            partitions: revoked,
+            done,
+        } = event
+        {
+            done.done();
+            break revoked;
+        }
+    };
+    let mut taken = assigned(&mut second_events).await;
+    assert!(!taken.is_empty());
+    assert!(taken.keys().all(|tp| revoked.contains(tp)));
+    for (tp, records) in &mut taken {
+        let first_record = next(records).await;
+        assert_eq!(
+            first_record.offset, 7,
+            "{tp:?} resumes at the unhandled record"
+        );
+        first_record.ack.handled();
+    }
+    drop(held);
+    // Nobody answers their closing revokes now: they go on at once.
+    drop((first_events, second_events));
+    tokio::task::spawn_blocking(move || {
+        second.shutdown();
+        first.shutdown();
+    })
+    .await
+    .unwrap();
+}
