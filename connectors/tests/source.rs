@@ -221,27 +221,39 @@ async fn a_revoke_waits_for_the_service_then_commits_what_was_handled() {
     // A second node joins: the first gives some partitions up.
     let (second, mut second_events) =
         KafkaSource::start(settings(&bootstrap, "revoke", 1000)).expect("second source");
-    let revoked = loop {
-        let event = tokio::time::timeout(Duration::from_secs(60), first_events.recv())
-            .await
-            .expect("a revoke in time")
-            .expect("source running");
-        if let SourceEvent::Revoked {
-            partitions: revoked,
-            done,
-        } = event
-        {
-            // Their streams have ended by now.
-            for tp in &revoked {
-                let records = partitions.get_mut(tp).expect("a partition of ours");
-                assert!(records.recv().await.is_none(), "{tp:?} stream ended");
-            }
-            done.done();
-            break revoked;
+    // Rebalance rounds until the second node gets partitions: every one
+    // it gets, the first gave up (perhaps over several rounds).
+    let mut revoked = Vec::new();
+    let taken = loop {
+        tokio::select! {
+            event = first_events.recv() => match event.expect("source running") {
+                SourceEvent::Revoked { partitions: gone, done } => {
+                    // Their streams have ended by now.
+                    for tp in &gone {
+                        let records = partitions.get_mut(tp).expect("a partition of ours");
+                        assert!(records.recv().await.is_none(), "{tp:?} stream ended");
+                    }
+                    done.done();
+                    revoked.extend(gone);
+                }
+                SourceEvent::Assigned { done, .. } => done.done(),
+                SourceEvent::Lost { .. } => panic!("nothing is lost"),
+            },
+            event = second_events.recv() => match event.expect("source running") {
+                SourceEvent::Assigned { partitions, done } => {
+                    done.done();
+                    if !partitions.is_empty() {
+                        break partitions
+                            .into_iter()
+                            .map(|p| (p.partition, p.records))
+                            .collect::<BTreeMap<_, _>>();
+                    }
+                }
+                other => panic!("{other:?} before an assignment"),
+            },
+            () = tokio::time::sleep(Duration::from_secs(60)) => panic!("no assignment within 60 s"),
         }
     };
-    assert!(!revoked.is_empty());
-    let taken = assigned(&mut second_events).await;
     assert!(
         taken.keys().all(|tp| revoked.contains(tp)),
         "the second node gets only what the first gave up"

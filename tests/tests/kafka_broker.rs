@@ -168,21 +168,34 @@ async fn offsets_follow_handled_records_and_a_joining_member_starts_after_them()
     // handled past 7, so their new owner starts at record 7.
     let (second, mut second_events) =
         KafkaSource::start(settings(&bootstrap, &topic, &group)).expect("second source");
-    let revoked = loop {
-        let event = tokio::time::timeout(Duration::from_secs(60), first_events.recv())
-            .await
-            .expect("a revoke in time")
-            .expect("source running");
-        if let SourceEvent::Revoked {
-            partitions: revoked,
-            done,
-        } = event
-        {
-            done.done();
-            break revoked;
+    // Rebalance rounds until the second member gets partitions: every one
+    // it gets, the first gave up (perhaps over several rounds).
+    let mut revoked = Vec::new();
+    let mut taken = loop {
+        tokio::select! {
+            event = first_events.recv() => match event.expect("source running") {
+                SourceEvent::Revoked { partitions: gone, done } => {
+                    done.done();
+                    revoked.extend(gone);
+                }
+                SourceEvent::Assigned { done, .. } => done.done(),
+                SourceEvent::Lost { .. } => panic!("nothing is lost"),
+            },
+            event = second_events.recv() => match event.expect("source running") {
+                SourceEvent::Assigned { partitions, done } => {
+                    done.done();
+                    if !partitions.is_empty() {
+                        break partitions
+                            .into_iter()
+                            .map(|p| (p.partition, p.records))
+                            .collect::<BTreeMap<_, _>>();
+                    }
+                }
+                other => panic!("{other:?} before an assignment"),
+            },
+            () = tokio::time::sleep(Duration::from_secs(60)) => panic!("no assignment within 60 s"),
         }
     };
-    let mut taken = assigned(&mut second_events).await;
     assert!(!taken.is_empty());
     assert!(taken.keys().all(|tp| revoked.contains(tp)));
     for (tp, records) in &mut taken {

@@ -419,6 +419,13 @@ impl<E: Entity> Routes<E> {
     }
 
     /// Shards with buffered messages, which need a home.
+    /// Whether messages wait for `shard`'s home.
+    pub fn is_waiting(&self, shard: ShardId) -> bool {
+        self.slots.get(shard.0 as usize).is_some_and(|slot| {
+            matches!(&slot.lock().route, Route::Buffering { queue, .. } if !queue.is_empty())
+        })
+    }
+
     pub fn waiting_shards(&self) -> Vec<ShardId> {
         (0..self.slots.len())
             .filter_map(|i| {

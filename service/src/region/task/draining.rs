@@ -28,7 +28,9 @@ impl<E: Entity> RegionTask<E> {
     }
 
     /// A held shard is free again: ack its hand-off if one waits, and apply
-    /// the home learned meanwhile, or ask.
+    /// the home learned meanwhile, or ask for it if messages wait. (Asking
+    /// with nothing waiting would make a shard this region released come
+    /// straight back to it.)
     pub(super) fn release(&mut self, shard: ShardId) {
         if self.is_draining(shard) {
             return;
@@ -41,7 +43,8 @@ impl<E: Entity> RegionTask<E> {
         }
         match self.pending_home.remove(&shard) {
             Some(home) => self.on_shard_home(shard, home),
-            None => self.ask_home(shard),
+            None if self.shared.routes.is_waiting(shard) => self.ask_home(shard),
+            None => {}
         }
     }
 
