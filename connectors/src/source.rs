@@ -69,6 +69,66 @@ pub enum SourceError {
     /// `max_in_flight` must be at least 1.
     #[error("max_in_flight must be at least 1")]
     NoInFlight,
+    /// A rebalance callback may block for `rebalance_timeout`; the consumer
+    /// does not poll meanwhile, and one that does not poll for
+    /// `max.poll.interval.ms` is thrown out of the group in the middle of
+    /// its hand-off.
+    #[error("max.poll.interval.ms ({max_poll_interval:?}) must exceed the rebalance timeout ({rebalance_timeout:?}) by at least {margin:?}, or a hand-off inside the rebalance callback gets the node thrown out of the group")]
+    PollInterval {
+        max_poll_interval: Duration,
+        rebalance_timeout: Duration,
+        margin: Duration,
+    },
+    /// A client property that must be a number of milliseconds.
+    #[error("client property {key:?} must be a number of milliseconds, not {value:?}")]
+    Milliseconds { key: String, value: String },
+}
+
+/// librdkafka's default `max.poll.interval.ms`.
+const DEFAULT_MAX_POLL_INTERVAL: Duration = Duration::from_secs(300);
+/// What the consumer needs besides the callback between two polls.
+const POLL_MARGIN: Duration = Duration::from_secs(5);
+
+impl SourceSettings {
+    /// Checks what librdkafka would only find out in the middle of a
+    /// rebalance.
+    ///
+    /// # Errors
+    /// See [`SourceError`].
+    pub fn validate(&self) -> Result<(), SourceError> {
+        if self.topics.is_empty() {
+            return Err(SourceError::NoTopics);
+        }
+        if self.max_in_flight == 0 {
+            return Err(SourceError::NoInFlight);
+        }
+        for (key, _) in &self.client {
+            if OWN_PROPERTIES.contains(&key.as_str()) {
+                return Err(SourceError::OwnProperty(key.clone()));
+            }
+        }
+        let max_poll_interval = match self
+            .client
+            .iter()
+            .find(|(k, _)| k == "max.poll.interval.ms")
+        {
+            Some((key, value)) => Duration::from_millis(value.trim().parse().map_err(|_| {
+                SourceError::Milliseconds {
+                    key: key.clone(),
+                    value: value.clone(),
+                }
+            })?),
+            None => DEFAULT_MAX_POLL_INTERVAL,
+        };
+        if max_poll_interval < self.rebalance_timeout + POLL_MARGIN {
+            return Err(SourceError::PollInterval {
+                max_poll_interval,
+                rebalance_timeout: self.rebalance_timeout,
+                margin: POLL_MARGIN,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// A partition of a topic.
@@ -149,17 +209,9 @@ impl KafkaSource {
     pub fn start(
         settings: SourceSettings,
     ) -> Result<(Self, mpsc::UnboundedReceiver<SourceEvent>), SourceError> {
-        if settings.topics.is_empty() {
-            return Err(SourceError::NoTopics);
-        }
-        if settings.max_in_flight == 0 {
-            return Err(SourceError::NoInFlight);
-        }
+        settings.validate()?;
         let mut config = ClientConfig::new();
         for (key, value) in &settings.client {
-            if OWN_PROPERTIES.contains(&key.as_str()) {
-                return Err(SourceError::OwnProperty(key.clone()));
-            }
             config.set(key, value);
         }
         config
@@ -496,5 +548,56 @@ impl ConsumerContext for SourceContext {
             }
             Rebalance::Error(e) => tracing::warn!(error = %e, "kafka rebalance error"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> SourceSettings {
+        SourceSettings {
+            bootstrap_servers: "127.0.0.1:9092".into(),
+            group_id: "c.t".into(),
+            topics: vec!["t".into()],
+            client: vec![],
+            max_in_flight: 10,
+            commit_interval: Duration::from_secs(5),
+            rebalance_timeout: Duration::from_secs(60),
+        }
+    }
+
+    #[test]
+    fn the_poll_interval_must_outlast_a_blocking_rebalance_callback() {
+        assert!(settings().validate().is_ok(), "librdkafka's 300 s default");
+        let mut short = settings();
+        short.client = vec![("max.poll.interval.ms".into(), "30000".into())];
+        let error = short.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("max.poll.interval.ms") && error.contains("60s"),
+            "{error}"
+        );
+        let mut garbled = settings();
+        garbled.client = vec![("max.poll.interval.ms".into(), "5 minutes".into())];
+        assert!(garbled
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("5 minutes"));
+    }
+
+    #[test]
+    fn properties_the_source_relies_on_cannot_be_overridden() {
+        let mut s = settings();
+        s.client = vec![("enable.auto.offset.store".into(), "true".into())];
+        assert!(
+            matches!(s.validate(), Err(SourceError::OwnProperty(k)) if k == "enable.auto.offset.store")
+        );
+        let mut s = settings();
+        s.topics.clear();
+        assert!(matches!(s.validate(), Err(SourceError::NoTopics)));
+        let mut s = settings();
+        s.max_in_flight = 0;
+        assert!(matches!(s.validate(), Err(SourceError::NoInFlight)));
     }
 }

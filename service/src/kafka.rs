@@ -80,6 +80,10 @@ pub enum IngestError {
     /// The source could not start, or the broker did not answer.
     #[error(transparent)]
     Source(#[from] SourceError),
+    /// The timeouts do not fit together: a hand-off inside a rebalance
+    /// callback would be cut short.
+    #[error("entity type {entity_type:?}: {reason}")]
+    Timeouts { entity_type: String, reason: String },
     /// A topic is missing or its partition count is not the entity type's
     /// number of shards.
     #[error("entity type {entity_type:?}: {error}")]
@@ -111,6 +115,27 @@ impl KafkaIngest {
         decode: RecordDecoder<E::Message>,
     ) -> Result<Self, IngestError> {
         let entity_type = region.entity_type_name().to_string();
+        settings.source.validate()?;
+        let handoff_timeout = region.handoff_timeout();
+        let timeouts = |reason: String| IngestError::Timeouts {
+            entity_type: entity_type.clone(),
+            reason,
+        };
+        if settings.placement_timeout < handoff_timeout {
+            return Err(timeouts(format!(
+                "placement_timeout ({:?}) must be at least the hand-off timeout ({handoff_timeout:?}): releasing a revoked partition's shards runs a hand-off",
+                settings.placement_timeout
+            )));
+        }
+        if settings.source.rebalance_timeout
+            < settings.placement_timeout + settings.delivery_timeout
+        {
+            return Err(timeouts(format!(
+                "the rebalance timeout ({:?}) must be at least placement_timeout + delivery_timeout ({:?}): a revoke waits for the records in flight, then for the hand-off",
+                settings.source.rebalance_timeout,
+                settings.placement_timeout + settings.delivery_timeout
+            )));
+        }
         let counts =
             colo_connectors::partition_counts(&settings.source, settings.placement_timeout)?;
         colo_connectors::check_partition_counts(&counts, region.number_of_shards()).map_err(

@@ -464,6 +464,11 @@ impl<E: Entity> Region<E> {
         &self.shared.entity_type.name
     }
 
+    /// How long a hand-off of this entity type may take.
+    pub(crate) fn handoff_timeout(&self) -> Duration {
+        self.shared.entity_type.settings.handoff_timeout
+    }
+
     /// The entity type's number of shards.
     pub(crate) fn number_of_shards(&self) -> u32 {
         self.shared.entity_type.settings.number_of_shards

@@ -332,3 +332,19 @@ async fn bad_records_and_a_failing_handler_go_to_the_dead_letter_topic_and_the_p
     );
     ingest_a.shutdown().await;
 }
+
+/// A hand-off inside the rebalance callback must fit in the callback's
+/// time: timeouts that do not fit stop the start, naming them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_that_would_cut_a_hand_off_short_stop_the_start() {
+    let mut cluster = Cluster::new("kafka-timeouts", fast_settings(PARTITIONS));
+    let a = kafka_node(&mut cluster, "a");
+    let mut short = ingest_settings("127.0.0.1:1", "t");
+    short.placement_timeout = Duration::from_secs(1);
+    let error = KafkaIngest::start(a.clone(), short, probe_records()).expect_err("1 s < 5 s");
+    assert!(error.to_string().contains("hand-off timeout"), "{error}");
+    let mut tight = ingest_settings("127.0.0.1:1", "t");
+    tight.source.rebalance_timeout = Duration::from_secs(10);
+    let error = KafkaIngest::start(a, tight, probe_records()).expect_err("10 s < 15 s");
+    assert!(error.to_string().contains("rebalance timeout"), "{error}");
+}
