@@ -4,14 +4,13 @@
 //! the in-flight bound, rebalance events), not a broker's behaviour; the
 //! broker tests run against a real Kafka-protocol broker.
 
-use colo_connectors::{KafkaSource, Record, SourceEvent, SourceSettings, TopicPartition};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use colo_connectors::{KafkaSource, SourceEvent, SourceSettings, TopicPartition};
+use colo_tests::kafka::{assigned, committed_offsets, next_record};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::ClientConfig;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use tokio::sync::mpsc;
 
 const TOPIC: &str = "events";
 const PARTITIONS: i32 = 3;
@@ -62,66 +61,12 @@ fn settings(bootstrap: &str, group: &str, max_in_flight: usize) -> SourceSetting
     }
 }
 
-/// The group's committed offsets, by partition.
-fn committed(bootstrap: &str, group: &str) -> BTreeMap<i32, i64> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .create()
-        .expect("consumer");
-    let mut list = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        list.add_partition(TOPIC, p);
-    }
-    let committed = consumer
-        .committed_offsets(list, Duration::from_secs(5))
-        .expect("committed offsets");
-    committed
-        .elements()
-        .iter()
-        .filter_map(|e| match e.offset() {
-            Offset::Offset(o) => Some((e.partition(), o)),
-            _ => None,
-        })
-        .collect()
-}
-
 async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while !check() {
         assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// Waits for the next assignment and completes it.
-async fn assigned(
-    events: &mut mpsc::UnboundedReceiver<SourceEvent>,
-) -> BTreeMap<TopicPartition, mpsc::UnboundedReceiver<Record>> {
-    loop {
-        let event = tokio::time::timeout(Duration::from_secs(30), events.recv())
-            .await
-            .expect("an assignment in time")
-            .expect("source running");
-        if let SourceEvent::Assigned { partitions, done } = event {
-            done.done();
-            // A cooperative rebalance may first assign nothing new.
-            if partitions.is_empty() {
-                continue;
-            }
-            return partitions
-                .into_iter()
-                .map(|p| (p.partition, p.records))
-                .collect();
-        }
-    }
-}
-
-async fn next(records: &mut mpsc::UnboundedReceiver<Record>) -> Record {
-    tokio::time::timeout(Duration::from_secs(30), records.recv())
-        .await
-        .expect("a record in time")
-        .expect("partition still assigned")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,7 +85,7 @@ async fn records_come_in_order_and_their_offsets_are_committed_once_acked() {
     let mut held = None;
     for (tp, records) in &mut partitions {
         for expected in 0..PER_PARTITION {
-            let record = next(records).await;
+            let record = next_record(records).await;
             assert_eq!(record.offset, expected, "{tp:?} in order");
             assert_eq!(
                 record.payload.as_deref(),
@@ -155,13 +100,13 @@ async fn records_come_in_order_and_their_offsets_are_committed_once_acked() {
         }
     }
     eventually("offsets committed up to the unacked record", || {
-        committed(&bootstrap, "in-order")
+        committed_offsets(&bootstrap, TOPIC, "in-order", PARTITIONS)
             == BTreeMap::from([(0, 5), (1, PER_PARTITION), (2, PER_PARTITION)])
     })
     .await;
     held.expect("held").handled();
     eventually("every offset committed", || {
-        committed(&bootstrap, "in-order")
+        committed_offsets(&bootstrap, TOPIC, "in-order", PARTITIONS)
             .values()
             .all(|&o| o == PER_PARTITION)
     })
@@ -187,7 +132,7 @@ async fn a_partition_at_its_in_flight_bound_waits_for_acks() {
         .expect("partition 1");
     let mut in_hand = Vec::new();
     for _ in 0..3 {
-        in_hand.push(next(records).await);
+        in_hand.push(next_record(records).await);
     }
     // Nothing more while three are in hand.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -197,7 +142,7 @@ async fn a_partition_at_its_in_flight_bound_waits_for_acks() {
     );
     // One ack lets one more through, in order.
     in_hand.remove(0).ack.handled();
-    assert_eq!(next(records).await.offset, 3);
+    assert_eq!(next_record(records).await.offset, 3);
     drop(events);
     tokio::task::spawn_blocking(move || source.shutdown())
         .await
@@ -215,7 +160,7 @@ async fn a_revoke_waits_for_the_service_then_commits_what_was_handled() {
     // Everything handled on the first node.
     for records in partitions.values_mut() {
         for _ in 0..PER_PARTITION {
-            next(records).await.ack.handled();
+            next_record(records).await.ack.handled();
         }
     }
     // A second node joins: the first gives some partitions up.
@@ -260,7 +205,7 @@ async fn a_revoke_waits_for_the_service_then_commits_what_was_handled() {
     );
     // Committed before the partitions changed owner: the new owner starts
     // after what was handled.
-    let offsets = committed(&bootstrap, "revoke");
+    let offsets = committed_offsets(&bootstrap, TOPIC, "revoke", PARTITIONS);
     for tp in &revoked {
         assert_eq!(offsets.get(&tp.partition), Some(&PER_PARTITION), "{tp:?}");
     }

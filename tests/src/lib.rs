@@ -6,6 +6,8 @@
 //! - [`client`]: asks to the built-in counter and the inspection queries.
 //! - [`process`]: a node process started from a generated config, stopped
 //!   by its PID when dropped.
+//! - [`kafka`]: a group's committed offsets, and a Kafka source's
+//!   assignments and records awaited with a deadline.
 //! - [`http`]: a minimal HTTP/1.1 GET for the admin endpoints.
 //! - [`lifecycle`]: the at-most-one checker across processes, from logs.
 //! - [`proxy`]: a TCP proxy that forwards, holds (a partition) or breaks
@@ -16,6 +18,7 @@
 pub mod broker;
 pub mod client;
 pub mod http;
+pub mod kafka;
 pub mod lifecycle;
 pub mod process;
 pub mod proxy;

@@ -2,16 +2,15 @@
 //! loopback): a consumer group with the cooperative-sticky assignor, offset
 //! commits, and a member joining.
 
-use colo_connectors::{KafkaSource, Record, SourceEvent, SourceSettings, TopicPartition};
+use colo_connectors::{KafkaSource, SourceEvent, SourceSettings};
 use colo_tests::broker::Broker;
+use colo_tests::kafka::{assigned, committed_offsets, next_record};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::ClientConfig;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use tokio::sync::mpsc;
 
 const PARTITIONS: i32 = 3;
 const PER_PARTITION: i64 = 10;
@@ -72,57 +71,6 @@ fn settings(bootstrap: &str, topic: &str, group: &str) -> SourceSettings {
     }
 }
 
-fn committed(bootstrap: &str, topic: &str, group: &str) -> BTreeMap<i32, i64> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .create()
-        .expect("consumer");
-    let mut list = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        list.add_partition(topic, p);
-    }
-    consumer
-        .committed_offsets(list, Duration::from_secs(10))
-        .expect("committed offsets")
-        .elements()
-        .iter()
-        .filter_map(|e| match e.offset() {
-            Offset::Offset(o) => Some((e.partition(), o)),
-            _ => None,
-        })
-        .collect()
-}
-
-async fn assigned(
-    events: &mut mpsc::UnboundedReceiver<SourceEvent>,
-) -> BTreeMap<TopicPartition, mpsc::UnboundedReceiver<Record>> {
-    loop {
-        let event = tokio::time::timeout(Duration::from_secs(60), events.recv())
-            .await
-            .expect("an assignment in time")
-            .expect("source running");
-        if let SourceEvent::Assigned { partitions, done } = event {
-            done.done();
-            // A cooperative rebalance may first assign nothing new.
-            if partitions.is_empty() {
-                continue;
-            }
-            return partitions
-                .into_iter()
-                .map(|p| (p.partition, p.records))
-                .collect();
-        }
-    }
-}
-
-async fn next(records: &mut mpsc::UnboundedReceiver<Record>) -> Record {
-    tokio::time::timeout(Duration::from_secs(30), records.recv())
-        .await
-        .expect("a record in time")
-        .expect("partition still assigned")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offsets_follow_handled_records_and_a_joining_member_starts_after_them() {
     let broker = Broker::start();
@@ -141,7 +89,7 @@ async fn offsets_follow_handled_records_and_a_joining_member_starts_after_them()
     let mut held = Vec::new();
     for records in partitions.values_mut() {
         for expected in 0..PER_PARTITION {
-            let record = next(records).await;
+            let record = next_record(records).await;
             assert_eq!(record.offset, expected, "in order");
             if expected == 7 {
                 held.push(record.ack);
@@ -152,7 +100,7 @@ async fn offsets_follow_handled_records_and_a_joining_member_starts_after_them()
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let offsets = committed(&bootstrap, &topic, &group);
+        let offsets = committed_offsets(&bootstrap, &topic, &group, PARTITIONS);
         if offsets.values().all(|&o| o == 7) && offsets.len() == PARTITIONS as usize {
             break;
         }
@@ -199,7 +147,7 @@ async fn offsets_follow_handled_records_and_a_joining_member_starts_after_them()
     assert!(!taken.is_empty());
     assert!(taken.keys().all(|tp| revoked.contains(tp)));
     for (tp, records) in &mut taken {
-        let first_record = next(records).await;
+        let first_record = next_record(records).await;
         assert_eq!(
             first_record.offset, 7,
             "{tp:?} resumes at the unhandled record"

@@ -106,21 +106,52 @@ fn kafka_node(cluster: &mut Cluster, name: &str) -> Region<Probe> {
     region
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn records_drive_entities_and_a_joining_node_takes_partitions_over_without_losing_or_repeating_one(
-) {
+/// A mock broker with the test's topic (one partition per shard) and its
+/// dead-letter topic, and a cluster whose coordinator follows the
+/// partition assignment, with node `a` registered.
+struct KafkaWorld {
+    _broker: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    bootstrap: String,
+    topic: String,
+    cluster: Cluster,
+    a: Region<Probe>,
+}
+
+async fn kafka_world(test: &str) -> KafkaWorld {
     let broker = MockCluster::new(1).expect("mock cluster");
-    let mut cluster = Cluster::new("kafka-join", fast_settings(PARTITIONS));
+    let mut cluster = Cluster::new(test, fast_settings(PARTITIONS));
     let topic = format!("{}.events", cluster.name);
     broker
         .create_topic(&topic, PARTITIONS as i32, 1)
         .expect("topic");
+    broker
+        .create_topic(&format!("{topic}.dlq"), 1, 1)
+        .expect("dead-letter topic");
     let bootstrap = broker.bootstrap_servers();
     cluster.start_coordinator(Box::new(ExternalAllocationStrategy::new(
         ExternalAllocationClient::new(),
     )));
     let a = kafka_node(&mut cluster, "a");
     cluster.await_regions(1).await;
+    KafkaWorld {
+        _broker: broker,
+        bootstrap,
+        topic,
+        cluster,
+        a,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_drive_entities_and_a_joining_node_takes_partitions_over_without_losing_or_repeating_one(
+) {
+    let KafkaWorld {
+        bootstrap,
+        topic,
+        mut cluster,
+        a,
+        _broker,
+    } = kafka_world("kafka-join").await;
     let keys: Vec<String> = (0..16).map(|i| format!("user-{i}")).collect();
     produce(&bootstrap, &topic, &keys, 0..20);
     let ingest_a = ingest(&a, &bootstrap, &topic);
@@ -198,18 +229,13 @@ async fn a_topic_without_one_partition_per_shard_stops_the_start_naming_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_in_another_partition_than_their_keys_are_handled_and_counted() {
     let _ = metrics();
-    let broker = MockCluster::new(1).expect("mock cluster");
-    let mut cluster = Cluster::new("kafka-mismatch", fast_settings(PARTITIONS));
-    let topic = format!("{}.events", cluster.name);
-    broker
-        .create_topic(&topic, PARTITIONS as i32, 1)
-        .expect("topic");
-    let bootstrap = broker.bootstrap_servers();
-    cluster.start_coordinator(Box::new(ExternalAllocationStrategy::new(
-        ExternalAllocationClient::new(),
-    )));
-    let a = kafka_node(&mut cluster, "a");
-    cluster.await_regions(1).await;
+    let KafkaWorld {
+        bootstrap,
+        topic,
+        cluster,
+        a,
+        _broker,
+    } = kafka_world("kafka-mismatch").await;
     let id = "user-7".to_string();
     let wrong = (a.shard_of(&id).0 + 1) % PARTITIONS;
     let producer: BaseProducer = ClientConfig::new()
@@ -247,20 +273,14 @@ async fn bad_records_and_a_failing_handler_go_to_the_dead_letter_topic_and_the_p
     use colo_connectors::{REASON_HEADER, SOURCE_OFFSET_HEADER, SOURCE_TOPIC_HEADER};
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::{Headers, Message};
-    let broker = MockCluster::new(1).expect("mock cluster");
-    let mut cluster = Cluster::new("kafka-dlq", fast_settings(PARTITIONS));
-    let topic = format!("{}.events", cluster.name);
+    let KafkaWorld {
+        bootstrap,
+        topic,
+        cluster,
+        a,
+        _broker,
+    } = kafka_world("kafka-dlq").await;
     let dlq = format!("{topic}.dlq");
-    broker
-        .create_topic(&topic, PARTITIONS as i32, 1)
-        .expect("topic");
-    broker.create_topic(&dlq, 1, 1).expect("dead-letter topic");
-    let bootstrap = broker.bootstrap_servers();
-    cluster.start_coordinator(Box::new(ExternalAllocationStrategy::new(
-        ExternalAllocationClient::new(),
-    )));
-    let a = kafka_node(&mut cluster, "a");
-    cluster.await_regions(1).await;
     let id = "user-3".to_string();
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", &bootstrap)
