@@ -4,8 +4,8 @@
 //! the in-flight bound, rebalance events), not a broker's behaviour; the
 //! broker tests run against a real Kafka-protocol broker.
 
-use colo_connectors::{KafkaSource, SourceEvent, SourceSettings, TopicPartition};
-use colo_tests::kafka::{assigned, committed_offsets, next_record};
+use colo_connectors::{KafkaSource, SourceSettings, TopicPartition};
+use colo_tests::kafka::{assigned, committed_offsets, handed_to_joiner, next_record};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
@@ -166,43 +166,8 @@ async fn a_revoke_waits_for_the_service_then_commits_what_was_handled() {
     // A second node joins: the first gives some partitions up.
     let (second, mut second_events) =
         KafkaSource::start(settings(&bootstrap, "revoke", 1000)).expect("second source");
-    // Rebalance rounds until the second node gets partitions: every one
-    // it gets, the first gave up (perhaps over several rounds).
-    let mut revoked = Vec::new();
-    let taken = loop {
-        tokio::select! {
-            event = first_events.recv() => match event.expect("source running") {
-                SourceEvent::Revoked { partitions: gone, done } => {
-                    // Their streams have ended by now.
-                    for tp in &gone {
-                        let records = partitions.get_mut(tp).expect("a partition of ours");
-                        assert!(records.recv().await.is_none(), "{tp:?} stream ended");
-                    }
-                    done.done();
-                    revoked.extend(gone);
-                }
-                SourceEvent::Assigned { done, .. } => done.done(),
-                SourceEvent::Lost { .. } => panic!("nothing is lost"),
-            },
-            event = second_events.recv() => match event.expect("source running") {
-                SourceEvent::Assigned { partitions, done } => {
-                    done.done();
-                    if !partitions.is_empty() {
-                        break partitions
-                            .into_iter()
-                            .map(|p| (p.partition, p.records))
-                            .collect::<BTreeMap<_, _>>();
-                    }
-                }
-                other => panic!("{other:?} before an assignment"),
-            },
-            () = tokio::time::sleep(Duration::from_secs(60)) => panic!("no assignment within 60 s"),
-        }
-    };
-    assert!(
-        taken.keys().all(|tp| revoked.contains(tp)),
-        "the second node gets only what the first gave up"
-    );
+    let (revoked, _taken) =
+        handed_to_joiner(&mut first_events, &mut partitions, &mut second_events).await;
     // Committed before the partitions changed owner: the new owner starts
     // after what was handled.
     let offsets = committed_offsets(&bootstrap, TOPIC, "revoke", PARTITIONS);

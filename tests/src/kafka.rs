@@ -68,3 +68,53 @@ pub async fn next_record(records: &mut mpsc::UnboundedReceiver<Record>) -> Recor
         .expect("a record in time")
         .expect("partition still assigned")
 }
+
+/// A second member joined: follows the rebalance rounds until it is
+/// assigned partitions, completing the first member's revokes (whose
+/// record streams must have ended by then) and the second's empty rounds.
+/// Returns what the first gave up, perhaps over several rounds, and what
+/// the second got, which must be part of it.
+pub async fn handed_to_joiner(
+    first_events: &mut mpsc::UnboundedReceiver<SourceEvent>,
+    first_partitions: &mut Assigned,
+    second_events: &mut mpsc::UnboundedReceiver<SourceEvent>,
+) -> (Vec<TopicPartition>, Assigned) {
+    let mut revoked = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let taken = loop {
+        tokio::select! {
+            event = first_events.recv() => match event.expect("first source running") {
+                SourceEvent::Revoked { partitions: gone, done } => {
+                    for tp in &gone {
+                        if let Some(records) = first_partitions.get_mut(tp) {
+                            assert!(records.recv().await.is_none(), "{tp:?}: its stream ended before the revoke");
+                        }
+                    }
+                    done.done();
+                    revoked.extend(gone);
+                }
+                SourceEvent::Assigned { done, .. } => done.done(),
+                SourceEvent::Lost { .. } => panic!("nothing is lost"),
+            },
+            event = second_events.recv() => match event.expect("second source running") {
+                SourceEvent::Assigned { partitions, done } => {
+                    done.done();
+                    if !partitions.is_empty() {
+                        break partitions
+                            .into_iter()
+                            .map(|p| (p.partition, p.records))
+                            .collect::<Assigned>();
+                    }
+                }
+                other => panic!("{other:?} before an assignment"),
+            },
+            () = tokio::time::sleep_until(deadline) => panic!("the joining member got nothing within 60 s"),
+        }
+    };
+    assert!(
+        taken.keys().all(|tp| revoked.contains(tp)),
+        "the joining member gets only what the first gave up: {:?} of {revoked:?}",
+        taken.keys().collect::<Vec<_>>()
+    );
+    (revoked, taken)
+}

@@ -2,14 +2,13 @@
 //! loopback): a consumer group with the cooperative-sticky assignor, offset
 //! commits, and a member joining.
 
-use colo_connectors::{KafkaSource, SourceEvent, SourceSettings};
+use colo_connectors::{KafkaSource, SourceSettings};
 use colo_tests::broker::Broker;
-use colo_tests::kafka::{assigned, committed_offsets, next_record};
+use colo_tests::kafka::{assigned, committed_offsets, handed_to_joiner, next_record};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 const PARTITIONS: i32 = 3;
@@ -116,36 +115,8 @@ async fn offsets_follow_handled_records_and_a_joining_member_starts_after_them()
     // handled past 7, so their new owner starts at record 7.
     let (second, mut second_events) =
         KafkaSource::start(settings(&bootstrap, &topic, &group)).expect("second source");
-    // Rebalance rounds until the second member gets partitions: every one
-    // it gets, the first gave up (perhaps over several rounds).
-    let mut revoked = Vec::new();
-    let mut taken = loop {
-        tokio::select! {
-            event = first_events.recv() => match event.expect("source running") {
-                SourceEvent::Revoked { partitions: gone, done } => {
-                    done.done();
-                    revoked.extend(gone);
-                }
-                SourceEvent::Assigned { done, .. } => done.done(),
-                SourceEvent::Lost { .. } => panic!("nothing is lost"),
-            },
-            event = second_events.recv() => match event.expect("source running") {
-                SourceEvent::Assigned { partitions, done } => {
-                    done.done();
-                    if !partitions.is_empty() {
-                        break partitions
-                            .into_iter()
-                            .map(|p| (p.partition, p.records))
-                            .collect::<BTreeMap<_, _>>();
-                    }
-                }
-                other => panic!("{other:?} before an assignment"),
-            },
-            () = tokio::time::sleep(Duration::from_secs(60)) => panic!("no assignment within 60 s"),
-        }
-    };
-    assert!(!taken.is_empty());
-    assert!(taken.keys().all(|tp| revoked.contains(tp)));
+    let (_revoked, mut taken) =
+        handed_to_joiner(&mut first_events, &mut partitions, &mut second_events).await;
     for (tp, records) in &mut taken {
         let first_record = next_record(records).await;
         assert_eq!(
