@@ -5,7 +5,9 @@
 //! broker tests run against a real Kafka-protocol broker.
 
 use colo_connectors::{KafkaSource, SourceSettings, TopicPartition};
-use colo_tests::kafka::{assigned, committed_offsets, handed_to_joiner, next_record};
+use colo_tests::kafka::{
+    assigned, committed_offsets, handed_to_joiner, next_record, source_settings,
+};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
@@ -48,16 +50,8 @@ fn produce(bootstrap: &str) {
 
 fn settings(bootstrap: &str, group: &str, max_in_flight: usize) -> SourceSettings {
     SourceSettings {
-        bootstrap_servers: bootstrap.into(),
-        group_id: group.into(),
-        topics: vec![TOPIC.into()],
-        client: vec![
-            ("session.timeout.ms".into(), "6000".into()),
-            ("heartbeat.interval.ms".into(), "500".into()),
-        ],
         max_in_flight,
-        commit_interval: Duration::from_millis(100),
-        rebalance_timeout: Duration::from_secs(10),
+        ..source_settings(bootstrap, TOPIC, group)
     }
 }
 

@@ -482,12 +482,9 @@ impl Coordinator {
             // A location set while the shard was moving: placed there now.
             self.get_shard_home(shard, target.clone()).await?;
         }
+        // A region that released a shard asks for its home only when
+        // messages for it wait there (see the region's `release`).
         for requester in &done.deferred {
-            // The region that let the shard go asks for its home as soon as
-            // it stopped: it would get it straight back.
-            if released && ok && *requester == done.owner && target.is_none() {
-                continue;
-            }
             self.get_shard_home(shard, requester.clone()).await?;
         }
         let place = !released || target.is_some();

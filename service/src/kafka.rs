@@ -24,7 +24,7 @@
 use crate::entity::Entity;
 use crate::error::AskError;
 use crate::metrics::KafkaMetrics;
-use crate::region::{Delivery, Region};
+use crate::region::{replied, Delivery, Region};
 use colo_allocation::ShardId;
 use colo_connectors::{
     AssignedPartition, DeadLetters, KafkaSource, Record, SourceError, SourceEvent, SourceSettings,
@@ -352,11 +352,9 @@ impl<E: Entity> PartitionTask<E> {
         let timeout = self.settings.delivery_timeout;
         async move {
             let result = match routed {
-                Ok(reply) => match tokio::time::timeout(timeout, reply).await {
-                    Ok(Ok(result)) => result,
-                    Ok(Err(_)) => Err(AskError::Dropped("dropped before it was handled".into())),
-                    Err(_) => Err(AskError::Timeout(timeout)),
-                },
+                Ok(reply) => tokio::time::timeout(timeout, replied(reply))
+                    .await
+                    .unwrap_or(Err(AskError::Timeout(timeout))),
                 Err(e) => Err(e),
             };
             (record, id, Delivery::from(result))

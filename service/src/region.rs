@@ -257,6 +257,16 @@ impl<E: Entity> std::fmt::Debug for Region<E> {
     }
 }
 
+/// The reply to a routed message: its reply channel is the finalizer, so
+/// one dropped unanswered (anywhere) means the message was not handled.
+pub(crate) async fn replied<R>(
+    reply: oneshot::Receiver<Result<R, AskError>>,
+) -> Result<R, AskError> {
+    reply
+        .await
+        .map_err(|_| AskError::Dropped("the message was dropped before it was handled".into()))?
+}
+
 /// An inspection query got no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QueryError {
@@ -428,14 +438,7 @@ impl<E: Entity> Region<E> {
         message: E::Message,
         timeout: Duration,
     ) -> Result<E::Reply, AskError> {
-        let (tx, rx) = oneshot::channel();
-        let env = self.envelope(entity_id, message, Reply::Local(tx))?;
-        let exchange = async {
-            self.shared.route(env).await?;
-            rx.await.map_err(|_| {
-                AskError::Dropped("the message was dropped before it was handled".into())
-            })?
-        };
+        let exchange = async { replied(self.route_tracked(entity_id, message).await?).await };
         tokio::time::timeout(timeout, exchange)
             .await
             .map_err(|_| AskError::Timeout(timeout))?

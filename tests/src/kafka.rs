@@ -2,12 +2,30 @@
 //! group's committed offsets, and waiting for the source's assignments and
 //! records with a deadline.
 
-use colo_connectors::{Record, SourceEvent, TopicPartition};
+use colo_connectors::{Record, SourceEvent, SourceSettings, TopicPartition};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::sync::mpsc;
+
+/// A source of `group` on `topic`, tuned for tests: heartbeats every 500 ms
+/// (a rebalance that waits on a revoke callback completes one
+/// heartbeat-driven round later), commits every 100 ms.
+pub fn source_settings(bootstrap: &str, topic: &str, group: &str) -> SourceSettings {
+    SourceSettings {
+        bootstrap_servers: bootstrap.into(),
+        group_id: group.into(),
+        topics: vec![topic.into()],
+        client: vec![
+            ("session.timeout.ms".into(), "10000".into()),
+            ("heartbeat.interval.ms".into(), "500".into()),
+        ],
+        max_in_flight: 1000,
+        commit_interval: Duration::from_millis(100),
+        rebalance_timeout: Duration::from_secs(20),
+    }
+}
 
 /// Each partition's assigned record stream.
 pub type Assigned = BTreeMap<TopicPartition, mpsc::UnboundedReceiver<Record>>;

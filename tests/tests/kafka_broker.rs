@@ -2,9 +2,11 @@
 //! loopback): a consumer group with the cooperative-sticky assignor, offset
 //! commits, and a member joining.
 
-use colo_connectors::{KafkaSource, SourceSettings};
+use colo_connectors::KafkaSource;
 use colo_tests::broker::Broker;
-use colo_tests::kafka::{assigned, committed_offsets, handed_to_joiner, next_record};
+use colo_tests::kafka::{
+    assigned, committed_offsets, handed_to_joiner, next_record, source_settings,
+};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -53,23 +55,6 @@ async fn produce(bootstrap: &str, topic: &str) {
     }
 }
 
-fn settings(bootstrap: &str, topic: &str, group: &str) -> SourceSettings {
-    SourceSettings {
-        bootstrap_servers: bootstrap.into(),
-        group_id: group.into(),
-        topics: vec![topic.into()],
-        client: vec![
-            ("session.timeout.ms".into(), "10000".into()),
-            // A rebalance waiting on a revoke callback completes one
-            // heartbeat-driven round later.
-            ("heartbeat.interval.ms".into(), "500".into()),
-        ],
-        max_in_flight: 1000,
-        commit_interval: Duration::from_millis(200),
-        rebalance_timeout: Duration::from_secs(20),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offsets_follow_handled_records_and_a_joining_member_starts_after_them() {
     let broker = Broker::start();
@@ -80,7 +65,7 @@ async fn offsets_follow_handled_records_and_a_joining_member_starts_after_them()
     produce(&bootstrap, &topic).await;
 
     let (first, mut first_events) =
-        KafkaSource::start(settings(&bootstrap, &topic, &group)).expect("first source");
+        KafkaSource::start(source_settings(&bootstrap, &topic, &group)).expect("first source");
     let mut partitions = assigned(&mut first_events).await;
     assert_eq!(partitions.len(), PARTITIONS as usize);
     // Every partition handled up to record 6; record 7 of each is kept
@@ -114,7 +99,7 @@ async fn offsets_follow_handled_records_and_a_joining_member_starts_after_them()
     // A second member joins: the partitions the first gives up were not
     // handled past 7, so their new owner starts at record 7.
     let (second, mut second_events) =
-        KafkaSource::start(settings(&bootstrap, &topic, &group)).expect("second source");
+        KafkaSource::start(source_settings(&bootstrap, &topic, &group)).expect("second source");
     let (_revoked, mut taken) =
         handed_to_joiner(&mut first_events, &mut partitions, &mut second_events).await;
     for (tp, records) in &mut taken {
