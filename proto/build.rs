@@ -4,10 +4,11 @@
 
 use std::path::PathBuf;
 
-const PROTOS: [&str; 3] = [
+const PROTOS: [&str; 4] = [
     "proto/colo/v1/node.proto",
     "proto/colo/v1/coordinator.proto",
     "proto/colo/v1/client.proto",
+    "proto/colo/v1/purchases.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

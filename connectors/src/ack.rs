@@ -71,6 +71,16 @@ impl Ack {
         }
     }
 
+    /// An ack of no partition's, for a record made by hand (to check a
+    /// decoder on its own, say): acking or dropping it changes nothing.
+    pub fn detached() -> Self {
+        Self {
+            offsets: Arc::new(Mutex::new(Offsets::default())),
+            offset: 0,
+            settled: true,
+        }
+    }
+
     /// The record was handled, or written to the dead-letter topic: its
     /// offset may be committed once every record before it is too.
     pub fn handled(mut self) {

@@ -27,4 +27,6 @@ pub use source::{
     AssignedPartition, Completion, KafkaSource, Record, SourceError, SourceEvent, SourceSettings,
     TopicPartition,
 };
-pub use topics::{check_partition_counts, partition_counts, TopicError};
+pub use topics::{
+    check_partition_counts, create_missing_topics, partition_counts, NewTopicSpec, TopicError,
+};

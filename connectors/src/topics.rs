@@ -80,3 +80,68 @@ pub fn check_partition_counts(
     }
     Ok(())
 }
+
+/// A topic to create if it is missing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTopicSpec {
+    pub name: String,
+    pub partitions: i32,
+    pub replication_factor: i32,
+}
+
+/// Creates those of `topics` that do not exist; one that exists is left as
+/// it is (its partition count is checked when the source starts).
+///
+/// # Errors
+/// The broker refused a creation for another reason than the topic
+/// existing, or did not answer within `timeout`.
+pub async fn create_missing_topics(
+    bootstrap_servers: &str,
+    client: &[(String, String)],
+    topics: &[NewTopicSpec],
+    timeout: Duration,
+) -> Result<Vec<String>, SourceError> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::types::RDKafkaErrorCode;
+
+    if topics.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut config = ClientConfig::new();
+    for (key, value) in client {
+        config.set(key, value);
+    }
+    let admin: AdminClient<DefaultClientContext> = config
+        .set("bootstrap.servers", bootstrap_servers)
+        .create()?;
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|t| {
+            NewTopic::new(
+                &t.name,
+                t.partitions,
+                TopicReplication::Fixed(t.replication_factor),
+            )
+        })
+        .collect();
+    let options = AdminOptions::new().operation_timeout(Some(timeout));
+    let results = admin.create_topics(new.iter(), &options).await?;
+    let mut created = Vec::new();
+    for result in results {
+        match result {
+            Ok(name) => created.push(name),
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => {
+                return Err(SourceError::Kafka(rdkafka::error::KafkaError::AdminOp(
+                    code,
+                )))
+                .map_err(|e| {
+                    tracing::error!(topic = %name, error = %e, "topic not created");
+                    e
+                })
+            }
+        }
+    }
+    Ok(created)
+}

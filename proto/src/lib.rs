@@ -7,6 +7,7 @@
 //! - `coordinator.proto`: the coordinator protocol, one bidirectional stream
 //!   per region, with heartbeats and the coordinator's epoch.
 //! - `client.proto`: tell, ask, the two inspection queries and shutdown.
+//! - `purchases.proto`: the sample's purchase events (Kafka record payloads).
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for server reflection.
 #![forbid(unsafe_code)]
 

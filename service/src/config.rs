@@ -9,6 +9,7 @@
 //! - this file: the sections, their defaults, loading and the accessors the
 //!   node program uses.
 //! - `config/passivation.rs`: `[sharding.passivation]`.
+//! - `config/kafka.rs`: `[kafka]`.
 //! - `config/overrides.rs`: environment and flag overrides.
 //! - `config/validate.rs`: checks across fields after deserializing.
 //! - `config/error.rs`: [`ConfigError`] and [`Origin`].
@@ -16,12 +17,14 @@
 
 mod args;
 mod error;
+mod kafka;
 mod overrides;
 mod passivation;
 mod validate;
 
 pub use args::RunArgs;
 pub use error::{ConfigError, Origin};
+pub use kafka::KafkaSection;
 pub use passivation::{PassivationSection, StrategyName};
 
 use crate::logging::LogFormat;
@@ -48,6 +51,9 @@ pub struct NodeConfig {
     /// `[log]`.
     #[serde(default)]
     pub log: LogSection,
+    /// `[kafka]`: topics driving entity types. Absent: no Kafka.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<KafkaSection>,
 }
 
 /// `[node]`.
@@ -300,6 +306,37 @@ impl NodeConfig {
     /// The client API's deadline for requests that carry none.
     pub fn ask_timeout(&self) -> Duration {
         self.sharding.ask_timeout
+    }
+
+    /// How `entity_type` consumes its topics, if `[kafka]` names it.
+    ///
+    /// A revoke waits for the partition's records in flight (each at most
+    /// `delivery_timeout`), then for the shards' release (a hand-off, at
+    /// most `handoff_timeout`); an assignment for the shards' start. The
+    /// rebalance callback's timeout is the sum, so neither is cut short.
+    pub fn ingest_settings(&self, entity_type: &str) -> Option<crate::kafka::IngestSettings> {
+        let kafka = self.kafka.as_ref()?;
+        let topics = kafka.topics.get(entity_type)?;
+        let placement_timeout = self
+            .sharding
+            .handoff_timeout
+            .max(self.sharding.shard_start_timeout);
+        Some(crate::kafka::IngestSettings {
+            source: colo_connectors::SourceSettings {
+                bootstrap_servers: kafka.bootstrap_servers.clone(),
+                group_id: kafka.group_id(entity_type),
+                topics: topics.clone(),
+                client: kafka.client_properties(),
+                max_in_flight: kafka.max_in_flight,
+                commit_interval: kafka.commit_interval,
+                rebalance_timeout: placement_timeout + kafka.delivery_timeout,
+            },
+            delivery_timeout: kafka.delivery_timeout,
+            placement_timeout,
+            max_attempts: kafka.max_attempts,
+            retry_backoff: kafka.retry_backoff,
+            dead_letter_topic: kafka.dead_letter_topic(entity_type),
+        })
     }
 }
 

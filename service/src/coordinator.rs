@@ -275,7 +275,7 @@ impl Coordinator {
                 self.update_locations(region, request, locations).await?
             }
             RegionToCoordinator::ReleaseShards { request, shards } => {
-                self.release_shards(region, request, shards)
+                self.release_shards(region, request, shards).await?
             }
         }
         Ok(())

@@ -9,7 +9,9 @@
 //!   shards are handed off ([`Region::release_shards`]), then the source
 //!   commits;
 //! - lost partitions: their records are dropped unhandled (another node may
-//!   own them already) and nothing is committed.
+//!   own them already), nothing is committed, and their shards are released
+//!   (the new owner's location waits for that: see the coordinator's
+//!   claims).
 //!
 //! Each partition is one task that routes its records in order and waits for
 //! their deliveries in order, so a record's offset is committed only once
@@ -205,10 +207,9 @@ impl<E: Entity> Rebalances<E> {
                 }
                 SourceEvent::Lost { partitions } => {
                     // Their streams ended; what is left unsettled is
-                    // consumed again by the partitions' next owner.
-                    for tp in &partitions {
-                        self.partitions.remove(tp);
-                    }
+                    // consumed again by the partitions' next owner, which
+                    // gets the shards once they are released here.
+                    self.lost(&partitions).await;
                     self.metrics.rebalance("lost", started.elapsed());
                 }
             }
@@ -261,6 +262,23 @@ impl<E: Entity> Rebalances<E> {
             .await
         {
             tracing::warn!(entity_type = %self.region.entity_type_name(), error = %e, "revoked partitions' shards not released");
+        }
+    }
+}
+
+impl<E: Entity> Rebalances<E> {
+    async fn lost(&mut self, partitions: &[TopicPartition]) {
+        for tp in partitions {
+            self.partitions.remove(tp);
+        }
+        let kept: BTreeSet<i32> = self.partitions.keys().map(|tp| tp.partition).collect();
+        let released = shards_of(partitions.iter().filter(|tp| !kept.contains(&tp.partition)));
+        if let Err(e) = self
+            .region
+            .release_shards(released, self.settings.placement_timeout)
+            .await
+        {
+            tracing::warn!(entity_type = %self.region.entity_type_name(), error = %e, "lost partitions' shards not released");
         }
     }
 }

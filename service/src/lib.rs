@@ -48,6 +48,8 @@
 //! - [`metrics`]: every metric name; [`logging`]: the log subscriber.
 //! - [`error`]: what senders see.
 //! - [`counter`]: the built-in counter entity type.
+//! - [`purchases`]: the sample: purchase events from Kafka driving one
+//!   entity per user, and the producer of `colo produce`.
 //!
 //! The `colo` binary's own parts (client subcommands, the embedded demo,
 //! the passivation simulator) are modules of this crate too, hidden from
@@ -73,6 +75,7 @@ pub mod node;
 pub mod passivation;
 pub mod program;
 pub mod protocol;
+pub mod purchases;
 pub mod region;
 mod replies;
 pub mod settings;

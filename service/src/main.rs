@@ -38,6 +38,9 @@ enum Command {
     /// Runs a node: gRPC for other nodes and clients, admin HTTP for
     /// metrics and health, a region per configured entity type.
     Run(colo::config::RunArgs),
+    /// Sends the sample's purchase events (protobuf, keyed by user id) to a
+    /// topic, and writes the totals each user must reach.
+    Produce(colo::cli::produce::ProduceArgs),
     #[command(flatten)]
     Client(colo::cli::client::ClientCommand),
 }
@@ -113,6 +116,9 @@ fn main() -> ExitCode {
         }),
         Command::Simulate(args) => run_simulation(args),
         Command::Run(args) => run_node(&args),
+        Command::Produce(args) => colo::cli::produce::run(&args)
+            .map(drop)
+            .map_err(|e| e.to_string()),
         Command::Client(command) => block_on(async {
             colo::cli::client::run(command)
                 .await
@@ -136,12 +142,21 @@ fn block_on<T>(f: impl std::future::Future<Output = Result<T, String>>) -> Resul
 
 fn run_node(args: &colo::config::RunArgs) -> Result<(), String> {
     use colo::counter::{Counter, COUNTER};
+    use colo::purchases::{purchase_records, User, USER};
     // The config is read before anything starts, so a bad one stops the
     // process with the field's name and nothing half-started.
     let program = colo::NodeProgram::from_run_args(args).map_err(|e| e.to_string())?;
-    let program = program.entity_type(|settings| {
-        colo::EntityType::new(COUNTER, |_| Counter::default()).with_settings(settings)
-    });
+    let program = program
+        .entity_type_with_records(
+            |settings| {
+                colo::EntityType::new(COUNTER, |_| Counter::default()).with_settings(settings)
+            },
+            colo::kafka::json_records(),
+        )
+        .entity_type_with_records(
+            |settings| colo::EntityType::new(USER, |_| User::default()).with_settings(settings),
+            purchase_records(),
+        );
     block_on(async { program.run().await.map_err(|e| e.to_string()) })
 }
 

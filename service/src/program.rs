@@ -22,12 +22,14 @@
 //! ```
 
 mod coordinators;
+mod ingest;
 
 use crate::admin::{self, Admin, Readiness};
 use crate::api::ShardingApi;
 use crate::config::{ConfigError, NodeConfig, RunArgs};
 use crate::coordinator::hosting::StaticHosting;
 use crate::entity::{Entity, EntityType, RegistrationError};
+use crate::kafka::{KafkaIngest, RecordDecoder};
 use crate::node::Node;
 use crate::settings::ShardingSettings;
 use crate::transport::grpc::{GrpcSettings, GrpcTransport};
@@ -81,6 +83,10 @@ pub enum ProgramError {
     /// The admin server failed.
     #[error("admin server failed: {0}")]
     Admin(std::io::Error),
+    /// An entity type's Kafka ingest could not start (a topic missing or
+    /// with another partition count, the broker unreachable).
+    #[error("kafka: {0}")]
+    Kafka(#[from] crate::kafka::IngestError),
 }
 
 /// The command line of a node program: the flags of `colo run`.
@@ -97,23 +103,69 @@ struct ProgramArgs {
 trait Registration: Send {
     fn name(&self) -> &str;
     fn settings(&self) -> &ShardingSettings;
-    fn start(self: Box<Self>, node: &Node, proxy: bool) -> Result<(), RegistrationError>;
+    /// Whether records can drive it (it was registered with a decoder).
+    fn reads_records(&self) -> bool;
+    /// Its shards follow Kafka's partitions: Kafka's murmur2 partitioner
+    /// places its entities, so a record's shard is its partition.
+    fn follow_partitions(&mut self);
+    /// Starts its region (a proxy: routing only), and the ingest of its
+    /// records when `ingest` says how.
+    fn start(
+        self: Box<Self>,
+        node: &Node,
+        proxy: bool,
+        ingest: Option<crate::kafka::IngestSettings>,
+    ) -> Result<Option<Started>, ProgramError>;
 }
 
-impl<E: Entity> Registration for EntityType<E> {
+/// What a registration started that must be stopped before the node.
+type Started = tokio::task::JoinHandle<Result<KafkaIngest, crate::kafka::IngestError>>;
+
+/// An entity type and, if records drive it, how they become messages.
+struct Registered<E: Entity> {
+    entity_type: EntityType<E>,
+    records: Option<RecordDecoder<E::Message>>,
+}
+
+impl<E: Entity> Registration for Registered<E> {
     fn name(&self) -> &str {
-        EntityType::name(self)
+        self.entity_type.name()
     }
 
     fn settings(&self) -> &ShardingSettings {
-        &self.settings
+        &self.entity_type.settings
     }
 
-    fn start(self: Box<Self>, node: &Node, proxy: bool) -> Result<(), RegistrationError> {
+    fn reads_records(&self) -> bool {
+        self.records.is_some()
+    }
+
+    fn follow_partitions(&mut self) {
+        let shards = self.entity_type.settings.number_of_shards;
+        if let Ok(extractor) = colo_allocation::KafkaMurmur2Extractor::new(shards) {
+            self.entity_type = self.entity_type.clone().with_extractor(extractor);
+        }
+    }
+
+    fn start(
+        self: Box<Self>,
+        node: &Node,
+        proxy: bool,
+        ingest: Option<crate::kafka::IngestSettings>,
+    ) -> Result<Option<Started>, ProgramError> {
+        let name = self.entity_type.name().to_string();
+        let refused =
+            |e: RegistrationError| ProgramError::Settings(format!("entity type {name:?}: {e}"));
         if proxy {
-            node.start_proxy(*self).map(drop)
-        } else {
-            node.start_region(*self).map(drop)
+            node.start_proxy(self.entity_type).map_err(refused)?;
+            return Ok(None);
+        }
+        let region = node.start_region(self.entity_type).map_err(refused)?;
+        match (ingest, self.records) {
+            (Some(settings), Some(decode)) => Ok(Some(tokio::task::spawn_blocking(move || {
+                KafkaIngest::start(region, settings, decode)
+            }))),
+            _ => Ok(None),
         }
     }
 }
@@ -188,7 +240,30 @@ impl NodeProgram {
         make: impl FnOnce(ShardingSettings) -> EntityType<E>,
     ) -> Self {
         let entity_type = make(self.config.sharding_settings());
-        self.entity_types.push(Box::new(entity_type));
+        self.entity_types.push(Box::new(Registered {
+            entity_type,
+            records: None,
+        }));
+        self
+    }
+
+    /// Registers an entity type that Kafka records can drive: when
+    /// `[kafka.topics]` names it, the node consumes those topics in the
+    /// group `<kafka.cluster>.<entity type>`, `decode` turns each record
+    /// into the entity id and the message (`colo::kafka::json_records()`:
+    /// the key is the id, the payload JSON), and the group's partition
+    /// assignment decides where its shards live (shard = partition, Kafka's
+    /// murmur2 partitioner places its entities).
+    pub fn entity_type_with_records<E: Entity>(
+        mut self,
+        make: impl FnOnce(ShardingSettings) -> EntityType<E>,
+        decode: RecordDecoder<E::Message>,
+    ) -> Self {
+        let entity_type = make(self.config.sharding_settings());
+        self.entity_types.push(Box::new(Registered {
+            entity_type,
+            records: Some(decode),
+        }));
         self
     }
 
@@ -253,13 +328,22 @@ async fn run(
     let admin_listener = bind("node.admin_listen", config.node.admin_listen).await?;
     let advertised = advertised(&config, &grpc_listener);
 
+    let mut entity_types = entity_types;
+    let kafka_driven = ingest::check(&config, &mut entity_types)?;
     let hosting = Arc::new(StaticHosting::new(config.coordinator.address.clone()));
     if advertised == config.coordinator.address {
-        let types: Vec<(String, ShardingSettings)> = entity_types
+        let types: Vec<coordinators::Hosted> = entity_types
             .iter()
-            .map(|t| (t.name().to_string(), t.settings().clone()))
+            .map(|t| coordinators::Hosted {
+                name: t.name().to_string(),
+                settings: t.settings().clone(),
+                follows_partitions: kafka_driven.contains(t.name()),
+            })
             .collect();
         coordinators::host(&config, &types, &hosting)?;
+    }
+    if !config.node.proxy {
+        ingest::create_topics(&config, &entity_types).await?;
     }
     let grpc_settings = GrpcSettings {
         heartbeat_interval: config.coordinator.heartbeat_interval,
@@ -268,11 +352,12 @@ async fn run(
     };
     let transport = GrpcTransport::new(&advertised, grpc_settings, hosting);
     let node = Arc::new(Node::new(transport.clone()));
+    let mut starting = Vec::new();
     for entity_type in entity_types {
-        let name = entity_type.name().to_string();
-        entity_type
-            .start(&node, config.node.proxy)
-            .map_err(|e| ProgramError::Settings(format!("entity type {name:?}: {e}")))?;
+        let ingest = config.ingest_settings(entity_type.name());
+        if let Some(started) = entity_type.start(&node, config.node.proxy, ingest)? {
+            starting.push(started);
+        }
     }
 
     let (stop, mut stopping) = watch::channel(false);
@@ -314,7 +399,15 @@ async fn run(
         stopped(servers_stopping),
     );
     let mut admin = tokio::spawn(admin);
-    tracing::info!(node = %advertised, coordinator = %config.coordinator.address, "node serving");
+    let mut ingests = Vec::new();
+    for started in starting {
+        match started.await {
+            Ok(Ok(ingest)) => ingests.push(ingest),
+            Ok(Err(e)) => return Err(ProgramError::Kafka(e)),
+            Err(e) => return Err(ProgramError::Settings(format!("kafka ingest: {e}"))),
+        }
+    }
+    tracing::info!(node = %advertised, coordinator = %config.coordinator.address, kafka_ingests = ingests.len(), "node serving");
 
     tokio::select! {
         _ = stopping.wait_for(|stop| *stop) => {}
@@ -326,7 +419,15 @@ async fn run(
     health
         .set_service_status("", tonic_health::ServingStatus::NotServing)
         .await;
-    if tokio::time::timeout(limit, node.shutdown()).await.is_err() {
+    // The partitions first: their revoke hands their shards off and
+    // commits what was handled, while the node still serves.
+    let stopping_all = async {
+        for ingest in ingests {
+            ingest.shutdown().await;
+        }
+        node.shutdown().await;
+    };
+    if tokio::time::timeout(limit, stopping_all).await.is_err() {
         tracing::warn!(node = %advertised, timeout = ?limit, "graceful stop did not finish within node.shutdown_timeout; stopping now");
         node.kill().await;
     }

@@ -10,6 +10,8 @@
 //!   assignments and records awaited with a deadline.
 //! - [`http`]: a minimal HTTP/1.1 GET for the admin endpoints.
 //! - [`lifecycle`]: the at-most-one checker across processes, from logs.
+//! - [`purchases`]: `colo produce` as a process, and the purchases the
+//!   nodes handled checked against what was produced.
 //! - [`proxy`]: a TCP proxy that forwards, holds (a partition) or breaks
 //!   connections.
 //! - [`wait`]: waiting for a condition with a deadline.
@@ -22,4 +24,5 @@ pub mod kafka;
 pub mod lifecycle;
 pub mod process;
 pub mod proxy;
+pub mod purchases;
 pub mod wait;

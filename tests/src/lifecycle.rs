@@ -75,6 +75,19 @@ impl Lifecycle {
         lifecycle
     }
 
+    /// Ends the open lives on `node` at `at`: the node was killed then, so
+    /// nothing lived on it after.
+    pub fn killed(&mut self, node: &str, at: &str) {
+        for lives in self.lives.values_mut() {
+            for life in lives.iter_mut() {
+                if life.node == node && life.stopped.is_none() {
+                    life.stopped = Some(at.to_string());
+                    life.reason = Some("killed".to_string());
+                }
+            }
+        }
+    }
+
     /// Every pair of lives of one entity on two nodes that overlap in time.
     /// Timestamps are RFC 3339 with a fixed number of digits, so they
     /// compare as text.

@@ -419,3 +419,67 @@ fn the_effective_config_round_trips() {
     let text = toml::to_string(&c).unwrap();
     assert_eq!(load(&text, &[], &[]).unwrap(), c);
 }
+
+/// The example's `[kafka]` section, uncommented.
+fn example_with_kafka() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../colo.example.toml");
+    let text = std::fs::read_to_string(path).expect("example");
+    let (head, kafka) = text.split_once("#[kafka]").expect("a [kafka] section");
+    let kafka: String = kafka
+        .lines()
+        .filter(|line| !line.starts_with("##"))
+        .map(|line| line.strip_prefix('#').unwrap_or(line))
+        .collect::<Vec<_>>()
+        .join("\n");
+    format!("{head}[kafka]{kafka}\n")
+}
+
+#[test]
+fn the_example_kafka_section_parses_and_names_group_and_dead_letter_topic() {
+    let c = load(&example_with_kafka(), &[], &[]).unwrap();
+    let ingest = c.ingest_settings("user").expect("user is driven by kafka");
+    assert_eq!(ingest.source.group_id, "colo.user");
+    assert_eq!(ingest.source.topics, ["user-events"]);
+    assert_eq!(ingest.dead_letter_topic, "colo.user.dlq");
+    assert_eq!(
+        ingest.source.client,
+        [("session.timeout.ms".to_string(), "10000".to_string())]
+    );
+    assert_eq!(ingest.source.max_in_flight, 1000);
+    // The rebalance callback waits for the records in flight, then the
+    // hand-off: it must not be cut short.
+    assert_eq!(
+        ingest.source.rebalance_timeout,
+        Duration::from_secs(60) + Duration::from_secs(10)
+    );
+    assert!(c.ingest_settings("counter").is_none());
+}
+
+#[test]
+fn kafka_fields_that_cannot_work_are_refused_with_their_name() {
+    let cases: [(&str, &str); 5] = [
+        ("kafka.topics.user=[]", "kafka.topics.user: names no topic"),
+        (
+            r#"kafka.topics.user=["user events"]"#,
+            "kafka.topics.user: `user events` is not a topic name",
+        ),
+        (
+            "kafka.max_in_flight=0",
+            "kafka.max_in_flight: must be at least 1",
+        ),
+        (
+            r#"kafka.client={"group.id"="mine"}"#,
+            "kafka.client: client property \"group.id\" is set by colo",
+        ),
+        (
+            r#"kafka.client={"max.poll.interval.ms"="30000"}"#,
+            "kafka.client: max.poll.interval.ms (30s) must exceed the rebalance timeout (70s)",
+        ),
+    ];
+    for (set, expected) in cases {
+        let err = load(&example_with_kafka(), &[], &[set])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(expected), "{set}: {err}");
+    }
+}

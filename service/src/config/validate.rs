@@ -88,6 +88,19 @@ impl NodeConfig {
 
         crate::logging::validate_level(&self.log.level)
             .map_err(|e| ("log.level".to_string(), e.reason))?;
+
+        if let Some(kafka) = &self.kafka {
+            kafka.check()?;
+            for entity_type in kafka.topics.keys() {
+                let Some(ingest) = self.ingest_settings(entity_type) else {
+                    continue;
+                };
+                ingest
+                    .source
+                    .validate()
+                    .map_err(|e| ("kafka.client".to_string(), e.to_string()))?;
+            }
+        }
         Ok(())
     }
 }

@@ -220,7 +220,10 @@ impl Coordinator {
         self.graceful_shutdown.remove(&region);
         self.unacked_host.retain(|_, (r, _)| *r != region);
         self.placements.region_left(&region);
-        // Its shards have no home now: a release it asked for is done.
+        // Its shards have no home now: a release it asked for is done, and
+        // the locations other regions asked for while it claimed them go
+        // ahead.
+        self.claims_ended(&region).await?;
         self.settle();
         for p in self.in_progress.values() {
             let _ = p.worker.send(WorkerInput::RegionGone(region.clone()));

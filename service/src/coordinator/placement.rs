@@ -5,6 +5,16 @@
 //! change owner, so neither waits for a rebalance tick. Each request is
 //! answered by one `PlacementDone` once every shard it names has got where
 //! it should, or failed to.
+//!
+//! A region's `UpdateLocations` claims its shards (its consumer was
+//! assigned their partitions) until its `ReleaseShards` (the partitions
+//! were revoked) or until it leaves. A location asked for a shard another
+//! live region claims waits for that claim to end. The group protocol
+//! revokes a partition before assigning it elsewhere, so the wait is
+//! normally empty; but a broker that completes a rebalance without every
+//! member's current assignment can hand a partition to a second consumer
+//! while the first still reads it, and the shard must not move under the
+//! first one's records.
 
 use super::store::StoreError;
 use super::Coordinator;
@@ -38,6 +48,11 @@ struct Wait {
 pub(super) struct Placements {
     waits: Vec<Wait>,
     released: BTreeSet<ShardId>,
+    /// The region whose assignment claims each shard.
+    claims: BTreeMap<ShardId, RegionId>,
+    /// Locations waiting for another region's claim to end: shard to the
+    /// region that wants it.
+    contested: BTreeMap<ShardId, RegionId>,
 }
 
 impl Placements {
@@ -54,9 +69,25 @@ impl Placements {
         })
     }
 
-    /// Requests of a region that left are dropped: nobody waits for them.
+    /// Requests of a region that left are dropped: nobody waits for them,
+    /// and neither do the locations it wanted.
     pub(super) fn region_left(&mut self, region: &RegionId) {
         self.waits.retain(|w| w.region != *region);
+        self.contested.retain(|_, wanted| wanted != region);
+    }
+
+    /// Ends `region`'s claim on `shard`; the location waiting for it, if
+    /// any, is returned to go ahead (and claims the shard).
+    fn end_claim(&mut self, shard: ShardId, region: &RegionId) -> Option<RegionId> {
+        if self.claims.get(&shard) == Some(region) {
+            self.claims.remove(&shard);
+        }
+        if self.claims.contains_key(&shard) {
+            return None;
+        }
+        let wanted = self.contested.remove(&shard)?;
+        self.claims.insert(shard, wanted.clone());
+        Some(wanted)
     }
 }
 
@@ -79,12 +110,26 @@ impl Coordinator {
             self.refuse_placement(&requester, request, &locations, reason);
             return Ok(());
         }
-        if !self.strategy.set_locations(&locations) {
+        let (contested, free): (Vec<_>, Vec<_>) =
+            locations.iter().cloned().partition(|(shard, target)| {
+                self.placements
+                    .claims
+                    .get(shard)
+                    .is_some_and(|claimer| claimer != target && self.state.is_region(claimer))
+            });
+        if !self.strategy.set_locations(&free) {
             let reason = "the allocation strategy takes no locations from outside \
                           (the external strategy does)"
                 .to_string();
             self.refuse_placement(&requester, request, &locations, reason);
             return Ok(());
+        }
+        for (shard, target) in &free {
+            self.placements.claims.insert(*shard, target.clone());
+        }
+        for (shard, target) in &contested {
+            tracing::warn!(%shard, wanted = %target, claimed_by = ?self.placements.claims.get(shard), "shard location waits: another region's assignment still claims it (its partition was assigned again before it was revoked)");
+            self.placements.contested.insert(*shard, target.clone());
         }
         let pending = locations
             .iter()
@@ -96,37 +141,75 @@ impl Coordinator {
             pending,
             failed: Vec::new(),
         });
-        for (shard, target) in locations {
-            if self.in_progress.contains_key(&shard) {
-                continue; // placed when its hand-off ends
-            }
-            match self.state.home(shard) {
-                Some(home) if *home == target => {}
-                Some(_) => {
-                    self.start_handoff(shard);
-                }
-                None => self.get_shard_home(shard, target).await?,
-            }
+        for (shard, target) in free {
+            self.place(shard, target).await?;
         }
         self.settle();
         Ok(())
     }
 
-    /// `ReleaseShards`: hand off each shard that runs on the requester.
-    pub(super) fn release_shards(
+    /// Moves `shard` to `target`: at once if it runs nowhere, by a hand-off
+    /// if it runs elsewhere, after the hand-off under way if one is.
+    async fn place(&mut self, shard: ShardId, target: RegionId) -> Result<(), StoreError> {
+        if self.in_progress.contains_key(&shard) {
+            return Ok(()); // placed when its hand-off ends
+        }
+        match self.state.home(shard) {
+            Some(home) if *home == target => {}
+            Some(_) => {
+                self.start_handoff(shard);
+            }
+            None => self.get_shard_home(shard, target).await?,
+        }
+        Ok(())
+    }
+
+    /// The locations that waited for `region`'s claims go ahead: it left.
+    pub(super) async fn claims_ended(&mut self, region: &RegionId) -> Result<(), StoreError> {
+        let shards: Vec<ShardId> = self
+            .placements
+            .claims
+            .iter()
+            .filter(|(_, claimer)| *claimer == region)
+            .map(|(shard, _)| *shard)
+            .collect();
+        for shard in shards {
+            self.claim_ended(shard, region).await?;
+        }
+        Ok(())
+    }
+
+    async fn claim_ended(&mut self, shard: ShardId, region: &RegionId) -> Result<(), StoreError> {
+        if let Some(wanted) = self.placements.end_claim(shard, region) {
+            tracing::info!(%shard, %wanted, "shard location goes ahead: the claim before it ended");
+            self.strategy.set_locations(&[(shard, wanted.clone())]);
+            self.place(shard, wanted).await?;
+        }
+        Ok(())
+    }
+
+    /// `ReleaseShards`: hand off each shard that runs on the requester, and
+    /// end its claims (a location that waited for one goes ahead).
+    pub(super) async fn release_shards(
         &mut self,
         requester: RegionId,
         request: u64,
         shards: Vec<ShardId>,
-    ) {
+    ) -> Result<(), StoreError> {
         let mut pending = BTreeMap::new();
-        for shard in shards {
+        for &shard in &shards {
             self.strategy.location_released(shard, &requester);
+            if self.placements.contested.get(&shard) == Some(&requester) {
+                self.placements.contested.remove(&shard);
+            }
             if self.state.home(shard) == Some(&requester) {
                 self.placements.released.insert(shard);
                 self.start_handoff(shard);
                 pending.insert(shard, Goal::Away(requester.clone()));
             }
+        }
+        for shard in shards {
+            self.claim_ended(shard, &requester).await?;
         }
         self.placements.waits.push(Wait {
             region: requester,
@@ -135,6 +218,7 @@ impl Coordinator {
             failed: Vec::new(),
         });
         self.settle();
+        Ok(())
     }
 
     /// A hand-off ended: a shard to be released is away if it succeeded; a

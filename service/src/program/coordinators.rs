@@ -5,7 +5,10 @@ use crate::config::NodeConfig;
 use crate::coordinator::hosting::StaticHosting;
 use crate::settings::ShardingSettings;
 use crate::{CoordinatorHandle, InMemoryStore};
-use colo_allocation::LeastShardAllocationStrategy;
+use colo_allocation::{
+    AllocationStrategy, ExternalAllocationClient, ExternalAllocationStrategy,
+    LeastShardAllocationStrategy,
+};
 use std::sync::Arc;
 
 /// This node hosts the coordinators: one per entity type it runs, with an
@@ -17,16 +20,30 @@ use std::sync::Arc;
 /// this node has hosted the coordinator before: if it has, the coordinator
 /// waits `region_timeout` for the regions to report what they run before it
 /// places other shards; a brand-new cluster places shards at once.
+/// An entity type whose coordinator this node hosts.
+pub(super) struct Hosted {
+    pub name: String,
+    pub settings: ShardingSettings,
+    /// Kafka drives it: its consumer group's assignment places its shards
+    /// (the external allocation strategy), not least-shard.
+    pub follows_partitions: bool,
+}
+
 pub(super) fn host(
     config: &NodeConfig,
-    entity_types: &[(String, ShardingSettings)],
+    entity_types: &[Hosted],
     hosting: &StaticHosting,
 ) -> Result<(), ProgramError> {
     let epoch = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let data_dir = config.data_dir();
-    for (name, settings) in entity_types {
+    for Hosted {
+        name,
+        settings,
+        follows_partitions,
+    } in entity_types
+    {
         let marker = data_dir.join(format!("coordinator-{name}.started"));
         let store = if marker.exists() {
             InMemoryStore::after_loss()
@@ -39,15 +56,18 @@ pub(super) fn host(
                 path: marker.clone(),
                 source,
             })?;
-        let strategy = LeastShardAllocationStrategy::new(config.least_shard_settings())
-            .map_err(|e| ProgramError::Settings(format!("coordinator.least_shard: {e}")))?;
-        let handle = CoordinatorHandle::spawn(
-            name,
-            settings.clone(),
-            Box::new(strategy),
-            Arc::new(store),
-        )
-        .map_err(|e| ProgramError::Settings(format!("sharding.{}: {}", e.field, e.reason)))?;
+        let strategy: Box<dyn AllocationStrategy> = if *follows_partitions {
+            Box::new(ExternalAllocationStrategy::new(
+                ExternalAllocationClient::new(),
+            ))
+        } else {
+            Box::new(
+                LeastShardAllocationStrategy::new(config.least_shard_settings())
+                    .map_err(|e| ProgramError::Settings(format!("coordinator.least_shard: {e}")))?,
+            )
+        };
+        let handle = CoordinatorHandle::spawn(name, settings.clone(), strategy, Arc::new(store))
+            .map_err(|e| ProgramError::Settings(format!("sharding.{}: {}", e.field, e.reason)))?;
         hosting.host(handle, epoch);
     }
     tracing::info!(

@@ -1,0 +1,173 @@
+//! `[kafka]`: the topics whose records drive entity types, and how they are
+//! consumed. Absent, the node reads no Kafka.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// `[kafka]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSection {
+    /// `host:port[,host:port...]` of the brokers.
+    pub bootstrap_servers: String,
+    /// Names the consumer group of each entity type, `<cluster>.<entity
+    /// type>`, and its dead-letter topic, `<cluster>.<entity type>.dlq`.
+    /// Every node of one cluster names the same.
+    #[serde(default = "default_cluster")]
+    pub cluster: String,
+    /// Entity type name to the topics whose records drive it. Each topic
+    /// must have `sharding.number_of_shards` partitions (shard = partition).
+    /// An entity type that is not named here is not driven by Kafka.
+    #[serde(default)]
+    pub topics: BTreeMap<String, Vec<String>>,
+    /// Entity type name to its dead-letter topic, where the convention
+    /// `<cluster>.<entity type>.dlq` does not suit.
+    #[serde(default)]
+    pub dead_letter_topics: BTreeMap<String, String>,
+    /// Create missing topics at startup: the entity type's topics with
+    /// `number_of_shards` partitions, dead-letter topics with one.
+    #[serde(default)]
+    pub create_topics: bool,
+    /// The replication factor of topics the node creates.
+    #[serde(default = "default_replication_factor")]
+    pub replication_factor: i32,
+    /// How often the offsets of handled records are committed (and at
+    /// every revoke and at shutdown).
+    #[serde(default = "default_commit_interval", with = "humantime_serde")]
+    pub commit_interval: Duration,
+    /// Records of one partition being handled at once at most; past it the
+    /// partition is paused until some are handled.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+    /// How long a record's delivery may take before it is delivered again.
+    #[serde(default = "default_delivery_timeout", with = "humantime_serde")]
+    pub delivery_timeout: Duration,
+    /// Handler failures of one record before it goes to the dead-letter
+    /// topic.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// The pause before a record is delivered again.
+    #[serde(default = "default_retry_backoff", with = "humantime_serde")]
+    pub retry_backoff: Duration,
+    /// librdkafka properties passed through to every Kafka client of the
+    /// node (security, timeouts), e.g. `"session.timeout.ms" = "10000"`.
+    /// Those colo sets itself (`group.id`, offset handling, the assignor)
+    /// are refused.
+    #[serde(default)]
+    pub client: BTreeMap<String, String>,
+}
+
+fn default_cluster() -> String {
+    "colo".to_string()
+}
+
+fn default_replication_factor() -> i32 {
+    1
+}
+
+fn default_commit_interval() -> Duration {
+    Duration::from_secs(1)
+}
+
+fn default_max_in_flight() -> usize {
+    1000
+}
+
+fn default_delivery_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_max_attempts() -> u32 {
+    3
+}
+
+fn default_retry_backoff() -> Duration {
+    Duration::from_millis(100)
+}
+
+impl KafkaSection {
+    /// The consumer group of `entity_type`.
+    pub fn group_id(&self, entity_type: &str) -> String {
+        format!("{}.{entity_type}", self.cluster)
+    }
+
+    /// The dead-letter topic of `entity_type`.
+    pub fn dead_letter_topic(&self, entity_type: &str) -> String {
+        self.dead_letter_topics
+            .get(entity_type)
+            .cloned()
+            .unwrap_or_else(|| format!("{}.{entity_type}.dlq", self.cluster))
+    }
+
+    /// The client properties as the connectors take them.
+    pub fn client_properties(&self) -> Vec<(String, String)> {
+        self.client
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Refuses what deserializing lets through.
+    pub(super) fn check(&self) -> Result<(), (String, String)> {
+        let refuse =
+            |field: &str, reason: &str| Err((format!("kafka.{field}"), reason.to_string()));
+        if self.bootstrap_servers.trim().is_empty() {
+            return refuse("bootstrap_servers", "must name at least one broker");
+        }
+        if self.cluster.is_empty() || !self.cluster.chars().all(topic_char) {
+            return refuse(
+                "cluster",
+                "must be non-empty and use only letters, digits, '.', '_' and '-' (it names groups and topics)",
+            );
+        }
+        for (entity_type, topics) in &self.topics {
+            if topics.is_empty() {
+                return refuse(&format!("topics.{entity_type}"), "names no topic");
+            }
+            if let Some(bad) = topics
+                .iter()
+                .find(|t| t.is_empty() || !t.chars().all(topic_char))
+            {
+                return Err((
+                    format!("kafka.topics.{entity_type}"),
+                    format!("`{bad}` is not a topic name (letters, digits, '.', '_' and '-')"),
+                ));
+            }
+        }
+        for (entity_type, topic) in &self.dead_letter_topics {
+            if !self.topics.contains_key(entity_type) {
+                return Err((
+                    format!("kafka.dead_letter_topics.{entity_type}"),
+                    "names an entity type kafka.topics does not".to_string(),
+                ));
+            }
+            if topic.is_empty() || !topic.chars().all(topic_char) {
+                return Err((
+                    format!("kafka.dead_letter_topics.{entity_type}"),
+                    format!("`{topic}` is not a topic name"),
+                ));
+            }
+        }
+        if self.replication_factor < 1 {
+            return refuse("replication_factor", "must be at least 1");
+        }
+        if self.commit_interval.is_zero() {
+            return refuse("commit_interval", "must be longer than zero");
+        }
+        if self.max_in_flight == 0 {
+            return refuse("max_in_flight", "must be at least 1");
+        }
+        if self.delivery_timeout.is_zero() {
+            return refuse("delivery_timeout", "must be longer than zero");
+        }
+        if self.max_attempts == 0 {
+            return refuse("max_attempts", "must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+fn topic_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}

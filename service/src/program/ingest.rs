@@ -1,0 +1,88 @@
+//! The `[kafka]` side of a node program: which entity types Kafka drives,
+//! and their topics created when the config asks for it.
+
+use super::{ProgramError, Registration};
+use crate::config::NodeConfig;
+use colo_connectors::NewTopicSpec;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// How long topic creation may take.
+const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The entity types `[kafka.topics]` names, each checked to be run here and
+/// registered with a record decoder; their shards are made to follow the
+/// partitions.
+pub(super) fn check(
+    config: &NodeConfig,
+    entity_types: &mut [Box<dyn Registration>],
+) -> Result<BTreeSet<String>, ProgramError> {
+    let Some(kafka) = &config.kafka else {
+        return Ok(BTreeSet::new());
+    };
+    let runs: Vec<String> = entity_types.iter().map(|t| t.name().to_string()).collect();
+    let mut driven = BTreeSet::new();
+    for name in kafka.topics.keys() {
+        let Some(entity_type) = entity_types.iter_mut().find(|t| t.name() == name) else {
+            return Err(ProgramError::Settings(format!(
+                "kafka.topics.{name}: `{name}` is not an entity type this node runs (it runs: {})",
+                runs.join(", ")
+            )));
+        };
+        if !entity_type.reads_records() {
+            return Err(ProgramError::Settings(format!(
+                "kafka.topics.{name}: the program registers `{name}` without a record decoder (NodeProgram::entity_type_with_records)"
+            )));
+        }
+        entity_type.follow_partitions();
+        driven.insert(name.clone());
+    }
+    Ok(driven)
+}
+
+/// Creates the missing topics of the Kafka-driven entity types when
+/// `kafka.create_topics` is set: their topics with `number_of_shards`
+/// partitions, their dead-letter topics with one.
+pub(super) async fn create_topics(
+    config: &NodeConfig,
+    entity_types: &[Box<dyn Registration>],
+) -> Result<(), ProgramError> {
+    let Some(kafka) = config.kafka.as_ref().filter(|k| k.create_topics) else {
+        return Ok(());
+    };
+    let mut specs = Vec::new();
+    for entity_type in entity_types {
+        let Some(topics) = kafka.topics.get(entity_type.name()) else {
+            continue;
+        };
+        let partitions = i32::try_from(entity_type.settings().number_of_shards).map_err(|_| {
+            ProgramError::Settings(
+                "sharding.number_of_shards: too many for Kafka partitions".into(),
+            )
+        })?;
+        for topic in topics {
+            specs.push(NewTopicSpec {
+                name: topic.clone(),
+                partitions,
+                replication_factor: kafka.replication_factor,
+            });
+        }
+        specs.push(NewTopicSpec {
+            name: kafka.dead_letter_topic(entity_type.name()),
+            partitions: 1,
+            replication_factor: kafka.replication_factor,
+        });
+    }
+    let created = colo_connectors::create_missing_topics(
+        &kafka.bootstrap_servers,
+        &kafka.client_properties(),
+        &specs,
+        CREATE_TIMEOUT,
+    )
+    .await
+    .map_err(|e| ProgramError::Settings(format!("kafka.create_topics: {e}")))?;
+    if !created.is_empty() {
+        tracing::info!(topics = ?created, "created kafka topics");
+    }
+    Ok(())
+}
