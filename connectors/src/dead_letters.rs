@@ -32,6 +32,22 @@ impl std::fmt::Debug for DeadLetters {
     }
 }
 
+/// Properties of consumers only, which the source's pass-through list may
+/// hold and a producer would warn about.
+fn consumer_only(key: &str) -> bool {
+    const KEYS: [&str; 8] = [
+        "session.timeout.ms",
+        "heartbeat.interval.ms",
+        "max.poll.interval.ms",
+        "auto.offset.reset",
+        "isolation.level",
+        "group.instance.id",
+        "group.protocol",
+        "check.crcs",
+    ];
+    KEYS.contains(&key) || key.starts_with("fetch.") || key.starts_with("queued.")
+}
+
 impl DeadLetters {
     /// A producer for `topic`; `client` are the source's pass-through
     /// properties (security and the like).
@@ -45,7 +61,7 @@ impl DeadLetters {
         timeout: Duration,
     ) -> Result<Self, SourceError> {
         let mut config = ClientConfig::new();
-        for (key, value) in client {
+        for (key, value) in client.iter().filter(|(key, _)| !consumer_only(key)) {
             config.set(key, value);
         }
         let producer = config

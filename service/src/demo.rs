@@ -1,33 +1,56 @@
-//! The embedded demo: an in-process cluster of three nodes, a few thousand
-//! counters, a fourth node joining, and shard placement before and after the
-//! rebalance.
+//! The embedded demo: the sample's purchase events flow through Kafka
+//! (librdkafka's in-process mock cluster, so it needs nothing but cargo)
+//! into a cluster of three in-process nodes; a fourth node joins and one
+//! leaves while records flow, so shards hand off inside the consumer
+//! group's rebalances. A progress line every few seconds, `/metrics` served
+//! all along, and a summary that checks every record was handled.
 
-use crate::allocation::{LeastShardAllocationStrategy, LeastShardSettings};
-use crate::counter::{Counter, CounterMsg, COUNTER};
+use crate::admin::{self, Admin, Readiness};
+use crate::allocation::{
+    ExternalAllocationClient, ExternalAllocationStrategy, KafkaMurmur2Extractor,
+};
+use crate::entity::{Entity, EntityContext, EntityError};
+use crate::kafka::{IngestSettings, KafkaIngest};
+use crate::purchases::{self, ProduceSettings, User, UserMsg, UserStats, USER, USER_EVENTS};
 use crate::{
     ClusterShardingStats, CoordinatorHandle, EntityType, InMemoryNetwork, InMemoryStore, Node,
     Region, ShardingSettings,
 };
+use colo_connectors::SourceSettings;
+use parking_lot::Mutex;
+use rdkafka::mocking::MockCluster;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What the demo does.
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
-    /// Counters to create.
-    pub entities: usize,
-    /// Shards of the counter entity type.
-    pub shards: u32,
-    /// Additions told to each counter before the fourth node joins.
-    pub adds_per_entity: usize,
+    /// Purchase events to produce.
+    pub records: u64,
+    /// Users they are spread over.
+    pub users: usize,
+    /// Records per second.
+    pub rate: u64,
+    /// Partitions of `user-events`, = shards of the user entity type.
+    pub partitions: u32,
+    /// Where `/metrics` is served; port 0 picks one.
+    pub metrics_listen: SocketAddr,
+    /// How often a progress line is printed.
+    pub progress_every: Duration,
 }
 
 impl Default for DemoOptions {
     fn default() -> Self {
         Self {
-            entities: 5000,
-            shards: 60,
-            adds_per_entity: 10,
+            records: 30_000,
+            users: 1000,
+            rate: 1500,
+            partitions: 24,
+            metrics_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            progress_every: Duration::from_secs(2),
         }
     }
 }
@@ -44,183 +67,320 @@ fn step<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> DemoError {
     move |e| DemoError::Step(format!("{what}: {e}"))
 }
 
+/// What the users' entities handled, across nodes: the demo's own view,
+/// to check the summary against what was produced.
+#[derive(Debug, Default)]
+struct Tally {
+    handled: AtomicU64,
+    /// Events handled again (a sequence number at or below one seen).
+    again: AtomicU64,
+    /// Events handled before an earlier event of their user: none may be.
+    ahead: AtomicU64,
+    last: Mutex<HashMap<String, u64>>,
+}
+
+/// The sample's user, counted in the tally.
+struct TalliedUser {
+    user: User,
+    tally: Arc<Tally>,
+}
+
+impl Entity for TalliedUser {
+    type Message = UserMsg;
+    type Reply = UserStats;
+
+    async fn handle(
+        &mut self,
+        ctx: &EntityContext,
+        message: UserMsg,
+    ) -> Result<UserStats, EntityError> {
+        if let UserMsg::Purchase(purchase) = &message {
+            self.tally.handled.fetch_add(1, Ordering::Relaxed);
+            let mut last = self.tally.last.lock();
+            let seen = last.entry(ctx.entity_id().to_string()).or_default();
+            if purchase.sequence <= *seen {
+                self.tally.again.fetch_add(1, Ordering::Relaxed);
+            } else if purchase.sequence > *seen + 1 {
+                self.tally.ahead.fetch_add(1, Ordering::Relaxed);
+            }
+            *seen = (*seen).max(purchase.sequence);
+        }
+        self.user.handle(ctx, message).await
+    }
+}
+
+/// One in-process node: its region of users and its Kafka ingest.
+struct DemoNode {
+    name: String,
+    node: Node,
+    region: Region<TalliedUser>,
+    ingest: KafkaIngest,
+}
+
 /// Runs the demo, printing what happens.
 ///
 /// # Errors
-/// A step failed (an ask that got no answer, a rebalance that did not finish).
+/// A step failed, or not every produced record was handled.
 pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
+    let broker = MockCluster::new(1).map_err(step("start the in-process Kafka cluster"))?;
+    let partitions = i32::try_from(options.partitions)
+        .map_err(|_| DemoError::Step("too many partitions".into()))?;
+    broker
+        .create_topic(USER_EVENTS, partitions, 1)
+        .map_err(step("create user-events"))?;
+    broker
+        .create_topic("demo.user.dlq", 1, 1)
+        .map_err(step("create the dead-letter topic"))?;
+    let bootstrap = broker.bootstrap_servers();
+
+    let metrics = admin::install_recorder().map_err(step("metrics recorder"))?;
+    let listener = tokio::net::TcpListener::bind(options.metrics_listen)
+        .await
+        .map_err(step("bind the metrics address"))?;
+    let metrics_address = listener.local_addr().map_err(step("metrics address"))?;
+    let (stop_admin, admin_stopped) = tokio::sync::oneshot::channel::<()>();
+    let admin = tokio::spawn(admin::serve(
+        listener,
+        Admin::new(metrics, || Readiness::Ready),
+        async {
+            let _ = admin_stopped.await;
+        },
+    ));
+
     let settings = ShardingSettings {
-        number_of_shards: options.shards,
-        retry_interval: Duration::from_millis(100),
-        rebalance_interval: Duration::from_millis(500),
-        // Allocate nothing until all three nodes are up: otherwise the first
-        // node gets every shard and a rebalance moves some while counting,
-        // and counters live in memory only until the state store lands.
-        min_members: 3,
+        number_of_shards: options.partitions,
+        retry_interval: Duration::from_millis(200),
+        handoff_timeout: Duration::from_secs(10),
         ..ShardingSettings::default()
     };
     let network = InMemoryNetwork::new();
-    let strategy = LeastShardAllocationStrategy::new(LeastShardSettings {
-        rebalance_absolute_limit: 20,
-        rebalance_relative_limit: 0.5,
-        ..LeastShardSettings::default()
-    })
-    .map_err(step("least-shard settings"))?;
     let coordinator = CoordinatorHandle::spawn(
-        COUNTER,
+        USER,
         settings.clone(),
-        Box::new(strategy),
+        Box::new(ExternalAllocationStrategy::new(
+            ExternalAllocationClient::new(),
+        )),
         Arc::new(InMemoryStore::new()),
     )
     .map_err(step("coordinator settings"))?;
     network.host_coordinator(coordinator);
-    let counter = EntityType::new(COUNTER, |_| Counter::default()).with_settings(settings.clone());
-
-    let mut nodes = Vec::new();
-    for name in ["node-1", "node-2", "node-3"] {
+    let tally = Arc::new(Tally::default());
+    let entity_type = {
+        let tally = tally.clone();
+        EntityType::new(USER, move |_| TalliedUser {
+            user: User::default(),
+            tally: tally.clone(),
+        })
+        .with_settings(settings.clone())
+        .with_extractor(KafkaMurmur2Extractor::new(options.partitions).map_err(step("extractor"))?)
+    };
+    let start_node = |name: &str| -> Result<DemoNode, DemoError> {
         let node = Node::new(network.transport(name));
         let region = node
-            .start_region(counter.clone())
+            .start_region(entity_type.clone())
             .map_err(step("start region"))?;
-        nodes.push((node, region));
-    }
-    let ids: Vec<String> = (0..options.entities)
-        .map(|i| format!("counter-{i}"))
-        .collect();
-    println!(
-        "three nodes, {} shards; telling {} additions to each of {} counters from every node...",
-        options.shards, options.adds_per_entity, options.entities
-    );
-    let started = Instant::now();
-    let mut told = 0usize;
-    for round in 0..options.adds_per_entity {
-        let region = &nodes[round % nodes.len()].1;
-        for id in &ids {
-            region
-                .tell(id, CounterMsg::Add(1))
-                .await
-                .map_err(step("tell"))?;
-            told += 1;
-        }
-    }
-    let expected = options.adds_per_entity as i64;
-    let regions: Vec<Region<Counter>> = nodes.iter().map(|(_, r)| r.clone()).collect();
-    check_counters(&regions, &ids, expected).await?;
-    println!(
-        "{told} messages told and every counter reads {expected} ({:.0?})",
-        started.elapsed()
-    );
-    print_placement("before the rebalance", &stats(&nodes[0].1).await?);
+        let ingest = KafkaIngest::start(
+            region.clone(),
+            ingest_settings(&bootstrap, &settings),
+            purchases::purchase_records(),
+        )
+        .map_err(step("start the Kafka ingest"))?;
+        Ok(DemoNode {
+            name: name.to_string(),
+            node,
+            region,
+            ingest,
+        })
+    };
 
-    println!("node-4 joins...");
-    let node = Node::new(network.transport("node-4"));
-    let region = node.start_region(counter).map_err(step("start region"))?;
-    nodes.push((node, region));
+    println!(
+        "in-process Kafka at {bootstrap}: topic {USER_EVENTS} with {} partitions (one shard each); metrics at http://{metrics_address}/metrics",
+        options.partitions
+    );
+    let mut nodes = Vec::new();
+    for name in ["node-1", "node-2", "node-3"] {
+        nodes.push(tokio::task::block_in_place(|| start_node(name))?);
+    }
+    println!(
+        "three nodes consume in the group demo.user; producing {} purchase events of {} users at {}/s",
+        options.records, options.users, options.rate
+    );
+
+    let produce = ProduceSettings {
+        bootstrap_servers: bootstrap.clone(),
+        topic: USER_EVENTS.to_string(),
+        client: Vec::new(),
+        users: options.users,
+        user_prefix: "user-".into(),
+        rate: Some(options.rate),
+        count: Some(options.records),
+        duration: None,
+        seed: 1,
+    };
+    let sent = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let (sent, stop) = (sent.clone(), stop.clone());
+        tokio::task::spawn_blocking(move || purchases::produce(&produce, &stop, &sent))
+    };
+
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(60);
-    let mut poll = tokio::time::interval(Duration::from_millis(200));
-    loop {
-        poll.tick().await;
-        // Touch every counter so that moved shards start at their new home.
-        for id in &ids {
-            nodes[0]
-                .1
-                .ask(id, CounterMsg::Get, Duration::from_secs(10))
-                .await
-                .map_err(step("ask"))?;
+    let mut joined = false;
+    let mut left = false;
+    let mut tick = tokio::time::interval(options.progress_every);
+    tick.tick().await;
+    while !producer.is_finished() {
+        tick.tick().await;
+        progress(started, &sent, &tally, &nodes).await;
+        let share = sent.load(Ordering::Relaxed) as f64 / options.records.max(1) as f64;
+        if !joined && share >= 0.3 {
+            joined = true;
+            println!(
+                "node-4 joins: the group rebalances and some partitions' shards hand off to it"
+            );
+            nodes.push(tokio::task::block_in_place(|| start_node("node-4"))?);
         }
-        let stats = stats(&nodes[0].1).await?;
-        let counts: Vec<usize> = stats.regions.values().map(|r| r.stats.len()).collect();
-        let balanced = counts.len() == 4
-            && counts
-                .iter()
-                .max()
-                .zip(counts.iter().min())
-                .is_some_and(|(max, min)| max - min <= 1)
-            && counts.iter().sum::<usize>() == options.shards as usize;
-        if balanced {
-            println!("rebalanced in {:.1?}", started.elapsed());
-            print_placement("after the rebalance", &stats);
+        if !left && share >= 0.6 {
+            left = true;
+            let leaving = nodes.remove(1);
+            println!("{} leaves: its partitions are revoked, its shards handed off, its offsets committed", leaving.name);
+            leaving.ingest.shutdown().await;
+            leaving.node.shutdown().await;
+        }
+    }
+    let produced = producer
+        .await
+        .map_err(step("producer"))?
+        .map_err(step("produce"))?;
+    let expected = produced.totals;
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !all_handled(&tally, &expected) {
+        if Instant::now() > deadline {
             break;
         }
-        if Instant::now() > deadline {
-            return Err(DemoError::Step(
-                "the rebalance did not finish within 60 s".into(),
-            ));
-        }
+        tick.tick().await;
+        progress(started, &sent, &tally, &nodes).await;
     }
-    // Entity state is in memory only until the durable-state issue lands:
-    // a counter whose shard moved was stopped on its old node and started
-    // anew, from 0, on its new one.
-    let mut kept = 0usize;
-    let mut restarted = 0usize;
-    for id in &ids {
-        let value = nodes[0]
-            .1
-            .ask(id, CounterMsg::Get, Duration::from_secs(10))
-            .await
-            .map_err(step("ask"))?;
-        if value == expected {
-            kept += 1;
-        } else {
-            restarted += 1;
-        }
-    }
+    progress(started, &sent, &tally, &nodes).await;
+
+    let missing = missing(&tally, &expected);
+    let handled = tally.handled.load(Ordering::Relaxed);
+    let again = tally.again.load(Ordering::Relaxed);
+    let ahead = tally.ahead.load(Ordering::Relaxed);
+    println!("summary:");
     println!(
-        "{kept} counters still read {expected}; {restarted} read 0: their shards moved, and entity \
-         state is kept in memory only (durable state is not built yet), so a moved entity starts again"
+        "  produced {} purchase events of {} users",
+        expected.records,
+        expected.users.len()
     );
-    for (node, _) in &nodes {
-        node.shutdown().await;
+    println!(
+        "  handled {handled} ({again} of them again, after a hand-off that left them uncommitted)"
+    );
+    let stats = cluster_stats(&nodes[0].region).await?;
+    print_placement(&stats);
+    for node in nodes {
+        node.ingest.shutdown().await;
+        node.node.shutdown().await;
     }
-    println!("all nodes shut down gracefully");
-    Ok(())
+    let _ = stop_admin.send(());
+    let _ = admin.await;
+    if ahead > 0 {
+        return Err(DemoError::Step(format!(
+            "{ahead} events were handled before an earlier event of their user"
+        )));
+    }
+    if missing.is_empty() {
+        println!(
+            "  every record was handled, each user's in order; all nodes shut down gracefully"
+        );
+        Ok(())
+    } else {
+        Err(DemoError::Step(format!(
+            "{} users' last events were not handled, e.g. {:?}",
+            missing.len(),
+            missing.iter().take(3).collect::<Vec<_>>()
+        )))
+    }
 }
 
-/// Reads every counter through every node in turn. A tell returns once the
-/// message is accepted, and order holds per sender, not across senders: an
-/// ask through a node returns only after that node's earlier tells were
-/// handled, so the read through the last node sees every node's additions.
-async fn check_counters(
-    regions: &[Region<Counter>],
-    ids: &[String],
-    expected: i64,
-) -> Result<(), DemoError> {
-    for id in ids {
-        let mut value = 0;
-        for region in regions {
-            value = region
-                .ask(id, CounterMsg::Get, Duration::from_secs(10))
-                .await
-                .map_err(step("ask"))?;
-        }
-        if value != expected {
-            return Err(DemoError::Step(format!(
-                "{id} reads {value}, expected {expected}"
-            )));
-        }
+/// The source settings of the demo: a consumer group that notices a
+/// joining or leaving member within a second.
+fn ingest_settings(bootstrap: &str, settings: &ShardingSettings) -> IngestSettings {
+    let delivery_timeout = Duration::from_secs(10);
+    IngestSettings {
+        source: SourceSettings {
+            bootstrap_servers: bootstrap.to_string(),
+            group_id: "demo.user".into(),
+            topics: vec![USER_EVENTS.into()],
+            client: vec![
+                ("session.timeout.ms".into(), "6000".into()),
+                ("heartbeat.interval.ms".into(), "500".into()),
+            ],
+            max_in_flight: 1000,
+            commit_interval: Duration::from_millis(500),
+            rebalance_timeout: settings.handoff_timeout + delivery_timeout,
+        },
+        delivery_timeout,
+        placement_timeout: settings.handoff_timeout,
+        max_attempts: 3,
+        retry_backoff: Duration::from_millis(100),
+        dead_letter_topic: "demo.user.dlq".into(),
     }
-    Ok(())
 }
 
-async fn stats(region: &Region<Counter>) -> Result<ClusterShardingStats, DemoError> {
+fn all_handled(tally: &Tally, expected: &purchases::Totals) -> bool {
+    missing(tally, expected).is_empty()
+}
+
+/// Users whose last event was not handled yet.
+fn missing(tally: &Tally, expected: &purchases::Totals) -> Vec<String> {
+    let last = tally.last.lock();
+    expected
+        .users
+        .iter()
+        .filter(|(user, stats)| last.get(*user).copied().unwrap_or(0) < stats.last_sequence)
+        .map(|(user, _)| user.clone())
+        .collect()
+}
+
+async fn progress(started: Instant, sent: &AtomicU64, tally: &Tally, nodes: &[DemoNode]) {
+    let produced = sent.load(Ordering::Relaxed);
+    let handled = tally.handled.load(Ordering::Relaxed);
+    let lag = produced.saturating_sub(handled);
+    let (entities, shards) = match cluster_stats(&nodes[0].region).await {
+        Ok(stats) => {
+            let entities: usize = stats.regions.values().flat_map(|r| r.stats.values()).sum();
+            let shards: Vec<String> = stats
+                .regions
+                .iter()
+                .map(|(region, r)| format!("{region}:{}", r.stats.len()))
+                .collect();
+            (entities.to_string(), shards.join(" "))
+        }
+        Err(_) => ("?".into(), "?".into()),
+    };
+    println!(
+        "[{:>5.1}s] produced {produced:>6}  handled {handled:>6}  lag {lag:>5}  entities {entities:>5}  shards {shards}",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+async fn cluster_stats(region: &Region<TalliedUser>) -> Result<ClusterShardingStats, DemoError> {
     region
         .cluster_stats(Duration::from_secs(5))
         .await
         .map_err(step("cluster stats"))
 }
 
-fn print_placement(title: &str, stats: &ClusterShardingStats) {
-    println!("shard placement {title}:");
-    println!("  {:<8} {:>6} {:>9}  shards", "node", "shards", "entities");
+fn print_placement(stats: &ClusterShardingStats) {
+    println!("  shard placement at the end:");
     for (region, r) in &stats.regions {
         let entities: usize = r.stats.values().sum();
         let shards: Vec<String> = r.stats.keys().map(|s| s.to_string()).collect();
         println!(
-            "  {:<8} {:>6} {:>9}  {}",
-            region,
+            "    {region:<8} {:>3} shards {entities:>5} entities  {}",
             r.stats.len(),
-            entities,
             shards.join(",")
         );
     }

@@ -99,6 +99,9 @@ pub enum IngestError {
 #[derive(Debug)]
 pub struct KafkaIngest {
     source: Option<KafkaSource>,
+    /// Says the rebalance events are all answered and the dead-letter
+    /// producer is closed.
+    ended: Option<oneshot::Receiver<()>>,
 }
 
 impl KafkaIngest {
@@ -163,9 +166,14 @@ impl KafkaIngest {
             metrics,
             dead_letters,
         };
-        node.tasks.spawn(rebalances.run(events));
+        let (finished, ended) = oneshot::channel();
+        node.tasks.spawn(async move {
+            rebalances.run(events).await;
+            let _ = finished.send(());
+        });
         Ok(Self {
             source: Some(source),
+            ended: Some(ended),
         })
     }
 
@@ -174,6 +182,9 @@ impl KafkaIngest {
     pub async fn shutdown(mut self) {
         if let Some(source) = self.source.take() {
             let _ = tokio::task::spawn_blocking(move || source.shutdown()).await;
+        }
+        if let Some(ended) = self.ended.take() {
+            let _ = ended.await;
         }
     }
 }

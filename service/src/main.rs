@@ -18,18 +18,26 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Runs an in-process cluster of three nodes, adds a fourth, and prints
-    /// shard placement before and after the rebalance.
+    /// The Kafka demo: purchase events through an in-process Kafka cluster
+    /// into three in-process nodes; a fourth joins and one leaves while
+    /// records flow; progress lines, /metrics, and a summary that checks
+    /// every record was handled.
     Demo {
-        /// Counters to create.
-        #[arg(long, default_value_t = 5000)]
-        entities: usize,
-        /// Shards of the counter entity type.
-        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-        shards: u32,
-        /// Additions told to each counter.
-        #[arg(long, default_value_t = 10)]
-        adds: usize,
+        /// Purchase events to produce.
+        #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+        records: u64,
+        /// Users they are spread over.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        users: u64,
+        /// Records per second.
+        #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(1..))]
+        rate: u64,
+        /// Partitions of user-events (= shards).
+        #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        partitions: u32,
+        /// Where /metrics is served (port 0: any free port).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        metrics_listen: std::net::SocketAddr,
     },
     /// Replays a cache-replacement trace through passivation strategies
     /// under Akka's sharding emulation and prints each one's active rate
@@ -106,13 +114,18 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Demo {
-            entities,
-            shards,
-            adds,
+            records,
+            users,
+            rate,
+            partitions,
+            metrics_listen,
         } => demo(colo::demo::DemoOptions {
-            entities,
-            shards,
-            adds_per_entity: adds,
+            records,
+            users: usize::try_from(users).unwrap_or(usize::MAX),
+            rate,
+            partitions,
+            metrics_listen,
+            ..colo::demo::DemoOptions::default()
         }),
         Command::Simulate(args) => run_simulation(args),
         Command::Run(args) => run_node(&args),

@@ -34,22 +34,79 @@ fn the_custom_allocation_strategy_example_runs() {
     assert!(!out.trim().is_empty(), "{out}");
 }
 
-/// `colo demo`, smaller than its defaults: three nodes, a fourth joining,
-/// placement before and after, and why moved counters start again.
-#[test]
-fn the_demo_runs_and_explains_what_moved() {
-    let out = run(
-        colo_binary(),
-        &["demo", "--entities", "300", "--shards", "12"],
-    );
+/// `colo demo`, smaller than its defaults: purchase events through the
+/// in-process Kafka cluster into three nodes, a fourth joining and one
+/// leaving while records flow, `/metrics` served meanwhile, and a summary
+/// that found every record handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kafka_demo_runs_hands_off_and_handles_every_record() {
+    use std::io::BufRead;
+    let mut child = Command::new(colo_binary())
+        .args([
+            "demo",
+            "--records",
+            "9000",
+            "--rate",
+            "1000",
+            "--users",
+            "200",
+        ])
+        .args(["--partitions", "6"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start colo demo");
+    let stdout = child.stdout.take().expect("stdout");
+    let (lines, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut out = String::new();
+    let mut scraped: Option<String> = None;
+    let mut checked = false;
+    while let Some(line) = seen.recv().await {
+        if scraped.is_none() {
+            if let Some(address) = line
+                .split("http://")
+                .nth(1)
+                .and_then(|rest| rest.strip_suffix("/metrics"))
+            {
+                scraped = Some(address.to_string());
+            }
+        }
+        let progress = line.starts_with('[');
+        out.push_str(&line);
+        out.push('\n');
+        // Once records are handled, the metrics show them.
+        if progress && !checked && !line.contains("handled      0") {
+            if let Some(address) = &scraped {
+                checked = true;
+                let (status, body) = colo_tests::http::get(address, "/metrics")
+                    .await
+                    .expect("metrics answer while the demo runs");
+                assert_eq!(status, 200);
+                assert!(
+                    body.contains("colo_kafka_records_total"),
+                    "no Kafka metrics:\n{body}"
+                );
+            }
+        }
+    }
+    let status = child.wait().expect("demo exits");
+    assert!(status.success(), "demo failed:\n{out}");
+    assert!(checked, "metrics never scraped:\n{out}");
     for expected in [
-        "three nodes, 12 shards",
-        "every counter reads 10",
-        "shard placement before the rebalance",
+        "three nodes consume in the group demo.user",
         "node-4 joins",
-        "shard placement after the rebalance",
-        "entity state is kept in memory only",
-        "all nodes shut down gracefully",
+        "leaves: its partitions are revoked",
+        "summary:",
+        "produced 9000 purchase events",
+        "every record was handled, each user's in order",
     ] {
         assert!(out.contains(expected), "no {expected:?} in:\n{out}");
     }

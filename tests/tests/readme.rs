@@ -153,3 +153,118 @@ async fn the_three_node_cluster_and_the_client_commands_run_as_shown() {
         logs()
     );
 }
+
+/// README's Kafka sample as written, against the test broker (its address
+/// in place of 127.0.0.1:9092): one node consuming `user-events`, `colo
+/// produce`, and a user's totals asked with `colo ask`, which reach what
+/// the producer says they must.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kafka_sample_commands_run_as_shown() {
+    let broker = colo_tests::broker::Broker::start();
+    let root = root();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let at_broker = |lines: Vec<String>| -> Vec<String> {
+        lines
+            .into_iter()
+            .map(|l| l.replace("127.0.0.1:9092", broker.bootstrap()))
+            .collect()
+    };
+    let node = at_broker(block_after(&readme, "one node that consumes the topic"));
+    let sample = at_broker(block_after(&readme, "Then some purchase events"));
+    let (produce, ask) = match sample.as_slice() {
+        [produce, ask] if produce.contains(" produce ") && ask.contains(" ask ") => {
+            (produce.clone(), ask.clone())
+        }
+        other => panic!("README's sample block changed: {other:?}"),
+    };
+    let data = tempfile::tempdir().expect("a temporary directory");
+    let out = data.path().join("node.out");
+    let status = Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -e\n{}\necho PIDS $(jobs -p)", node.join("\n")))
+        .current_dir(&root)
+        .env("COLO_NODE__DATA_DIR", data.path())
+        .stdout(std::fs::File::create(&out).expect("stdout file"))
+        .stderr(std::fs::File::create(data.path().join("node.err")).expect("stderr file"))
+        .status()
+        .expect("run bash");
+    let printed = std::fs::read_to_string(&out).unwrap_or_default();
+    let started = Started(
+        printed
+            .lines()
+            .find_map(|l| l.strip_prefix("PIDS "))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|pid| pid.parse().ok())
+            .collect(),
+    );
+    let logs = || std::fs::read_to_string(data.path().join("node.err")).unwrap_or_default();
+    assert!(status.success(), "{printed}\n{}", logs());
+    assert_eq!(started.0.len(), 1, "{printed}");
+    let ready = wait::held_within(Duration::from_secs(60), || async {
+        matches!(
+            http::get("127.0.0.1:9011", "/health/ready").await,
+            Ok((200, _))
+        )
+    })
+    .await;
+    assert!(ready, "not ready; logs:\n{}", logs());
+    let assignment = node
+        .iter()
+        .find(|l| l.starts_with("colo="))
+        .expect("the block names the binary")
+        .clone();
+    let shell = |line: &str| {
+        Command::new("bash")
+            .arg("-c")
+            .arg(format!("set -euo pipefail\n{assignment}\n{line}"))
+            .current_dir(data.path())
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .output()
+            .expect("run bash")
+    };
+    // Run from the data directory, so expected.json lands there; the binary
+    // path is relative to the project, hence an absolute one.
+    let absolute = root.join("target/release/colo");
+    let produced = shell(&produce.replace("$colo", &absolute.display().to_string()));
+    assert!(
+        produced.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&produced.stdout),
+        String::from_utf8_lossy(&produced.stderr)
+    );
+    let expected: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(data.path().join("expected.json")).expect("expected.json"),
+    )
+    .expect("JSON");
+    let wanted = expected["users"]["user-7"]["purchases"]
+        .as_u64()
+        .expect("user-7 bought something");
+    let ask = ask.replace("$colo", &absolute.display().to_string());
+    let mut last = String::new();
+    let reached = wait::held_within(Duration::from_secs(60), || {
+        let answer = shell(&ask);
+        last = String::from_utf8_lossy(&answer.stdout).into_owned();
+        let purchases = last
+            .split_once("replied ")
+            .and_then(|(_, json)| serde_json::from_str::<serde_json::Value>(json.trim()).ok())
+            .and_then(|stats| stats["purchases"].as_u64());
+        std::future::ready(purchases == Some(wanted))
+    })
+    .await;
+    assert!(
+        reached,
+        "user-7 never reached {wanted} purchases; last answer: {last}\nlogs:\n{}",
+        logs()
+    );
+    started.signal("-TERM");
+    let stopped = wait::held_within(Duration::from_secs(60), || {
+        std::future::ready(!started.running())
+    })
+    .await;
+    assert!(
+        stopped,
+        "the node did not stop on SIGTERM; logs:\n{}",
+        logs()
+    );
+}
