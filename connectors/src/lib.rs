@@ -15,6 +15,7 @@
 
 mod ack;
 mod dead_letters;
+mod observer;
 mod source;
 mod topics;
 
@@ -23,6 +24,7 @@ pub use colo_allocation::MessageExtractor;
 pub use dead_letters::{
     DeadLetters, REASON_HEADER, SOURCE_OFFSET_HEADER, SOURCE_PARTITION_HEADER, SOURCE_TOPIC_HEADER,
 };
+pub use observer::{NoObserver, PartitionState, SourceObserver};
 pub use source::{
     AssignedPartition, Completion, KafkaSource, Record, SourceError, SourceEvent, SourceSettings,
     TopicPartition,

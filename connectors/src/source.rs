@@ -15,6 +15,7 @@
 //! acks bring it below.
 
 use crate::ack::{Ack, Offsets};
+use crate::observer::{NoObserver, PartitionState, SourceObserver};
 use parking_lot::Mutex;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
@@ -209,6 +210,17 @@ impl KafkaSource {
     pub fn start(
         settings: SourceSettings,
     ) -> Result<(Self, mpsc::UnboundedReceiver<SourceEvent>), SourceError> {
+        Self::start_observed(settings, Arc::new(NoObserver))
+    }
+
+    /// [`Self::start`], reporting partitions and commits to `observer`.
+    ///
+    /// # Errors
+    /// A bad configuration, or a subscription librdkafka refuses.
+    pub fn start_observed(
+        settings: SourceSettings,
+        observer: Arc<dyn SourceObserver>,
+    ) -> Result<(Self, mpsc::UnboundedReceiver<SourceEvent>), SourceError> {
         settings.validate()?;
         let mut config = ClientConfig::new();
         for (key, value) in &settings.client {
@@ -219,11 +231,18 @@ impl KafkaSource {
             .set("group.id", &settings.group_id)
             .set("partition.assignment.strategy", "cooperative-sticky")
             .set("enable.auto.offset.store", "false")
-            .set("enable.auto.commit", "true")
-            .set(
-                "auto.commit.interval.ms",
-                settings.commit_interval.as_millis().max(1).to_string(),
-            );
+            // Committed by the poll loop every commit_interval and waited
+            // for (a loopback or LAN round trip), so each commit's latency
+            // and failure is known.
+            .set("enable.auto.commit", "false");
+        if !settings
+            .client
+            .iter()
+            .any(|(k, _)| k == "statistics.interval.ms")
+        {
+            // The partitions' ends, for the lag.
+            config.set("statistics.interval.ms", "1000");
+        }
         if !settings
             .client
             .iter()
@@ -240,6 +259,8 @@ impl KafkaSource {
             feeds: feeds.clone(),
             events,
             timeout: settings.rebalance_timeout,
+            observer,
+            high_watermarks: Mutex::new(HashMap::new()),
         };
         let consumer: BaseConsumer<SourceContext> = config.create_with_context(context)?;
         let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
@@ -247,9 +268,10 @@ impl KafkaSource {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let stop = stop.clone();
+            let commit_interval = settings.commit_interval;
             std::thread::Builder::new()
                 .name(format!("kafka-{}", settings.group_id))
-                .spawn(move || poll(&consumer, &feeds, &stop))
+                .spawn(move || poll(&consumer, &feeds, &stop, commit_interval))
                 .map_err(|e| {
                     SourceError::Kafka(rdkafka::error::KafkaError::ClientCreation(e.to_string()))
                 })?
@@ -284,9 +306,20 @@ impl Drop for KafkaSource {
     }
 }
 
+/// How often the partitions' states are reported.
+const REPORT_EVERY: Duration = Duration::from_secs(1);
+
 /// The consumer's thread: poll, hand records to their partitions, keep
-/// the in-flight bound and store what was handled.
-fn poll(consumer: &BaseConsumer<SourceContext>, feeds: &Mutex<Feeds>, stop: &AtomicBool) {
+/// the in-flight bound, store what was handled and commit it every
+/// `commit_interval`.
+fn poll(
+    consumer: &BaseConsumer<SourceContext>,
+    feeds: &Mutex<Feeds>,
+    stop: &AtomicBool,
+    commit_interval: Duration,
+) {
+    let mut last_commit = std::time::Instant::now();
+    let mut last_report = std::time::Instant::now();
     while !stop.load(Ordering::Acquire) {
         // Not under the lock: the rebalance callback runs in here and
         // takes it.
@@ -305,11 +338,17 @@ fn poll(consumer: &BaseConsumer<SourceContext>, feeds: &Mutex<Feeds>, stop: &Ato
             None => {}
         }
         feeds.lock().maintain(consumer);
+        if last_commit.elapsed() >= commit_interval {
+            last_commit = std::time::Instant::now();
+            consumer.context().commit_sync(consumer, "interval");
+        }
+        if last_report.elapsed() >= REPORT_EVERY {
+            last_report = std::time::Instant::now();
+            feeds.lock().report(consumer, &*consumer.context().observer);
+        }
     }
     feeds.lock().maintain(consumer);
-    if let Err(e) = consumer.commit_consumer_state(CommitMode::Sync) {
-        tracing::debug!(error = %e, "no offsets committed at shutdown");
-    }
+    consumer.context().commit_sync(consumer, "shutdown");
 }
 
 /// A record as polled, before it is handed over with its ack.
@@ -371,6 +410,29 @@ impl Feeds {
             feed.hand_over(raw);
         } else {
             feed.held.push_back(raw);
+        }
+    }
+
+    /// Tells the observer each partition's state.
+    fn report(&self, consumer: &BaseConsumer<SourceContext>, observer: &dyn SourceObserver) {
+        for (tp, feed) in &self.by {
+            let offsets = feed.offsets.lock();
+            let next = offsets.position().or(feed.stored);
+            let lag = consumer
+                .context()
+                .high_watermarks
+                .lock()
+                .get(tp)
+                .copied()
+                .and_then(|high| next.map(|n| (high - n).max(0)));
+            observer.partition(
+                tp,
+                PartitionState {
+                    in_flight: offsets.in_flight(),
+                    paused: feed.paused,
+                    lag,
+                },
+            );
         }
     }
 
@@ -447,9 +509,27 @@ struct SourceContext {
     feeds: Arc<Mutex<Feeds>>,
     events: mpsc::UnboundedSender<SourceEvent>,
     timeout: Duration,
+    observer: Arc<dyn SourceObserver>,
+    /// Each partition's end, from librdkafka's statistics.
+    high_watermarks: Mutex<HashMap<TopicPartition, i64>>,
 }
 
 impl SourceContext {
+    /// Commits the stored offsets and waits for the broker's answer.
+    fn commit_sync(&self, consumer: &BaseConsumer<Self>, when: &str) {
+        let started = std::time::Instant::now();
+        match consumer.commit_consumer_state(CommitMode::Sync) {
+            Ok(()) => self.observer.committed(started.elapsed(), true),
+            Err(rdkafka::error::KafkaError::ConsumerCommit(
+                rdkafka::types::RDKafkaErrorCode::NoOffset,
+            )) => {} // nothing new since the last commit
+            Err(e) => {
+                self.observer.committed(started.elapsed(), false);
+                tracing::warn!(error = %e, "offsets not committed at {when}");
+            }
+        }
+    }
+
     /// Sends an event that carries a completion and waits for it.
     fn ask(&self, event: impl FnOnce(Completion) -> SourceEvent, what: &str) {
         let (done, wait) = std::sync::mpsc::sync_channel(1);
@@ -469,7 +549,26 @@ impl SourceContext {
     }
 }
 
-impl ClientContext for SourceContext {}
+impl ClientContext for SourceContext {
+    /// librdkafka's statistics carry each partition's high watermark, which
+    /// the lag is measured against.
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let mut highs = self.high_watermarks.lock();
+        for (topic, t) in statistics.topics {
+            for (partition, p) in t.partitions {
+                if partition >= 0 && p.hi_offset >= 0 {
+                    highs.insert(
+                        TopicPartition {
+                            topic: topic.clone(),
+                            partition,
+                        },
+                        p.hi_offset,
+                    );
+                }
+            }
+        }
+    }
+}
 
 impl ConsumerContext for SourceContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -514,6 +613,9 @@ impl ConsumerContext for SourceContext {
                         .filter_map(|tp| feeds.by.remove(tp).map(|f| (tp.clone(), f)))
                         .collect()
                 };
+                for tp in &revoked {
+                    self.observer.partition_gone(tp);
+                }
                 if consumer.assignment_lost() {
                     tracing::warn!(partitions = revoked.len(), "kafka partitions lost");
                     let _ = self.events.send(SourceEvent::Lost {
@@ -542,9 +644,7 @@ impl ConsumerContext for SourceContext {
                         }
                     }
                 }
-                if let Err(e) = consumer.commit_consumer_state(CommitMode::Sync) {
-                    tracing::debug!(error = %e, "nothing committed on revoke");
-                }
+                self.commit_sync(consumer, "revoke");
             }
             Rebalance::Error(e) => tracing::warn!(error = %e, "kafka rebalance error"),
         }

@@ -156,7 +156,8 @@ impl KafkaIngest {
             &settings.dead_letter_topic,
             settings.delivery_timeout,
         )?;
-        let (source, events) = KafkaSource::start(settings.source.clone())?;
+        let (source, events) =
+            KafkaSource::start_observed(settings.source.clone(), Arc::new(metrics.clone()))?;
         let node = region.context().clone();
         let rebalances = Rebalances {
             region,
@@ -228,6 +229,7 @@ impl<E: Entity> Rebalances<E> {
     }
 
     async fn assigned(&mut self, partitions: Vec<AssignedPartition>) {
+        let assigned_at = std::time::Instant::now();
         let shards = shards_of(partitions.iter().map(|p| &p.partition));
         if let Err(e) = self
             .region
@@ -249,6 +251,7 @@ impl<E: Entity> Rebalances<E> {
                 metrics: self.metrics.clone(),
                 mismatch_warned: false,
                 dead_letters: self.dead_letters.clone(),
+                assigned_at: Some(assigned_at),
             };
             self.region.context().tasks.spawn(async move {
                 task.run(partition.records).await;
@@ -312,6 +315,9 @@ struct PartitionTask<E: Entity> {
     /// partition: a producer with another partitioner sends many).
     mismatch_warned: bool,
     dead_letters: DeadLetters,
+    /// When the partition was assigned here, until its first record is
+    /// handled.
+    assigned_at: Option<std::time::Instant>,
 }
 
 /// A record routed and waiting for its outcome.
@@ -392,12 +398,16 @@ impl<E: Entity> PartitionTask<E> {
 
     /// Acks a handled record; delivers one again until it is handled, or
     /// gives it up after `max_attempts` handler failures.
-    async fn settle(&self, record: Record, id: &str, mut delivery: Delivery<E::Reply>) {
+    async fn settle(&mut self, record: Record, id: &str, mut delivery: Delivery<E::Reply>) {
         let mut failures = 0;
         loop {
             match delivery {
                 Delivery::Handled(_) => {
                     self.metrics.record(&self.partition.topic, "handled");
+                    if let Some(assigned_at) = self.assigned_at.take() {
+                        self.metrics
+                            .first_record(&self.partition.topic, assigned_at.elapsed());
+                    }
                     record.ack.handled();
                     return;
                 }

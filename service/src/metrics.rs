@@ -35,6 +35,12 @@ pub const KAFKA_RECORDS: &str = "colo_kafka_records_total";
 pub const KAFKA_PARTITIONER_MISMATCHES: &str = "colo_kafka_partitioner_mismatches_total";
 pub const KAFKA_REBALANCES: &str = "colo_kafka_rebalances_total";
 pub const KAFKA_REBALANCE_DURATION: &str = "colo_kafka_rebalance_callback_seconds";
+pub const KAFKA_LAG: &str = "colo_kafka_consumer_lag";
+pub const KAFKA_IN_FLIGHT: &str = "colo_kafka_records_in_flight";
+pub const KAFKA_PAUSED: &str = "colo_kafka_partition_paused";
+pub const KAFKA_COMMITS: &str = "colo_kafka_commits_total";
+pub const KAFKA_COMMIT_LATENCY: &str = "colo_kafka_commit_latency_seconds";
+pub const KAFKA_FIRST_RECORD: &str = "colo_kafka_assignment_to_first_record_seconds";
 
 /// A Kafka source's metric handles, per topic where it matters.
 #[derive(Clone, Debug)]
@@ -54,6 +60,9 @@ impl KafkaMetrics {
         for kind in ["assigned", "revoked", "lost"] {
             metrics::counter!(KAFKA_REBALANCES, "entity_type" => entity_type.to_string(), "kind" => kind).increment(0);
         }
+        for outcome in ["ok", "failed"] {
+            metrics::counter!(KAFKA_COMMITS, "entity_type" => entity_type.to_string(), "outcome" => outcome).increment(0);
+        }
         Self {
             entity_type: entity_type.to_string(),
         }
@@ -70,11 +79,55 @@ impl KafkaMetrics {
         metrics::counter!(KAFKA_PARTITIONER_MISMATCHES, "entity_type" => self.entity_type.clone(), "topic" => topic.to_string()).increment(1);
     }
 
+    /// A partition's first record was handled this long after the
+    /// partition was assigned here (its shard hosted, then consumed).
+    pub fn first_record(&self, topic: &str, since_assigned: Duration) {
+        metrics::histogram!(KAFKA_FIRST_RECORD, "entity_type" => self.entity_type.clone(), "topic" => topic.to_string()).record(since_assigned.as_secs_f64());
+    }
+
     /// A rebalance of `kind` (assigned, revoked, lost) and how long this
     /// node's part in it took.
     pub fn rebalance(&self, kind: &'static str, took: Duration) {
         metrics::counter!(KAFKA_REBALANCES, "entity_type" => self.entity_type.clone(), "kind" => kind).increment(1);
         metrics::histogram!(KAFKA_REBALANCE_DURATION, "entity_type" => self.entity_type.clone(), "kind" => kind).record(took.as_secs_f64());
+    }
+}
+
+impl colo_connectors::SourceObserver for KafkaMetrics {
+    fn partition(
+        &self,
+        partition: &colo_connectors::TopicPartition,
+        state: colo_connectors::PartitionState,
+    ) {
+        let labels = [
+            ("entity_type", self.entity_type.clone()),
+            ("topic", partition.topic.clone()),
+            ("partition", partition.partition.to_string()),
+        ];
+        metrics::gauge!(KAFKA_IN_FLIGHT, &labels).set(state.in_flight as f64);
+        metrics::gauge!(KAFKA_PAUSED, &labels).set(if state.paused { 1.0 } else { 0.0 });
+        if let Some(lag) = state.lag {
+            metrics::gauge!(KAFKA_LAG, &labels).set(lag as f64);
+        }
+    }
+
+    fn partition_gone(&self, partition: &colo_connectors::TopicPartition) {
+        let labels = [
+            ("entity_type", self.entity_type.clone()),
+            ("topic", partition.topic.clone()),
+            ("partition", partition.partition.to_string()),
+        ];
+        // Another node reports it now: this one's series read zero.
+        for name in [KAFKA_IN_FLIGHT, KAFKA_PAUSED, KAFKA_LAG] {
+            metrics::gauge!(name, &labels).set(0.0);
+        }
+    }
+
+    fn committed(&self, latency: Duration, ok: bool) {
+        let outcome = if ok { "ok" } else { "failed" };
+        metrics::counter!(KAFKA_COMMITS, "entity_type" => self.entity_type.clone(), "outcome" => outcome).increment(1);
+        metrics::histogram!(KAFKA_COMMIT_LATENCY, "entity_type" => self.entity_type.clone())
+            .record(latency.as_secs_f64());
     }
 }
 
@@ -172,6 +225,32 @@ pub fn describe() {
             KAFKA_REBALANCE_DURATION,
             Unit::Seconds,
             "How long this node's part of a rebalance took (hosting or handing off the shards)"
+        );
+        describe_gauge!(
+            KAFKA_LAG,
+            "Records between each assigned partition's end and the next record to handle (0 once the partition left this node)"
+        );
+        describe_gauge!(
+            KAFKA_IN_FLIGHT,
+            "Records of each assigned partition being handled (delivered, not settled yet)"
+        );
+        describe_gauge!(
+            KAFKA_PAUSED,
+            "1 while an assigned partition is paused at its in-flight bound (kafka.max_in_flight)"
+        );
+        describe_counter!(
+            KAFKA_COMMITS,
+            "Offset commits of handled records, by outcome (ok, failed)"
+        );
+        describe_histogram!(
+            KAFKA_COMMIT_LATENCY,
+            Unit::Seconds,
+            "How long the broker took to answer an offset commit"
+        );
+        describe_histogram!(
+            KAFKA_FIRST_RECORD,
+            Unit::Seconds,
+            "From a partition's assignment to this node to its first record handled here (the shard's start included)"
         );
         // Node-wide series exist, at zero, before anything happens.
         metrics::counter!(STALE_REPLIES).increment(0);

@@ -141,6 +141,44 @@ async fn with_graceful_changes_every_record_is_handled_exactly_once_in_order() {
         + metric(&a, "colo_messages_forwarded_total").await
         + metric(&c, "colo_messages_forwarded_total").await;
     assert_eq!(forwarded, 0.0, "records were forwarded between nodes");
+
+    // What an operator watches: every record handled, commits answered,
+    // lag back to zero, how long a partition took from its assignment to
+    // its first record, and the group's rebalances.
+    let handled_total = metric(&a, "colo_kafka_records_total{").await
+        + metric(&c, "colo_kafka_records_total{").await;
+    assert!(handled_total > 0.0);
+    for node in [&a, &c] {
+        let (_, body) = http::get(&node.admin, "/metrics").await.expect("metrics");
+        for family in [
+            "colo_kafka_records_total",
+            "colo_kafka_consumer_lag",
+            "colo_kafka_records_in_flight",
+            "colo_kafka_partition_paused",
+            "colo_kafka_commits_total",
+            "colo_kafka_commit_latency_seconds",
+            "colo_kafka_assignment_to_first_record_seconds",
+            "colo_kafka_rebalances_total",
+            "colo_kafka_rebalance_callback_seconds",
+            "colo_kafka_partitioner_mismatches_total",
+        ] {
+            assert!(
+                body.contains(&format!("# HELP {family} ")),
+                "no {family} on {}:\n{body}",
+                node.grpc
+            );
+        }
+        assert!(
+            metric(node, "colo_kafka_commits_total{").await >= 1.0,
+            "no commit on {}:\n{body}",
+            node.grpc
+        );
+    }
+    wait::until("the lag is back to zero", READY, || async {
+        metric(&a, "colo_kafka_consumer_lag{").await == 0.0
+            && metric(&c, "colo_kafka_consumer_lag{").await == 0.0
+    })
+    .await;
 }
 
 /// A node killed with SIGKILL while records flow: its partitions go to the

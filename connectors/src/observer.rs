@@ -1,0 +1,38 @@
+//! What a source reports as it goes, for the service's metrics: this crate
+//! names no metric, the service does.
+
+use crate::source::TopicPartition;
+use std::time::Duration;
+
+/// An assigned partition, as the poll loop last saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionState {
+    /// Records in the service's hands (delivered, not acked yet).
+    pub in_flight: usize,
+    /// Paused at its in-flight bound.
+    pub paused: bool,
+    /// Records between the partition's end (its high watermark, as last
+    /// fetched) and the next record to handle; `None` until known.
+    pub lag: Option<i64>,
+}
+
+/// Receives a source's reports. Called from the consumer's thread: keep it
+/// short and never block.
+pub trait SourceObserver: Send + Sync + 'static {
+    /// An assigned partition's state, reported about once a second.
+    fn partition(&self, partition: &TopicPartition, state: PartitionState);
+    /// The partition is no longer assigned here.
+    fn partition_gone(&self, partition: &TopicPartition);
+    /// A commit of handled records' offsets was answered after `latency`.
+    fn committed(&self, latency: Duration, ok: bool);
+}
+
+/// Reports nowhere.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoObserver;
+
+impl SourceObserver for NoObserver {
+    fn partition(&self, _: &TopicPartition, _: PartitionState) {}
+    fn partition_gone(&self, _: &TopicPartition) {}
+    fn committed(&self, _: Duration, _: bool) {}
+}
