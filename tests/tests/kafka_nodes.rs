@@ -273,3 +273,180 @@ async fn a_restarted_cluster_resumes_from_the_committed_offsets() {
         assert!(problems.is_empty(), "{when} the restart: {problems:#?}");
     }
 }
+
+/// Records `colo run` cannot handle: payloads that are no purchase event,
+/// and one user's purchases whose amount overflows (its handler fails each
+/// time). They land in the entity type's dead-letter topic with the reason
+/// and where they came from; every other record is handled, the partitions
+/// go on; records another partitioner placed are handled and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_records_go_to_the_dead_letter_topic_and_the_rest_is_handled() {
+    use prost::Message as _;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
+
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let (topic, cluster) = unique("dead-letters");
+    let mut sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
+    sets.push("kafka.max_attempts=2".to_string());
+    sets.push(r#"kafka.retry_backoff="20ms""#.to_string());
+    let a = start(None, &sets);
+    a.await_ready(READY).await;
+
+    let bad: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("partitioner", "murmur2_random")
+        .create()
+        .expect("producer");
+    for i in 0..5 {
+        let payload = format!("not a purchase {i}");
+        bad.send(BaseRecord::to(&topic).key("user-0").payload(&payload))
+            .expect("queued");
+    }
+    let overflow = colo_proto::v1::PurchaseEvent {
+        user_id: "user-overflow".into(),
+        product: "everything".into(),
+        quantity: 2,
+        price: i64::MAX,
+        sequence: 1,
+    }
+    .encode_to_vec();
+    for _ in 0..3 {
+        bad.send(
+            BaseRecord::to(&topic)
+                .key("user-overflow")
+                .payload(&overflow),
+        )
+        .expect("queued");
+    }
+    bad.flush(Duration::from_secs(10)).expect("flushed");
+    // Good records, some placed by librdkafka's default partitioner
+    // (CRC32), not Kafka's murmur2 that shards follow.
+    let expected = Producer::start(dir.path(), broker.bootstrap(), &topic, 30, 600, None)
+        .finished(Duration::from_secs(60))
+        .await;
+    let elsewhere: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .create()
+        .expect("producer");
+    for i in 0..30 {
+        let user = format!("crc-user-{i}");
+        let event = colo_proto::v1::PurchaseEvent {
+            user_id: user.clone(),
+            product: "tea".into(),
+            quantity: 1,
+            price: 350,
+            sequence: 1,
+        }
+        .encode_to_vec();
+        elsewhere
+            .send(BaseRecord::to(&topic).key(&user).payload(&event))
+            .expect("queued");
+    }
+    elsewhere.flush(Duration::from_secs(10)).expect("flushed");
+
+    await_all_handled(&[&a], &expected).await;
+    let dead_letters: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("group.id", format!("{cluster}.dlq-reader"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    let dlq = format!("{cluster}.user.dlq");
+    dead_letters.subscribe(&[&dlq]).expect("subscribe");
+    let mut reasons: Vec<(String, String)> = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while reasons.len() < 8 && std::time::Instant::now() < deadline {
+        let Some(Ok(message)) = dead_letters.poll(Duration::from_millis(500)) else {
+            continue;
+        };
+        let headers = message.headers().expect("dead letters carry headers");
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|h| h.key == name)
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_default()
+        };
+        assert_eq!(header(colo_connectors::SOURCE_TOPIC_HEADER), topic);
+        assert!(header(colo_connectors::SOURCE_PARTITION_HEADER)
+            .parse::<i32>()
+            .is_ok());
+        assert!(header(colo_connectors::SOURCE_OFFSET_HEADER)
+            .parse::<i64>()
+            .is_ok());
+        let key = message
+            .key()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .unwrap_or_default();
+        reasons.push((key, header(colo_connectors::REASON_HEADER)));
+    }
+    let undecodable = reasons
+        .iter()
+        .filter(|(k, r)| k == "user-0" && r.contains("not a PurchaseEvent"))
+        .count();
+    let failed = reasons
+        .iter()
+        .filter(|(k, r)| k == "user-overflow" && r.contains("the handler failed 2 times"))
+        .count();
+    assert_eq!((undecodable, failed), (5, 3), "{reasons:#?}");
+    // The CRC32-placed users were handled, not where Kafka put them but
+    // where their shards live, and counted.
+    let all = handled(&[&a]);
+    let crc_handled = (0..30)
+        .filter(|i| all.contains_key(&format!("crc-user-{i}")))
+        .count();
+    assert_eq!(crc_handled, 30);
+    assert!(metric(&a, "colo_kafka_partitioner_mismatches_total{").await > 0.0);
+    let (_, body) = http::get(&a.admin, "/metrics").await.expect("metrics");
+    let outcome = |outcome: &str| -> f64 {
+        body.lines()
+            .filter(|l| {
+                l.starts_with("colo_kafka_records_total{")
+                    && l.contains(&format!("outcome=\"{outcome}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(
+        (outcome("undecodable"), outcome("handler_failed")),
+        (5.0, 3.0)
+    );
+}
+
+/// A topic whose partition count is not the entity type's number of
+/// shards stops `colo run` at startup, naming the topic and both counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_with_another_partition_count_stops_the_node_naming_it() {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let broker = Broker::start();
+    let (topic, cluster) = unique("partition-count");
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .create()
+        .expect("admin");
+    let created = admin
+        .create_topics(
+            &[NewTopic::new(&topic, 3, TopicReplication::Fixed(1))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .expect("create");
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+    let sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
+    let mut node = start(None, &sets);
+    let status = node.exited(Duration::from_secs(60)).await;
+    assert!(!status.success());
+    let logs = node.logs();
+    assert!(
+        logs.contains(&format!(
+            "topic \\\"{topic}\\\" has 3 partitions but the entity type has 12 shards"
+        )) || logs.contains(&format!(
+            "topic \"{topic}\" has 3 partitions but the entity type has 12 shards"
+        )),
+        "{logs}"
+    );
+}
