@@ -1,6 +1,7 @@
 //! A Kafka-protocol broker for the tests: tansu, listening on a loopback
-//! port with in-memory storage, stopped by its PID when dropped. The test
-//! command installs it (`./scripts/test.sh`).
+//! port with in-memory storage (or, to survive a restart, SQLite in a
+//! temporary directory), stopped by its PID when dropped. The test command
+//! installs it (`./scripts/test.sh`).
 
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -10,10 +11,11 @@ use std::time::{Duration, Instant};
 /// A running broker.
 #[derive(Debug)]
 pub struct Broker {
-    child: Child,
+    child: Option<Child>,
     bootstrap: String,
+    storage: String,
     log: PathBuf,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Broker {
@@ -23,12 +25,42 @@ impl Broker {
     /// # Panics
     /// tansu is not installed, or does not listen within 30 s.
     pub fn start() -> Self {
-        let tansu = tansu_binary();
+        Self::start_with(|_| "memory://tansu/".to_string())
+    }
+
+    /// Starts tansu storing topics, offsets and groups in SQLite, so that
+    /// [`Broker::restart`] finds them again.
+    ///
+    /// # Panics
+    /// As [`Broker::start`].
+    pub fn start_durable() -> Self {
+        // A path relative to the broker's working directory (its own
+        // temporary one): tansu reads the URL's path as relative.
+        Self::start_with(|_| "sqlite://tansu.db".to_string())
+    }
+
+    fn start_with(storage: impl FnOnce(&std::path::Path) -> String) -> Self {
         let port = crate::process::free_port();
-        let url = format!("tcp://127.0.0.1:{port}");
         let dir = tempfile::tempdir().expect("broker directory");
-        let log = dir.path().join("tansu.log");
-        let out = std::fs::File::create(&log).expect("broker log");
+        let mut broker = Self {
+            child: None,
+            bootstrap: format!("127.0.0.1:{port}"),
+            storage: storage(dir.path()),
+            log: dir.path().join("tansu.log"),
+            dir,
+        };
+        broker.spawn();
+        broker
+    }
+
+    fn spawn(&mut self) {
+        let tansu = tansu_binary();
+        let url = format!("tcp://{}", self.bootstrap);
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("broker log");
         let err = out.try_clone().expect("broker log");
         let child = Command::new(&tansu)
             .args([
@@ -38,29 +70,38 @@ impl Broker {
                 "--advertised-listener-url",
                 &url,
             ])
-            .args(["--storage-engine", "memory://tansu/"])
+            .args(["--storage-engine", &self.storage])
+            .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", tansu.display()));
-        let broker = Self {
-            child,
-            bootstrap: format!("127.0.0.1:{port}"),
-            log,
-            _dir: dir,
-        };
+        self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(&broker.bootstrap).is_err() {
+        while TcpStream::connect(&self.bootstrap).is_err() {
             assert!(
                 Instant::now() < deadline,
                 "tansu did not listen on {} within 30 s; its log:\n{}",
-                broker.bootstrap,
-                broker.log()
+                self.bootstrap,
+                self.log()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        broker
+    }
+
+    /// Kills the broker (SIGKILL: no clean shutdown) and starts it again on
+    /// the same port and storage.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 
     /// `host:port` for `bootstrap.servers`.
@@ -76,8 +117,7 @@ impl Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }
 

@@ -450,3 +450,31 @@ async fn a_topic_with_another_partition_count_stops_the_node_naming_it() {
         "{logs}"
     );
 }
+
+/// The broker killed and started again while records flow: the nodes and
+/// the producer reconnect, and every purchase is handled at least once,
+/// each user's in order (nothing skipped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_broker_restart_mid_load_nothing_is_skipped() {
+    let mut broker = Broker::start_durable();
+    let dir = tempfile::tempdir().expect("dir");
+    let (topic, cluster) = unique("broker-restart");
+    let sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
+    let a = start(None, &sets);
+    a.await_ready(READY).await;
+    let b = start(Some(&a.grpc), &sets);
+    b.await_ready(READY).await;
+    let producer = Producer::start(dir.path(), broker.bootstrap(), &topic, 40, 2400, Some(300));
+    await_handling(&a).await;
+    await_handling(&b).await;
+    broker.restart();
+    let expected = producer.finished(Duration::from_secs(90)).await;
+    await_all_handled(&[&a, &b], &expected).await;
+    let problems = at_least_once_in_order_problems(&handled(&[&a, &b]), &expected);
+    assert!(
+        problems.is_empty(),
+        "{problems:#?}\n{}\nbroker:\n{}",
+        kafka_logs(&[&a, &b]),
+        broker.log()
+    );
+}
