@@ -18,6 +18,8 @@ mod coordinator_service;
 mod members;
 mod node_service;
 mod peer;
+#[cfg(test)]
+mod prop_tests;
 
 pub use coordinator_service::CoordinatorService;
 pub use node_service::NodeService;

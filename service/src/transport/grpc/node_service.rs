@@ -430,3 +430,6 @@ struct Delivered {
     /// envelopes, and a resend of them (their ack lost) would be skipped.
     refused: bool,
 }
+
+#[cfg(test)]
+mod prop_tests;

@@ -558,3 +558,6 @@ impl Connection {
         }));
     }
 }
+
+#[cfg(test)]
+mod prop_tests;
