@@ -38,6 +38,12 @@ for bench in routing passivation remote_ask io_entities; do
   grep -qF "cargo bench -p colo --bench $bench" README.md
   cargo bench -p colo --locked --bench "$bench" | tail -n 3
 done
+# README's first command, the Kafka demo, as shown: it checks itself and
+# fails unless every record was handled.
+grep -qF "    cargo run --release -p colo -- demo" README.md
+cargo run --release --locked -p colo -- demo | tail -n 8
+grep -qF "cargo bench -p colo-tests --bench kafka" README.md
+cargo bench -p colo-tests --locked --bench kafka | tail -n 6
 # README's simulate command, as shown (it reads the traces in ../shared).
 simulate=$(awk '/^    cargo run --release -p colo -- simulate/ {on = 1}
   on {sub(/^    /, ""); print; if (!/\\$/) exit}' README.md)

@@ -101,7 +101,7 @@ impl DeadLetters {
             })
             .insert(Header {
                 key: SOURCE_TOPIC_HEADER,
-                value: Some(record.topic.as_str()),
+                value: Some(&*record.topic),
             })
             .insert(Header {
                 key: SOURCE_PARTITION_HEADER,

@@ -143,7 +143,8 @@ pub struct TopicPartition {
 /// or dead-lettered; dropped unacked, the record is consumed again later.
 #[derive(Debug)]
 pub struct Record {
-    pub topic: String,
+    /// Shared by every record of the partition.
+    pub topic: Arc<str>,
     pub partition: i32,
     pub offset: i64,
     pub key: Option<Vec<u8>>,
@@ -233,8 +234,19 @@ impl KafkaSource {
             .set("enable.auto.offset.store", "false")
             // Committed by the poll loop every commit_interval and waited
             // for (a loopback or LAN round trip), so each commit's latency
-            // and failure is known.
-            .set("enable.auto.commit", "false");
+            // and failure is known. librdkafka's own commits stay on, rarely
+            // on their timer, for the commit it makes when partitions are
+            // unassigned: a second chance after the revoke callback's, which
+            // a broker may refuse in the middle of the rebalance.
+            .set("enable.auto.commit", "true")
+            .set(
+                "auto.commit.interval.ms",
+                (settings.commit_interval * 10)
+                    .max(Duration::from_secs(60))
+                    .as_millis()
+                    .min(i32::MAX as u128)
+                    .to_string(),
+            );
         if !settings
             .client
             .iter()
@@ -306,6 +318,10 @@ impl Drop for KafkaSource {
     }
 }
 
+/// How often, at most, held records are handed over, offsets stored and
+/// partitions paused or resumed while records keep coming.
+const MAINTAIN_EVERY: Duration = Duration::from_millis(5);
+
 /// How often the partitions' states are reported.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
 
@@ -320,24 +336,32 @@ fn poll(
 ) {
     let mut last_commit = std::time::Instant::now();
     let mut last_report = std::time::Instant::now();
+    let mut last_maintain = std::time::Instant::now();
+    let mut idle = false;
     while !stop.load(Ordering::Acquire) {
         // Not under the lock: the rebalance callback runs in here and
         // takes it.
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(message)) => {
                 let raw = RawRecord {
-                    topic: message.topic().to_string(),
                     partition: message.partition(),
                     offset: message.offset(),
                     key: message.key().map(<[u8]>::to_vec),
                     payload: message.payload().map(<[u8]>::to_vec),
                 };
-                feeds.lock().push(raw);
+                feeds.lock().push(message.topic(), raw);
             }
             Some(Err(e)) => tracing::warn!(error = %e, "kafka consumer error"),
-            None => {}
+            None => idle = true,
         }
-        feeds.lock().maintain(consumer);
+        // Not after every record: storing offsets and pausing or resuming
+        // partitions costs more than a record, and a few milliseconds'
+        // delay changes neither the commits nor the in-flight bound much.
+        if idle || last_maintain.elapsed() >= MAINTAIN_EVERY {
+            last_maintain = std::time::Instant::now();
+            idle = false;
+            feeds.lock().maintain(consumer);
+        }
         if last_commit.elapsed() >= commit_interval {
             last_commit = std::time::Instant::now();
             consumer.context().commit_sync(consumer, "interval");
@@ -354,7 +378,6 @@ fn poll(
 /// A record as polled, before it is handed over with its ack.
 #[derive(Debug)]
 struct RawRecord {
-    topic: String,
     partition: i32,
     offset: i64,
     key: Option<Vec<u8>>,
@@ -364,6 +387,7 @@ struct RawRecord {
 /// An assigned partition's way to the service.
 #[derive(Debug)]
 struct Feed {
+    topic: Arc<str>,
     to_service: mpsc::UnboundedSender<Record>,
     offsets: Arc<Mutex<Offsets>>,
     /// Polled but not handed over: the partition is at its in-flight bound.
@@ -377,7 +401,7 @@ impl Feed {
     fn hand_over(&self, raw: RawRecord) {
         let ack = Ack::new(self.offsets.clone(), raw.offset);
         let record = Record {
-            topic: raw.topic,
+            topic: self.topic.clone(),
             partition: raw.partition,
             offset: raw.offset,
             key: raw.key,
@@ -397,13 +421,15 @@ struct Feeds {
 }
 
 impl Feeds {
-    fn push(&mut self, raw: RawRecord) {
-        let tp = TopicPartition {
-            topic: raw.topic.clone(),
-            partition: raw.partition,
-        };
+    fn push(&mut self, topic: &str, raw: RawRecord) {
+        // Found by a scan, not a hash of a key built per record: a node has
+        // a few dozen partitions, and this runs for every record.
+        let found = self
+            .by
+            .iter_mut()
+            .find(|(tp, _)| tp.partition == raw.partition && tp.topic == topic);
         // A record of a partition revoked meanwhile: its next owner reads it.
-        let Some(feed) = self.by.get_mut(&tp) else {
+        let Some((_, feed)) = found else {
             return;
         };
         if feed.held.is_empty() && feed.offsets.lock().in_flight() < self.max_in_flight {
@@ -582,6 +608,7 @@ impl ConsumerContext for SourceContext {
                         feeds.by.insert(
                             tp.clone(),
                             Feed {
+                                topic: Arc::from(tp.topic.as_str()),
                                 to_service,
                                 offsets: Arc::default(),
                                 held: VecDeque::new(),

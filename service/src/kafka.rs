@@ -243,6 +243,7 @@ impl<E: Entity> Rebalances<E> {
         for partition in partitions {
             let (finished, ended) = oneshot::channel();
             self.partitions.insert(partition.partition.clone(), ended);
+            let handled = self.metrics.records(&partition.partition.topic, "handled");
             let task = PartitionTask {
                 region: self.region.clone(),
                 settings: self.settings.clone(),
@@ -252,6 +253,7 @@ impl<E: Entity> Rebalances<E> {
                 mismatch_warned: false,
                 dead_letters: self.dead_letters.clone(),
                 assigned_at: Some(assigned_at),
+                handled,
             };
             self.region.context().tasks.spawn(async move {
                 task.run(partition.records).await;
@@ -318,6 +320,8 @@ struct PartitionTask<E: Entity> {
     /// When the partition was assigned here, until its first record is
     /// handled.
     assigned_at: Option<std::time::Instant>,
+    /// Records handled, the one counter touched per record.
+    handled: metrics::Counter,
 }
 
 /// A record routed and waiting for its outcome.
@@ -403,7 +407,7 @@ impl<E: Entity> PartitionTask<E> {
         loop {
             match delivery {
                 Delivery::Handled(_) => {
-                    self.metrics.record(&self.partition.topic, "handled");
+                    self.handled.increment(1);
                     if let Some(assigned_at) = self.assigned_at.take() {
                         self.metrics
                             .first_record(&self.partition.topic, assigned_at.elapsed());

@@ -68,6 +68,12 @@ impl KafkaMetrics {
         }
     }
 
+    /// The counter of records settled with `outcome` on `topic`, for a
+    /// partition's task to keep (one registry lookup, not one per record).
+    pub fn records(&self, topic: &str, outcome: &'static str) -> metrics::Counter {
+        metrics::counter!(KAFKA_RECORDS, "entity_type" => self.entity_type.clone(), "topic" => topic.to_string(), "outcome" => outcome)
+    }
+
     /// A record settled: `handled`, or dead-lettered as `undecodable` or
     /// `handler_failed`.
     pub fn record(&self, topic: &str, outcome: &'static str) {

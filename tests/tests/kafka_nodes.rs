@@ -72,10 +72,17 @@ fn kafka_logs(nodes: &[&NodeProcess]) -> String {
     out
 }
 
+/// How long a node may take to handle its first purchase: a joining node's
+/// shards wait until their previous owner released them, which on tansu
+/// may take a few rebalance rounds (DEVELOPERS.md).
+const FIRST_PURCHASE: Duration = Duration::from_secs(90);
+
 async fn await_handling(node: &NodeProcess) {
-    wait::until(&format!("{} handles purchases", node.grpc), READY, || {
-        std::future::ready(!handled(&[node]).is_empty())
-    })
+    wait::until(
+        &format!("{} handles purchases", node.grpc),
+        FIRST_PURCHASE,
+        || std::future::ready(!handled(&[node]).is_empty()),
+    )
     .await;
 }
 
@@ -477,4 +484,52 @@ async fn after_a_broker_restart_mid_load_nothing_is_skipped() {
         kafka_logs(&[&a, &b]),
         broker.log()
     );
+}
+
+/// The whole sequence while records flow: two nodes, a third
+/// joins, one stops on SIGTERM, another is killed with SIGKILL. Every
+/// purchase is handled at least once, each user's in order, and no user
+/// lives on two nodes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_stops_and_a_kill_while_records_flow_keep_at_least_once_in_order() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let (topic, cluster) = unique("mixed");
+    let sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
+    let a = start(None, &sets);
+    a.await_ready(READY).await;
+    let mut b = start(Some(&a.grpc), &sets);
+    b.await_ready(READY).await;
+    let producer = Producer::start(dir.path(), broker.bootstrap(), &topic, 40, 4000, Some(300));
+    await_handling(&a).await;
+    await_handling(&b).await;
+    let mut c = start(Some(&a.grpc), &sets);
+    c.await_ready(READY).await;
+    await_handling(&c).await;
+    b.terminate();
+    assert!(
+        b.exited(Duration::from_secs(60)).await.success(),
+        "{}",
+        b.logs()
+    );
+    let handled_before = handled(&[&c]).values().map(Vec::len).sum::<usize>();
+    wait::until("c handles more after b left", READY, || {
+        std::future::ready(handled(&[&c]).values().map(Vec::len).sum::<usize>() > handled_before)
+    })
+    .await;
+    c.kill();
+    let killed_at = humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string();
+
+    let expected = producer.finished(Duration::from_secs(90)).await;
+    await_all_handled(&[&a, &b, &c], &expected).await;
+    let problems = at_least_once_in_order_problems(&handled(&[&a, &b, &c]), &expected);
+    assert!(
+        problems.is_empty(),
+        "{problems:#?}\n{}",
+        kafka_logs(&[&a, &b, &c])
+    );
+    let mut lifecycle = Lifecycle::read(&[&a, &b, &c], "user");
+    lifecycle.killed(&c.grpc, &killed_at);
+    let overlaps = lifecycle.overlaps();
+    assert!(overlaps.is_empty(), "{overlaps:#?}");
 }

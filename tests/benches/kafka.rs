@@ -1,0 +1,377 @@
+//! Kafka end to end, against the test broker (tansu on loopback):
+//!
+//! 1. throughput: records per second through a `colo run` node (consume,
+//!    decode, route, handle, commit) next to a bare rdkafka consumer that
+//!    reads the same topic from the same broker, in one run, as a ratio;
+//! 2. hand-off pause: a node joins and leaves a group whose moving shards
+//!    hold live entities while records flow; each pause is from the old
+//!    owner's revoke to the first record handled on the new owner, with the
+//!    part colo controls (the revoke callback: handle what is in flight,
+//!    hand the shards off, commit) reported beside it.
+//!
+//! `COLO_BENCH_RECORDS` (default 100000) sizes the throughput run,
+//! `COLO_BENCH_USERS` (default 20000) the live entities and
+//! `COLO_BENCH_CYCLES` (default 5) the join-and-leave cycles.
+
+use colo_tests::broker::Broker;
+use colo_tests::http;
+use colo_tests::lifecycle::JSON_LOGS;
+use colo_tests::process::NodeProcess;
+use colo_tests::purchases::Producer;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use std::time::{Duration, Instant};
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+const PARTITIONS: u32 = 24;
+
+fn node_sets(bootstrap: &str, topic: &str, cluster: &str, debug: bool) -> Vec<String> {
+    let mut sets = vec![
+        r#"node.entity_types=["user"]"#.to_string(),
+        format!("sharding.number_of_shards={PARTITIONS}"),
+        format!(r#"kafka.bootstrap_servers="{bootstrap}""#),
+        format!(r#"kafka.cluster="{cluster}""#),
+        format!(r#"kafka.topics.user=["{topic}"]"#),
+        "kafka.create_topics=true".to_string(),
+        // No partition is paused: tansu 0.6 answers nothing to a fetch
+        // from an offset inside a record batch, which is where librdkafka
+        // fetches from when a paused partition resumes, and the partition
+        // would stall (a Kafka broker returns the batch).
+        "kafka.max_in_flight=1000000".to_string(),
+        r#"kafka.client={"session.timeout.ms"="6000","heartbeat.interval.ms"="500"}"#.to_string(),
+    ];
+    if debug {
+        sets.extend(JSON_LOGS.iter().map(|s| s.to_string()));
+    } else {
+        sets.push(r#"log.level="warn""#.to_string());
+    }
+    sets
+}
+
+fn start(coordinator: Option<&str>, sets: &[String]) -> NodeProcess {
+    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+    NodeProcess::start(coordinator, &sets)
+}
+
+async fn handled(node: &NodeProcess) -> f64 {
+    let Ok((_, body)) = http::get(&node.admin, "/metrics").await else {
+        return 0.0;
+    };
+    body.lines()
+        .filter(|l| l.starts_with("colo_kafka_records_total{") && l.contains("outcome=\"handled\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A bare consumer in a group of its own: records per second from its
+/// first record to the `count`-th.
+fn bare(bootstrap: &str, topic: &str, group: &str, count: u64) -> f64 {
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("auto.offset.reset", "earliest")
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let mut seen = 0u64;
+    let mut first = None;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while seen < count && Instant::now() < deadline {
+        if let Some(Ok(_)) = consumer.poll(Duration::from_millis(100)) {
+            first.get_or_insert_with(Instant::now);
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, count, "the bare consumer read only {seen}");
+    consumer
+        .commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
+        .ok();
+    count as f64 / first.expect("a record").elapsed().as_secs_f64()
+}
+
+/// A `colo run` node in a group of its own: records per second from its
+/// first handled record to the `count`-th.
+async fn through_colo(bootstrap: &str, topic: &str, cluster: &str, count: u64) -> f64 {
+    let node = start(None, &node_sets(bootstrap, topic, cluster, false));
+    node.await_ready(Duration::from_secs(30)).await;
+    let mut first = None;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    loop {
+        tick.tick().await;
+        let done = handled(&node).await;
+        if done > 0.0 {
+            first.get_or_insert_with(Instant::now);
+        }
+        if done as u64 >= count {
+            break;
+        }
+        if Instant::now() > deadline {
+            let (_, body) = http::get(&node.admin, "/metrics").await.unwrap_or_default();
+            let kafka: Vec<&str> = body
+                .lines()
+                .filter(|l| l.starts_with("colo_kafka") && !l.contains("_bucket"))
+                .collect();
+            panic!("colo handled only {done} of {count}:\n{}", kafka.join("\n"));
+        }
+    }
+    count as f64 / first.expect("a record").elapsed().as_secs_f64()
+}
+
+async fn throughput(broker: &Broker) {
+    let records = env("COLO_BENCH_RECORDS", 100_000);
+    let users = env("COLO_BENCH_USERS", 20_000);
+    let dir = tempfile::tempdir().expect("dir");
+    let topic = format!("bench-{}.user-events", std::process::id());
+    // The first node creates the topic; the records go in before anyone
+    // measures.
+    let creator = start(
+        None,
+        &node_sets(broker.bootstrap(), &topic, "bench-creator", false),
+    );
+    creator.await_ready(Duration::from_secs(30)).await;
+    drop(creator);
+    Producer::start(dir.path(), broker.bootstrap(), &topic, users, records, None)
+        .finished(Duration::from_secs(600))
+        .await;
+    println!("throughput: {records} records of {users} users, {PARTITIONS} partitions, one node");
+    println!("| run | bare rdkafka consumer records/s | colo run records/s | ratio |");
+    println!("|---|---:|---:|---:|");
+    let mut ratios = Vec::new();
+    for run in 1..=3 {
+        let bootstrap = broker.bootstrap().to_string();
+        let (t, group) = (topic.clone(), format!("bench-bare-{run}"));
+        let bare = tokio::task::spawn_blocking(move || bare(&bootstrap, &t, &group, records))
+            .await
+            .expect("bare consumer");
+        let colo = through_colo(
+            broker.bootstrap(),
+            &topic,
+            &format!("bench-colo-{run}"),
+            records,
+        )
+        .await;
+        ratios.push(colo / bare);
+        println!("| {run} | {bare:.0} | {colo:.0} | {:.2} |", colo / bare);
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!("median ratio colo/bare: {:.2}", ratios[1]);
+}
+
+/// Log lines with `message` (JSON logs): their time (seconds since the
+/// epoch) and fields.
+fn events(node: &NodeProcess, message: &str) -> Vec<(f64, serde_json::Value)> {
+    node.logs()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["fields"]["message"] == message)
+        .filter_map(|e| {
+            let at = humantime::parse_rfc3339(e["timestamp"].as_str()?).ok()?;
+            let at = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64();
+            Some((at, e["fields"].clone()))
+        })
+        .collect()
+}
+
+/// The first time after `after` that `node` logged `message`, with fields
+/// that pass `keep`, waited for up to a minute.
+async fn first_after(
+    node: &NodeProcess,
+    message: &str,
+    after: f64,
+    keep: impl Fn(&serde_json::Value) -> bool,
+) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some((t, _)) = events(node, message)
+            .into_iter()
+            .find(|(t, f)| *t > after && keep(f))
+        {
+            return t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never logged {message:?} after {after}",
+            node.grpc
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The sum and count of a node's revoke-callback durations.
+async fn revoke_callbacks(node: &NodeProcess) -> (f64, f64) {
+    let Ok((_, body)) = http::get(&node.admin, "/metrics").await else {
+        return (0.0, 0.0);
+    };
+    let value = |name: &str| {
+        body.lines()
+            .filter(|l| l.starts_with(name) && l.contains("kind=\"revoked\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    (
+        value("colo_kafka_rebalance_callback_seconds_sum"),
+        value("colo_kafka_rebalance_callback_seconds_count"),
+    )
+}
+
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or_default()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[at.min(sorted.len() - 1)]
+}
+
+/// One hand-off's parts, in seconds.
+#[derive(Default)]
+struct Pause {
+    /// Old owner's revoke to the first moved record handled on the new.
+    total: f64,
+    /// The old owner's revoke callback (records in flight handled, shards
+    /// handed off with their entities stopped, offsets committed).
+    callback: f64,
+    /// The new owner's assignment to its first moved record handled.
+    start: f64,
+}
+
+async fn handoff_pause(broker: &Broker) {
+    let users = env("COLO_BENCH_USERS", 20_000);
+    let cycles = env("COLO_BENCH_CYCLES", 5);
+    let dir = tempfile::tempdir().expect("dir");
+    let topic = format!("bench-{}.pause", std::process::id());
+    let sets = node_sets(broker.bootstrap(), &topic, "bench-pause", true);
+    let a = start(None, &sets);
+    a.await_ready(Duration::from_secs(30)).await;
+    // Every user active on the first node before anything moves.
+    let warm = Producer::start_for(
+        "u-",
+        dir.path(),
+        broker.bootstrap(),
+        &topic,
+        users,
+        users * 3,
+        None,
+    )
+    .finished(Duration::from_secs(600))
+    .await;
+    while handled(&a).await < (users * 3) as f64 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "hand-off pause: {} users live on the first node, {PARTITIONS} partitions; a second node joins and leaves {cycles} times while 2000 records/s flow",
+        warm.len()
+    );
+    // The same users keep buying while the second node joins and leaves.
+    let _flow = Producer::start_for(
+        "u-",
+        dir.path(),
+        broker.bootstrap(),
+        &topic,
+        users,
+        2000 * 60 * cycles,
+        Some(2000),
+    );
+    let assigned_some = |f: &serde_json::Value| f["partitions"].as_u64().unwrap_or(0) > 0;
+    let mut pauses = Vec::new();
+    for _ in 0..cycles {
+        // Joining: a revokes about half its partitions, b gets them.
+        let joined_at = now();
+        let before = revoke_callbacks(&a).await;
+        let mut b = start(Some(&a.grpc), &sets);
+        let revoked = first_after(&a, "kafka partitions revoked", joined_at, |_| true).await;
+        let assigned = first_after(&b, "kafka partitions assigned", revoked, assigned_some).await;
+        let first = first_after(&b, "purchase handled", assigned, |_| true).await;
+        let after = revoke_callbacks(&a).await;
+        pauses.push(Pause {
+            total: first - revoked,
+            callback: (after.0 - before.0) / (after.1 - before.1).max(1.0),
+            start: first - assigned,
+        });
+        // Let the group settle: b consumes for a second.
+        let settled = first_after(&b, "purchase handled", first + 1.0, |_| true).await;
+        let moved: std::collections::BTreeSet<String> = events(&b, "purchase handled")
+            .into_iter()
+            .filter_map(|(_, f)| f["entity_id"].as_str().map(str::to_string))
+            .collect();
+        // Leaving: b revokes everything, a gets it back.
+        let before = revoke_callbacks(&b).await;
+        b.terminate();
+        let revoked = first_after(&b, "kafka partitions revoked", settled, |_| true).await;
+        let (sum, count) = revoke_callbacks(&b).await;
+        let assigned = first_after(&a, "kafka partitions assigned", revoked, assigned_some).await;
+        let first = first_after(&a, "purchase handled", assigned, |f| {
+            f["entity_id"].as_str().is_some_and(|id| moved.contains(id))
+        })
+        .await;
+        assert!(b.exited(Duration::from_secs(60)).await.success());
+        let callback = if count > before.1 {
+            (sum - before.0) / (count - before.1)
+        } else {
+            // Scraped before the callback ended: from the log instead.
+            first_after(&b, "stopped", revoked, |_| true).await - revoked
+        };
+        pauses.push(Pause {
+            total: first - revoked,
+            callback,
+            start: first - assigned,
+        });
+    }
+    let sorted = |part: fn(&Pause) -> f64| {
+        let mut v: Vec<f64> = pauses.iter().map(part).collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    println!("{} hand-offs (joins and leaves):", pauses.len());
+    println!("| part | p50 s | p99 s | max s |");
+    println!("|---|---:|---:|---:|");
+    for (name, values) in [
+        (
+            "revoke on the old owner to first moved record on the new",
+            sorted(|p| p.total),
+        ),
+        (
+            "old owner's revoke callback (hand-off inside it)",
+            sorted(|p| p.callback),
+        ),
+        (
+            "new owner's assignment to its first moved record",
+            sorted(|p| p.start),
+        ),
+    ] {
+        println!(
+            "| {name} | {:.3} | {:.3} | {:.3} |",
+            percentile(&values, 0.5),
+            percentile(&values, 0.99),
+            values.last().copied().unwrap_or_default()
+        );
+    }
+}
+
+fn main() {
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let broker = Broker::start();
+        if filter.as_deref().is_none_or(|f| "throughput".contains(f)) {
+            throughput(&broker).await;
+        }
+        if filter.as_deref().is_none_or(|f| "pause".contains(f)) {
+            handoff_pause(&broker).await;
+        }
+    });
+}
