@@ -129,9 +129,10 @@ async fn a_partition_at_its_in_flight_bound_waits_for_acks() {
         in_hand.push(next_record(records).await);
     }
     // Nothing more while three are in hand.
-    tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
-        records.try_recv().is_err(),
+        tokio::time::timeout(Duration::from_millis(500), records.recv())
+            .await
+            .is_err(),
         "a fourth record while three are in flight"
     );
     // One ack lets one more through, in order.
