@@ -23,8 +23,10 @@ pub trait SourceObserver: Send + Sync + 'static {
     fn partition(&self, partition: &TopicPartition, state: PartitionState);
     /// The partition is no longer assigned here.
     fn partition_gone(&self, partition: &TopicPartition);
-    /// A commit of handled records' offsets was answered after `latency`.
-    fn committed(&self, latency: Duration, ok: bool);
+    /// A commit of handled records' offsets was answered, after `latency`
+    /// when the source made it and waited (at a revoke or at shutdown);
+    /// librdkafka's own periodic commits come without.
+    fn committed(&self, latency: Option<Duration>, ok: bool);
 }
 
 /// Reports nowhere.
@@ -34,5 +36,5 @@ pub struct NoObserver;
 impl SourceObserver for NoObserver {
     fn partition(&self, _: &TopicPartition, _: PartitionState) {}
     fn partition_gone(&self, _: &TopicPartition) {}
-    fn committed(&self, _: Duration, _: bool) {}
+    fn committed(&self, _: Option<Duration>, _: bool) {}
 }

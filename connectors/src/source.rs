@@ -232,19 +232,16 @@ impl KafkaSource {
             .set("group.id", &settings.group_id)
             .set("partition.assignment.strategy", "cooperative-sticky")
             .set("enable.auto.offset.store", "false")
-            // Committed by the poll loop every commit_interval and waited
-            // for (a loopback or LAN round trip), so each commit's latency
-            // and failure is known. librdkafka's own commits stay on, rarely
-            // on their timer, for the commit it makes when partitions are
-            // unassigned: a second chance after the revoke callback's, which
-            // a broker may refuse in the middle of the rebalance.
+            // librdkafka commits what was stored every commit_interval, and
+            // when partitions are unassigned; the source commits itself,
+            // and waits, at every revoke and at shutdown.
             .set("enable.auto.commit", "true")
             .set(
                 "auto.commit.interval.ms",
-                (settings.commit_interval * 10)
-                    .max(Duration::from_secs(60))
+                settings
+                    .commit_interval
                     .as_millis()
-                    .min(i32::MAX as u128)
+                    .clamp(1, i32::MAX as u128)
                     .to_string(),
             );
         if !settings
@@ -280,10 +277,9 @@ impl KafkaSource {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let stop = stop.clone();
-            let commit_interval = settings.commit_interval;
             std::thread::Builder::new()
                 .name(format!("kafka-{}", settings.group_id))
-                .spawn(move || poll(&consumer, &feeds, &stop, commit_interval))
+                .spawn(move || poll(&consumer, &feeds, &stop))
                 .map_err(|e| {
                     SourceError::Kafka(rdkafka::error::KafkaError::ClientCreation(e.to_string()))
                 })?
@@ -326,15 +322,8 @@ const MAINTAIN_EVERY: Duration = Duration::from_millis(5);
 const REPORT_EVERY: Duration = Duration::from_secs(1);
 
 /// The consumer's thread: poll, hand records to their partitions, keep
-/// the in-flight bound, store what was handled and commit it every
-/// `commit_interval`.
-fn poll(
-    consumer: &BaseConsumer<SourceContext>,
-    feeds: &Mutex<Feeds>,
-    stop: &AtomicBool,
-    commit_interval: Duration,
-) {
-    let mut last_commit = std::time::Instant::now();
+/// the in-flight bound and store what was handled (librdkafka commits it).
+fn poll(consumer: &BaseConsumer<SourceContext>, feeds: &Mutex<Feeds>, stop: &AtomicBool) {
     let mut last_report = std::time::Instant::now();
     let mut last_maintain = std::time::Instant::now();
     let mut idle = false;
@@ -361,10 +350,6 @@ fn poll(
             last_maintain = std::time::Instant::now();
             idle = false;
             feeds.lock().maintain(consumer);
-        }
-        if last_commit.elapsed() >= commit_interval {
-            last_commit = std::time::Instant::now();
-            consumer.context().commit_sync(consumer, "interval");
         }
         if last_report.elapsed() >= REPORT_EVERY {
             last_report = std::time::Instant::now();
@@ -545,12 +530,12 @@ impl SourceContext {
     fn commit_sync(&self, consumer: &BaseConsumer<Self>, when: &str) {
         let started = std::time::Instant::now();
         match consumer.commit_consumer_state(CommitMode::Sync) {
-            Ok(()) => self.observer.committed(started.elapsed(), true),
+            Ok(()) => self.observer.committed(Some(started.elapsed()), true),
             Err(rdkafka::error::KafkaError::ConsumerCommit(
                 rdkafka::types::RDKafkaErrorCode::NoOffset,
             )) => {} // nothing new since the last commit
             Err(e) => {
-                self.observer.committed(started.elapsed(), false);
+                self.observer.committed(Some(started.elapsed()), false);
                 tracing::warn!(error = %e, "offsets not committed at {when}");
             }
         }
@@ -597,6 +582,25 @@ impl ClientContext for SourceContext {
 }
 
 impl ConsumerContext for SourceContext {
+    /// librdkafka's own commits (on its timer and at unassignment): counted
+    /// by outcome; their latency is not known here.
+    fn commit_callback(
+        &self,
+        result: rdkafka::error::KafkaResult<()>,
+        _offsets: &TopicPartitionList,
+    ) {
+        match result {
+            Ok(()) => self.observer.committed(None, true),
+            Err(rdkafka::error::KafkaError::ConsumerCommit(
+                rdkafka::types::RDKafkaErrorCode::NoOffset,
+            )) => {}
+            Err(e) => {
+                self.observer.committed(None, false);
+                tracing::warn!(error = %e, "offsets not committed");
+            }
+        }
+    }
+
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(list) => {

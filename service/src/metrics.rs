@@ -129,11 +129,13 @@ impl colo_connectors::SourceObserver for KafkaMetrics {
         }
     }
 
-    fn committed(&self, latency: Duration, ok: bool) {
+    fn committed(&self, latency: Option<Duration>, ok: bool) {
         let outcome = if ok { "ok" } else { "failed" };
         metrics::counter!(KAFKA_COMMITS, "entity_type" => self.entity_type.clone(), "outcome" => outcome).increment(1);
-        metrics::histogram!(KAFKA_COMMIT_LATENCY, "entity_type" => self.entity_type.clone())
-            .record(latency.as_secs_f64());
+        if let Some(latency) = latency {
+            metrics::histogram!(KAFKA_COMMIT_LATENCY, "entity_type" => self.entity_type.clone())
+                .record(latency.as_secs_f64());
+        }
     }
 }
 
@@ -251,7 +253,7 @@ pub fn describe() {
         describe_histogram!(
             KAFKA_COMMIT_LATENCY,
             Unit::Seconds,
-            "How long the broker took to answer an offset commit"
+            "How long the broker took to answer an offset commit made at a revoke or at shutdown (the ones a hand-off waits for)"
         );
         describe_histogram!(
             KAFKA_FIRST_RECORD,
