@@ -268,25 +268,21 @@ impl<E: Entity> Rebalances<E> {
                 let _ = ended.await;
             }
         }
-        // A shard stays while another topic's partition of the same number
-        // is still assigned here.
-        let kept: BTreeSet<i32> = self.partitions.keys().map(|tp| tp.partition).collect();
-        let released = shards_of(partitions.iter().filter(|tp| !kept.contains(&tp.partition)));
-        if let Err(e) = self
-            .region
-            .release_shards(released, self.settings.placement_timeout)
-            .await
-        {
-            tracing::warn!(entity_type = %self.region.entity_type_name(), error = %e, "revoked partitions' shards not released");
-        }
+        self.release(partitions, "revoked").await;
     }
-}
 
-impl<E: Entity> Rebalances<E> {
+    /// The partitions' records are dropped unhandled: the next owner
+    /// consumes them from the last commit.
     async fn lost(&mut self, partitions: &[TopicPartition]) {
         for tp in partitions {
             self.partitions.remove(tp);
         }
+        self.release(partitions, "lost").await;
+    }
+
+    /// Releases the shards of `partitions` that no partition still assigned
+    /// here shares (another topic's partition of the same number keeps it).
+    async fn release(&self, partitions: &[TopicPartition], why: &str) {
         let kept: BTreeSet<i32> = self.partitions.keys().map(|tp| tp.partition).collect();
         let released = shards_of(partitions.iter().filter(|tp| !kept.contains(&tp.partition)));
         if let Err(e) = self
@@ -294,7 +290,7 @@ impl<E: Entity> Rebalances<E> {
             .release_shards(released, self.settings.placement_timeout)
             .await
         {
-            tracing::warn!(entity_type = %self.region.entity_type_name(), error = %e, "lost partitions' shards not released");
+            tracing::warn!(entity_type = %self.region.entity_type_name(), error = %e, "{why} partitions' shards not released");
         }
     }
 }

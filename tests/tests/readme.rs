@@ -58,6 +58,40 @@ fn zombie(pid: u32) -> bool {
     })
 }
 
+/// Runs README `lines` that start nodes, as a user does (in the background
+/// of a shell, which prints their PIDs and leaves them running), with the
+/// nodes' data in `data`; their output goes to `data/block.err`.
+fn start_block(
+    root: &Path,
+    lines: &[String],
+    data: &Path,
+) -> (std::process::ExitStatus, String, Started) {
+    let out = data.join("block.out");
+    let status = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -e\n{}\necho PIDS $(jobs -p)",
+            lines.join("\n")
+        ))
+        .current_dir(root)
+        .env("COLO_NODE__DATA_DIR", data)
+        .stdout(std::fs::File::create(&out).expect("stdout file"))
+        .stderr(std::fs::File::create(data.join("block.err")).expect("stderr file"))
+        .status()
+        .expect("run bash");
+    let printed = std::fs::read_to_string(&out).unwrap_or_default();
+    let started = Started(
+        printed
+            .lines()
+            .find_map(|l| l.strip_prefix("PIDS "))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|pid| pid.parse().ok())
+            .collect(),
+    );
+    (status, printed, started)
+}
+
 impl Drop for Started {
     fn drop(&mut self) {
         self.signal("-KILL");
@@ -75,32 +109,8 @@ async fn the_three_node_cluster_and_the_client_commands_run_as_shown() {
         "{nodes:?}"
     );
     let data = tempfile::tempdir().expect("a temporary directory");
-    let out = data.path().join("nodes.out");
-    // Started as a user does (in the background of a shell); the shell
-    // prints their PIDs and leaves them running.
-    let status = Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "set -e\n{}\necho PIDS $(jobs -p)",
-            nodes.join("\n")
-        ))
-        .current_dir(&root)
-        .env("COLO_NODE__DATA_DIR", data.path())
-        .stdout(std::fs::File::create(&out).expect("stdout file"))
-        .stderr(std::fs::File::create(data.path().join("nodes.err")).expect("stderr file"))
-        .status()
-        .expect("run bash");
-    let printed = std::fs::read_to_string(&out).unwrap_or_default();
-    let started = Started(
-        printed
-            .lines()
-            .find_map(|l| l.strip_prefix("PIDS "))
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter_map(|pid| pid.parse().ok())
-            .collect(),
-    );
-    let logs = || std::fs::read_to_string(data.path().join("nodes.err")).unwrap_or_default();
+    let (status, printed, started) = start_block(&root, &nodes, data.path());
+    let logs = || std::fs::read_to_string(data.path().join("block.err")).unwrap_or_default();
     assert!(status.success(), "{printed}\n{}", logs());
     assert_eq!(started.0.len(), 3, "{printed}");
     for admin in ["127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"] {
@@ -178,27 +188,8 @@ async fn the_kafka_sample_commands_run_as_shown() {
         other => panic!("README's sample block changed: {other:?}"),
     };
     let data = tempfile::tempdir().expect("a temporary directory");
-    let out = data.path().join("node.out");
-    let status = Command::new("bash")
-        .arg("-c")
-        .arg(format!("set -e\n{}\necho PIDS $(jobs -p)", node.join("\n")))
-        .current_dir(&root)
-        .env("COLO_NODE__DATA_DIR", data.path())
-        .stdout(std::fs::File::create(&out).expect("stdout file"))
-        .stderr(std::fs::File::create(data.path().join("node.err")).expect("stderr file"))
-        .status()
-        .expect("run bash");
-    let printed = std::fs::read_to_string(&out).unwrap_or_default();
-    let started = Started(
-        printed
-            .lines()
-            .find_map(|l| l.strip_prefix("PIDS "))
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter_map(|pid| pid.parse().ok())
-            .collect(),
-    );
-    let logs = || std::fs::read_to_string(data.path().join("node.err")).unwrap_or_default();
+    let (status, printed, started) = start_block(&root, &node, data.path());
+    let logs = || std::fs::read_to_string(data.path().join("block.err")).unwrap_or_default();
     assert!(status.success(), "{printed}\n{}", logs());
     assert_eq!(started.0.len(), 1, "{printed}");
     let ready = wait::held_within(Duration::from_secs(60), || async {
