@@ -26,8 +26,8 @@ pub use dead_letters::{
 };
 pub use observer::{NoObserver, PartitionState, SourceObserver};
 pub use source::{
-    AssignedPartition, Completion, KafkaSource, Record, SourceError, SourceEvent, SourceSettings,
-    TopicPartition,
+    AssignedPartition, Gate, KafkaSource, Record, Revocation, SourceError, SourceEvent,
+    SourceSettings, TopicPartition,
 };
 pub use topics::{
     check_partition_counts, create_missing_topics, partition_counts, NewTopicSpec, TopicError,

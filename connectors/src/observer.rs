@@ -9,7 +9,8 @@ use std::time::Duration;
 pub struct PartitionState {
     /// Records in the service's hands (delivered, not acked yet).
     pub in_flight: usize,
-    /// Paused at its in-flight bound.
+    /// Paused: at its in-flight bound, or waiting for its shard (its gate
+    /// not open yet).
     pub paused: bool,
     /// Records between the partition's end (its high watermark, as last
     /// fetched) and the next record to handle; `None` until known.

@@ -3,12 +3,19 @@
 //! rebalances as events the service answers before the callback returns.
 //!
 //! The consumer is polled on a thread of its own, because librdkafka runs
-//! the rebalance callback inside `poll`, and that callback must wait for
-//! the service: on a revoke, until the partitions' in-flight records are
-//! handled and their shards handed off, and then it commits; on an
-//! assignment, until the shards are hosted, and only then is the partition
-//! consumed. Waiting on a runtime thread would stall the runtime that does
-//! the hand-off.
+//! the rebalance callback inside `poll`, and a revoke's callback waits for
+//! the service: until the partitions' in-flight records are handled (then
+//! it commits) and their shards handed off. Waiting on a runtime thread
+//! would stall the runtime that does the hand-off.
+//!
+//! An assignment's callback does not wait: the group's round would wait
+//! with it, and a broker may assign a partition here before its previous
+//! owner revoked it, so the shard may only come once that owner's next
+//! round is done. Each assigned partition instead stays paused behind its
+//! [`Gate`] until the service opens it (its shard hosted here). Opening
+//! reads the committed offset again: records below it were handled by the
+//! previous owner after this assignment read its position, and are
+//! dropped, so a graceful change hands each record to one node.
 //!
 //! Backpressure: at most `max_in_flight` records per partition are in the
 //! service's hands; past that the partition is paused, and resumed once
@@ -25,7 +32,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// The librdkafka properties the source sets itself: overriding them would
 /// break its guarantees.
@@ -152,42 +159,80 @@ pub struct Record {
     pub ack: Ack,
 }
 
-/// A partition assigned to this node, with its records in order.
+/// A partition assigned to this node, with its records in order once its
+/// gate is open.
 #[derive(Debug)]
 pub struct AssignedPartition {
     pub partition: TopicPartition,
     /// Ends when the partition is revoked or lost.
     pub records: mpsc::UnboundedReceiver<Record>,
+    /// Open it once the partition's shard is hosted here.
+    pub gate: Gate,
 }
 
-/// What the rebalance callback waits for. [`Completion::done`] says the
-/// service did its part; dropped without that, the callback goes on and
-/// logs that it did not.
+/// What holds an assigned partition's records back until the service can
+/// handle them where they were consumed. Dropped unopened (the partition
+/// revoked meanwhile, say), the partition stays paused until it goes.
 #[derive(Debug)]
-pub struct Completion(std::sync::mpsc::SyncSender<()>);
+pub struct Gate {
+    partition: TopicPartition,
+    /// Which assignment of the partition: a gate of an earlier one opens
+    /// nothing.
+    feed: u64,
+    opens: std::sync::mpsc::Sender<(TopicPartition, u64)>,
+}
 
-impl Completion {
-    /// The service is done with the event.
+impl Gate {
+    /// The partition's shard is hosted here: consume it, from its committed
+    /// offset as it is now.
+    pub fn open(self) {
+        let _ = self.opens.send((self.partition, self.feed));
+    }
+}
+
+/// A revoke the callback waits for, in two steps. Dropped, each step it
+/// did not take is taken as not done, and the callback goes on.
+#[derive(Debug)]
+pub struct Revocation {
+    settled: Option<std::sync::mpsc::SyncSender<oneshot::Sender<bool>>>,
+    done: std::sync::mpsc::SyncSender<()>,
+}
+
+impl Revocation {
+    /// Every record received of the revoked partitions was settled: the
+    /// source stores and commits their offsets now, and this says whether
+    /// the broker took the commit. It comes before the hand-off because the
+    /// partitions' next owner starts once their shards are handed off, from
+    /// the offset committed then.
+    pub async fn commit(&mut self) -> bool {
+        let Some(settled) = self.settled.take() else {
+            return false;
+        };
+        let (reply, answer) = oneshot::channel();
+        if settled.send(reply).is_err() {
+            return false;
+        }
+        answer.await.unwrap_or(false)
+    }
+
+    /// The revoked partitions' shards were handed off: the callback returns
+    /// and the partitions change owner.
     pub fn done(self) {
-        let _ = self.0.send(());
+        let _ = self.done.send(());
     }
 }
 
 /// A rebalance of the entity type's group, as this node sees it.
 #[derive(Debug)]
 pub enum SourceEvent {
-    /// Partitions assigned here. Host their shards, then complete: only
-    /// then are they consumed.
-    Assigned {
-        partitions: Vec<AssignedPartition>,
-        done: Completion,
-    },
-    /// Partitions revoked. Their record streams have ended: handle what was
-    /// received, hand their shards off, then complete; the source commits
-    /// their offsets after that, before the partitions change owner.
+    /// Partitions assigned here, each paused behind its [`Gate`].
+    Assigned { partitions: Vec<AssignedPartition> },
+    /// Partitions revoked. Their record streams have ended: settle what was
+    /// received, [`Revocation::commit`], hand their shards off, then
+    /// [`Revocation::done`]; the partitions change owner after that.
     Revoked {
         partitions: Vec<TopicPartition>,
-        done: Completion,
+        revocation: Revocation,
     },
     /// Partitions lost (the session expired): another node may own them
     /// already. Drop their shards; nothing is committed.
@@ -264,9 +309,12 @@ impl KafkaSource {
             by: HashMap::new(),
             max_in_flight: settings.max_in_flight,
         }));
+        let (opens, opened) = std::sync::mpsc::channel();
         let context = SourceContext {
             feeds: feeds.clone(),
             events,
+            opens,
+            next_feed: std::sync::atomic::AtomicU64::new(0),
             timeout: settings.rebalance_timeout,
             observer,
             high_watermarks: Mutex::new(HashMap::new()),
@@ -279,7 +327,7 @@ impl KafkaSource {
             let stop = stop.clone();
             std::thread::Builder::new()
                 .name(format!("kafka-{}", settings.group_id))
-                .spawn(move || poll(&consumer, &feeds, &stop))
+                .spawn(move || poll(&consumer, &feeds, &opened, &stop))
                 .map_err(|e| {
                     SourceError::Kafka(rdkafka::error::KafkaError::ClientCreation(e.to_string()))
                 })?
@@ -321,16 +369,33 @@ const MAINTAIN_EVERY: Duration = Duration::from_millis(5);
 /// How often the partitions' states are reported.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
 
-/// The consumer's thread: poll, hand records to their partitions, keep
-/// the in-flight bound and store what was handled (librdkafka commits it).
-fn poll(consumer: &BaseConsumer<SourceContext>, feeds: &Mutex<Feeds>, stop: &AtomicBool) {
+/// How long a poll waits for a record: also how long an opened gate may
+/// wait for the poll thread.
+const POLL_WAIT: Duration = Duration::from_millis(10);
+
+/// How long opening gates waits for the committed offsets, and how long
+/// it waits to ask again when they did not come.
+const COMMITTED_WAIT: Duration = Duration::from_secs(5);
+const COMMITTED_RETRY: Duration = Duration::from_millis(500);
+
+/// The consumer's thread: poll, hand records to their partitions, open
+/// gates, keep the in-flight bound and store what was handled (librdkafka
+/// commits it).
+fn poll(
+    consumer: &BaseConsumer<SourceContext>,
+    feeds: &Mutex<Feeds>,
+    opened: &std::sync::mpsc::Receiver<(TopicPartition, u64)>,
+    stop: &AtomicBool,
+) {
     let mut last_report = std::time::Instant::now();
     let mut last_maintain = std::time::Instant::now();
     let mut idle = false;
+    let mut opening = Vec::new();
+    let mut open_again = std::time::Instant::now();
     while !stop.load(Ordering::Acquire) {
         // Not under the lock: the rebalance callback runs in here and
         // takes it.
-        match consumer.poll(Duration::from_millis(100)) {
+        match consumer.poll(POLL_WAIT) {
             Some(Ok(message)) => {
                 let raw = RawRecord {
                     partition: message.partition(),
@@ -342,6 +407,14 @@ fn poll(consumer: &BaseConsumer<SourceContext>, feeds: &Mutex<Feeds>, stop: &Ato
             }
             Some(Err(e)) => tracing::warn!(error = %e, "kafka consumer error"),
             None => idle = true,
+        }
+        opening.extend(opened.try_iter());
+        if !opening.is_empty() && open_again <= std::time::Instant::now() {
+            if open_gates(consumer, feeds, &mut opening) {
+                idle = true;
+            } else {
+                open_again = std::time::Instant::now() + COMMITTED_RETRY;
+            }
         }
         // Not after every record: storing offsets and pausing or resuming
         // partitions costs more than a record, and a few milliseconds'
@@ -360,6 +433,43 @@ fn poll(consumer: &BaseConsumer<SourceContext>, feeds: &Mutex<Feeds>, stop: &Ato
     consumer.context().commit_sync(consumer, "shutdown");
 }
 
+/// Opens the gates asked for whose assignment still holds: reads their
+/// committed offsets (one request for all), below which records are
+/// dropped. False, keeping them to open, if the offsets did not come.
+fn open_gates(
+    consumer: &BaseConsumer<SourceContext>,
+    feeds: &Mutex<Feeds>,
+    opening: &mut Vec<(TopicPartition, u64)>,
+) -> bool {
+    opening.retain(|(tp, id)| feeds.lock().closed(tp, *id));
+    if opening.is_empty() {
+        return true;
+    }
+    let mut list = TopicPartitionList::new();
+    for (tp, _) in opening.iter() {
+        list.add_partition(&tp.topic, tp.partition);
+    }
+    // Not under the lock: this waits for the broker.
+    let committed = match consumer.committed_offsets(list, COMMITTED_WAIT) {
+        Ok(committed) => committed,
+        Err(e) => {
+            tracing::warn!(partitions = opening.len(), error = %e, "committed offsets not read; the partitions wait");
+            return false;
+        }
+    };
+    let mut feeds = feeds.lock();
+    for (tp, id) in opening.drain(..) {
+        let floor = committed
+            .find_partition(&tp.topic, tp.partition)
+            .and_then(|e| match e.offset() {
+                rdkafka::Offset::Offset(offset) => Some(offset),
+                _ => None,
+            });
+        feeds.open(&tp, id, floor);
+    }
+    true
+}
+
 /// A record as polled, before it is handed over with its ack.
 #[derive(Debug)]
 struct RawRecord {
@@ -369,9 +479,22 @@ struct RawRecord {
     payload: Option<Vec<u8>>,
 }
 
+/// Whether an assigned partition's records go to the service yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Paused until the service opens the gate.
+    Closed,
+    /// Consumed; records below `floor` (the offset committed when the gate
+    /// opened) were handled elsewhere and are dropped.
+    Open { floor: Option<i64> },
+}
+
 /// An assigned partition's way to the service.
 #[derive(Debug)]
 struct Feed {
+    /// Which assignment of the partition this is.
+    id: u64,
+    phase: Phase,
     topic: Arc<str>,
     to_service: mpsc::UnboundedSender<Record>,
     offsets: Arc<Mutex<Offsets>>,
@@ -383,6 +506,18 @@ struct Feed {
 }
 
 impl Feed {
+    /// Whether a record goes to the service now, rather than being held.
+    fn takes(&self, max_in_flight: usize) -> bool {
+        matches!(self.phase, Phase::Open { .. })
+            && self.held.is_empty()
+            && self.offsets.lock().in_flight() < max_in_flight
+    }
+
+    /// Whether a record was handled by the partition's previous owner.
+    fn below_floor(&self, offset: i64) -> bool {
+        matches!(self.phase, Phase::Open { floor: Some(floor) } if offset < floor)
+    }
+
     fn hand_over(&self, raw: RawRecord) {
         let ack = Ack::new(self.offsets.clone(), raw.offset);
         let record = Record {
@@ -417,10 +552,32 @@ impl Feeds {
         let Some((_, feed)) = found else {
             return;
         };
-        if feed.held.is_empty() && feed.offsets.lock().in_flight() < self.max_in_flight {
+        if feed.below_floor(raw.offset) {
+            return;
+        }
+        if feed.takes(self.max_in_flight) {
             feed.hand_over(raw);
         } else {
             feed.held.push_back(raw);
+        }
+    }
+
+    /// Whether this assignment of the partition is still here, closed.
+    fn closed(&self, tp: &TopicPartition, id: u64) -> bool {
+        self.by
+            .get(tp)
+            .is_some_and(|feed| feed.id == id && feed.phase == Phase::Closed)
+    }
+
+    /// Opens the partition's gate at `floor`; the held records below it are
+    /// dropped, the others handed over by the next [`Self::maintain`].
+    fn open(&mut self, tp: &TopicPartition, id: u64, floor: Option<i64>) {
+        if let Some(feed) = self.by.get_mut(tp).filter(|f| f.id == id) {
+            feed.phase = Phase::Open { floor };
+            if let Some(floor) = floor {
+                feed.held.retain(|raw| raw.offset >= floor);
+            }
+            tracing::debug!(topic = %tp.topic, partition = tp.partition, ?floor, "partition opened");
         }
     }
 
@@ -449,21 +606,25 @@ impl Feeds {
 
     fn maintain(&mut self, consumer: &BaseConsumer<SourceContext>) {
         for (tp, feed) in &mut self.by {
-            while !feed.held.is_empty() && feed.offsets.lock().in_flight() < self.max_in_flight {
+            let open = matches!(feed.phase, Phase::Open { .. });
+            while open
+                && !feed.held.is_empty()
+                && feed.offsets.lock().in_flight() < self.max_in_flight
+            {
                 if let Some(raw) = feed.held.pop_front() {
                     feed.hand_over(raw);
                 }
             }
-            let full = !feed.held.is_empty();
-            if full != feed.paused {
+            let pause = !open || !feed.held.is_empty();
+            if pause != feed.paused {
                 let list = one(tp);
-                let result = if full {
+                let result = if pause {
                     consumer.pause(&list)
                 } else {
                     consumer.resume(&list)
                 };
                 match result {
-                    Ok(()) => feed.paused = full,
+                    Ok(()) => feed.paused = pause,
                     Err(e) => {
                         tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "cannot pause or resume")
                     }
@@ -519,6 +680,9 @@ fn partitions(list: &TopicPartitionList) -> Vec<TopicPartition> {
 struct SourceContext {
     feeds: Arc<Mutex<Feeds>>,
     events: mpsc::UnboundedSender<SourceEvent>,
+    /// Where gates say they opened.
+    opens: std::sync::mpsc::Sender<(TopicPartition, u64)>,
+    next_feed: std::sync::atomic::AtomicU64,
     timeout: Duration,
     observer: Arc<dyn SourceObserver>,
     /// Each partition's end, from librdkafka's statistics.
@@ -526,36 +690,153 @@ struct SourceContext {
 }
 
 impl SourceContext {
-    /// Commits the stored offsets and waits for the broker's answer.
-    fn commit_sync(&self, consumer: &BaseConsumer<Self>, when: &str) {
+    /// Commits the stored offsets and waits for the broker's answer: true
+    /// if they are committed (or nothing was new).
+    fn commit_sync(&self, consumer: &BaseConsumer<Self>, when: &str) -> bool {
         let started = std::time::Instant::now();
         match consumer.commit_consumer_state(CommitMode::Sync) {
-            Ok(()) => self.observer.committed(Some(started.elapsed()), true),
-            Err(rdkafka::error::KafkaError::ConsumerCommit(
+            // Nothing new since the last commit is a commit answered at once:
+            // what the revoke or shutdown waited for is done.
+            Ok(())
+            | Err(rdkafka::error::KafkaError::ConsumerCommit(
                 rdkafka::types::RDKafkaErrorCode::NoOffset,
-            )) => {} // nothing new since the last commit
+            )) => {
+                self.observer.committed(Some(started.elapsed()), true);
+                true
+            }
             Err(e) => {
                 self.observer.committed(Some(started.elapsed()), false);
                 tracing::warn!(error = %e, "offsets not committed at {when}");
+                false
             }
         }
     }
 
-    /// Sends an event that carries a completion and waits for it.
-    fn ask(&self, event: impl FnOnce(Completion) -> SourceEvent, what: &str) {
-        let (done, wait) = std::sync::mpsc::sync_channel(1);
-        if self.events.send(event(Completion(done))).is_err() {
+    fn assigned(&self, list: &TopicPartitionList) {
+        let mut assigned = Vec::new();
+        {
+            let mut feeds = self.feeds.lock();
+            for tp in partitions(list) {
+                let (to_service, records) = mpsc::unbounded_channel();
+                let id = self.next_feed.fetch_add(1, Ordering::Relaxed);
+                feeds.by.insert(
+                    tp.clone(),
+                    Feed {
+                        id,
+                        phase: Phase::Closed,
+                        topic: Arc::from(tp.topic.as_str()),
+                        to_service,
+                        offsets: Arc::default(),
+                        held: VecDeque::new(),
+                        paused: false,
+                        stored: None,
+                    },
+                );
+                assigned.push(AssignedPartition {
+                    gate: Gate {
+                        partition: tp.clone(),
+                        feed: id,
+                        opens: self.opens.clone(),
+                    },
+                    partition: tp,
+                    records,
+                });
+            }
+        }
+        tracing::info!(partitions = assigned.len(), "kafka partitions assigned");
+        if self
+            .events
+            .send(SourceEvent::Assigned {
+                partitions: assigned,
+            })
+            .is_err()
+        {
             tracing::warn!("kafka source: nobody listens to rebalance events");
+        }
+    }
+
+    fn revoked(&self, consumer: &BaseConsumer<Self>, list: &TopicPartitionList) {
+        let revoked = partitions(list);
+        let removed: Vec<(TopicPartition, Feed)> = {
+            let mut feeds = self.feeds.lock();
+            revoked
+                .iter()
+                .filter_map(|tp| feeds.by.remove(tp).map(|f| (tp.clone(), f)))
+                .collect()
+        };
+        for tp in &revoked {
+            self.observer.partition_gone(tp);
+        }
+        if consumer.assignment_lost() {
+            tracing::warn!(partitions = revoked.len(), "kafka partitions lost");
+            let _ = self.events.send(SourceEvent::Lost {
+                partitions: revoked,
+            });
             return;
         }
-        match wait.recv_timeout(self.timeout) {
-            Ok(()) => {}
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                tracing::warn!(timeout = ?self.timeout, "kafka source: {what} not done within the rebalance timeout; going on")
+        tracing::info!(partitions = revoked.len(), "kafka partitions revoked");
+        // Their streams end with the feeds (the senders dropped here); what
+        // the service received it settles now.
+        let offsets: Vec<(TopicPartition, Arc<Mutex<Offsets>>)> = removed
+            .into_iter()
+            .map(|(tp, feed)| (tp, feed.offsets))
+            .collect();
+        let (settled, settled_wait) = std::sync::mpsc::sync_channel(1);
+        let (done, done_wait) = std::sync::mpsc::sync_channel(1);
+        let deadline = std::time::Instant::now() + self.timeout;
+        let sent = self.events.send(SourceEvent::Revoked {
+            partitions: revoked,
+            revocation: Revocation {
+                settled: Some(settled),
+                done,
+            },
+        });
+        if sent.is_err() {
+            tracing::warn!("kafka source: nobody listens to rebalance events");
+        }
+        let reply = wait_until(
+            &settled_wait,
+            deadline,
+            "settling the revoked partitions' records",
+        );
+        for (tp, offsets) in offsets {
+            if let Some(position) = offsets.lock().position() {
+                if let Err(e) = store_position(consumer, &tp, position) {
+                    tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "offset not stored on revoke");
+                }
             }
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                tracing::warn!("kafka source: {what} not done; going on")
-            }
+        }
+        let committed = self.commit_sync(consumer, "revoke");
+        if let Some(reply) = reply {
+            let _ = reply.send(committed);
+        }
+        if sent.is_ok() {
+            wait_until(
+                &done_wait,
+                deadline,
+                "handing off the revoked partitions' shards",
+            );
+        }
+    }
+}
+
+/// Waits for the service's answer until `deadline`; `None`, logged, if it
+/// does not come.
+fn wait_until<T>(
+    answer: &std::sync::mpsc::Receiver<T>,
+    deadline: std::time::Instant,
+    what: &str,
+) -> Option<T> {
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    match answer.recv_timeout(left) {
+        Ok(value) => Some(value),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            tracing::warn!("kafka source: {what} not done within the rebalance timeout; going on");
+            None
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            tracing::warn!("kafka source: {what} not done; going on");
+            None
         }
     }
 }
@@ -603,81 +884,16 @@ impl ConsumerContext for SourceContext {
 
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
-            Rebalance::Assign(list) => {
-                let mut assigned = Vec::new();
-                {
-                    let mut feeds = self.feeds.lock();
-                    for tp in partitions(list) {
-                        let (to_service, records) = mpsc::unbounded_channel();
-                        feeds.by.insert(
-                            tp.clone(),
-                            Feed {
-                                topic: Arc::from(tp.topic.as_str()),
-                                to_service,
-                                offsets: Arc::default(),
-                                held: VecDeque::new(),
-                                paused: false,
-                                stored: None,
-                            },
-                        );
-                        assigned.push(AssignedPartition {
-                            partition: tp,
-                            records,
-                        });
-                    }
-                }
-                tracing::info!(partitions = assigned.len(), "kafka partitions assigned");
-                self.ask(
-                    |done| SourceEvent::Assigned {
-                        partitions: assigned,
-                        done,
-                    },
-                    "hosting the assigned partitions' shards",
-                );
-            }
-            Rebalance::Revoke(list) => {
-                let revoked = partitions(list);
-                let removed: Vec<(TopicPartition, Feed)> = {
-                    let mut feeds = self.feeds.lock();
-                    revoked
-                        .iter()
-                        .filter_map(|tp| feeds.by.remove(tp).map(|f| (tp.clone(), f)))
-                        .collect()
-                };
-                for tp in &revoked {
-                    self.observer.partition_gone(tp);
-                }
-                if consumer.assignment_lost() {
-                    tracing::warn!(partitions = revoked.len(), "kafka partitions lost");
-                    let _ = self.events.send(SourceEvent::Lost {
-                        partitions: revoked,
-                    });
-                    return;
-                }
-                tracing::info!(partitions = revoked.len(), "kafka partitions revoked");
-                // Their streams end with the feeds (the senders dropped
-                // here); what the service received it handles now.
-                let offsets: Vec<(TopicPartition, Arc<Mutex<Offsets>>)> = removed
-                    .into_iter()
-                    .map(|(tp, feed)| (tp, feed.offsets))
-                    .collect();
-                self.ask(
-                    |done| SourceEvent::Revoked {
-                        partitions: revoked,
-                        done,
-                    },
-                    "handing off the revoked partitions' shards",
-                );
-                for (tp, offsets) in offsets {
-                    if let Some(position) = offsets.lock().position() {
-                        if let Err(e) = store_position(consumer, &tp, position) {
-                            tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "offset not stored on revoke");
-                        }
-                    }
-                }
-                self.commit_sync(consumer, "revoke");
-            }
+            Rebalance::Assign(list) => self.assigned(list),
+            Rebalance::Revoke(list) => self.revoked(consumer, list),
             Rebalance::Error(e) => tracing::warn!(error = %e, "kafka rebalance error"),
+        }
+    }
+
+    /// The partitions just assigned are paused until their gates open.
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(_) = rebalance {
+            self.feeds.lock().maintain(consumer);
         }
     }
 }

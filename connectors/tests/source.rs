@@ -6,7 +6,8 @@
 
 use colo_connectors::{KafkaSource, SourceSettings, TopicPartition};
 use colo_tests::kafka::{
-    assigned, committed_offsets, handed_to_joiner, next_record, source_settings,
+    assigned, assigned_closed, committed_offsets, handed_to_joiner, next_record, opened,
+    source_settings,
 };
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -105,6 +106,38 @@ async fn records_come_in_order_and_their_offsets_are_committed_once_acked() {
             .all(|&o| o == PER_PARTITION)
     })
     .await;
+    tokio::task::spawn_blocking(move || source.shutdown())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_assigned_partition_is_consumed_only_once_its_gate_opens() {
+    let cluster = broker();
+    let bootstrap = cluster.bootstrap_servers();
+    produce(&bootstrap);
+    let (source, mut events) =
+        KafkaSource::start(settings(&bootstrap, "gated", 1000)).expect("source");
+    let mut closed = assigned_closed(&mut events).await;
+    // The service has not hosted the shards yet: nothing comes.
+    for partition in &mut closed {
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), partition.records.recv())
+                .await
+                .is_err(),
+            "{:?}: a record before the gate opened",
+            partition.partition
+        );
+    }
+    let mut partitions = opened(closed);
+    for (tp, records) in &mut partitions {
+        assert_eq!(
+            next_record(records).await.offset,
+            0,
+            "{tp:?} from the start"
+        );
+    }
+    drop(events);
     tokio::task::spawn_blocking(move || source.shutdown())
         .await
         .unwrap();

@@ -2,16 +2,18 @@
 //! the type's region on this node.
 //!
 //! Shard = partition, so a record is handled on the node that consumed it.
-//! The group's rebalances move shards synchronously, inside the callback:
-//! - assigned partitions: their shards are hosted here ([`Region::host_shards`])
-//!   before the partitions are consumed;
-//! - revoked partitions: the records already received are handled, then the
-//!   shards are handed off ([`Region::release_shards`]), then the source
-//!   commits;
+//! The group's rebalances move shards synchronously:
+//! - assigned partitions: each partition's task hosts its shard here
+//!   ([`Region::host_shards`]), then opens the partition's gate, and only
+//!   then is the partition consumed (from the offset committed then). The
+//!   callback does not wait for that: a broker may assign a partition here
+//!   before its owner revoked it, and the coordinator moves the shard only
+//!   once that owner released it (its claims);
+//! - revoked partitions, inside the callback: the records already received
+//!   are handled, their offsets committed, then the shards handed off
+//!   ([`Region::release_shards`]), which lets the next owner start;
 //! - lost partitions: their records are dropped unhandled (another node may
-//!   own them already), nothing is committed, and their shards are released
-//!   (the new owner's location waits for that: see the coordinator's
-//!   claims).
+//!   own them already), nothing is committed, and their shards are released.
 //!
 //! Each partition is one task that routes its records in order and waits for
 //! their deliveries in order, so a record's offset is committed only once
@@ -26,11 +28,12 @@
 use crate::entity::Entity;
 use crate::error::AskError;
 use crate::metrics::KafkaMetrics;
+use crate::region::PlacementError;
 use crate::region::{replied, Delivery, Region};
 use colo_allocation::ShardId;
 use colo_connectors::{
-    AssignedPartition, DeadLetters, KafkaSource, Record, SourceError, SourceEvent, SourceSettings,
-    TopicError, TopicPartition,
+    AssignedPartition, DeadLetters, Gate, KafkaSource, Record, SourceError, SourceEvent,
+    SourceSettings, TopicError, TopicPartition,
 };
 use futures::stream::{FuturesOrdered, StreamExt};
 use serde::de::DeserializeOwned;
@@ -207,14 +210,18 @@ impl<E: Entity> Rebalances<E> {
         while let Some(event) = events.recv().await {
             let started = std::time::Instant::now();
             match event {
-                SourceEvent::Assigned { partitions, done } => {
-                    self.assigned(partitions).await;
-                    done.done();
+                SourceEvent::Assigned { partitions } => {
+                    self.assigned(partitions);
                     self.metrics.rebalance("assigned", started.elapsed());
                 }
-                SourceEvent::Revoked { partitions, done } => {
-                    self.revoked(&partitions).await;
-                    done.done();
+                SourceEvent::Revoked {
+                    partitions,
+                    mut revocation,
+                } => {
+                    self.settled(&partitions).await;
+                    revocation.commit().await;
+                    self.release(&partitions, "revoked").await;
+                    revocation.done();
                     self.metrics.rebalance("revoked", started.elapsed());
                 }
                 SourceEvent::Lost { partitions } => {
@@ -228,18 +235,8 @@ impl<E: Entity> Rebalances<E> {
         }
     }
 
-    async fn assigned(&mut self, partitions: Vec<AssignedPartition>) {
+    fn assigned(&mut self, partitions: Vec<AssignedPartition>) {
         let assigned_at = std::time::Instant::now();
-        let shards = shards_of(partitions.iter().map(|p| &p.partition));
-        if let Err(e) = self
-            .region
-            .host_shards(shards, self.settings.placement_timeout)
-            .await
-        {
-            // Consumed anyway: the records are routed to wherever the shards
-            // are, only not locally.
-            tracing::warn!(entity_type = %self.region.entity_type_name(), error = %e, "assigned partitions' shards not hosted here");
-        }
         for partition in partitions {
             let (finished, ended) = oneshot::channel();
             self.partitions.insert(partition.partition.clone(), ended);
@@ -256,19 +253,20 @@ impl<E: Entity> Rebalances<E> {
                 handled,
             };
             self.region.context().tasks.spawn(async move {
-                task.run(partition.records).await;
+                task.run(partition.gate, partition.records).await;
                 let _ = finished.send(());
             });
         }
     }
 
-    async fn revoked(&mut self, partitions: &[TopicPartition]) {
+    /// Waits until every record received of `partitions` was settled (their
+    /// streams have ended).
+    async fn settled(&mut self, partitions: &[TopicPartition]) {
         for tp in partitions {
             if let Some(ended) = self.partitions.remove(tp) {
                 let _ = ended.await;
             }
         }
-        self.release(partitions, "revoked").await;
     }
 
     /// The partitions' records are dropped unhandled: the next owner
@@ -328,7 +326,16 @@ type InFlight<R> = (
 );
 
 impl<E: Entity> PartitionTask<E> {
-    async fn run(mut self, mut records: mpsc::UnboundedReceiver<Record>) {
+    async fn run(mut self, gate: Gate, mut records: mpsc::UnboundedReceiver<Record>) {
+        tokio::select! {
+            hosted = self.host() => if !hosted {
+                return;
+            },
+            // Revoked or lost before its shard came: no record came either,
+            // the gate being closed.
+            None = records.recv() => return,
+        }
+        gate.open();
         let mut in_flight = FuturesOrdered::new();
         let mut open = true;
         loop {
@@ -345,6 +352,39 @@ impl<E: Entity> PartitionTask<E> {
                     self.settle(record, &id, delivery).await;
                 }
                 else => break,
+            }
+        }
+    }
+
+    /// Hosts the partition's shard here, asking again until it is: a shard
+    /// another node's assignment still claims comes once that node released
+    /// it. False if the region stopped.
+    async fn host(&self) -> bool {
+        let Ok(shard) = u32::try_from(self.partition.partition).map(ShardId) else {
+            return true;
+        };
+        let mut warned = false;
+        loop {
+            match self
+                .region
+                .host_shards([shard], self.settings.placement_timeout)
+                .await
+            {
+                Ok(()) => return true,
+                Err(PlacementError::Stopped) => return false,
+                Err(e @ (PlacementError::Refused(_) | PlacementError::OutOfRange { .. })) => {
+                    // Asking again changes nothing: consumed anyway, its
+                    // records routed to wherever the shard is.
+                    tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, error = %e, "partition's shard not hosted here; its records are forwarded");
+                    return true;
+                }
+                Err(e) => {
+                    if !warned {
+                        warned = true;
+                        tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, error = %e, "partition's shard not hosted here yet; the partition waits");
+                    }
+                    tokio::time::sleep(self.settings.retry_backoff).await;
+                }
             }
         }
     }

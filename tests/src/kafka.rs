@@ -2,7 +2,7 @@
 //! group's committed offsets, and waiting for the source's assignments and
 //! records with a deadline.
 
-use colo_connectors::{Record, SourceEvent, SourceSettings, TopicPartition};
+use colo_connectors::{AssignedPartition, Record, SourceEvent, SourceSettings, TopicPartition};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use std::collections::BTreeMap;
@@ -60,23 +60,38 @@ pub fn committed_offsets(
 }
 
 /// Waits (up to 60 s) for the next assignment of some partitions and
-/// completes it; a cooperative rebalance may first assign nothing new.
+/// opens their gates; a cooperative rebalance may first assign nothing new.
 pub async fn assigned(events: &mut mpsc::UnboundedReceiver<SourceEvent>) -> Assigned {
+    opened(assigned_closed(events).await)
+}
+
+/// [`assigned`], leaving the gates closed.
+pub async fn assigned_closed(
+    events: &mut mpsc::UnboundedReceiver<SourceEvent>,
+) -> Vec<AssignedPartition> {
     loop {
         let event = tokio::time::timeout(Duration::from_secs(60), events.recv())
             .await
             .expect("an assignment in time")
             .expect("source running");
-        if let SourceEvent::Assigned { partitions, done } = event {
-            done.done();
+        if let SourceEvent::Assigned { partitions } = event {
             if !partitions.is_empty() {
-                return partitions
-                    .into_iter()
-                    .map(|p| (p.partition, p.records))
-                    .collect();
+                return partitions;
             }
         }
     }
+}
+
+/// Opens every partition's gate, as the service does once their shards are
+/// hosted.
+pub fn opened(partitions: Vec<AssignedPartition>) -> Assigned {
+    partitions
+        .into_iter()
+        .map(|p| {
+            p.gate.open();
+            (p.partition, p.records)
+        })
+        .collect()
 }
 
 /// The partition's next record, within 30 s.
@@ -102,26 +117,23 @@ pub async fn handed_to_joiner(
     let taken = loop {
         tokio::select! {
             event = first_events.recv() => match event.expect("first source running") {
-                SourceEvent::Revoked { partitions: gone, done } => {
+                SourceEvent::Revoked { partitions: gone, mut revocation } => {
                     for tp in &gone {
                         if let Some(records) = first_partitions.get_mut(tp) {
                             assert!(records.recv().await.is_none(), "{tp:?}: its stream ended before the revoke");
                         }
                     }
-                    done.done();
+                    assert!(revocation.commit().await, "committed at the revoke");
+                    revocation.done();
                     revoked.extend(gone);
                 }
-                SourceEvent::Assigned { done, .. } => done.done(),
+                SourceEvent::Assigned { partitions } => assert!(partitions.is_empty(), "the first member gets nothing more"),
                 SourceEvent::Lost { .. } => panic!("nothing is lost"),
             },
             event = second_events.recv() => match event.expect("second source running") {
-                SourceEvent::Assigned { partitions, done } => {
-                    done.done();
+                SourceEvent::Assigned { partitions } => {
                     if !partitions.is_empty() {
-                        break partitions
-                            .into_iter()
-                            .map(|p| (p.partition, p.records))
-                            .collect::<Assigned>();
+                        break opened(partitions);
                     }
                 }
                 other => panic!("{other:?} before an assignment"),

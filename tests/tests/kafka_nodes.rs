@@ -109,7 +109,7 @@ async fn await_all_handled(nodes: &[&NodeProcess], expected: &BTreeMap<String, u
 /// lives on two nodes at once; records are handled where they were
 /// consumed, never forwarded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_graceful_changes_every_record_is_handled_in_order_on_one_node_at_a_time() {
+async fn with_graceful_changes_every_record_is_handled_exactly_once_in_order() {
     let broker = Broker::start();
     let dir = tempfile::tempdir().expect("dir");
     let (topic, cluster) = unique("graceful");
@@ -136,11 +136,10 @@ async fn with_graceful_changes_every_record_is_handled_in_order_on_one_node_at_a
 
     let expected = producer.finished(Duration::from_secs(60)).await;
     await_all_handled(&[&a, &b, &c], &expected).await;
-    // Exactly once holds when each partition has one consumer at a time;
-    // tansu can assign a partition to a joiner before its owner revoked it
-    // (DEVELOPERS.md), and the joiner then replays from the offset committed
-    // at its assignment. What holds on any broker: at least once, in order.
-    let problems = at_least_once_in_order_problems(&handled(&[&a, &b, &c]), &expected);
+    // Also where the broker assigns a partition to a joiner before its
+    // owner revoked it (tansu does, DEVELOPERS.md): the joiner waits for
+    // the shard, which comes once the owner committed and released it.
+    let problems = exactly_once_problems(&handled(&[&a, &b, &c]), &expected);
     assert!(
         problems.is_empty(),
         "{problems:#?}\n{}",
@@ -148,9 +147,12 @@ async fn with_graceful_changes_every_record_is_handled_in_order_on_one_node_at_a
     );
     let overlaps = Lifecycle::read(&[&a, &b, &c], "user").overlaps();
     assert!(overlaps.is_empty(), "{overlaps:#?}");
-    // Forwarding is not asserted here: while tansu has a partition assigned
-    // twice, the second consumer's records go to the shard's owner.
-    let _ = b_forwarded;
+    // Shard = partition, and a partition is consumed only once its shard is
+    // hosted, and released only after its records are handled.
+    let forwarded = b_forwarded
+        + metric(&a, "colo_messages_forwarded_total").await
+        + metric(&c, "colo_messages_forwarded_total").await;
+    assert_eq!(forwarded, 0.0, "records were forwarded between nodes");
 
     // What an operator watches: every record handled, commits answered,
     // lag back to zero, how long a partition took from its assignment to
