@@ -11,8 +11,8 @@
 //! An assignment's callback does not wait: the group's round would wait
 //! with it, and a broker may assign a partition here before its previous
 //! owner revoked it, so the shard may only come once that owner's next
-//! round is done. Each assigned partition instead stays paused behind its
-//! [`Gate`] until the service opens it (its shard hosted here). Opening
+//! round is done. Each assigned partition's records instead wait behind
+//! its [`Gate`] until the service opens it (its shard hosted here). Opening
 //! reads the committed offset again: records below it were handled by the
 //! previous owner after this assignment read its position, and are
 //! dropped, so a graceful change hands each record to one node.
@@ -172,7 +172,8 @@ pub struct AssignedPartition {
 
 /// What holds an assigned partition's records back until the service can
 /// handle them where they were consumed. Dropped unopened (the partition
-/// revoked meanwhile, say), the partition stays paused until it goes.
+/// revoked meanwhile, say), the records wait until the partition goes
+/// (paused once as many as the in-flight bound wait).
 #[derive(Debug)]
 pub struct Gate {
     partition: TopicPartition,
@@ -225,7 +226,8 @@ impl Revocation {
 /// A rebalance of the entity type's group, as this node sees it.
 #[derive(Debug)]
 pub enum SourceEvent {
-    /// Partitions assigned here, each paused behind its [`Gate`].
+    /// Partitions assigned here, each one's records held behind its
+    /// [`Gate`].
     Assigned { partitions: Vec<AssignedPartition> },
     /// Partitions revoked. Their record streams have ended: settle what was
     /// received, [`Revocation::commit`], hand their shards off, then
@@ -482,7 +484,8 @@ struct RawRecord {
 /// Whether an assigned partition's records go to the service yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    /// Paused until the service opens the gate.
+    /// Held until the service opens the gate (and paused if as many as
+    /// the in-flight bound wait).
     Closed,
     /// Consumed; records below `floor` (the offset committed when the gate
     /// opened) were handled elsewhere and are dropped.
@@ -615,7 +618,15 @@ impl Feeds {
                     feed.hand_over(raw);
                 }
             }
-            let pause = !open || !feed.held.is_empty();
+            // A closed partition is not paused at once: librdkafka fetches a
+            // resumed partition again only at its broker thread's next
+            // wakeup (up to a second), and a gate normally opens within
+            // milliseconds. Its records wait in `held`, up to the bound.
+            let pause = if open {
+                !feed.held.is_empty()
+            } else {
+                feed.held.len() >= self.max_in_flight
+            };
             if pause != feed.paused {
                 let list = one(tp);
                 let result = if pause {
@@ -887,13 +898,6 @@ impl ConsumerContext for SourceContext {
             Rebalance::Assign(list) => self.assigned(list),
             Rebalance::Revoke(list) => self.revoked(consumer, list),
             Rebalance::Error(e) => tracing::warn!(error = %e, "kafka rebalance error"),
-        }
-    }
-
-    /// The partitions just assigned are paused until their gates open.
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Assign(_) = rebalance {
-            self.feeds.lock().maintain(consumer);
         }
     }
 }
