@@ -8,15 +8,23 @@
 //! restart or a rebalance, never skipped.
 
 use parking_lot::Mutex;
-use std::collections::BTreeSet;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// One partition's records in the service's hands, and how far its offset
 /// may be stored.
+///
+/// Records are delivered in offset order and mostly settled in it, so the
+/// unsettled ones are a window: a queue of the offsets delivered since the
+/// lowest unsettled one, each marked once settled, whose settled front is
+/// dropped. No allocation per record, unlike a set.
 #[derive(Debug, Default)]
 pub(crate) struct Offsets {
-    /// Delivered to the service and not acked yet.
-    pending: BTreeSet<i64>,
+    /// Offsets delivered from the lowest one still pending on, ascending,
+    /// each with whether it was settled.
+    window: VecDeque<(i64, bool)>,
+    /// Delivered to the service and not settled yet.
+    pending: usize,
     /// The highest offset delivered so far.
     delivered_through: Option<i64>,
     /// The lowest offset whose ack was dropped: the position stays at or
@@ -27,26 +35,56 @@ pub(crate) struct Offsets {
 impl Offsets {
     /// A record goes to the service.
     pub fn delivered(&mut self, offset: i64) {
-        self.pending.insert(offset);
+        match self.window.back() {
+            Some(&(last, _)) if last >= offset => {
+                // Out of order (not from librdkafka): kept sorted.
+                let at = self.window.partition_point(|&(o, _)| o < offset);
+                if self.window.get(at).is_some_and(|&(o, _)| o == offset) {
+                    return;
+                }
+                self.window.insert(at, (offset, false));
+            }
+            _ => self.window.push_back((offset, false)),
+        }
+        self.pending += 1;
         self.delivered_through = Some(self.delivered_through.map_or(offset, |d| d.max(offset)));
     }
 
     fn settle(&mut self, offset: i64, handled: bool) {
-        if self.pending.remove(&offset) && !handled {
+        // Mostly the oldest one: records settle in the order they came.
+        let at = match self.window.front() {
+            Some(&(front, _)) if front == offset => 0,
+            _ => match self.window.binary_search_by_key(&offset, |&(o, _)| o) {
+                Ok(at) => at,
+                Err(_) => return,
+            },
+        };
+        let Some(entry) = self.window.get_mut(at) else {
+            return;
+        };
+        if entry.1 {
+            return;
+        }
+        entry.1 = true;
+        self.pending -= 1;
+        if !handled {
             self.failed = Some(self.failed.map_or(offset, |f| f.min(offset)));
+        }
+        while self.window.front().is_some_and(|&(_, settled)| settled) {
+            self.window.pop_front();
         }
     }
 
     /// Records in the service's hands.
     pub fn in_flight(&self) -> usize {
-        self.pending.len()
+        self.pending
     }
 
     /// The next offset to consume after a restart: every record below it
     /// was handled. `None` before anything was delivered.
     pub fn position(&self) -> Option<i64> {
         let next = self.delivered_through? + 1;
-        let lowest_pending = self.pending.first().copied().unwrap_or(next);
+        let lowest_pending = self.window.front().map_or(next, |&(o, _)| o);
         Some(lowest_pending.min(self.failed.unwrap_or(i64::MAX)))
     }
 }
@@ -137,5 +175,17 @@ mod tests {
         let d = ack(&offsets, 3);
         d.handled();
         assert_eq!(offsets.lock().position(), Some(1));
+    }
+
+    #[test]
+    fn offsets_delivered_out_of_order_are_kept_in_order() {
+        let offsets = Arc::new(Mutex::new(Offsets::default()));
+        let (c, a) = (ack(&offsets, 7), ack(&offsets, 5));
+        assert_eq!(offsets.lock().in_flight(), 2);
+        c.handled();
+        assert_eq!(offsets.lock().position(), Some(5), "5 still pending");
+        a.handled();
+        assert_eq!(offsets.lock().position(), Some(8));
+        assert_eq!(offsets.lock().in_flight(), 0);
     }
 }

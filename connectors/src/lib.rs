@@ -27,7 +27,7 @@ pub use dead_letters::{
 pub use observer::{NoObserver, PartitionState, SourceObserver};
 pub use source::{
     AssignedPartition, Gate, KafkaSource, Record, Revocation, SourceError, SourceEvent,
-    SourceSettings, TopicPartition,
+    SourceSettings, TopicPartition, FETCH_QUEUE_BACKOFF_MS,
 };
 pub use topics::{
     check_partition_counts, create_missing_topics, partition_counts, NewTopicSpec, TopicError,

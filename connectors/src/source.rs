@@ -306,6 +306,16 @@ impl KafkaSource {
         {
             config.set("auto.offset.reset", "earliest");
         }
+        if !settings
+            .client
+            .iter()
+            .any(|(k, _)| k == "fetch.queue.backoff.ms")
+        {
+            // librdkafka stops fetching for this long once its local queue
+            // is past its thresholds; its 1 s default leaves the poll
+            // thread idle after it drained the queue in a fraction of that.
+            config.set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
+        }
         let (events, receiver) = mpsc::unbounded_channel();
         let feeds = Arc::new(Mutex::new(Feeds {
             by: HashMap::new(),
@@ -364,9 +374,18 @@ impl Drop for KafkaSource {
     }
 }
 
+/// librdkafka's `fetch.queue.backoff.ms` unless the client properties set
+/// it.
+pub const FETCH_QUEUE_BACKOFF_MS: &str = "10";
+
 /// How often, at most, held records are handed over, offsets stored and
 /// partitions paused or resumed while records keep coming.
 const MAINTAIN_EVERY: Duration = Duration::from_millis(5);
+
+/// Records polled in a row before the clock is read again (for the
+/// maintenance below and the reports): at a million records a second, a
+/// reading every few dozen microseconds.
+const CLOCK_EVERY: u32 = 32;
 
 /// How often the partitions' states are reported.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
@@ -392,6 +411,9 @@ fn poll(
     let mut last_report = std::time::Instant::now();
     let mut last_maintain = std::time::Instant::now();
     let mut idle = false;
+    // Records polled since the clock was last read: reading it per record
+    // costs as much as a record.
+    let mut since_clock = 0u32;
     let mut opening = Vec::new();
     let mut open_again = std::time::Instant::now();
     while !stop.load(Ordering::Acquire) {
@@ -406,10 +428,15 @@ fn poll(
                     payload: message.payload().map(<[u8]>::to_vec),
                 };
                 feeds.lock().push(message.topic(), raw);
+                since_clock += 1;
+                if since_clock < CLOCK_EVERY {
+                    continue;
+                }
             }
             Some(Err(e)) => tracing::warn!(error = %e, "kafka consumer error"),
             None => idle = true,
         }
+        since_clock = 0;
         opening.extend(opened.try_iter());
         if !opening.is_empty() && open_again <= std::time::Instant::now() {
             if open_gates(consumer, feeds, &mut opening) {

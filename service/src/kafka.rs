@@ -29,15 +29,14 @@ use crate::entity::Entity;
 use crate::error::AskError;
 use crate::metrics::KafkaMetrics;
 use crate::region::PlacementError;
-use crate::region::{replied, Delivery, Region};
+use crate::region::{Delivery, Region};
 use colo_allocation::ShardId;
 use colo_connectors::{
     AssignedPartition, DeadLetters, Gate, KafkaSource, Record, SourceError, SourceEvent,
     SourceSettings, TopicError, TopicPartition,
 };
-use futures::stream::{FuturesOrdered, StreamExt};
 use serde::de::DeserializeOwned;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -318,12 +317,56 @@ struct PartitionTask<E: Entity> {
     handled: metrics::Counter,
 }
 
-/// A record routed and waiting for its outcome.
-type InFlight<R> = (
-    Record,
-    String,
-    Result<oneshot::Receiver<Result<R, AskError>>, AskError>,
-);
+/// A record routed and waiting for its outcome. The partition's records
+/// settle in order, so only the oldest one's reply is awaited (with its
+/// deadline); the others' replies wait in their channels. That keeps the
+/// path free of a boxed future and a timer per record.
+struct InFlight<R> {
+    record: Record,
+    id: String,
+    routed: Routed<R>,
+    /// When its delivery counts as unconfirmed.
+    deadline: tokio::time::Instant,
+}
+
+/// Where a routed record's outcome comes from.
+enum Routed<R> {
+    Sent(oneshot::Receiver<Result<R, AskError>>),
+    /// It could not be routed (taken once, when it is settled).
+    Refused(Option<AskError>),
+}
+
+impl<R> InFlight<R> {
+    /// Its outcome if it is in, without waiting (the deadline is kept by
+    /// [`Self::outcome`], which the task waits on whenever no record
+    /// comes).
+    fn outcome_now(&mut self, timeout: Duration) -> Option<Result<R, AskError>> {
+        match &mut self.routed {
+            Routed::Refused(e) => Some(Err(e.take().unwrap_or(AskError::Timeout(timeout)))),
+            Routed::Sent(reply) => match reply.try_recv() {
+                Ok(result) => Some(result),
+                Err(oneshot::error::TryRecvError::Closed) => Some(Err(dropped())),
+                Err(oneshot::error::TryRecvError::Empty) => None,
+            },
+        }
+    }
+
+    /// Waits for its outcome until its deadline.
+    async fn outcome(&mut self, timeout: Duration) -> Result<R, AskError> {
+        match &mut self.routed {
+            Routed::Refused(e) => Err(e.take().unwrap_or(AskError::Timeout(timeout))),
+            Routed::Sent(reply) => match tokio::time::timeout_at(self.deadline, reply).await {
+                Ok(Ok(result)) => result,
+                Ok(Err(_)) => Err(dropped()),
+                Err(_) => Err(AskError::Timeout(timeout)),
+            },
+        }
+    }
+}
+
+fn dropped() -> AskError {
+    AskError::Dropped("the message was dropped before it was handled".into())
+}
 
 impl<E: Entity> PartitionTask<E> {
     async fn run(mut self, gate: Gate, mut records: mpsc::UnboundedReceiver<Record>) {
@@ -336,20 +379,36 @@ impl<E: Entity> PartitionTask<E> {
             None = records.recv() => return,
         }
         gate.open();
-        let mut in_flight = FuturesOrdered::new();
+        let timeout = self.settings.delivery_timeout;
+        let mut in_flight: VecDeque<InFlight<E::Reply>> = VecDeque::new();
         let mut open = true;
         loop {
+            // What came back, in order, without waiting.
+            while let Some(result) = in_flight.front_mut().and_then(|f| f.outcome_now(timeout)) {
+                if let Some(front) = in_flight.pop_front() {
+                    self.settle(front.record, &front.id, Delivery::from(result))
+                        .await;
+                }
+            }
             tokio::select! {
+                biased;
                 record = records.recv(), if open => match record {
                     Some(record) => {
                         if let Some(routed) = self.route(record).await {
-                            in_flight.push_back(self.outcome(routed));
+                            in_flight.push_back(routed);
                         }
                     }
                     None => open = false,
                 },
-                Some((record, id, delivery)) = in_flight.next(), if !in_flight.is_empty() => {
-                    self.settle(record, &id, delivery).await;
+                result = async {
+                    match in_flight.front_mut() {
+                        Some(front) => front.outcome(timeout).await,
+                        None => std::future::pending().await,
+                    }
+                }, if !in_flight.is_empty() => {
+                    if let Some(front) = in_flight.pop_front() {
+                        self.settle(front.record, &front.id, Delivery::from(result)).await;
+                    }
                 }
                 else => break,
             }
@@ -401,12 +460,17 @@ impl<E: Entity> PartitionTask<E> {
                         tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, entity_id = %id, %shard, "record in another partition than its key's murmur2 partition (a producer with another partitioner?): handled, but on the shard's node, not here");
                     }
                 }
-                let routed = self
-                    .region
-                    .route_tracked(&id, message)
-                    .await
-                    .map_err(AskError::from);
-                Some((record, id, routed))
+                let deadline = tokio::time::Instant::now() + self.settings.delivery_timeout;
+                let routed = match self.region.route_tracked(&id, message).await {
+                    Ok(reply) => Routed::Sent(reply),
+                    Err(e) => Routed::Refused(Some(AskError::from(e))),
+                };
+                Some(InFlight {
+                    record,
+                    id,
+                    routed,
+                    deadline,
+                })
             }
             Err(reason) => {
                 self.dead_letter(
@@ -417,22 +481,6 @@ impl<E: Entity> PartitionTask<E> {
                 .await;
                 None
             }
-        }
-    }
-
-    fn outcome(
-        &self,
-        (record, id, routed): InFlight<E::Reply>,
-    ) -> impl std::future::Future<Output = (Record, String, Delivery<E::Reply>)> {
-        let timeout = self.settings.delivery_timeout;
-        async move {
-            let result = match routed {
-                Ok(reply) => tokio::time::timeout(timeout, replied(reply))
-                    .await
-                    .unwrap_or(Err(AskError::Timeout(timeout))),
-                Err(e) => Err(e),
-            };
-            (record, id, Delivery::from(result))
         }
     }
 

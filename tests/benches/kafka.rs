@@ -9,7 +9,7 @@
 //!    part colo controls (the revoke callback: handle what is in flight,
 //!    hand the shards off, commit) reported beside it.
 //!
-//! `COLO_BENCH_RECORDS` (default 100000) sizes the throughput run,
+//! `COLO_BENCH_RECORDS` (default 1000000) sizes the throughput run,
 //! `COLO_BENCH_USERS` (default 20000) the live entities and
 //! `COLO_BENCH_CYCLES` (default 5) the join-and-leave cycles.
 
@@ -85,6 +85,12 @@ fn bare(bootstrap: &str, topic: &str, group: &str, count: u64) -> f64 {
         .set("auto.offset.reset", "earliest")
         .set("partition.assignment.strategy", "cooperative-sticky")
         .set("fetch.wait.max.ms", FETCH_WAIT_MS.to_string())
+        // What colo sets too (librdkafka's 1 s default idles a consumer
+        // that drains its queue faster).
+        .set(
+            "fetch.queue.backoff.ms",
+            colo_connectors::FETCH_QUEUE_BACKOFF_MS,
+        )
         .create()
         .expect("consumer");
     consumer.subscribe(&[topic]).expect("subscribe");
@@ -134,7 +140,7 @@ async fn through_colo(bootstrap: &str, topic: &str, cluster: &str, count: u64) -
 }
 
 async fn throughput(broker: &Broker) {
-    let records = env("COLO_BENCH_RECORDS", 100_000);
+    let records = env("COLO_BENCH_RECORDS", 1_000_000);
     let users = env("COLO_BENCH_USERS", 20_000);
     let dir = tempfile::tempdir().expect("dir");
     let topic = format!("bench-{}.user-events", std::process::id());
@@ -256,6 +262,9 @@ struct Pause {
     start: f64,
 }
 
+/// One part of a hand-off's pause, read off a [`Pause`].
+type PausePart = fn(&Pause) -> f64;
+
 async fn handoff_pause(broker: &Broker) {
     let users = env("COLO_BENCH_USERS", 20_000);
     let cycles = env("COLO_BENCH_CYCLES", 5);
@@ -346,7 +355,7 @@ async fn handoff_pause(broker: &Broker) {
     );
     println!("| part | hand-offs | p50 s | p99 s | max s |");
     println!("|---|---|---:|---:|---:|");
-    let parts: [(&str, fn(&Pause) -> f64); 3] = [
+    let parts: [(&str, PausePart); 3] = [
         (
             "revoke on the old owner to first moved record on the new",
             |p| p.total,
