@@ -805,6 +805,16 @@ impl SourceContext {
         for tp in &revoked {
             self.observer.partition_gone(tp);
         }
+        // librdkafka keeps a partition's pause across its unassignment: one
+        // paused here would come back paused if assigned here again, with a
+        // new feed that does not know it.
+        for (tp, feed) in &removed {
+            if feed.paused {
+                if let Err(e) = consumer.resume(&one(tp)) {
+                    tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "cannot resume a revoked partition");
+                }
+            }
+        }
         if consumer.assignment_lost() {
             tracing::warn!(partitions = revoked.len(), "kafka partitions lost");
             let _ = self.events.send(SourceEvent::Lost {

@@ -4,7 +4,9 @@
 //! the in-flight bound, rebalance events), not a broker's behaviour; the
 //! broker tests run against a real Kafka-protocol broker.
 
-use colo_connectors::{KafkaSource, SourceSettings, TopicPartition};
+use colo_connectors::{
+    KafkaSource, PartitionState, SourceObserver, SourceSettings, TopicPartition,
+};
 use colo_tests::kafka::{
     assigned, assigned_closed, committed_offsets, handed_to_joiner, next_record, opened,
     source_settings,
@@ -13,6 +15,7 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const TOPIC: &str = "events";
@@ -209,4 +212,66 @@ async fn a_revoke_waits_for_the_service_then_commits_what_was_handled() {
     })
     .await
     .unwrap();
+}
+
+/// Each partition's last reported pause.
+#[derive(Default)]
+struct Pauses(Mutex<BTreeMap<i32, bool>>);
+
+impl SourceObserver for Pauses {
+    fn partition(&self, partition: &TopicPartition, state: PartitionState) {
+        if let Ok(mut paused) = self.0.lock() {
+            paused.insert(partition.partition, state.paused);
+        }
+    }
+    fn partition_gone(&self, partition: &TopicPartition) {
+        if let Ok(mut paused) = self.0.lock() {
+            paused.remove(&partition.partition);
+        }
+    }
+    fn committed(&self, _: Option<Duration>, _: bool) {}
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_paused_when_revoked_is_consumed_when_it_comes_back() {
+    let cluster = broker();
+    let bootstrap = cluster.bootstrap_servers();
+    produce(&bootstrap);
+    let pauses = Arc::new(Pauses::default());
+    let (first, mut first_events) =
+        KafkaSource::start_observed(settings(&bootstrap, "paused-back", 2), pauses.clone())
+            .expect("first source");
+    let mut partitions = assigned(&mut first_events).await;
+    // Two records of each partition in hand, none acked: every partition is
+    // at its bound, and paused.
+    let mut in_hand = Vec::new();
+    for records in partitions.values_mut() {
+        in_hand.push(next_record(records).await);
+        in_hand.push(next_record(records).await);
+    }
+    eventually("every partition paused", || {
+        let paused = pauses.0.lock().unwrap();
+        paused.len() == PARTITIONS as usize && paused.values().all(|&p| p)
+    })
+    .await;
+    // A second member takes some of them, then leaves: they come back.
+    let (second, mut second_events) =
+        KafkaSource::start(settings(&bootstrap, "paused-back", 1000)).expect("second source");
+    let (revoked, taken) =
+        handed_to_joiner(&mut first_events, &mut partitions, &mut second_events).await;
+    drop((taken, second_events));
+    tokio::task::spawn_blocking(move || second.shutdown())
+        .await
+        .unwrap();
+    let mut back = assigned(&mut first_events).await;
+    // Nothing was acked: each comes back from its first record, and flows.
+    for tp in &revoked {
+        let records = back.get_mut(tp).expect("the revoked partition came back");
+        assert_eq!(next_record(records).await.offset, 0, "{tp:?}");
+        assert_eq!(next_record(records).await.offset, 1, "{tp:?}");
+    }
+    drop((in_hand, first_events));
+    tokio::task::spawn_blocking(move || first.shutdown())
+        .await
+        .unwrap();
 }

@@ -317,6 +317,10 @@ struct PartitionTask<E: Entity> {
     handled: metrics::Counter,
 }
 
+/// Turns of a partition's task between two checks of its oldest record's
+/// deadline while records keep coming.
+const DEADLINE_CHECK_EVERY: u32 = 32;
+
 /// A record routed and waiting for its outcome. The partition's records
 /// settle in order, so only the oldest one's reply is awaited (with its
 /// deadline); the others' replies wait in their channels. That keeps the
@@ -351,6 +355,17 @@ impl<R> InFlight<R> {
         }
     }
 
+    /// Past its deadline (its reply not in): it counts as unconfirmed, and
+    /// is delivered again. True if it expired.
+    fn expire(&mut self, timeout: Duration) -> bool {
+        let expired =
+            matches!(self.routed, Routed::Sent(_)) && tokio::time::Instant::now() >= self.deadline;
+        if expired {
+            self.routed = Routed::Refused(Some(AskError::Timeout(timeout)));
+        }
+        expired
+    }
+
     /// Waits for its outcome until its deadline.
     async fn outcome(&mut self, timeout: Duration) -> Result<R, AskError> {
         match &mut self.routed {
@@ -382,6 +397,7 @@ impl<E: Entity> PartitionTask<E> {
         let timeout = self.settings.delivery_timeout;
         let mut in_flight: VecDeque<InFlight<E::Reply>> = VecDeque::new();
         let mut open = true;
+        let mut turns = 0u32;
         loop {
             // What came back, in order, without waiting.
             while let Some(result) = in_flight.front_mut().and_then(|f| f.outcome_now(timeout)) {
@@ -389,6 +405,16 @@ impl<E: Entity> PartitionTask<E> {
                     self.settle(front.record, &front.id, Delivery::from(result))
                         .await;
                 }
+            }
+            // The oldest record's deadline is kept when the task waits; while
+            // records keep coming it waits not, so the deadline is checked
+            // every few turns (not every one: a clock reading per record
+            // costs).
+            turns = turns.wrapping_add(1);
+            if turns % DEADLINE_CHECK_EVERY == 0
+                && in_flight.front_mut().is_some_and(|f| f.expire(timeout))
+            {
+                continue;
             }
             tokio::select! {
                 biased;
@@ -418,10 +444,19 @@ impl<E: Entity> PartitionTask<E> {
     /// Hosts the partition's shard here, asking again until it is: a shard
     /// another node's assignment still claims comes once that node released
     /// it. False if the region stopped.
+    ///
+    /// With one topic, a claim by another node can only be a partition
+    /// assigned twice for a while (its owner revokes it at its next round),
+    /// so the partition waits for it, whatever it takes: consuming it
+    /// meanwhile would hand its records to two nodes. With several topics,
+    /// another node may own the same-numbered partition of another topic
+    /// for good: after one placement timeout the partition is consumed
+    /// anyway, its records forwarded to the shard's node.
     async fn host(&self) -> bool {
         let Ok(shard) = u32::try_from(self.partition.partition).map(ShardId) else {
             return true;
         };
+        let waits_for_good = self.settings.source.topics.len() <= 1;
         let mut warned = false;
         loop {
             match self
@@ -435,6 +470,10 @@ impl<E: Entity> PartitionTask<E> {
                     // Asking again changes nothing: consumed anyway, its
                     // records routed to wherever the shard is.
                     tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, error = %e, "partition's shard not hosted here; its records are forwarded");
+                    return true;
+                }
+                Err(e) if !waits_for_good => {
+                    tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, error = %e, "partition's shard not hosted here (another topic's partition of the same number may be assigned elsewhere); its records are forwarded");
                     return true;
                 }
                 Err(e) => {
@@ -460,11 +499,13 @@ impl<E: Entity> PartitionTask<E> {
                         tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, entity_id = %id, %shard, "record in another partition than its key's murmur2 partition (a producer with another partitioner?): handled, but on the shard's node, not here");
                     }
                 }
-                let deadline = tokio::time::Instant::now() + self.settings.delivery_timeout;
                 let routed = match self.region.route_tracked(&id, message).await {
                     Ok(reply) => Routed::Sent(reply),
                     Err(e) => Routed::Refused(Some(AskError::from(e))),
                 };
+                // From when it reached its entity's mailbox (routing may
+                // wait for room in it).
+                let deadline = tokio::time::Instant::now() + self.settings.delivery_timeout;
                 Some(InFlight {
                     record,
                     id,

@@ -469,6 +469,63 @@ async fn a_topic_with_another_partition_count_stops_the_node_naming_it() {
     );
 }
 
+/// An entity type fed by two topics: the group may assign the
+/// same-numbered partitions of the two to different nodes, and only one
+/// of them can host their shard. The other's partition is consumed all the
+/// same (its records forwarded to the shard): every purchase of both
+/// topics is handled, each user's in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entity_type_fed_by_two_topics_handles_both_wherever_their_partitions_go() {
+    let broker = Broker::start();
+    let (first_dir, second_dir) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let (topic, cluster) = unique("two-topics");
+    let other = topic.replace(".user-events", ".more-user-events");
+    let sets: Vec<String> = kafka_sets(broker.bootstrap(), &topic, &cluster)
+        .into_iter()
+        .map(|set| {
+            if set.starts_with("kafka.topics.user=") {
+                format!(r#"kafka.topics.user=["{topic}","{other}"]"#)
+            } else {
+                set
+            }
+        })
+        .collect();
+    let a = start(None, &sets);
+    a.await_ready(READY).await;
+    let b = start(Some(&a.grpc), &sets);
+    b.await_ready(READY).await;
+    let first = Producer::start_for(
+        "first-",
+        first_dir.path(),
+        broker.bootstrap(),
+        &topic,
+        20,
+        600,
+        Some(200),
+    );
+    let second = Producer::start_for(
+        "second-",
+        second_dir.path(),
+        broker.bootstrap(),
+        &other,
+        20,
+        600,
+        Some(200),
+    );
+    let mut expected = first.finished(Duration::from_secs(60)).await;
+    expected.extend(second.finished(Duration::from_secs(60)).await);
+    await_all_handled(&[&a, &b], &expected).await;
+    let problems = at_least_once_in_order_problems(&handled(&[&a, &b]), &expected);
+    assert!(
+        problems.is_empty(),
+        "{problems:#?}\n{}",
+        kafka_logs(&[&a, &b])
+    );
+}
+
 /// The broker killed and started again while records flow: the nodes and
 /// the producer reconnect, and every purchase is handled at least once,
 /// each user's in order (nothing skipped).
