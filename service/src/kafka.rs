@@ -411,7 +411,7 @@ impl<E: Entity> PartitionTask<E> {
             // every few turns (not every one: a clock reading per record
             // costs).
             turns = turns.wrapping_add(1);
-            if turns % DEADLINE_CHECK_EVERY == 0
+            if turns.is_multiple_of(DEADLINE_CHECK_EVERY)
                 && in_flight.front_mut().is_some_and(|f| f.expire(timeout))
             {
                 continue;
