@@ -336,8 +336,9 @@ struct InFlight<R> {
 /// Where a routed record's outcome comes from.
 enum Routed<R> {
     Sent(oneshot::Receiver<Result<R, AskError>>),
-    /// It could not be routed (taken once, when it is settled).
-    Refused(Option<AskError>),
+    /// It failed without a reply: it could not be routed, or its deadline
+    /// passed (taken once, when it is settled).
+    Failed(Option<AskError>),
 }
 
 impl<R> InFlight<R> {
@@ -346,7 +347,7 @@ impl<R> InFlight<R> {
     /// comes).
     fn outcome_now(&mut self, timeout: Duration) -> Option<Result<R, AskError>> {
         match &mut self.routed {
-            Routed::Refused(e) => Some(Err(e.take().unwrap_or(AskError::Timeout(timeout)))),
+            Routed::Failed(e) => Some(Err(e.take().unwrap_or(AskError::Timeout(timeout)))),
             Routed::Sent(reply) => match reply.try_recv() {
                 Ok(result) => Some(result),
                 Err(oneshot::error::TryRecvError::Closed) => Some(Err(dropped())),
@@ -361,7 +362,7 @@ impl<R> InFlight<R> {
         let expired =
             matches!(self.routed, Routed::Sent(_)) && tokio::time::Instant::now() >= self.deadline;
         if expired {
-            self.routed = Routed::Refused(Some(AskError::Timeout(timeout)));
+            self.routed = Routed::Failed(Some(AskError::Timeout(timeout)));
         }
         expired
     }
@@ -369,7 +370,7 @@ impl<R> InFlight<R> {
     /// Waits for its outcome until its deadline.
     async fn outcome(&mut self, timeout: Duration) -> Result<R, AskError> {
         match &mut self.routed {
-            Routed::Refused(e) => Err(e.take().unwrap_or(AskError::Timeout(timeout))),
+            Routed::Failed(e) => Err(e.take().unwrap_or(AskError::Timeout(timeout))),
             Routed::Sent(reply) => match tokio::time::timeout_at(self.deadline, reply).await {
                 Ok(Ok(result)) => result,
                 Ok(Err(_)) => Err(dropped()),
@@ -406,10 +407,10 @@ impl<E: Entity> PartitionTask<E> {
                         .await;
                 }
             }
-            // The oldest record's deadline is kept when the task waits; while
-            // records keep coming it waits not, so the deadline is checked
-            // every few turns (not every one: a clock reading per record
-            // costs).
+            // The oldest record's deadline is kept while the task waits for
+            // it; while records keep coming the task does not wait, so the
+            // deadline is also checked every few turns (not every turn: a
+            // clock reading per record costs).
             turns = turns.wrapping_add(1);
             if turns.is_multiple_of(DEADLINE_CHECK_EVERY)
                 && in_flight.front_mut().is_some_and(|f| f.expire(timeout))
@@ -501,7 +502,7 @@ impl<E: Entity> PartitionTask<E> {
                 }
                 let routed = match self.region.route_tracked(&id, message).await {
                     Ok(reply) => Routed::Sent(reply),
-                    Err(e) => Routed::Refused(Some(AskError::from(e))),
+                    Err(e) => Routed::Failed(Some(AskError::from(e))),
                 };
                 // From when it reached its entity's mailbox (routing may
                 // wait for room in it).
