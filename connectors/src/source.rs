@@ -291,30 +291,10 @@ impl KafkaSource {
                     .clamp(1, i32::MAX as u128)
                     .to_string(),
             );
-        if !settings
-            .client
-            .iter()
-            .any(|(k, _)| k == "statistics.interval.ms")
-        {
-            // The partitions' ends, for the lag.
-            config.set("statistics.interval.ms", "1000");
-        }
-        if !settings
-            .client
-            .iter()
-            .any(|(k, _)| k == "auto.offset.reset")
-        {
-            config.set("auto.offset.reset", "earliest");
-        }
-        if !settings
-            .client
-            .iter()
-            .any(|(k, _)| k == "fetch.queue.backoff.ms")
-        {
-            // librdkafka stops fetching for this long once its local queue
-            // is past its thresholds; its 1 s default leaves the poll
-            // thread idle after it drained the queue in a fraction of that.
-            config.set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
+        for (key, value) in DEFAULT_PROPERTIES {
+            if !settings.client.iter().any(|(k, _)| k == key) {
+                config.set(key, value);
+            }
         }
         let (events, receiver) = mpsc::unbounded_channel();
         let feeds = Arc::new(Mutex::new(Feeds {
@@ -377,6 +357,18 @@ impl Drop for KafkaSource {
 /// librdkafka's `fetch.queue.backoff.ms` unless the client properties set
 /// it.
 pub const FETCH_QUEUE_BACKOFF_MS: &str = "10";
+
+/// librdkafka properties the source sets unless the client properties do:
+/// - `statistics.interval.ms`: the partitions' ends, for the lag;
+/// - `auto.offset.reset`: a group without commits reads from the start;
+/// - `fetch.queue.backoff.ms`: librdkafka stops fetching for this long
+///   once its local queue is past its thresholds; its 1 s default leaves
+///   the poll thread idle after it drained the queue in a fraction of that.
+const DEFAULT_PROPERTIES: [(&str, &str); 3] = [
+    ("statistics.interval.ms", "1000"),
+    ("auto.offset.reset", "earliest"),
+    ("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS),
+];
 
 /// How often, at most, held records are handed over, offsets stored and
 /// partitions paused or resumed while records keep coming.
@@ -470,7 +462,10 @@ fn open_gates(
     feeds: &Mutex<Feeds>,
     opening: &mut Vec<(TopicPartition, u64)>,
 ) -> bool {
-    opening.retain(|(tp, id)| feeds.lock().closed(tp, *id));
+    {
+        let feeds = feeds.lock();
+        opening.retain(|(tp, id)| feeds.closed(tp, *id));
+    }
     if opening.is_empty() {
         return true;
     }

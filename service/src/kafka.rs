@@ -28,8 +28,7 @@
 use crate::entity::Entity;
 use crate::error::AskError;
 use crate::metrics::KafkaMetrics;
-use crate::region::PlacementError;
-use crate::region::{Delivery, Region};
+use crate::region::{unanswered, Delivery, PlacementError, Region};
 use colo_allocation::ShardId;
 use colo_connectors::{
     AssignedPartition, DeadLetters, Gate, KafkaSource, Record, SourceError, SourceEvent,
@@ -350,7 +349,7 @@ impl<R> InFlight<R> {
             Routed::Failed(e) => Some(Err(e.take().unwrap_or(AskError::Timeout(timeout)))),
             Routed::Sent(reply) => match reply.try_recv() {
                 Ok(result) => Some(result),
-                Err(oneshot::error::TryRecvError::Closed) => Some(Err(dropped())),
+                Err(oneshot::error::TryRecvError::Closed) => Some(Err(unanswered())),
                 Err(oneshot::error::TryRecvError::Empty) => None,
             },
         }
@@ -369,19 +368,18 @@ impl<R> InFlight<R> {
 
     /// Waits for its outcome until its deadline.
     async fn outcome(&mut self, timeout: Duration) -> Result<R, AskError> {
-        match &mut self.routed {
-            Routed::Failed(e) => Err(e.take().unwrap_or(AskError::Timeout(timeout))),
-            Routed::Sent(reply) => match tokio::time::timeout_at(self.deadline, reply).await {
-                Ok(Ok(result)) => result,
-                Ok(Err(_)) => Err(dropped()),
-                Err(_) => Err(AskError::Timeout(timeout)),
-            },
+        if let Some(result) = self.outcome_now(timeout) {
+            return result;
+        }
+        let Routed::Sent(reply) = &mut self.routed else {
+            return Err(AskError::Timeout(timeout));
+        };
+        match tokio::time::timeout_at(self.deadline, reply).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(unanswered()),
+            Err(_) => Err(AskError::Timeout(timeout)),
         }
     }
-}
-
-fn dropped() -> AskError {
-    AskError::Dropped("the message was dropped before it was handled".into())
 }
 
 impl<E: Entity> PartitionTask<E> {

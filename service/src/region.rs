@@ -262,9 +262,12 @@ impl<E: Entity> std::fmt::Debug for Region<E> {
 pub(crate) async fn replied<R>(
     reply: oneshot::Receiver<Result<R, AskError>>,
 ) -> Result<R, AskError> {
-    reply
-        .await
-        .map_err(|_| AskError::Dropped("the message was dropped before it was handled".into()))?
+    reply.await.map_err(|_| unanswered())?
+}
+
+/// What a reply channel dropped unanswered means.
+pub(crate) fn unanswered() -> AskError {
+    AskError::Dropped("the message was dropped before it was handled".into())
 }
 
 /// An inspection query got no answer.
