@@ -1,0 +1,232 @@
+//! Each assigned partition's way from the poll thread to the service: its
+//! gate's phase, the records held back, the in-flight bound, the offsets
+//! stored.
+
+use super::context::SourceContext;
+use super::{Record, TopicPartition};
+use crate::ack::{Ack, Offsets};
+use crate::observer::{PartitionState, SourceObserver};
+use parking_lot::Mutex;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::TopicPartitionList;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// A record as polled, before it is handed over with its ack.
+#[derive(Debug)]
+pub(super) struct RawRecord {
+    pub(super) partition: i32,
+    pub(super) offset: i64,
+    pub(super) key: Option<Vec<u8>>,
+    pub(super) payload: Option<Vec<u8>>,
+}
+
+/// Whether an assigned partition's records go to the service yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Held until the service opens the gate (and paused if as many as
+    /// the in-flight bound wait).
+    Closed,
+    /// Consumed; records below `floor` (the offset committed when the gate
+    /// opened) were handled elsewhere and are dropped.
+    Open { floor: Option<i64> },
+}
+
+/// An assigned partition's way to the service.
+#[derive(Debug)]
+pub(super) struct Feed {
+    /// Which assignment of the partition this is.
+    pub(super) id: u64,
+    pub(super) phase: Phase,
+    pub(super) topic: Arc<str>,
+    pub(super) to_service: mpsc::UnboundedSender<Record>,
+    pub(super) offsets: Arc<Mutex<Offsets>>,
+    /// Polled but not handed over: the partition is at its in-flight bound.
+    pub(super) held: VecDeque<RawRecord>,
+    pub(super) paused: bool,
+    /// The position last stored.
+    pub(super) stored: Option<i64>,
+}
+
+impl Feed {
+    /// Whether a record goes to the service now, rather than being held.
+    pub(super) fn takes(&self, max_in_flight: usize) -> bool {
+        matches!(self.phase, Phase::Open { .. })
+            && self.held.is_empty()
+            && self.offsets.lock().in_flight() < max_in_flight
+    }
+
+    /// Whether a record was handled by the partition's previous owner.
+    pub(super) fn below_floor(&self, offset: i64) -> bool {
+        matches!(self.phase, Phase::Open { floor: Some(floor) } if offset < floor)
+    }
+
+    pub(super) fn hand_over(&self, raw: RawRecord) {
+        let ack = Ack::new(self.offsets.clone(), raw.offset);
+        let record = Record {
+            topic: self.topic.clone(),
+            partition: raw.partition,
+            offset: raw.offset,
+            key: raw.key,
+            payload: raw.payload,
+            ack,
+        };
+        // A service that stopped listening drops the record, and with it
+        // the ack: the record is consumed again later.
+        let _ = self.to_service.send(record);
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Feeds {
+    pub(super) by: HashMap<TopicPartition, Feed>,
+    pub(super) max_in_flight: usize,
+}
+
+impl Feeds {
+    pub(super) fn push(&mut self, topic: &str, raw: RawRecord) {
+        // Found by a scan, not a hash of a key built per record: a node has
+        // a few dozen partitions, and this runs for every record.
+        let found = self
+            .by
+            .iter_mut()
+            .find(|(tp, _)| tp.partition == raw.partition && tp.topic == topic);
+        // A record of a partition revoked meanwhile: its next owner reads it.
+        let Some((_, feed)) = found else {
+            return;
+        };
+        if feed.below_floor(raw.offset) {
+            return;
+        }
+        if feed.takes(self.max_in_flight) {
+            feed.hand_over(raw);
+        } else {
+            feed.held.push_back(raw);
+        }
+    }
+
+    /// Whether this assignment of the partition is still here, closed.
+    pub(super) fn closed(&self, tp: &TopicPartition, id: u64) -> bool {
+        self.by
+            .get(tp)
+            .is_some_and(|feed| feed.id == id && feed.phase == Phase::Closed)
+    }
+
+    /// Opens the partition's gate at `floor`; the held records below it are
+    /// dropped, the others handed over by the next [`Self::maintain`].
+    pub(super) fn open(&mut self, tp: &TopicPartition, id: u64, floor: Option<i64>) {
+        if let Some(feed) = self.by.get_mut(tp).filter(|f| f.id == id) {
+            feed.phase = Phase::Open { floor };
+            if let Some(floor) = floor {
+                feed.held.retain(|raw| raw.offset >= floor);
+            }
+            tracing::debug!(topic = %tp.topic, partition = tp.partition, ?floor, "partition opened");
+        }
+    }
+
+    /// Tells the observer each partition's state.
+    pub(super) fn report(
+        &self,
+        consumer: &BaseConsumer<SourceContext>,
+        observer: &dyn SourceObserver,
+    ) {
+        for (tp, feed) in &self.by {
+            let offsets = feed.offsets.lock();
+            let next = offsets.position().or(feed.stored);
+            let lag = consumer
+                .context()
+                .high_watermarks
+                .lock()
+                .get(tp)
+                .copied()
+                .and_then(|high| next.map(|n| (high - n).max(0)));
+            observer.partition(
+                tp,
+                PartitionState {
+                    in_flight: offsets.in_flight(),
+                    paused: feed.paused,
+                    lag,
+                },
+            );
+        }
+    }
+
+    pub(super) fn maintain(&mut self, consumer: &BaseConsumer<SourceContext>) {
+        for (tp, feed) in &mut self.by {
+            let open = matches!(feed.phase, Phase::Open { .. });
+            while open
+                && !feed.held.is_empty()
+                && feed.offsets.lock().in_flight() < self.max_in_flight
+            {
+                if let Some(raw) = feed.held.pop_front() {
+                    feed.hand_over(raw);
+                }
+            }
+            // A closed partition is not paused at once: librdkafka fetches a
+            // resumed partition again only at its broker thread's next
+            // wakeup (up to a second), and a gate normally opens within
+            // milliseconds. Its records wait in `held`, up to the bound.
+            let pause = if open {
+                !feed.held.is_empty()
+            } else {
+                feed.held.len() >= self.max_in_flight
+            };
+            if pause != feed.paused {
+                let list = one(tp);
+                let result = if pause {
+                    consumer.pause(&list)
+                } else {
+                    consumer.resume(&list)
+                };
+                match result {
+                    Ok(()) => feed.paused = pause,
+                    Err(e) => {
+                        tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "cannot pause or resume")
+                    }
+                }
+            }
+            store(consumer, tp, feed);
+        }
+    }
+}
+
+/// Stores the partition's position if it moved.
+fn store(consumer: &BaseConsumer<SourceContext>, tp: &TopicPartition, feed: &mut Feed) {
+    let position = feed.offsets.lock().position();
+    if let Some(offset) = position.filter(|_| position != feed.stored) {
+        match store_position(consumer, tp, offset) {
+            Ok(()) => feed.stored = position,
+            Err(e) => {
+                tracing::debug!(topic = %tp.topic, partition = tp.partition, error = %e, "offset not stored")
+            }
+        }
+    }
+}
+
+/// Stores `offset` as the next one to consume (what a commit records).
+pub(super) fn store_position(
+    consumer: &BaseConsumer<SourceContext>,
+    tp: &TopicPartition,
+    offset: i64,
+) -> rdkafka::error::KafkaResult<()> {
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(&tp.topic, tp.partition, rdkafka::Offset::Offset(offset))?;
+    consumer.store_offsets(&list)
+}
+
+pub(super) fn one(tp: &TopicPartition) -> TopicPartitionList {
+    let mut list = TopicPartitionList::new();
+    list.add_partition(&tp.topic, tp.partition);
+    list
+}
+
+pub(super) fn partitions(list: &TopicPartitionList) -> Vec<TopicPartition> {
+    list.elements()
+        .iter()
+        .map(|e| TopicPartition {
+            topic: e.topic().to_string(),
+            partition: e.partition(),
+        })
+        .collect()
+}

@@ -1,0 +1,135 @@
+//! The consumer's thread.
+
+use super::context::SourceContext;
+use super::feeds::{Feeds, RawRecord};
+use super::TopicPartition;
+use parking_lot::Mutex;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::TopicPartitionList;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// How often, at most, held records are handed over, offsets stored and
+/// partitions paused or resumed while records keep coming.
+const MAINTAIN_EVERY: Duration = Duration::from_millis(5);
+
+/// Records polled in a row before the clock is read again (for the
+/// maintenance below and the reports): at a million records a second, a
+/// reading every few dozen microseconds.
+const CLOCK_EVERY: u32 = 32;
+
+/// How often the partitions' states are reported.
+const REPORT_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a poll waits for a record: also how long an opened gate may
+/// wait for the poll thread.
+const POLL_WAIT: Duration = Duration::from_millis(10);
+
+/// How long opening gates waits for the committed offsets, and how long
+/// it waits to ask again when they did not come.
+const COMMITTED_WAIT: Duration = Duration::from_secs(5);
+const COMMITTED_RETRY: Duration = Duration::from_millis(500);
+
+/// The consumer's thread: poll, hand records to their partitions, open
+/// gates, keep the in-flight bound and store what was handled (librdkafka
+/// commits it).
+pub(super) fn poll(
+    consumer: &BaseConsumer<SourceContext>,
+    feeds: &Mutex<Feeds>,
+    opened: &std::sync::mpsc::Receiver<(TopicPartition, u64)>,
+    stop: &AtomicBool,
+) {
+    let mut last_report = std::time::Instant::now();
+    let mut last_maintain = std::time::Instant::now();
+    let mut idle = false;
+    // Records polled since the clock was last read: reading it per record
+    // costs as much as a record.
+    let mut since_clock = 0u32;
+    let mut opening = Vec::new();
+    let mut open_again = std::time::Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        // Not under the lock: the rebalance callback runs in here and
+        // takes it.
+        match consumer.poll(POLL_WAIT) {
+            Some(Ok(message)) => {
+                let raw = RawRecord {
+                    partition: message.partition(),
+                    offset: message.offset(),
+                    key: message.key().map(<[u8]>::to_vec),
+                    payload: message.payload().map(<[u8]>::to_vec),
+                };
+                feeds.lock().push(message.topic(), raw);
+                since_clock += 1;
+                if since_clock < CLOCK_EVERY {
+                    continue;
+                }
+            }
+            Some(Err(e)) => tracing::warn!(error = %e, "kafka consumer error"),
+            None => idle = true,
+        }
+        since_clock = 0;
+        opening.extend(opened.try_iter());
+        if !opening.is_empty() && open_again <= std::time::Instant::now() {
+            if open_gates(consumer, feeds, &mut opening) {
+                idle = true;
+            } else {
+                open_again = std::time::Instant::now() + COMMITTED_RETRY;
+            }
+        }
+        // Not after every record: storing offsets and pausing or resuming
+        // partitions costs more than a record, and a few milliseconds'
+        // delay changes neither the commits nor the in-flight bound much.
+        if idle || last_maintain.elapsed() >= MAINTAIN_EVERY {
+            last_maintain = std::time::Instant::now();
+            idle = false;
+            feeds.lock().maintain(consumer);
+        }
+        if last_report.elapsed() >= REPORT_EVERY {
+            last_report = std::time::Instant::now();
+            feeds.lock().report(consumer, &*consumer.context().observer);
+        }
+    }
+    feeds.lock().maintain(consumer);
+    consumer.context().commit_sync(consumer, "shutdown");
+}
+
+/// Opens the gates asked for whose assignment still holds: reads their
+/// committed offsets (one request for all), below which records are
+/// dropped. False, keeping them to open, if the offsets did not come.
+fn open_gates(
+    consumer: &BaseConsumer<SourceContext>,
+    feeds: &Mutex<Feeds>,
+    opening: &mut Vec<(TopicPartition, u64)>,
+) -> bool {
+    {
+        let feeds = feeds.lock();
+        opening.retain(|(tp, id)| feeds.closed(tp, *id));
+    }
+    if opening.is_empty() {
+        return true;
+    }
+    let mut list = TopicPartitionList::new();
+    for (tp, _) in opening.iter() {
+        list.add_partition(&tp.topic, tp.partition);
+    }
+    // Not under the lock: this waits for the broker.
+    let committed = match consumer.committed_offsets(list, COMMITTED_WAIT) {
+        Ok(committed) => committed,
+        Err(e) => {
+            tracing::warn!(partitions = opening.len(), error = %e, "committed offsets not read; the partitions wait");
+            return false;
+        }
+    };
+    let mut feeds = feeds.lock();
+    for (tp, id) in opening.drain(..) {
+        let floor = committed
+            .find_partition(&tp.topic, tp.partition)
+            .and_then(|e| match e.offset() {
+                rdkafka::Offset::Offset(offset) => Some(offset),
+                _ => None,
+            });
+        feeds.open(&tp, id, floor);
+    }
+    true
+}
