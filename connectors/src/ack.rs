@@ -75,6 +75,11 @@ impl Offsets {
         }
     }
 
+    /// The highest offset handed to the service so far.
+    pub fn delivered_through(&self) -> Option<i64> {
+        self.delivered_through
+    }
+
     /// Records in the service's hands.
     pub fn in_flight(&self) -> usize {
         self.pending

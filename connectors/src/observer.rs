@@ -9,11 +9,19 @@ use std::time::Duration;
 pub struct PartitionState {
     /// Records in the service's hands (delivered, not acked yet).
     pub in_flight: usize,
-    /// Paused: at its in-flight bound, or waiting for its shard (its gate
-    /// not open yet).
+    /// Paused: at its in-flight bound, or with as many records held while
+    /// it waits for its shard.
     pub paused: bool,
+    /// Records polled but held back: its gate is not open yet, or it is at
+    /// its in-flight bound.
+    pub held: usize,
+    /// Its gate is not open yet: the partition waits for its shard to
+    /// start on this node.
+    pub waiting_for_shard: bool,
     /// Records between the partition's end (its high watermark, as last
-    /// fetched) and the next record to handle; `None` until known.
+    /// fetched) and the next record to handle (before any came, the
+    /// group's committed offset); `None` until librdkafka's statistics
+    /// know the partition.
     pub lag: Option<i64>,
 }
 

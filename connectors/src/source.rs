@@ -139,6 +139,10 @@ pub enum SourceEvent {
     /// Partitions lost (the session expired): another node may own them
     /// already. Drop their shards; nothing is committed.
     Lost { partitions: Vec<TopicPartition> },
+    /// The consumer failed for good (librdkafka's fatal error: e.g. another
+    /// member took its `group.instance.id`): it consumes nothing more, and
+    /// its partitions are to be taken as lost. The last event.
+    Failed { reason: String },
 }
 
 /// A running source; stopped (committing what was handled) by
@@ -174,6 +178,7 @@ impl KafkaSource {
         let feeds = Arc::new(Mutex::new(Feeds {
             by: HashMap::new(),
             max_in_flight: settings.max_in_flight,
+            stall_timeout: settings.stall_timeout,
         }));
         let (opens, opened) = std::sync::mpsc::channel();
         let context = SourceContext {
@@ -182,10 +187,14 @@ impl KafkaSource {
             opens,
             next_feed: std::sync::atomic::AtomicU64::new(0),
             timeout: settings.rebalance_timeout,
+            commit_timeout: settings.commit_timeout,
             observer,
-            high_watermarks: Mutex::new(HashMap::new()),
+            watermarks: Mutex::new(HashMap::new()),
+            consumer: std::sync::OnceLock::new(),
         };
-        let consumer: BaseConsumer<SourceContext> = config.create_with_context(context)?;
+        let consumer: Arc<BaseConsumer<SourceContext>> =
+            Arc::new(config.create_with_context(context)?);
+        let _ = consumer.context().consumer.set(Arc::downgrade(&consumer));
         let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
         consumer.subscribe(&topics)?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -223,7 +232,16 @@ impl KafkaSource {
 }
 
 impl Drop for KafkaSource {
+    /// Stops the consumer. On an async runtime's thread it does not wait
+    /// for the consumer to close (its last revoke may wait for the service
+    /// on this very runtime, for up to the rebalance timeout): the thread
+    /// closes it on its own. Elsewhere it waits.
     fn drop(&mut self) {
-        self.stop_and_join();
+        self.stop.store(true, Ordering::Release);
+        if tokio::runtime::Handle::try_current().is_ok() {
+            drop(self.thread.take());
+        } else {
+            self.stop_and_join();
+        }
     }
 }

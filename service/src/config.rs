@@ -310,10 +310,11 @@ impl NodeConfig {
 
     /// How `entity_type` consumes its topics, if `[kafka]` names it.
     ///
-    /// A revoke waits for the partition's records in flight (each at most
-    /// `delivery_timeout`), then for the shards' release (a hand-off, at
-    /// most `handoff_timeout`); an assignment for the shards' start. The
-    /// rebalance callback's timeout is the sum, so neither is cut short.
+    /// A revoke waits for the partition's records in flight (at most
+    /// `delivery_timeout`), their commit (at most `commit_timeout`), then
+    /// for the shards' release (a hand-off, at most `handoff_timeout`); an
+    /// assignment for the shards' start. The rebalance callback's timeout
+    /// is the sum, so none is cut short.
     pub fn ingest_settings(&self, entity_type: &str) -> Option<crate::kafka::IngestSettings> {
         let kafka = self.kafka.as_ref()?;
         let topics = kafka.topics.get(entity_type)?;
@@ -329,7 +330,11 @@ impl NodeConfig {
                 client: kafka.client_properties(),
                 max_in_flight: kafka.max_in_flight,
                 commit_interval: kafka.commit_interval,
-                rebalance_timeout: placement_timeout + kafka.delivery_timeout,
+                rebalance_timeout: placement_timeout
+                    + kafka.delivery_timeout
+                    + kafka.commit_timeout,
+                commit_timeout: kafka.commit_timeout,
+                stall_timeout: kafka.delivery_timeout,
             },
             delivery_timeout: kafka.delivery_timeout,
             placement_timeout,

@@ -271,12 +271,19 @@ impl Coordinator {
                     let _ = collector.try_send((region, stats));
                 }
             }
-            RegionToCoordinator::UpdateLocations { request, locations } => {
-                self.update_locations(region, request, locations).await?
+            RegionToCoordinator::UpdateLocations {
+                request,
+                locations,
+                source,
+            } => {
+                self.update_locations(region, request, locations, source)
+                    .await?
             }
-            RegionToCoordinator::ReleaseShards { request, shards } => {
-                self.release_shards(region, request, shards).await?
-            }
+            RegionToCoordinator::ReleaseShards {
+                request,
+                shards,
+                source,
+            } => self.release_shards(region, request, shards, source).await?,
         }
         Ok(())
     }

@@ -306,6 +306,9 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
 
 /// The source settings of the demo: a consumer group that notices a
 /// joining or leaving member within a second.
+/// How long a commit at a revoke may take.
+const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+
 fn ingest_settings(bootstrap: &str, settings: &ShardingSettings) -> IngestSettings {
     let delivery_timeout = Duration::from_secs(10);
     IngestSettings {
@@ -319,7 +322,9 @@ fn ingest_settings(bootstrap: &str, settings: &ShardingSettings) -> IngestSettin
             ],
             max_in_flight: 1000,
             commit_interval: Duration::from_millis(500),
-            rebalance_timeout: settings.handoff_timeout + delivery_timeout,
+            rebalance_timeout: settings.handoff_timeout + delivery_timeout + COMMIT_TIMEOUT,
+            commit_timeout: COMMIT_TIMEOUT,
+            stall_timeout: delivery_timeout,
         },
         delivery_timeout,
         placement_timeout: settings.handoff_timeout,

@@ -26,12 +26,26 @@ pub(crate) struct Envelope<E: Entity> {
     pub delayed: bool,
 }
 
+impl<E: Entity> Envelope<E> {
+    /// A Kafka record its partition gave up on: dropped rather than
+    /// handled (see [`Reply::Record`]).
+    pub fn abandoned(&self) -> bool {
+        matches!(&self.reply, Reply::Record(waiter) if waiter.is_closed())
+    }
+}
+
 /// Where the answer to a message goes.
 pub(crate) enum Reply<R> {
     /// A tell: nobody waits.
     None,
     /// An ask from this node.
     Local(oneshot::Sender<Result<R, AskError>>),
+    /// A Kafka record's delivery, awaited by its partition on this node.
+    /// Unlike an ask's, a record whose partition stopped waiting (the
+    /// partition was lost, or its revoke gave up on it) is handled nowhere
+    /// any more: it is consumed again from the last commit, and handling
+    /// this copy too would run it twice and out of order.
+    Record(oneshot::Sender<Result<R, AskError>>),
     /// An ask from another node (or one that left this node and came back).
     /// Boxed: it is rare, and keeps every envelope within one cache line.
     Remote(Box<ReplyTo>),

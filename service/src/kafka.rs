@@ -9,21 +9,21 @@
 //!   callback does not wait for that: a broker may assign a partition here
 //!   before its owner revoked it, and the coordinator moves the shard only
 //!   once that owner released it (its claims);
-//! - revoked partitions, inside the callback: the records already received
-//!   are handled, their offsets committed, then the shards handed off
-//!   ([`Region::release_shards`]), which lets the next owner start;
-//! - lost partitions: their records are dropped unhandled (another node may
-//!   own them already), nothing is committed, and their shards are released.
+//! - revoked partitions, inside the callback, each step bounded: the
+//!   records already received are settled (within `delivery_timeout`; those
+//!   left are given up, uncommitted), their offsets committed, then the
+//!   shards handed off ([`Region::release_shards`], within
+//!   `placement_timeout`), which lets the next owner start. A release that
+//!   fails is retried after the callback until the coordinator takes it;
+//! - lost partitions: their records in hand are dropped unhandled at once
+//!   (another node may own them already), nothing is committed, and their
+//!   shards are released.
 //!
-//! Each partition is one task that routes its records in order and waits for
-//! their deliveries in order, so a record's offset is committed only once
-//! it and every record before it were handled. A record whose delivery is
-//! not confirmed is delivered again (at least once). A record that cannot
-//! be decoded, or whose handler fails `max_attempts` times, goes to the
-//! dead-letter topic with the reason and its source topic, partition and
-//! offset as headers; while that topic cannot be written the partition
-//! waits (and is paused at its in-flight bound): nothing is skipped
-//! unrecorded.
+//! Each partition is one task (`partition.rs`): its records are settled in
+//! offset order, each key's handled in order, a retry in its place; a
+//! record that can never be handled goes to the dead-letter topic with the
+//! reason and its source topic, partition and offset as headers. Nothing
+//! is skipped unrecorded.
 
 mod partition;
 mod rebalances;
@@ -45,7 +45,10 @@ use tokio::sync::oneshot;
 #[derive(Debug, Clone)]
 pub struct IngestSettings {
     pub source: SourceSettings,
-    /// How long a delivery may take before it is sent again.
+    /// How long a revoke (or a graceful stop) waits for the records in
+    /// hand to settle; those left then are given up, uncommitted, and
+    /// handled again by the partition's next owner. A record is never
+    /// delivered again because it waits: only when its delivery failed.
     pub delivery_timeout: Duration,
     /// How long hosting or releasing shards may take in a rebalance.
     pub placement_timeout: Duration,
@@ -77,9 +80,26 @@ pub enum IngestError {
     },
 }
 
+/// Whether an ingest still consumes, for the node's readiness: a consumer
+/// that failed for good leaves its entity type fed by nothing.
+#[derive(Debug, Clone, Default)]
+pub struct IngestHealth(Arc<parking_lot::Mutex<Option<String>>>);
+
+impl IngestHealth {
+    /// Why the ingest stopped consuming, if it did.
+    pub fn failure(&self) -> Option<String> {
+        self.0.lock().clone()
+    }
+
+    pub(crate) fn fail(&self, reason: String) {
+        *self.0.lock() = Some(reason);
+    }
+}
+
 /// A running Kafka ingest of one entity type.
 #[derive(Debug)]
 pub struct KafkaIngest {
+    health: IngestHealth,
     source: Option<KafkaSource>,
     /// Says the rebalance events are all answered and the dead-letter
     /// producer is closed.
@@ -114,13 +134,12 @@ impl KafkaIngest {
                 settings.placement_timeout
             )));
         }
-        if settings.source.rebalance_timeout
-            < settings.placement_timeout + settings.delivery_timeout
-        {
+        let revoke =
+            settings.placement_timeout + settings.delivery_timeout + settings.source.commit_timeout;
+        if settings.source.rebalance_timeout < revoke {
             return Err(timeouts(format!(
-                "the rebalance timeout ({:?}) must be at least placement_timeout + delivery_timeout ({:?}): a revoke waits for the records in flight, then for the hand-off",
+                "the rebalance timeout ({:?}) must be at least delivery_timeout + commit_timeout + placement_timeout ({revoke:?}): a revoke waits for the records in flight, their commit, then the hand-off",
                 settings.source.rebalance_timeout,
-                settings.placement_timeout + settings.delivery_timeout
             )));
         }
         let counts =
@@ -141,11 +160,14 @@ impl KafkaIngest {
         let (source, events) =
             KafkaSource::start_observed(settings.source.clone(), Arc::new(metrics.clone()))?;
         let node = region.context().clone();
+        let health = IngestHealth::default();
         let rebalances = Rebalances {
             region,
             settings: Arc::new(settings),
             decode,
             partitions: HashMap::new(),
+            releasing: HashMap::new(),
+            health: health.clone(),
             metrics,
             dead_letters,
         };
@@ -155,9 +177,15 @@ impl KafkaIngest {
             let _ = finished.send(());
         });
         Ok(Self {
+            health,
             source: Some(source),
             ended: Some(ended),
         })
+    }
+
+    /// Whether it still consumes; see [`IngestHealth`].
+    pub fn health(&self) -> IngestHealth {
+        self.health.clone()
     }
 
     /// Stops consuming: the partitions are revoked (their shards handed

@@ -38,9 +38,12 @@ pub const KAFKA_REBALANCE_DURATION: &str = "colo_kafka_rebalance_callback_second
 pub const KAFKA_LAG: &str = "colo_kafka_consumer_lag";
 pub const KAFKA_IN_FLIGHT: &str = "colo_kafka_records_in_flight";
 pub const KAFKA_PAUSED: &str = "colo_kafka_partition_paused";
+pub const KAFKA_HELD: &str = "colo_kafka_partition_held_records";
+pub const KAFKA_WAITING: &str = "colo_kafka_partition_waiting_for_shard";
 pub const KAFKA_COMMITS: &str = "colo_kafka_commits_total";
 pub const KAFKA_COMMIT_LATENCY: &str = "colo_kafka_commit_latency_seconds";
 pub const KAFKA_FIRST_RECORD: &str = "colo_kafka_assignment_to_first_record_seconds";
+pub const KAFKA_GIVEN_UP: &str = "colo_kafka_partitions_given_up_total";
 
 /// A Kafka source's metric handles, per topic where it matters.
 #[derive(Clone, Debug)]
@@ -52,10 +55,13 @@ impl KafkaMetrics {
     pub fn new(entity_type: &str, topics: &[String]) -> Self {
         describe();
         for topic in topics {
-            for outcome in ["handled", "undecodable", "handler_failed"] {
+            for outcome in ["handled", "undecodable", "handler_failed", "refused"] {
                 metrics::counter!(KAFKA_RECORDS, "entity_type" => entity_type.to_string(), "topic" => topic.clone(), "outcome" => outcome).increment(0);
             }
             metrics::counter!(KAFKA_PARTITIONER_MISMATCHES, "entity_type" => entity_type.to_string(), "topic" => topic.clone()).increment(0);
+            for reason in ["lost", "revoke_timeout"] {
+                metrics::counter!(KAFKA_GIVEN_UP, "entity_type" => entity_type.to_string(), "topic" => topic.clone(), "reason" => reason).increment(0);
+            }
         }
         for kind in ["assigned", "revoked", "lost"] {
             metrics::counter!(KAFKA_REBALANCES, "entity_type" => entity_type.to_string(), "kind" => kind).increment(0);
@@ -91,6 +97,12 @@ impl KafkaMetrics {
         metrics::histogram!(KAFKA_FIRST_RECORD, "entity_type" => self.entity_type.clone(), "topic" => topic.to_string()).record(since_assigned.as_secs_f64());
     }
 
+    /// A partition's records in hand were given up uncommitted: it was
+    /// `lost`, or a revoke's bound passed (`revoke_timeout`).
+    pub fn given_up(&self, topic: &str, reason: &'static str) {
+        metrics::counter!(KAFKA_GIVEN_UP, "entity_type" => self.entity_type.clone(), "topic" => topic.to_string(), "reason" => reason).increment(1);
+    }
+
     /// A rebalance of `kind` (assigned, revoked, lost) and how long this
     /// node's part in it took.
     pub fn rebalance(&self, kind: &'static str, took: Duration) {
@@ -112,6 +124,12 @@ impl colo_connectors::SourceObserver for KafkaMetrics {
         ];
         metrics::gauge!(KAFKA_IN_FLIGHT, &labels).set(state.in_flight as f64);
         metrics::gauge!(KAFKA_PAUSED, &labels).set(if state.paused { 1.0 } else { 0.0 });
+        metrics::gauge!(KAFKA_HELD, &labels).set(state.held as f64);
+        metrics::gauge!(KAFKA_WAITING, &labels).set(if state.waiting_for_shard {
+            1.0
+        } else {
+            0.0
+        });
         if let Some(lag) = state.lag {
             metrics::gauge!(KAFKA_LAG, &labels).set(lag as f64);
         }
@@ -124,7 +142,13 @@ impl colo_connectors::SourceObserver for KafkaMetrics {
             ("partition", partition.partition.to_string()),
         ];
         // Another node reports it now: this one's series read zero.
-        for name in [KAFKA_IN_FLIGHT, KAFKA_PAUSED, KAFKA_LAG] {
+        for name in [
+            KAFKA_IN_FLIGHT,
+            KAFKA_PAUSED,
+            KAFKA_HELD,
+            KAFKA_WAITING,
+            KAFKA_LAG,
+        ] {
             metrics::gauge!(name, &labels).set(0.0);
         }
     }
@@ -219,7 +243,7 @@ pub fn describe() {
         );
         describe_counter!(
             KAFKA_RECORDS,
-            "Kafka records settled, by topic and outcome: handled, or dead-lettered as undecodable or handler_failed (max_attempts failures)"
+            "Kafka records settled, by topic and outcome: handled, or dead-lettered as undecodable, refused (an empty entity id, a message that cannot be encoded) or handler_failed (max_attempts failures)"
         );
         describe_counter!(
             KAFKA_PARTITIONER_MISMATCHES,
@@ -244,7 +268,15 @@ pub fn describe() {
         );
         describe_gauge!(
             KAFKA_PAUSED,
-            "1 while an assigned partition is paused at its in-flight bound (kafka.max_in_flight)"
+            "1 while an assigned partition is paused: at its in-flight bound (kafka.max_in_flight), or with as many records held while it waits for its shard"
+        );
+        describe_gauge!(
+            KAFKA_HELD,
+            "Records of an assigned partition polled but held back: it waits for its shard, or is at its in-flight bound"
+        );
+        describe_gauge!(
+            KAFKA_WAITING,
+            "1 while an assigned partition waits for its shard to start on this node (its previous owner has not released it): its records are held"
         );
         describe_counter!(
             KAFKA_COMMITS,
@@ -259,6 +291,10 @@ pub fn describe() {
             KAFKA_FIRST_RECORD,
             Unit::Seconds,
             "From a partition's assignment to this node to its first record handled here (the shard's start included)"
+        );
+        describe_counter!(
+            KAFKA_GIVEN_UP,
+            "Partitions whose records in hand were given up uncommitted (their next owner handles them again), by reason: lost (the session expired) or revoke_timeout (not settled within kafka.delivery_timeout at a revoke)"
         );
         // Node-wide series exist, at zero, before anything happens.
         metrics::counter!(STALE_REPLIES).increment(0);
@@ -281,6 +317,7 @@ pub(crate) struct RegionMetrics {
     pub dropped_wrong_shard: Counter,
     pub dropped_mailbox_full: Counter,
     pub dropped_unconfirmed: Counter,
+    pub dropped_abandoned: Counter,
     pub entity_failures: Counter,
     pub shard_home_latency: Histogram,
     pub activations: Counter,
@@ -308,6 +345,7 @@ impl RegionMetrics {
             dropped_wrong_shard: dropped("wrong_shard"),
             dropped_mailbox_full: dropped("mailbox_full"),
             dropped_unconfirmed: dropped("unconfirmed"),
+            dropped_abandoned: dropped("abandoned"),
             entity_failures: metrics::counter!(ENTITY_FAILURES, "entity_type" => et.clone()),
             shard_home_latency: metrics::histogram!(SHARD_HOME_LATENCY, "entity_type" => et.clone()),
             activations: metrics::counter!(ACTIVATIONS, "entity_type" => et.clone()),

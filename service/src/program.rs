@@ -29,7 +29,7 @@ use crate::api::ShardingApi;
 use crate::config::{ConfigError, NodeConfig, RunArgs};
 use crate::coordinator::hosting::StaticHosting;
 use crate::entity::{Entity, EntityType, RegistrationError};
-use crate::kafka::{KafkaIngest, RecordDecoder};
+use crate::kafka::{IngestHealth, KafkaIngest, RecordDecoder};
 use crate::node::Node;
 use crate::settings::ShardingSettings;
 use crate::transport::grpc::{GrpcSettings, GrpcTransport};
@@ -316,6 +316,23 @@ async fn bind(field: &'static str, address: SocketAddr) -> Result<TcpListener, P
         })
 }
 
+/// A Kafka-driven entity type's ingest: `None` while it starts.
+type Ingesting = (String, Option<IngestHealth>);
+
+/// Why the Kafka-driven entity types keep the node from being ready: an
+/// ingest still starting, or one whose consumer failed for good.
+fn kafka_not_ready(ingests: &[Ingesting]) -> Vec<String> {
+    ingests
+        .iter()
+        .filter_map(|(name, health)| match health {
+            None => Some(format!("entity type {name:?}: kafka consumer starting")),
+            Some(health) => health
+                .failure()
+                .map(|reason| format!("entity type {name:?}: kafka consumer failed: {reason}")),
+        })
+        .collect()
+}
+
 /// Runs the node until it is asked to stop.
 async fn run(
     config: NodeConfig,
@@ -353,9 +370,14 @@ async fn run(
     let transport = GrpcTransport::new(&advertised, grpc_settings, hosting);
     let node = Arc::new(Node::new(transport.clone()));
     let mut starting = Vec::new();
+    // Each Kafka-driven entity type's ingest, `None` while it starts: the
+    // node is ready only once each consumes.
+    let ingest_health: Arc<parking_lot::Mutex<Vec<Ingesting>>> = Arc::default();
     for entity_type in entity_types {
-        let ingest = config.ingest_settings(entity_type.name());
+        let name = entity_type.name().to_string();
+        let ingest = config.ingest_settings(&name);
         if let Some(started) = entity_type.start(&node, config.node.proxy, ingest)? {
+            ingest_health.lock().push((name, None));
             starting.push(started);
         }
     }
@@ -388,9 +410,15 @@ async fn run(
     let mut grpc = tokio::spawn(grpc);
     let probe = {
         let node = node.clone();
-        move || match node.not_ready() {
-            reasons if reasons.is_empty() => Readiness::Ready,
-            reasons => Readiness::NotReady(reasons.join("; ")),
+        let ingest_health = ingest_health.clone();
+        move || {
+            let mut reasons = node.not_ready();
+            reasons.extend(kafka_not_ready(&ingest_health.lock()));
+            if reasons.is_empty() {
+                Readiness::Ready
+            } else {
+                Readiness::NotReady(reasons.join("; "))
+            }
         }
     };
     let admin = admin::serve(
@@ -400,9 +428,14 @@ async fn run(
     );
     let mut admin = tokio::spawn(admin);
     let mut ingests = Vec::new();
-    for started in starting {
+    for (at, started) in starting.into_iter().enumerate() {
         match started.await {
-            Ok(Ok(ingest)) => ingests.push(ingest),
+            Ok(Ok(ingest)) => {
+                if let Some((_, health)) = ingest_health.lock().get_mut(at) {
+                    *health = Some(ingest.health());
+                }
+                ingests.push(ingest);
+            }
             Ok(Err(e)) => return Err(ProgramError::Kafka(e)),
             Err(e) => return Err(ProgramError::Settings(format!("kafka ingest: {e}"))),
         }

@@ -69,16 +69,27 @@ pub enum RegionToCoordinator {
     /// rebalance round, and answers [`CoordinatorToRegion::PlacementDone`]
     /// once every one runs where it should. Refused unless the allocation
     /// strategy takes locations from outside (the external strategy).
+    ///
+    /// `source` names what claims the shards (the topic whose partitions
+    /// were assigned): a location waits for another live region's claim of
+    /// the same source to end (a partition assigned twice for a while);
+    /// a shard another source's claim keeps on another region stays there
+    /// and is answered as `elsewhere`.
     UpdateLocations {
         request: u64,
         locations: Vec<(ShardId, RegionId)>,
+        source: String,
     },
     /// Hand these shards off from this region, now (their Kafka partitions
-    /// were revoked): answered by [`CoordinatorToRegion::PlacementDone`]
-    /// once none of them runs here. A desired location naming this region
-    /// is forgotten; the shards get a home again when a location is set or
-    /// a message asks for one.
-    ReleaseShards { request: u64, shards: Vec<ShardId> },
+    /// were revoked), ending its claims of `source`: answered by
+    /// [`CoordinatorToRegion::PlacementDone`] once none of them runs here.
+    /// A desired location naming this region is forgotten; the shards get
+    /// a home again when a location is set or a message asks for one.
+    ReleaseShards {
+        request: u64,
+        shards: Vec<ShardId>,
+        source: String,
+    },
 }
 
 impl RegionToCoordinator {
@@ -149,11 +160,14 @@ pub enum CoordinatorToRegion {
     },
     /// Answers `UpdateLocations` or `ReleaseShards`: done, except for the
     /// `failed` shards (a hand-off that failed, a region that is not
-    /// registered), or not done at all for the `refused` reason.
+    /// registered) and the shards that stay `elsewhere` (another source's
+    /// claim keeps them on another region), or not done at all for the
+    /// `refused` reason.
     PlacementDone {
         request: u64,
         failed: Vec<ShardId>,
         refused: Option<String>,
+        elsewhere: Vec<ShardId>,
     },
 }
 

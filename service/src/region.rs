@@ -460,6 +460,21 @@ impl<E: Entity> Region<E> {
         Ok(rx)
     }
 
+    /// Routes a Kafka record's message; its outcome comes on the returned
+    /// channel. Dropping the channel gives the record up: wherever it
+    /// waits, it is dropped before an entity gets it (see
+    /// [`Reply::Record`]).
+    pub(crate) async fn route_record(
+        &self,
+        entity_id: &str,
+        message: E::Message,
+    ) -> Result<oneshot::Receiver<Result<E::Reply, AskError>>, TellError> {
+        let (tx, rx) = oneshot::channel();
+        let env = self.envelope(entity_id, message, Reply::Record(tx))?;
+        self.shared.route(env).await?;
+        Ok(rx)
+    }
+
     /// The node this region runs on, for the tasks that serve it.
     pub(crate) fn context(&self) -> &Arc<NodeContext> {
         &self.shared.node

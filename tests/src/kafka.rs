@@ -24,6 +24,8 @@ pub fn source_settings(bootstrap: &str, topic: &str, group: &str) -> SourceSetti
         max_in_flight: 1000,
         commit_interval: Duration::from_millis(100),
         rebalance_timeout: Duration::from_secs(20),
+        commit_timeout: Duration::from_secs(5),
+        stall_timeout: Duration::from_secs(10),
     }
 }
 
@@ -129,6 +131,7 @@ pub async fn handed_to_joiner(
                 }
                 SourceEvent::Assigned { partitions } => assert!(partitions.is_empty(), "the first member gets nothing more"),
                 SourceEvent::Lost { .. } => panic!("nothing is lost"),
+                SourceEvent::Failed { reason } => panic!("the first source failed: {reason}"),
             },
             event = second_events.recv() => match event.expect("second source running") {
                 SourceEvent::Assigned { partitions } => {

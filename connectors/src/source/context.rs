@@ -1,6 +1,6 @@
 //! The consumer's context: librdkafka's callbacks, run on the poll thread.
 
-use super::feeds::{one, partitions, store_position, Feed, Feeds, Phase};
+use super::feeds::{one, partitions, store_position, Feed, Feeds, Phase, Progress};
 use super::{AssignedPartition, Gate, Revocation, SourceEvent, TopicPartition};
 use crate::ack::Offsets;
 use crate::observer::SourceObserver;
@@ -22,32 +22,107 @@ pub(super) struct SourceContext {
     pub(super) opens: std::sync::mpsc::Sender<(TopicPartition, u64)>,
     pub(super) next_feed: std::sync::atomic::AtomicU64,
     pub(super) timeout: Duration,
+    /// How long a commit the source waits for may take.
+    pub(super) commit_timeout: Duration,
     pub(super) observer: Arc<dyn SourceObserver>,
-    /// Each partition's end, from librdkafka's statistics.
-    pub(super) high_watermarks: Mutex<HashMap<TopicPartition, i64>>,
+    /// Each partition's ends and committed offset, from librdkafka's
+    /// statistics.
+    pub(super) watermarks: Mutex<HashMap<TopicPartition, Watermarks>>,
+    /// The consumer itself, for a commit made on a thread of its own (so
+    /// that its wait can be bounded); set once it exists.
+    pub(super) consumer: std::sync::OnceLock<std::sync::Weak<BaseConsumer<SourceContext>>>,
 }
 
+/// A partition as librdkafka's statistics last described it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Watermarks {
+    /// The offset after the partition's last record.
+    pub(super) high: Option<i64>,
+    /// Its first record's offset.
+    pub(super) low: Option<i64>,
+    /// The group's committed offset, which librdkafka reads at assignment.
+    pub(super) committed: Option<i64>,
+}
+
+/// How long a refused commit waits before it is tried again.
+const COMMIT_RETRY: Duration = Duration::from_millis(200);
+
 impl SourceContext {
-    /// Commits the stored offsets and waits for the broker's answer: true
-    /// if they are committed (or nothing was new).
-    pub(super) fn commit_sync(&self, consumer: &BaseConsumer<Self>, when: &str) -> bool {
-        let started = std::time::Instant::now();
-        match consumer.commit_consumer_state(CommitMode::Sync) {
-            // Nothing new since the last commit is a commit answered at once:
-            // what the revoke or shutdown waited for is done.
-            Ok(())
-            | Err(rdkafka::error::KafkaError::ConsumerCommit(
-                rdkafka::types::RDKafkaErrorCode::NoOffset,
-            )) => {
-                self.observer.committed(Some(started.elapsed()), true);
-                true
+    /// Commits the stored offsets and waits for the broker's answer,
+    /// trying again while it refuses, for `commit_timeout` at most: true if
+    /// they are committed (or nothing was new). Past the bound the caller
+    /// goes on; the partitions' next owner then handles the records since
+    /// the last commit again.
+    pub(super) fn commit_within_bound(&self, consumer: &BaseConsumer<Self>, when: &str) -> bool {
+        let deadline = std::time::Instant::now() + self.commit_timeout;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let started = std::time::Instant::now();
+            let error = match self.commit_once(consumer, deadline) {
+                // Nothing new since the last commit is a commit answered at
+                // once: what the revoke or shutdown waited for is done.
+                Some(
+                    Ok(())
+                    | Err(rdkafka::error::KafkaError::ConsumerCommit(
+                        rdkafka::types::RDKafkaErrorCode::NoOffset,
+                    )),
+                ) => {
+                    self.observer.committed(Some(started.elapsed()), true);
+                    return true;
+                }
+                Some(Err(e)) => e.to_string(),
+                None => "no answer".to_string(),
+            };
+            self.observer.committed(Some(started.elapsed()), false);
+            if std::time::Instant::now() + COMMIT_RETRY >= deadline {
+                tracing::warn!(error, attempts, timeout = ?self.commit_timeout, "offsets not committed at {when} within kafka.commit_timeout: the partitions' next owner handles the records since the last commit again");
+                return false;
             }
-            Err(e) => {
-                self.observer.committed(Some(started.elapsed()), false);
-                tracing::warn!(error = %e, "offsets not committed at {when}");
-                false
-            }
+            tracing::debug!(
+                error,
+                attempts,
+                "offsets not committed at {when}; trying again"
+            );
+            std::thread::sleep(COMMIT_RETRY);
         }
+    }
+
+    /// One synchronous commit, waited for until `deadline`: `None` if it
+    /// did not answer by then. librdkafka's synchronous commit waits as
+    /// long as the group coordinator takes, so it runs on a thread of its
+    /// own while this one waits with a bound.
+    fn commit_once(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        deadline: std::time::Instant,
+    ) -> Option<rdkafka::error::KafkaResult<()>> {
+        let Some(shared) = self.consumer.get().and_then(std::sync::Weak::upgrade) else {
+            return Some(consumer.commit_consumer_state(CommitMode::Sync));
+        };
+        let (answer, answered) = std::sync::mpsc::sync_channel(1);
+        let spawned = std::thread::Builder::new()
+            .name("kafka-commit".into())
+            .spawn(move || {
+                let _ = answer.send(shared.commit_consumer_state(CommitMode::Sync));
+            });
+        if spawned.is_err() {
+            return Some(consumer.commit_consumer_state(CommitMode::Sync));
+        }
+        answered
+            .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+            .ok()
+    }
+
+    /// The consumer failed for good: every feed ends (their partitions are
+    /// as good as lost), and the service is told why.
+    pub(super) fn failed(&self, reason: String) {
+        let gone: Vec<TopicPartition> = self.feeds.lock().by.drain().map(|(tp, _)| tp).collect();
+        for tp in &gone {
+            self.observer.partition_gone(tp);
+        }
+        tracing::error!(%reason, partitions = gone.len(), "kafka consumer failed for good: it consumes nothing more");
+        let _ = self.events.send(SourceEvent::Failed { reason });
     }
 
     pub(super) fn assigned(&self, list: &TopicPartitionList) {
@@ -68,6 +143,7 @@ impl SourceContext {
                         held: VecDeque::new(),
                         paused: false,
                         stored: None,
+                        progress: Progress::new(),
                     },
                 );
                 assigned.push(AssignedPartition {
@@ -154,7 +230,7 @@ impl SourceContext {
                 }
             }
         }
-        let committed = self.commit_sync(consumer, "revoke");
+        let committed = self.commit_within_bound(consumer, "revoke");
         if let Some(reply) = reply {
             let _ = reply.send(committed);
         }
@@ -190,21 +266,28 @@ fn wait_until<T>(
 }
 
 impl ClientContext for SourceContext {
-    /// librdkafka's statistics carry each partition's high watermark, which
-    /// the lag is measured against.
+    /// librdkafka's statistics carry each partition's ends, which the lag
+    /// is measured against, and the committed offset it read at
+    /// assignment, which gives the lag before any record came.
     fn stats(&self, statistics: rdkafka::Statistics) {
-        let mut highs = self.high_watermarks.lock();
+        let mut watermarks = self.watermarks.lock();
         for (topic, t) in statistics.topics {
             for (partition, p) in t.partitions {
-                if partition >= 0 && p.hi_offset >= 0 {
-                    highs.insert(
-                        TopicPartition {
-                            topic: topic.clone(),
-                            partition,
-                        },
-                        p.hi_offset,
-                    );
+                if partition < 0 {
+                    continue;
                 }
+                let known = |offset: i64| (offset >= 0).then_some(offset);
+                watermarks.insert(
+                    TopicPartition {
+                        topic: topic.clone(),
+                        partition,
+                    },
+                    Watermarks {
+                        high: known(p.hi_offset),
+                        low: known(p.lo_offset),
+                        committed: known(p.committed_offset),
+                    },
+                );
             }
         }
     }

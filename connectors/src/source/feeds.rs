@@ -47,6 +47,50 @@ pub(super) struct Feed {
     pub(super) paused: bool,
     /// The position last stored.
     pub(super) stored: Option<i64>,
+    /// Whether it moves, as the reports see it.
+    pub(super) progress: Progress,
+}
+
+/// Whether a partition moves: checked at each report, so a stall is seen
+/// within a report's interval of `stall_timeout`.
+#[derive(Debug)]
+pub(super) struct Progress {
+    /// The position and the highest offset handed over, at the last move.
+    marker: (Option<i64>, Option<i64>),
+    since: std::time::Instant,
+    stalled: bool,
+}
+
+impl Progress {
+    pub(super) fn new() -> Self {
+        Self {
+            marker: (None, None),
+            since: std::time::Instant::now(),
+            stalled: false,
+        }
+    }
+
+    /// Whether the partition became stalled (`Some(true)`) or moves again
+    /// (`Some(false)`): stalled once records wait and neither its position
+    /// nor what it handed over moved for `timeout`.
+    fn check(
+        &mut self,
+        marker: (Option<i64>, Option<i64>),
+        waiting: bool,
+        timeout: std::time::Duration,
+    ) -> Option<bool> {
+        let now = std::time::Instant::now();
+        if marker != self.marker || !waiting {
+            self.marker = marker;
+            self.since = now;
+            return std::mem::take(&mut self.stalled).then_some(false);
+        }
+        if !self.stalled && now.duration_since(self.since) >= timeout {
+            self.stalled = true;
+            return Some(true);
+        }
+        None
+    }
 }
 
 impl Feed {
@@ -82,6 +126,9 @@ impl Feed {
 pub(super) struct Feeds {
     pub(super) by: HashMap<TopicPartition, Feed>,
     pub(super) max_in_flight: usize,
+    /// How long a partition may not move while records wait before it is
+    /// reported stalled.
+    pub(super) stall_timeout: std::time::Duration,
 }
 
 impl Feeds {
@@ -125,30 +172,53 @@ impl Feeds {
         }
     }
 
-    /// Tells the observer each partition's state.
+    /// Tells the observer each partition's state, and warns about a
+    /// partition that does not move while records wait.
     pub(super) fn report(
-        &self,
+        &mut self,
         consumer: &BaseConsumer<SourceContext>,
         observer: &dyn SourceObserver,
     ) {
-        for (tp, feed) in &self.by {
-            let offsets = feed.offsets.lock();
-            let next = offsets.position().or(feed.stored);
-            let lag = consumer
-                .context()
-                .high_watermarks
-                .lock()
-                .get(tp)
-                .copied()
-                .and_then(|high| next.map(|n| (high - n).max(0)));
-            observer.partition(
-                tp,
-                PartitionState {
-                    in_flight: offsets.in_flight(),
-                    paused: feed.paused,
-                    lag,
-                },
-            );
+        let watermarks = consumer.context().watermarks.lock().clone();
+        for (tp, feed) in &mut self.by {
+            let (position, delivered, in_flight) = {
+                let offsets = feed.offsets.lock();
+                (
+                    offsets.position(),
+                    offsets.delivered_through(),
+                    offsets.in_flight(),
+                )
+            };
+            let marks = watermarks.get(tp).copied().unwrap_or_default();
+            // Before any record came, the next one to handle is the one
+            // the group committed (or the first, without a commit).
+            let next = position.or(feed.stored).or(marks.committed).or(marks.low);
+            let lag = marks.high.and_then(|high| next.map(|n| (high - n).max(0)));
+            let waiting = feed.phase == Phase::Closed;
+            let state = PartitionState {
+                in_flight,
+                paused: feed.paused,
+                held: feed.held.len(),
+                waiting_for_shard: waiting,
+                lag,
+            };
+            observer.partition(tp, state);
+            let records_wait = in_flight > 0 || !feed.held.is_empty() || lag.is_some_and(|l| l > 0);
+            match feed
+                .progress
+                .check((position, delivered), records_wait, self.stall_timeout)
+            {
+                Some(true) if waiting => {
+                    tracing::warn!(topic = %tp.topic, partition = tp.partition, held = feed.held.len(), ?lag, stalled_for = ?self.stall_timeout, "partition waits for its shard: its records are held until the shard starts on this node (its previous owner has not released it)");
+                }
+                Some(true) => {
+                    tracing::warn!(topic = %tp.topic, partition = tp.partition, oldest_offset = ?next, in_flight, held = feed.held.len(), ?lag, stalled_for = ?self.stall_timeout, "partition makes no progress while records wait: its oldest record is not handled (a slow or stuck handler, a record its entity cannot take, or records the consumer cannot fetch)");
+                }
+                Some(false) => {
+                    tracing::info!(topic = %tp.topic, partition = tp.partition, "partition progresses again");
+                }
+                None => {}
+            }
         }
     }
 

@@ -65,7 +65,12 @@ pub(super) fn poll(
                     continue;
                 }
             }
-            Some(Err(e)) => tracing::warn!(error = %e, "kafka consumer error"),
+            Some(Err(e)) => {
+                if failed(consumer) {
+                    return;
+                }
+                tracing::warn!(error = %e, "kafka consumer error");
+            }
             None => idle = true,
         }
         since_clock = 0;
@@ -87,11 +92,25 @@ pub(super) fn poll(
         }
         if last_report.elapsed() >= REPORT_EVERY {
             last_report = std::time::Instant::now();
+            if failed(consumer) {
+                return;
+            }
             feeds.lock().report(consumer, &*consumer.context().observer);
         }
     }
     feeds.lock().maintain(consumer);
-    consumer.context().commit_sync(consumer, "shutdown");
+    consumer.context().commit_within_bound(consumer, "shutdown");
+}
+
+/// Whether librdkafka raised a fatal error: the consumer can do nothing
+/// more, so the service is told (and logs it) and the poll loop ends.
+fn failed(consumer: &BaseConsumer<SourceContext>) -> bool {
+    let Some((code, reason)) = consumer.client().fatal_error() else {
+        return false;
+    };
+    let reason = format!("{reason} ({code:?})");
+    consumer.context().failed(reason);
+    true
 }
 
 /// Opens the gates asked for whose assignment still holds: reads their

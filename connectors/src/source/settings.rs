@@ -31,6 +31,13 @@ pub struct SourceSettings {
     pub commit_interval: Duration,
     /// How long a rebalance callback waits for the service before going on.
     pub rebalance_timeout: Duration,
+    /// How long a commit the source waits for (at a revoke, at shutdown)
+    /// may take, retries included; librdkafka's own has no bound.
+    pub commit_timeout: Duration,
+    /// How long an assigned partition may make no progress while records
+    /// wait (in the service's hands, held back, or not fetched) before it
+    /// is reported stalled, at warn, naming its oldest offset.
+    pub stall_timeout: Duration,
 }
 
 /// Why a source could not start.
@@ -177,6 +184,8 @@ mod tests {
             max_in_flight: 10,
             commit_interval: Duration::from_secs(5),
             rebalance_timeout: Duration::from_secs(60),
+            commit_timeout: Duration::from_secs(10),
+            stall_timeout: Duration::from_secs(10),
         }
     }
 

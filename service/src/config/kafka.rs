@@ -36,11 +36,21 @@ pub struct KafkaSection {
     /// every revoke and at shutdown).
     #[serde(default = "default_commit_interval", with = "humantime_serde")]
     pub commit_interval: Duration,
+    /// How long a commit at a revoke or at shutdown may take, retries
+    /// included; past it the hand-off goes on, and the partition's next
+    /// owner handles the records since the last commit again.
+    #[serde(default = "default_commit_timeout", with = "humantime_serde")]
+    pub commit_timeout: Duration,
     /// Records of one partition being handled at once at most; past it the
     /// partition is paused until some are handled.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
-    /// How long a record's delivery may take before it is delivered again.
+    /// How long a revoke (or a graceful stop) waits for the records in
+    /// hand to be handled; those left then are not committed, and the
+    /// partition's next owner handles them again. Also how long a
+    /// partition may make no progress with records waiting before it is
+    /// reported stalled (logged at warn). A record is delivered again only
+    /// when its delivery failed, never because it waited.
     #[serde(default = "default_delivery_timeout", with = "humantime_serde")]
     pub delivery_timeout: Duration,
     /// Handler failures of one record before it goes to the dead-letter
@@ -68,6 +78,10 @@ fn default_replication_factor() -> i32 {
 
 fn default_commit_interval() -> Duration {
     Duration::from_secs(1)
+}
+
+fn default_commit_timeout() -> Duration {
+    Duration::from_secs(10)
 }
 
 fn default_max_in_flight() -> usize {
@@ -154,6 +168,9 @@ impl KafkaSection {
         }
         if self.commit_interval.is_zero() {
             return refuse("commit_interval", "must be longer than zero");
+        }
+        if self.commit_timeout.is_zero() {
+            return refuse("commit_timeout", "must be longer than zero");
         }
         if self.max_in_flight == 0 {
             return refuse("max_in_flight", "must be at least 1");

@@ -446,18 +446,19 @@ fn the_example_kafka_section_parses_and_names_group_and_dead_letter_topic() {
         [("session.timeout.ms".to_string(), "10000".to_string())]
     );
     assert_eq!(ingest.source.max_in_flight, 1000);
-    // The rebalance callback waits for the records in flight, then the
-    // hand-off: it must not be cut short.
+    // The rebalance callback waits for the records in flight, their
+    // commit, then the hand-off: it must not be cut short.
     assert_eq!(
         ingest.source.rebalance_timeout,
-        Duration::from_secs(60) + Duration::from_secs(10)
+        Duration::from_secs(60) + Duration::from_secs(10) + Duration::from_secs(10)
     );
+    assert_eq!(ingest.source.commit_timeout, Duration::from_secs(10));
     assert!(c.ingest_settings("counter").is_none());
 }
 
 #[test]
 fn kafka_fields_that_cannot_work_are_refused_with_their_name() {
-    let cases: [(&str, &str); 5] = [
+    let cases: [(&str, &str); 6] = [
         ("kafka.topics.user=[]", "kafka.topics.user: names no topic"),
         (
             r#"kafka.topics.user=["user events"]"#,
@@ -473,7 +474,11 @@ fn kafka_fields_that_cannot_work_are_refused_with_their_name() {
         ),
         (
             r#"kafka.client={"max.poll.interval.ms"="30000"}"#,
-            "kafka.client: max.poll.interval.ms (30s) must exceed the rebalance timeout (70s)",
+            "kafka.client: max.poll.interval.ms (30s) must exceed the rebalance timeout (80s)",
+        ),
+        (
+            r#"kafka.commit_timeout="0s""#,
+            "kafka.commit_timeout: must be longer than zero",
         ),
     ];
     for (set, expected) in cases {

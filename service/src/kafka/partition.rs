@@ -1,19 +1,44 @@
-//! One assigned partition's records: routed to their entities, settled,
-//! dead-lettered when they cannot be handled.
+//! One assigned partition's records, from its shard's hosting to the end
+//! of its stream.
+//!
+//! Records are routed in offset order and settled in offset order, so an
+//! offset is committed only once its record and every one before it were
+//! handled or dead-lettered. Each key's records are handled one after
+//! another: a record whose key has an earlier record unsettled is held here
+//! and routed only once that one is settled. So a retry keeps its place (no
+//! later record of its key runs before it), while different keys run side
+//! by side.
+//!
+//! A record is delivered again only when its delivery is known to have
+//! failed: its handler failed (up to `max_attempts`, then it is
+//! dead-lettered), it was dropped before an entity got it, or the node that
+//! took it went away without confirming it. Never because it waited its
+//! turn: a record behind slow work of its key waits as long as that takes,
+//! and the source warns about a partition that stops progressing. A record
+//! that can never be handled goes to the dead-letter topic at once:
+//! undecodable, or refused (an empty entity id, a message that cannot be
+//! encoded for another node).
+//!
+//! The task gives its records up when its partition is lost, or when a
+//! revoke's bound is reached: they are dropped unhandled wherever they wait
+//! (see `Reply::Record`), left uncommitted, and consumed again by the
+//! partition's next owner.
 
 use super::{IngestSettings, RecordDecoder};
-use crate::entity::Entity;
-use crate::error::AskError;
+use crate::entity::{Entity, EntityId};
+use crate::error::{AskError, TellError};
 use crate::metrics::KafkaMetrics;
-use crate::region::{unanswered, Delivery, PlacementError, Region};
+use crate::region::{unanswered, PlacementError, Region};
 use colo_allocation::ShardId;
 use colo_connectors::{DeadLetters, Gate, Record, TopicPartition};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
-/// One partition's records, routed in order, settled in order.
+type Map<V> = HashMap<EntityId, V, foldhash::fast::RandomState>;
+
+/// One assigned partition's task.
 pub(super) struct PartitionTask<E: Entity> {
     pub(super) region: Region<E>,
     pub(super) settings: Arc<IngestSettings>,
@@ -26,80 +51,150 @@ pub(super) struct PartitionTask<E: Entity> {
     pub(super) dead_letters: DeadLetters,
     /// When the partition was assigned here, until its first record is
     /// handled.
-    pub(super) assigned_at: Option<std::time::Instant>,
+    pub(super) assigned_at: Option<Instant>,
     /// Records handled, the one counter touched per record.
     pub(super) handled: metrics::Counter,
 }
 
-/// Turns of a partition's task between two checks of its oldest record's
-/// deadline while records keep coming.
-const DEADLINE_CHECK_EVERY: u32 = 32;
+/// The records in the partition's hands, in offset order, and which keys
+/// have one unsettled.
+struct Slots<E: Entity> {
+    queue: VecDeque<Slot<E>>,
+    /// The sequence number of the front of `queue`: a slot's number is its
+    /// position plus this, which stays fixed as the front settles.
+    front: u64,
+    /// Each key with a record routed and unsettled, and the numbers of its
+    /// records held behind it, in order.
+    busy: Map<VecDeque<u64>>,
+}
 
-/// A record routed and waiting for its outcome. The partition's records
-/// settle in order, so only the oldest one's reply is awaited (with its
-/// deadline); the others' replies wait in their channels. That keeps the
-/// path free of a boxed future and a timer per record.
-struct InFlight<R> {
+/// A record in hand.
+struct Slot<E: Entity> {
     record: Record,
-    id: String,
-    routed: Routed<R>,
-    /// When its delivery counts as unconfirmed.
-    deadline: tokio::time::Instant,
+    step: Step<E>,
 }
 
-/// Where a routed record's outcome comes from.
-enum Routed<R> {
-    Sent(oneshot::Receiver<Result<R, AskError>>),
-    /// It failed without a reply: it could not be routed, or its deadline
-    /// passed (taken once, when it is settled).
-    Failed(Option<AskError>),
+/// Where a record in hand is.
+enum Step<E: Entity> {
+    /// Waits for an earlier record of its key to settle.
+    Held { id: EntityId, message: E::Message },
+    /// On its way to its entity or there; the outcome comes on `reply`.
+    Routed {
+        id: EntityId,
+        reply: oneshot::Receiver<Result<E::Reply, AskError>>,
+        failures: u32,
+    },
+    /// To be delivered again once it is at the front, after the backoff.
+    Again { id: EntityId, failures: u32 },
+    /// Can never be handled: dead-lettered once at the front. `id`: its
+    /// key, if it was routed (later records of the key wait for it).
+    Refused {
+        id: Option<EntityId>,
+        reason: String,
+        outcome: &'static str,
+    },
+    /// Taken out while it is being settled.
+    Settling,
 }
 
-impl<R> InFlight<R> {
-    /// Its outcome if it is in, without waiting (the deadline is kept by
-    /// [`Self::outcome`], which the task waits on whenever no record
-    /// comes).
-    fn outcome_now(&mut self, timeout: Duration) -> Option<Result<R, AskError>> {
-        match &mut self.routed {
-            Routed::Failed(e) => Some(Err(e.take().unwrap_or(AskError::Timeout(timeout)))),
-            Routed::Sent(reply) => match reply.try_recv() {
-                Ok(result) => Some(result),
-                Err(oneshot::error::TryRecvError::Closed) => Some(Err(unanswered())),
-                Err(oneshot::error::TryRecvError::Empty) => None,
-            },
+/// A held record to route now: its number, key and message.
+type Next<E> = Option<(u64, EntityId, <E as Entity>::Message)>;
+
+/// What became of the front record's latest delivery.
+enum Outcome {
+    Handled,
+    /// The handler failed (or its reply could not be decoded): counts
+    /// toward `max_attempts`.
+    Failed(String),
+    /// It never reached a handler, or its node went away unconfirmed.
+    NotDelivered(String),
+    /// It can never be handled.
+    Refused(String),
+}
+
+impl Outcome {
+    fn of(result: Result<(), AskError>) -> Self {
+        match result {
+            Ok(()) => Outcome::Handled,
+            Err(e @ (AskError::EntityFailed(_) | AskError::Codec(_))) => {
+                Outcome::Failed(e.to_string())
+            }
+            Err(AskError::Tell(e)) => Outcome::refusal(e),
+            Err(e @ (AskError::Dropped(_) | AskError::Unconfirmed(_) | AskError::Timeout(_))) => {
+                Outcome::NotDelivered(e.to_string())
+            }
         }
     }
 
-    /// Past its deadline (its reply not in): it counts as unconfirmed, and
-    /// is delivered again. True if it expired.
-    fn expire(&mut self, timeout: Duration) -> bool {
-        let expired =
-            matches!(self.routed, Routed::Sent(_)) && tokio::time::Instant::now() >= self.deadline;
-        if expired {
-            self.routed = Routed::Failed(Some(AskError::Timeout(timeout)));
+    fn refusal(e: TellError) -> Self {
+        match e {
+            TellError::EmptyEntityId | TellError::Codec(_) => Outcome::Refused(e.to_string()),
+            e => Outcome::NotDelivered(e.to_string()),
         }
-        expired
+    }
+}
+
+impl<E: Entity> Slots<E> {
+    fn new() -> Self {
+        Self {
+            queue: VecDeque::new(),
+            front: 0,
+            busy: Map::default(),
+        }
     }
 
-    /// Waits for its outcome until its deadline.
-    async fn outcome(&mut self, timeout: Duration) -> Result<R, AskError> {
-        if let Some(result) = self.outcome_now(timeout) {
-            return result;
-        }
-        let Routed::Sent(reply) = &mut self.routed else {
-            return Err(AskError::Timeout(timeout));
+    fn next_number(&self) -> u64 {
+        self.front + self.queue.len() as u64
+    }
+
+    /// Takes the settled front out, with `id` its key (`None` for a record
+    /// that had none): returns its record, and the next record of its key
+    /// if one is held, to be routed now.
+    fn pop(&mut self, id: Option<&EntityId>) -> Option<(Record, Next<E>)> {
+        let slot = self.queue.pop_front()?;
+        self.front += 1;
+        let Some(id) = id else {
+            return Some((slot.record, None));
         };
-        match tokio::time::timeout_at(self.deadline, reply).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(unanswered()),
-            Err(_) => Err(AskError::Timeout(timeout)),
-        }
+        let next = match self.busy.get_mut(id) {
+            Some(held) => held.pop_front(),
+            None => None,
+        };
+        let Some(number) = next else {
+            self.busy.remove(id);
+            return Some((slot.record, None));
+        };
+        let held = self
+            .queue
+            .get_mut((number - self.front) as usize)
+            .map(|slot| std::mem::replace(&mut slot.step, Step::Settling));
+        let next = match held {
+            Some(Step::Held { id, message }) => Some((number, id, message)),
+            // Only held records are listed behind their key.
+            _ => unreachable!("a number listed behind a key is a held record of it"),
+        };
+        Some((slot.record, next))
+    }
+
+    fn front_mut(&mut self) -> Option<&mut Slot<E>> {
+        self.queue.front_mut()
     }
 }
 
 impl<E: Entity> PartitionTask<E> {
-    pub(super) async fn run(mut self, gate: Gate, mut records: mpsc::UnboundedReceiver<Record>) {
+    /// Hosts the partition's shard, opens the gate, then handles the
+    /// records until their stream ends (revoked) or `give_up` fires or is
+    /// dropped (lost, or a revoke's bound reached): then whatever is in
+    /// hand is dropped unhandled, its acks reporting it not handled.
+    pub(super) async fn run(
+        mut self,
+        gate: Gate,
+        mut records: mpsc::UnboundedReceiver<Record>,
+        mut give_up: oneshot::Receiver<()>,
+    ) {
         tokio::select! {
+            biased;
+            _ = &mut give_up => return,
             hosted = self.host() => if !hosted {
                 return;
             },
@@ -108,86 +203,283 @@ impl<E: Entity> PartitionTask<E> {
             None = records.recv() => return,
         }
         gate.open();
-        let timeout = self.settings.delivery_timeout;
-        let mut in_flight: VecDeque<InFlight<E::Reply>> = VecDeque::new();
+        tokio::select! {
+            biased;
+            _ = &mut give_up => {}
+            () = self.consume(&mut records) => {}
+        }
+    }
+
+    async fn consume(&mut self, records: &mut mpsc::UnboundedReceiver<Record>) {
+        let mut slots = Slots::new();
         let mut open = true;
-        let mut turns = 0u32;
         loop {
             // What came back, in order, without waiting.
-            while let Some(result) = in_flight.front_mut().and_then(|f| f.outcome_now(timeout)) {
-                if let Some(front) = in_flight.pop_front() {
-                    self.settle(front.record, &front.id, Delivery::from(result))
-                        .await;
+            while let Some(outcome) = self.front_outcome_now(&mut slots) {
+                if !self.settle_front(&mut slots, outcome).await {
+                    return;
                 }
-            }
-            // The oldest record's deadline is kept while the task waits for
-            // it; while records keep coming the task does not wait, so the
-            // deadline is also checked every few turns (not every turn: a
-            // clock reading per record costs).
-            turns = turns.wrapping_add(1);
-            if turns.is_multiple_of(DEADLINE_CHECK_EVERY)
-                && in_flight.front_mut().is_some_and(|f| f.expire(timeout))
-            {
-                continue;
             }
             tokio::select! {
                 biased;
                 record = records.recv(), if open => match record {
-                    Some(record) => {
-                        if let Some(routed) = self.route(record).await {
-                            in_flight.push_back(routed);
-                        }
-                    }
+                    Some(record) => self.take(&mut slots, record).await,
                     None => open = false,
                 },
-                result = async {
-                    match in_flight.front_mut() {
-                        Some(front) => front.outcome(timeout).await,
-                        None => std::future::pending().await,
-                    }
-                }, if !in_flight.is_empty() => {
-                    if let Some(front) = in_flight.pop_front() {
-                        self.settle(front.record, &front.id, Delivery::from(result)).await;
+                outcome = Self::front_outcome(&mut slots), if !slots.queue.is_empty() => {
+                    if !self.settle_front(&mut slots, outcome).await {
+                        return;
                     }
                 }
-                else => break,
+                else => return,
             }
         }
     }
 
-    /// Hosts the partition's shard here, asking again until it is: a shard
-    /// another node's assignment still claims comes once that node released
-    /// it. False if the region stopped.
+    /// The front record's outcome if it is in, without waiting. A record to
+    /// deliver again or to dead-letter is always ready.
+    fn front_outcome_now(&self, slots: &mut Slots<E>) -> Option<Option<Outcome>> {
+        let front = slots.front_mut()?;
+        match &mut front.step {
+            Step::Routed { reply, .. } => match reply.try_recv() {
+                Ok(result) => Some(Some(Outcome::of(result.map(drop)))),
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    Some(Some(Outcome::of(Err(unanswered()))))
+                }
+                Err(oneshot::error::TryRecvError::Empty) => None,
+            },
+            _ => Some(None),
+        }
+    }
+
+    /// Waits for the front record's outcome; `None` for a record that has
+    /// none to wait for (to deliver again, or to dead-letter).
+    async fn front_outcome(slots: &mut Slots<E>) -> Option<Outcome> {
+        let front = slots.front_mut()?;
+        match &mut front.step {
+            Step::Routed { reply, .. } => {
+                let result = match reply.await {
+                    Ok(result) => result.map(drop),
+                    Err(_) => Err(unanswered()),
+                };
+                Some(Outcome::of(result))
+            }
+            _ => None,
+        }
+    }
+
+    /// Decodes a record and routes it, or holds it behind its key's
+    /// unsettled record, or marks it for the dead-letter topic.
+    async fn take(&mut self, slots: &mut Slots<E>, record: Record) {
+        let (id, message) = match (self.decode)(&record) {
+            Ok((id, _)) if id.is_empty() => {
+                let reason = format!("refused: {}", TellError::EmptyEntityId);
+                return slots.queue.push_back(Slot {
+                    record,
+                    step: Step::Refused {
+                        id: None,
+                        reason,
+                        outcome: "refused",
+                    },
+                });
+            }
+            Ok((id, message)) => (EntityId::from(id), message),
+            Err(reason) => {
+                let reason = format!("cannot be decoded: {reason}");
+                return slots.queue.push_back(Slot {
+                    record,
+                    step: Step::Refused {
+                        id: None,
+                        reason,
+                        outcome: "undecodable",
+                    },
+                });
+            }
+        };
+        self.check_partition(&id);
+        let number = slots.next_number();
+        if let Some(held) = slots.busy.get_mut(&id) {
+            held.push_back(number);
+            return slots.queue.push_back(Slot {
+                record,
+                step: Step::Held { id, message },
+            });
+        }
+        slots.busy.insert(id.clone(), VecDeque::new());
+        let step = self.route(id, message, 0).await;
+        slots.queue.push_back(Slot { record, step });
+    }
+
+    /// Warns (once) about a record whose key's murmur2 partition is another.
+    fn check_partition(&mut self, id: &str) {
+        let shard = self.region.shard_of(id);
+        if i64::from(shard.0) != i64::from(self.partition.partition) {
+            self.metrics.partitioner_mismatch(&self.partition.topic);
+            if !self.mismatch_warned {
+                self.mismatch_warned = true;
+                tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, entity_id = %id, %shard, "record in another partition than its key's murmur2 partition (a producer with another partitioner?): handled, but on the shard's node, not here");
+            }
+        }
+    }
+
+    async fn route(&self, id: EntityId, message: E::Message, failures: u32) -> Step<E> {
+        match self.region.route_record(&id, message).await {
+            Ok(reply) => Step::Routed {
+                id,
+                reply,
+                failures,
+            },
+            Err(e) => match Outcome::refusal(e) {
+                Outcome::Refused(reason) => Step::Refused {
+                    id: Some(id),
+                    reason: format!("refused: {reason}"),
+                    outcome: "refused",
+                },
+                _ => Step::Again { id, failures },
+            },
+        }
+    }
+
+    /// Settles the front record by its outcome (`None`: it has none, it is
+    /// to be delivered again or dead-lettered). False once the region has
+    /// stopped: the records in hand stay unacked, consumed again later.
+    async fn settle_front(&mut self, slots: &mut Slots<E>, outcome: Option<Outcome>) -> bool {
+        let Some(front) = slots.front_mut() else {
+            return true;
+        };
+        let step = std::mem::replace(&mut front.step, Step::Settling);
+        let (id, failures) = match (step, outcome) {
+            (
+                Step::Refused {
+                    id,
+                    reason,
+                    outcome,
+                },
+                _,
+            ) => {
+                return self
+                    .dead_letter_front(slots, id.as_ref(), &reason, outcome)
+                    .await;
+            }
+            (Step::Routed { id, failures, .. }, Some(outcome)) => match outcome {
+                Outcome::Handled => {
+                    self.handled.increment(1);
+                    if let Some(assigned_at) = self.assigned_at.take() {
+                        self.metrics
+                            .first_record(&self.partition.topic, assigned_at.elapsed());
+                    }
+                    self.ack_front(slots, Some(&id)).await;
+                    return true;
+                }
+                Outcome::Failed(reason) => {
+                    let failures = failures + 1;
+                    if failures >= self.settings.max_attempts {
+                        let reason = format!("the handler failed {failures} times: {reason}");
+                        return self
+                            .dead_letter_front(slots, Some(&id), &reason, "handler_failed")
+                            .await;
+                    }
+                    tracing::debug!(entity_id = %id, %reason, failures, "record's handler failed; delivered again");
+                    (id, failures)
+                }
+                Outcome::Refused(reason) => {
+                    let reason = format!("refused: {reason}");
+                    return self
+                        .dead_letter_front(slots, Some(&id), &reason, "refused")
+                        .await;
+                }
+                Outcome::NotDelivered(reason) => {
+                    tracing::debug!(entity_id = %id, %reason, "record not delivered; delivered again");
+                    (id, failures)
+                }
+            },
+            (Step::Again { id, failures }, _) => (id, failures),
+            (Step::Held { id, message }, _) => {
+                // Its key's earlier record settled before it reached the
+                // front (held records are routed then): route it now.
+                let step = self.route(id, message, 0).await;
+                if let Some(front) = slots.front_mut() {
+                    front.step = step;
+                }
+                return true;
+            }
+            (Step::Routed { .. } | Step::Settling, None) | (Step::Settling, Some(_)) => {
+                unreachable!("a routed record at the front is settled with its outcome")
+            }
+        };
+        if self.region.is_stopped() {
+            return false;
+        }
+        tokio::time::sleep(self.settings.retry_backoff).await;
+        let Some(front) = slots.front_mut() else {
+            return true;
+        };
+        front.step = match (self.decode)(&front.record) {
+            Ok((_, message)) => self.route(id, message, failures).await,
+            // The decoder took it before: it is not pure. Dead-lettered
+            // with its key's later records let go.
+            Err(reason) => {
+                let reason = format!("cannot be decoded: {reason}");
+                return self
+                    .dead_letter_front(slots, Some(&id), &reason, "undecodable")
+                    .await;
+            }
+        };
+        true
+    }
+
+    /// The front record, of key `id`, is settled: acked, and the next
+    /// record of its key, if one is held, routed.
+    async fn ack_front(&mut self, slots: &mut Slots<E>, id: Option<&EntityId>) {
+        let Some((record, next)) = slots.pop(id) else {
+            return;
+        };
+        record.ack.handled();
+        if let Some((number, id, message)) = next {
+            let step = self.route(id, message, 0).await;
+            if let Some(slot) = slots.queue.get_mut((number - slots.front) as usize) {
+                slot.step = step;
+            }
+        }
+    }
+}
+
+impl<E: Entity> PartitionTask<E> {
+    /// Hosts the partition's shard here, asking again until it is, and
+    /// claims it for the partition's topic. False if the region stopped.
     ///
-    /// With one topic, a claim by another node can only be a partition
-    /// assigned twice for a while (its owner revokes it at its next round),
-    /// so the partition waits for it, whatever it takes: consuming it
-    /// meanwhile would hand its records to two nodes. With several topics,
-    /// another node may own the same-numbered partition of another topic
-    /// for good: after one placement timeout the partition is consumed
-    /// anyway, its records forwarded to the shard's node.
+    /// A claim of the same topic by another node can only be the partition
+    /// assigned twice for a while (its owner revokes it at its next round,
+    /// or lost it and releases it): the partition waits for it, whatever it
+    /// takes, since consuming it meanwhile would hand its records to two
+    /// nodes. A shard another topic's partition of the same number keeps on
+    /// another node (an entity type fed by several topics) stays there: the
+    /// partition is consumed at once, its records forwarded to the shard.
     async fn host(&self) -> bool {
         let Ok(shard) = u32::try_from(self.partition.partition).map(ShardId) else {
             return true;
         };
-        let waits_for_good = self.settings.source.topics.len() <= 1;
         let mut warned = false;
         loop {
             match self
                 .region
-                .host_shards([shard], self.settings.placement_timeout)
+                .claim_shards(
+                    [shard],
+                    &self.partition.topic,
+                    self.settings.placement_timeout,
+                )
                 .await
             {
                 Ok(()) => return true,
                 Err(PlacementError::Stopped) => return false,
+                Err(e @ PlacementError::Elsewhere(_)) => {
+                    tracing::info!(topic = %self.partition.topic, partition = self.partition.partition, error = %e, "partition's shard runs on another node; its records are forwarded there");
+                    return true;
+                }
                 Err(e @ (PlacementError::Refused(_) | PlacementError::OutOfRange { .. })) => {
                     // Asking again changes nothing: consumed anyway, its
                     // records routed to wherever the shard is.
                     tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, error = %e, "partition's shard not hosted here; its records are forwarded");
-                    return true;
-                }
-                Err(e) if !waits_for_good => {
-                    tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, error = %e, "partition's shard not hosted here (another topic's partition of the same number may be assigned elsewhere); its records are forwarded");
                     return true;
                 }
                 Err(e) => {
@@ -201,107 +493,36 @@ impl<E: Entity> PartitionTask<E> {
         }
     }
 
-    /// Decodes and routes a record; `None` if it cannot be a message.
-    async fn route(&mut self, record: Record) -> Option<InFlight<E::Reply>> {
-        match (self.decode)(&record) {
-            Ok((id, message)) => {
-                let shard = self.region.shard_of(&id);
-                if i64::from(shard.0) != i64::from(self.partition.partition) {
-                    self.metrics.partitioner_mismatch(&self.partition.topic);
-                    if !self.mismatch_warned {
-                        self.mismatch_warned = true;
-                        tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, entity_id = %id, %shard, "record in another partition than its key's murmur2 partition (a producer with another partitioner?): handled, but on the shard's node, not here");
-                    }
-                }
-                let routed = match self.region.route_tracked(&id, message).await {
-                    Ok(reply) => Routed::Sent(reply),
-                    Err(e) => Routed::Failed(Some(AskError::from(e))),
-                };
-                // From when it reached its entity's mailbox (routing may
-                // wait for room in it).
-                let deadline = tokio::time::Instant::now() + self.settings.delivery_timeout;
-                Some(InFlight {
-                    record,
-                    id,
-                    routed,
-                    deadline,
-                })
-            }
-            Err(reason) => {
-                self.dead_letter(
-                    record,
-                    &format!("cannot be decoded: {reason}"),
-                    "undecodable",
-                )
-                .await;
-                None
-            }
-        }
-    }
-
-    /// Acks a handled record; delivers one again until it is handled, or
-    /// gives it up after `max_attempts` handler failures.
-    async fn settle(&mut self, record: Record, id: &str, mut delivery: Delivery<E::Reply>) {
-        let mut failures = 0;
-        loop {
-            match delivery {
-                Delivery::Handled(_) => {
-                    self.handled.increment(1);
-                    if let Some(assigned_at) = self.assigned_at.take() {
-                        self.metrics
-                            .first_record(&self.partition.topic, assigned_at.elapsed());
-                    }
-                    record.ack.handled();
-                    return;
-                }
-                Delivery::Failed(reason) => {
-                    failures += 1;
-                    if failures >= self.settings.max_attempts {
-                        let reason = format!("the handler failed {failures} times: {reason}");
-                        self.dead_letter(record, &reason, "handler_failed").await;
-                        return;
-                    }
-                }
-                Delivery::NotDelivered(reason) | Delivery::Unconfirmed(reason) => {
-                    if self.region.is_stopped() {
-                        // Not acked: consumed again after a restart.
-                        return;
-                    }
-                    tracing::debug!(entity_id = id, %reason, "record delivered again");
-                }
-            }
-            tokio::time::sleep(self.settings.retry_backoff).await;
-            delivery = match (self.decode)(&record) {
-                Ok((id, message)) => {
-                    self.region
-                        .deliver(&id, message, self.settings.delivery_timeout)
-                        .await
-                }
-                Err(reason) => Delivery::Failed(reason),
-            };
-        }
-    }
-
-    /// Writes `record` to the dead-letter topic, waiting (and retrying)
-    /// while it cannot be written, then acks it. Unacked if the region
-    /// stops meanwhile: consumed again after a restart.
-    async fn dead_letter(&self, record: Record, reason: &str, outcome: &'static str) {
+    /// Writes the front record to the dead-letter topic, waiting (and
+    /// retrying) while it cannot be written, then acks it. False if the
+    /// region stops meanwhile: unacked, consumed again after a restart.
+    async fn dead_letter_front(
+        &mut self,
+        slots: &mut Slots<E>,
+        id: Option<&EntityId>,
+        reason: &str,
+        outcome: &'static str,
+    ) -> bool {
         let mut warned = false;
         loop {
-            match self.dead_letters.send(&record, reason).await {
+            let Some(front) = slots.front_mut() else {
+                return true;
+            };
+            let offset = front.record.offset;
+            match self.dead_letters.send(&front.record, reason).await {
                 Ok(()) => {
-                    tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, offset = record.offset, dead_letter_topic = %self.dead_letters.topic(), %reason, "record dead-lettered");
+                    tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, offset, dead_letter_topic = %self.dead_letters.topic(), %reason, "record dead-lettered");
                     self.metrics.record(&self.partition.topic, outcome);
-                    record.ack.handled();
-                    return;
+                    self.ack_front(slots, id).await;
+                    return true;
                 }
                 Err(e) => {
                     if !warned {
                         warned = true;
-                        tracing::error!(topic = %self.partition.topic, partition = self.partition.partition, offset = record.offset, dead_letter_topic = %self.dead_letters.topic(), error = %e, "dead-letter topic cannot be written; the partition waits");
+                        tracing::error!(topic = %self.partition.topic, partition = self.partition.partition, offset, dead_letter_topic = %self.dead_letters.topic(), error = %e, "dead-letter topic cannot be written; the partition waits");
                     }
                     if self.region.is_stopped() {
-                        return;
+                        return false;
                     }
                     tokio::time::sleep(self.settings.retry_backoff).await;
                 }

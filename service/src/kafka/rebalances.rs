@@ -3,13 +3,13 @@
 //! committed and their shards handed off, lost ones dropped.
 
 use super::partition::PartitionTask;
-use super::{IngestSettings, RecordDecoder};
+use super::{IngestHealth, IngestSettings, RecordDecoder};
 use crate::entity::Entity;
 use crate::metrics::KafkaMetrics;
-use crate::region::Region;
+use crate::region::{PlacementError, Region};
 use colo_allocation::ShardId;
 use colo_connectors::{AssignedPartition, DeadLetters, SourceEvent, TopicPartition};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
@@ -18,11 +18,24 @@ pub(super) struct Rebalances<E: Entity> {
     pub(super) region: Region<E>,
     pub(super) settings: Arc<IngestSettings>,
     pub(super) decode: RecordDecoder<E::Message>,
-    /// Each assigned partition's task, which ends when the partition's
-    /// records have ended and every one was settled.
-    pub(super) partitions: HashMap<TopicPartition, oneshot::Receiver<()>>,
+    /// Each assigned partition's task.
+    pub(super) partitions: HashMap<TopicPartition, Running>,
+    /// Partitions whose shard's release failed, each retried by a task of
+    /// its own until the coordinator acknowledges it; dropping the sender
+    /// stops the retries (the partition was assigned here again).
+    pub(super) releasing: HashMap<TopicPartition, oneshot::Sender<()>>,
+    pub(super) health: IngestHealth,
     pub(super) metrics: KafkaMetrics,
     pub(super) dead_letters: DeadLetters,
+}
+
+/// An assigned partition's task, as its rebalances see it.
+pub(super) struct Running {
+    /// Sent or dropped: the task drops its records unhandled and ends.
+    give_up: oneshot::Sender<()>,
+    /// Ends when the task has: the partition's records ended and every one
+    /// was settled, or it gave them up.
+    ended: oneshot::Receiver<()>,
 }
 
 impl<E: Entity> Rebalances<E> {
@@ -45,21 +58,34 @@ impl<E: Entity> Rebalances<E> {
                     self.metrics.rebalance("revoked", started.elapsed());
                 }
                 SourceEvent::Lost { partitions } => {
-                    // Their streams ended; what is left unsettled is
-                    // consumed again by the partitions' next owner, which
-                    // gets the shards once they are released here.
                     self.lost(&partitions).await;
                     self.metrics.rebalance("lost", started.elapsed());
                 }
+                SourceEvent::Failed { reason } => {
+                    tracing::error!(entity_type = %self.region.entity_type_name(), %reason, "kafka consumer failed for good: the entity type's records are not consumed on this node, which is not ready; restart it");
+                    self.health.fail(reason);
+                    let partitions: Vec<TopicPartition> = self.partitions.keys().cloned().collect();
+                    self.lost(&partitions).await;
+                }
             }
+        }
+        // The source stopped: nothing will settle or release any more.
+        for (_, running) in self.partitions.drain() {
+            drop(running.give_up);
+            let _ = running.ended.await;
         }
     }
 
     fn assigned(&mut self, partitions: Vec<AssignedPartition>) {
         let assigned_at = std::time::Instant::now();
         for partition in partitions {
+            // Its shard is wanted here again: a release still retried would
+            // take it away.
+            self.releasing.remove(&partition.partition);
             let (finished, ended) = oneshot::channel();
-            self.partitions.insert(partition.partition.clone(), ended);
+            let (give_up, given_up) = oneshot::channel();
+            self.partitions
+                .insert(partition.partition.clone(), Running { give_up, ended });
             let handled = self.metrics.records(&partition.partition.topic, "handled");
             let task = PartitionTask {
                 region: self.region.clone(),
@@ -73,42 +99,123 @@ impl<E: Entity> Rebalances<E> {
                 handled,
             };
             self.region.context().tasks.spawn(async move {
-                task.run(partition.gate, partition.records).await;
+                task.run(partition.gate, partition.records, given_up).await;
                 let _ = finished.send(());
             });
         }
     }
 
     /// Waits until every record received of `partitions` was settled (their
-    /// streams have ended).
+    /// streams have ended), for `delivery_timeout` at most: the records
+    /// still unsettled then are given up, left uncommitted, and handled
+    /// again by the partitions' next owner, so a record that never settles
+    /// cannot hold a rebalance up.
     async fn settled(&mut self, partitions: &[TopicPartition]) {
+        let deadline = tokio::time::Instant::now() + self.settings.delivery_timeout;
         for tp in partitions {
-            if let Some(ended) = self.partitions.remove(tp) {
-                let _ = ended.await;
+            let Some(mut running) = self.partitions.remove(tp) else {
+                continue;
+            };
+            if tokio::time::timeout_at(deadline, &mut running.ended)
+                .await
+                .is_err()
+            {
+                drop(running.give_up);
+                let _ = running.ended.await;
+                self.metrics.given_up(&tp.topic, "revoke_timeout");
+                tracing::warn!(topic = %tp.topic, partition = tp.partition, timeout = ?self.settings.delivery_timeout, "revoked partition's records not settled within kafka.delivery_timeout: those left are not committed, and the partition's next owner handles them again");
             }
         }
     }
 
-    /// The partitions' records are dropped unhandled: the next owner
-    /// consumes them from the last commit.
+    /// The partitions' records in hand are dropped unhandled, at once,
+    /// wherever they wait (another node may own the partitions already, and
+    /// consumes them from the last commit); then their shards are released.
     async fn lost(&mut self, partitions: &[TopicPartition]) {
         for tp in partitions {
-            self.partitions.remove(tp);
+            if let Some(running) = self.partitions.remove(tp) {
+                drop(running.give_up);
+                let _ = running.ended.await;
+                self.metrics.given_up(&tp.topic, "lost");
+            }
         }
         self.release(partitions, "lost").await;
     }
 
-    /// Releases the shards of `partitions` that no partition still assigned
-    /// here shares (another topic's partition of the same number keeps it).
-    async fn release(&self, partitions: &[TopicPartition], why: &str) {
-        let kept: BTreeSet<i32> = self.partitions.keys().map(|tp| tp.partition).collect();
-        let released = shards_of(partitions.iter().filter(|tp| !kept.contains(&tp.partition)));
-        if let Err(e) = self
-            .region
-            .release_shards(released, self.settings.placement_timeout)
-            .await
-        {
-            tracing::warn!(entity_type = %self.region.entity_type_name(), error = %e, "{why} partitions' shards not released");
+    /// Releases the shards of `partitions`, ending this node's claims of
+    /// their topics (the coordinator keeps a shard here that another topic's
+    /// partition of the same number still claims). A release that fails is
+    /// retried in the background until the coordinator acknowledges it or
+    /// the region stops: the partitions' next owner waits for it.
+    async fn release(&mut self, partitions: &[TopicPartition], why: &'static str) {
+        let mut by_topic: BTreeMap<&str, Vec<&TopicPartition>> = BTreeMap::new();
+        for tp in partitions {
+            by_topic.entry(&tp.topic).or_default().push(tp);
+        }
+        for (topic, partitions) in by_topic {
+            let shards = shards_of(partitions.iter().copied());
+            let Err(e) = self
+                .region
+                .unclaim_shards(shards.clone(), topic, self.settings.placement_timeout)
+                .await
+            else {
+                continue;
+            };
+            if matches!(e, PlacementError::Stopped) {
+                return;
+            }
+            tracing::warn!(entity_type = %self.region.entity_type_name(), %topic, ?shards, error = %e, "{why} partitions' shards not released; retried until the coordinator takes the release (their next owner waits for it)");
+            self.releasing.retain(|_, retrying| !retrying.is_closed());
+            for tp in partitions {
+                let (retrying, stop) = oneshot::channel();
+                self.releasing.insert(tp.clone(), retrying);
+                let region = self.region.clone();
+                let settings = self.settings.clone();
+                self.region.context().tasks.spawn(release_until_done(
+                    region,
+                    settings,
+                    tp.clone(),
+                    why,
+                    stop,
+                ));
+            }
+        }
+    }
+}
+
+/// Asks for the release of `partition`'s shard until the coordinator
+/// acknowledges it, the region stops, or `stop` fires (the partition is
+/// assigned here again).
+async fn release_until_done<E: Entity>(
+    region: Region<E>,
+    settings: Arc<IngestSettings>,
+    partition: TopicPartition,
+    why: &'static str,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let Some(&shard) = shards_of(std::iter::once(&partition)).first() else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut stop => return,
+            () = tokio::time::sleep(settings.retry_backoff) => {}
+        }
+        let released = tokio::select! {
+            biased;
+            _ = &mut stop => return,
+            released = region.unclaim_shards([shard], &partition.topic, settings.placement_timeout) => released,
+        };
+        match released {
+            Ok(()) => {
+                tracing::info!(entity_type = %region.entity_type_name(), %shard, "{why} partition's shard released after retries");
+                return;
+            }
+            Err(PlacementError::Stopped) => return,
+            Err(e) => {
+                tracing::debug!(entity_type = %region.entity_type_name(), %shard, error = %e, "shard release retried");
+            }
         }
     }
 }

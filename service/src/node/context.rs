@@ -60,7 +60,7 @@ impl NodeContext {
     ) {
         match reply {
             Reply::None => {}
-            Reply::Local(tx) => {
+            Reply::Local(tx) | Reply::Record(tx) => {
                 let _ = tx.send(result);
             }
             Reply::Remote(to) => {

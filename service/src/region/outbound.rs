@@ -78,7 +78,7 @@ pub(crate) fn start<E: Entity>(outbound: Outbound<E>) -> Arc<Mailbox<Mail<E>>> {
                     }
                     let rest = envelopes.split_off(envelopes.len().min(MAX_BATCH));
                     let mut chunk = std::mem::replace(&mut envelopes, rest);
-                    let wire = encode_batch(&entity_type, &node, &mut chunk);
+                    let wire = encode_batch(&entity_type, &node, &metrics, &mut chunk);
                     let delivery = deliver(&to, serial, &node, wire, &region, silent_after);
                     match delivery.await {
                         Ok(()) => {}
@@ -189,14 +189,20 @@ fn collect<E: Entity>(
 /// Encodes envelopes for the wire. A local ask's reply channel is parked in
 /// the node's table and the envelope now points there, so it still works if
 /// the envelope comes back undelivered and is routed again. An envelope that
-/// cannot be encoded is answered with the error and dropped.
+/// cannot be encoded is answered with the error and dropped, and a Kafka
+/// record its partition gave up on is dropped (it is consumed again).
 fn encode_batch<E: Entity>(
     entity_type: &str,
     node: &NodeContext,
+    metrics: &RegionMetrics,
     envelopes: &mut Vec<Envelope<E>>,
 ) -> Vec<WireEnvelope> {
     let mut wire = Vec::with_capacity(envelopes.len());
     envelopes.retain_mut(|env| {
+        if env.abandoned() {
+            metrics.dropped_abandoned.increment(1);
+            return false;
+        }
         let payload = match codec::encode(&env.message) {
             Ok(p) => p,
             Err(e) => {
@@ -208,8 +214,10 @@ fn encode_batch<E: Entity>(
                 return false;
             }
         };
-        if let Reply::Local(_) = env.reply {
-            if let Reply::Local(tx) = std::mem::replace(&mut env.reply, Reply::None) {
+        if let Reply::Local(_) | Reply::Record(_) = env.reply {
+            if let Reply::Local(tx) | Reply::Record(tx) =
+                std::mem::replace(&mut env.reply, Reply::None)
+            {
                 let correlation = node.pending.register(tx);
                 env.reply = Reply::Remote(Box::new(ReplyTo {
                     node: node.id.clone(),

@@ -11,13 +11,20 @@ use colo_allocation::ShardId;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
-/// What a region asks its coordinator to do with some shards.
+/// What a region asks its coordinator to do with some shards, for a
+/// source of claims (a topic; empty for none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum PlacementRequest {
     /// Run them on this region.
-    Host(Vec<ShardId>),
+    Host {
+        shards: Vec<ShardId>,
+        source: String,
+    },
     /// Stop running them on this region.
-    Release(Vec<ShardId>),
+    Release {
+        shards: Vec<ShardId>,
+        source: String,
+    },
 }
 
 /// Why shards could not be placed or released.
@@ -32,6 +39,11 @@ pub enum PlacementError {
     /// others were placed.
     #[error("the hand-off of shards {0:?} failed; they stay where they were")]
     Failed(Vec<ShardId>),
+    /// These shards stay on another region, where another source's claim
+    /// keeps them (the same-numbered partition of another topic is
+    /// consumed there); the others were placed.
+    #[error("shards {0:?} stay on another region, which another topic's partition of the same number keeps them on")]
+    Elsewhere(Vec<ShardId>),
     /// Not done within the timeout. The coordinator goes on with it: the
     /// shards may still get there.
     #[error("not done within {0:?}")]
@@ -67,8 +79,26 @@ impl<E: Entity> Region<E> {
         shards: impl IntoIterator<Item = ShardId>,
         timeout: Duration,
     ) -> Result<(), PlacementError> {
+        self.claim_shards(shards, "", timeout).await
+    }
+
+    /// [`Self::host_shards`] for a source of claims (the topic whose
+    /// partitions were assigned): a shard another live region claims for
+    /// the same source waits until that claim ends; one another source's
+    /// claim keeps on another region stays there
+    /// ([`PlacementError::Elsewhere`]).
+    ///
+    /// # Errors
+    /// See [`PlacementError`]; on a timeout the move goes on.
+    pub(crate) async fn claim_shards(
+        &self,
+        shards: impl IntoIterator<Item = ShardId>,
+        source: &str,
+        timeout: Duration,
+    ) -> Result<(), PlacementError> {
         let shards = self.checked(shards)?;
-        self.placement(PlacementRequest::Host(shards), timeout)
+        let source = source.to_string();
+        self.placement(PlacementRequest::Host { shards, source }, timeout)
             .await
     }
 
@@ -85,8 +115,22 @@ impl<E: Entity> Region<E> {
         shards: impl IntoIterator<Item = ShardId>,
         timeout: Duration,
     ) -> Result<(), PlacementError> {
+        self.unclaim_shards(shards, "", timeout).await
+    }
+
+    /// [`Self::release_shards`], ending this region's claims of `source`.
+    ///
+    /// # Errors
+    /// See [`PlacementError`]; on a timeout the hand-off goes on.
+    pub(crate) async fn unclaim_shards(
+        &self,
+        shards: impl IntoIterator<Item = ShardId>,
+        source: &str,
+        timeout: Duration,
+    ) -> Result<(), PlacementError> {
         let shards = self.checked(shards)?;
-        self.placement(PlacementRequest::Release(shards), timeout)
+        let source = source.to_string();
+        self.placement(PlacementRequest::Release { shards, source }, timeout)
             .await
     }
 

@@ -396,6 +396,10 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
     /// finishes at once, is done here in one place: the entity is found once
     /// and goes back into the same slot of the map.
     fn deliver(&mut self, env: Envelope<E>, cx: &mut Context<'_>) {
+        if env.abandoned() {
+            self.metrics.dropped_abandoned.increment(1);
+            return;
+        }
         if !self.serving {
             // Held until the lease holds again, or the hand-off the region
             // starts when it fences returns it.
@@ -781,6 +785,11 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         };
         match next {
             Next::Stop(reason) => self.start_stop(id, reason, cx),
+            Next::Message(env) if env.abandoned() => {
+                self.queued -= 1;
+                self.metrics.dropped_abandoned.increment(1);
+                self.after_run(&id);
+            }
             Next::Message(env) => {
                 self.queued -= 1;
                 let has_entity = self.entities.get(&id).is_some_and(|a| a.entity.is_some());

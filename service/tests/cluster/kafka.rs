@@ -85,6 +85,8 @@ fn ingest_settings(bootstrap: &str, topic: &str) -> IngestSettings {
             max_in_flight: 100,
             commit_interval: Duration::from_millis(200),
             rebalance_timeout: Duration::from_secs(20),
+            commit_timeout: Duration::from_secs(5),
+            stall_timeout: Duration::from_secs(5),
         },
         delivery_timeout: Duration::from_secs(5),
         placement_timeout: Duration::from_secs(10),

@@ -407,12 +407,14 @@ impl<E: Entity> RegionTask<E> {
                 request,
                 failed,
                 refused,
+                elsewhere,
             } => {
                 if let Some(waiter) = self.placements_waiting.remove(&request) {
-                    let outcome = match (refused, failed.is_empty()) {
-                        (Some(reason), _) => Err(PlacementError::Refused(reason)),
-                        (None, true) => Ok(()),
-                        (None, false) => Err(PlacementError::Failed(failed)),
+                    let outcome = match (refused, failed.is_empty(), elsewhere.is_empty()) {
+                        (Some(reason), _, _) => Err(PlacementError::Refused(reason)),
+                        (None, false, _) => Err(PlacementError::Failed(failed)),
+                        (None, true, false) => Err(PlacementError::Elsewhere(elsewhere)),
+                        (None, true, true) => Ok(()),
                     };
                     let _ = waiter.send(outcome);
                 }
@@ -433,16 +435,18 @@ impl<E: Entity> RegionTask<E> {
         self.next_request += 1;
         self.placements_waiting.insert(id, reply);
         self.send(match request {
-            PlacementRequest::Host(shards) => RegionToCoordinator::UpdateLocations {
+            PlacementRequest::Host { shards, source } => RegionToCoordinator::UpdateLocations {
                 request: id,
                 locations: shards
                     .into_iter()
                     .map(|shard| (shard, self.shared.id.clone()))
                     .collect(),
+                source,
             },
-            PlacementRequest::Release(shards) => RegionToCoordinator::ReleaseShards {
+            PlacementRequest::Release { shards, source } => RegionToCoordinator::ReleaseShards {
                 request: id,
                 shards,
+                source,
             },
         });
     }

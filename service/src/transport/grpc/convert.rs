@@ -212,24 +212,30 @@ pub fn region_message_to_pb(entity_type: &str, message: RegionToCoordinator) -> 
                 stats: Some(stats_to_pb(stats)),
             })
         }
-        RegionToCoordinator::UpdateLocations { request, locations } => {
-            ToCoordinator::UpdateLocations(pb::UpdateLocations {
-                request,
-                locations: locations
-                    .into_iter()
-                    .map(|(shard, region)| pb::ShardLocation {
-                        shard: shard.0,
-                        region: region.to_string(),
-                    })
-                    .collect(),
-            })
-        }
-        RegionToCoordinator::ReleaseShards { request, shards } => {
-            ToCoordinator::ReleaseShards(pb::ReleaseShards {
-                request,
-                shards: shards.into_iter().map(|s| s.0).collect(),
-            })
-        }
+        RegionToCoordinator::UpdateLocations {
+            request,
+            locations,
+            source,
+        } => ToCoordinator::UpdateLocations(pb::UpdateLocations {
+            request,
+            source,
+            locations: locations
+                .into_iter()
+                .map(|(shard, region)| pb::ShardLocation {
+                    shard: shard.0,
+                    region: region.to_string(),
+                })
+                .collect(),
+        }),
+        RegionToCoordinator::ReleaseShards {
+            request,
+            shards,
+            source,
+        } => ToCoordinator::ReleaseShards(pb::ReleaseShards {
+            request,
+            shards: shards.into_iter().map(|s| s.0).collect(),
+            source,
+        }),
     };
     pb::RegionMessage {
         entity_type: entity_type.to_string(),
@@ -289,11 +295,13 @@ pub fn region_message_from_pb(
             RegionToCoordinator::UpdateLocations {
                 request: u.request,
                 locations,
+                source: u.source,
             }
         }
         ToCoordinator::ReleaseShards(m) => RegionToCoordinator::ReleaseShards {
             request: m.request,
             shards: shards(m.shards),
+            source: m.source,
         },
     })
 }
@@ -354,10 +362,12 @@ pub fn coordinator_message_to_pb(
             request,
             failed,
             refused,
+            elsewhere,
         } => ToRegion::PlacementDone(pb::PlacementDone {
             request,
             failed: failed.into_iter().map(|s| s.0).collect(),
             refused,
+            elsewhere: elsewhere.into_iter().map(|s| s.0).collect(),
         }),
     };
     pb::CoordinatorMessage {
@@ -418,6 +428,7 @@ pub fn coordinator_message_from_pb(message: ToRegion) -> Result<CoordinatorToReg
             request: m.request,
             failed: shards(m.failed),
             refused: m.refused,
+            elsewhere: shards(m.elsewhere),
         },
     })
 }
@@ -515,10 +526,12 @@ mod tests {
                     (ShardId(1), RegionId::new("r")),
                     (ShardId(7), RegionId::new("s")),
                 ],
+                source: "t.events".into(),
             },
             RegionToCoordinator::ReleaseShards {
                 request: 6,
                 shards: vec![ShardId(2), ShardId(3)],
+                source: String::new(),
             },
         ];
         for m in up {
@@ -559,11 +572,13 @@ mod tests {
                 request: 5,
                 failed: vec![],
                 refused: None,
+                elsewhere: vec![ShardId(4)],
             },
             CoordinatorToRegion::PlacementDone {
                 request: 6,
                 failed: vec![ShardId(1)],
                 refused: Some("not external".into()),
+                elsewhere: vec![],
             },
         ];
         for m in down {

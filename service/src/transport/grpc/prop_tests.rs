@@ -172,11 +172,22 @@ fn region_message() -> impl Strategy<Value = pb::RegionMessage> {
         (number(), proptest::option::of(region_stats())).prop_map(|(request, stats)| {
             M::RegionStats(pb::RegionStatsReply { request, stats })
         }),
-        (number(), prop::collection::vec(location(), 0..4)).prop_map(|(request, locations)| {
-            M::UpdateLocations(pb::UpdateLocations { locations, request })
-        }),
-        (number(), shards())
-            .prop_map(|(request, shards)| M::ReleaseShards(pb::ReleaseShards { request, shards })),
+        (number(), prop::collection::vec(location(), 0..4), text()).prop_map(
+            |(request, locations, source)| {
+                M::UpdateLocations(pb::UpdateLocations {
+                    locations,
+                    request,
+                    source,
+                })
+            }
+        ),
+        (number(), shards(), text()).prop_map(|(request, shards, source)| M::ReleaseShards(
+            pb::ReleaseShards {
+                request,
+                shards,
+                source
+            }
+        )),
     ];
     (text(), proptest::option::of(message)).prop_map(|(entity_type, message)| pb::RegionMessage {
         entity_type,
@@ -213,11 +224,12 @@ fn coordinator_message() -> impl Strategy<Value = pb::CoordinatorMessage> {
             pb::GetRegionStats { request, timeout }
         )),
         cluster_stats,
-        (number(), shards(), proptest::option::of(text())).prop_map(
-            |(request, failed, refused)| M::PlacementDone(pb::PlacementDone {
+        (number(), shards(), proptest::option::of(text()), shards()).prop_map(
+            |(request, failed, refused, elsewhere)| M::PlacementDone(pb::PlacementDone {
                 request,
                 failed,
-                refused
+                refused,
+                elsewhere
             })
         ),
     ];
