@@ -275,3 +275,39 @@ async fn a_partition_paused_when_revoked_is_consumed_when_it_comes_back() {
         .await
         .unwrap();
 }
+
+/// Dropped on an async runtime's thread, a source does not wait there for
+/// its consumer to close: the close's revoke waits for the service (up to
+/// the rebalance timeout), and the service may run on that very runtime.
+/// Here it does: the runtime has one thread, so a drop that waited would
+/// sit out the whole 60 s rebalance timeout before the revoke below is
+/// answered.
+#[tokio::test(flavor = "current_thread")]
+async fn a_source_dropped_on_the_runtime_does_not_wait_there_for_its_close() {
+    let cluster = broker();
+    let bootstrap = cluster.bootstrap_servers();
+    let settings = SourceSettings {
+        rebalance_timeout: Duration::from_secs(60),
+        ..settings(&bootstrap, "dropped", 1000)
+    };
+    let (source, mut events) = KafkaSource::start(settings).expect("source");
+    let _partitions = assigned(&mut events).await;
+    let dropping = std::time::Instant::now();
+    drop(source);
+    let dropped_after = dropping.elapsed();
+    // The close revokes the partitions, and waits for this answer.
+    let event = tokio::time::timeout(Duration::from_secs(30), events.recv())
+        .await
+        .expect("the close's revoke comes");
+    match event {
+        Some(colo_connectors::SourceEvent::Revoked { mut revocation, .. }) => {
+            revocation.commit().await;
+            revocation.done();
+        }
+        other => panic!("expected the close's revoke, got {other:?}"),
+    }
+    assert!(
+        dropped_after < Duration::from_secs(30),
+        "the drop waited {dropped_after:?} on the runtime's thread"
+    );
+}

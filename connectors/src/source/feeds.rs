@@ -212,7 +212,8 @@ impl Feeds {
                     tracing::warn!(topic = %tp.topic, partition = tp.partition, held = feed.held.len(), ?lag, stalled_for = ?self.stall_timeout, "partition waits for its shard: its records are held until the shard starts on this node (its previous owner has not released it)");
                 }
                 Some(true) => {
-                    tracing::warn!(topic = %tp.topic, partition = tp.partition, oldest_offset = ?next, in_flight, held = feed.held.len(), ?lag, stalled_for = ?self.stall_timeout, "partition makes no progress while records wait: its oldest record is not handled (a slow or stuck handler, a record its entity cannot take, or records the consumer cannot fetch)");
+                    let oldest = next.map_or_else(|| "unknown".to_string(), |o| o.to_string());
+                    tracing::warn!(topic = %tp.topic, partition = tp.partition, oldest_offset = %oldest, in_flight, held = feed.held.len(), ?lag, stalled_for = ?self.stall_timeout, "partition makes no progress while records wait: its oldest record is not handled (a slow or stuck handler, a record its entity cannot take, or records the consumer cannot fetch)");
                 }
                 Some(false) => {
                     tracing::info!(topic = %tp.topic, partition = tp.partition, "partition progresses again");

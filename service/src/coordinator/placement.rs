@@ -46,6 +46,8 @@ struct Wait {
     region: RegionId,
     /// The requests answered together: the first, and those it superseded.
     requests: Vec<u64>,
+    /// The source of the claims it asked for.
+    source: String,
     pending: BTreeMap<ShardId, Goal>,
     failed: Vec<ShardId>,
     /// Shards that stay on another region, for another source's claim.
@@ -116,13 +118,14 @@ impl Placements {
             .insert(source.to_string(), region.clone());
     }
 
-    /// Takes `shards` out of `region`'s waits for them to run on it: a
-    /// later request of the region supersedes them. Returns the requests
-    /// left with nothing to wait for, to be answered with the later one.
-    fn supersede(&mut self, region: &RegionId, shards: &[ShardId]) -> Vec<u64> {
+    /// Takes `shards` out of `region`'s waits for them to run on it for
+    /// `source`: a later request of the region for the same source
+    /// supersedes them. Returns the requests left with nothing to wait
+    /// for, to be answered with the later one.
+    fn supersede(&mut self, region: &RegionId, shards: &[ShardId], source: &str) -> Vec<u64> {
         let mut superseded = Vec::new();
         self.waits.retain_mut(|wait| {
-            if wait.region != *region {
+            if wait.region != *region || wait.source != source {
                 return true;
             }
             let before = wait.pending.len();
@@ -218,7 +221,7 @@ impl Coordinator {
         }
         let shards: Vec<ShardId> = locations.iter().map(|(shard, _)| *shard).collect();
         let mut requests = vec![request];
-        requests.extend(self.placements.supersede(&requester, &shards));
+        requests.extend(self.placements.supersede(&requester, &shards, &source));
         for (shard, target) in free.iter().chain(&elsewhere) {
             self.placements.claim(*shard, &source, target);
         }
@@ -239,6 +242,7 @@ impl Coordinator {
         self.placements.waits.push(Wait {
             region: requester,
             requests,
+            source,
             pending,
             failed: Vec::new(),
             elsewhere: elsewhere.into_iter().map(|(shard, _)| shard).collect(),
@@ -322,7 +326,7 @@ impl Coordinator {
     ) -> Result<(), StoreError> {
         // Its requests to host these shards are withdrawn: the partitions
         // were revoked before the shards came.
-        let withdrawn = self.placements.supersede(&requester, &shards);
+        let withdrawn = self.placements.supersede(&requester, &shards, &source);
         if !withdrawn.is_empty() {
             for withdrawn in withdrawn {
                 self.send(
@@ -373,6 +377,7 @@ impl Coordinator {
         self.placements.waits.push(Wait {
             region: requester,
             requests: vec![request],
+            source,
             pending,
             failed: Vec::new(),
             elsewhere: Vec::new(),

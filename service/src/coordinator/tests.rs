@@ -169,3 +169,128 @@ async fn a_region_that_is_not_registered_gets_no_heartbeat_answer() {
         "the heartbeat of an unregistered region was answered"
     );
 }
+
+/// A region that answers the coordinator's hand-off protocol at once and
+/// passes its placement answers on, as `(request, failed, elsewhere)`.
+struct Answering {
+    to_coordinator: tokio::sync::mpsc::UnboundedSender<RegionToCoordinator>,
+    placements: tokio::sync::mpsc::UnboundedReceiver<(u64, Vec<ShardId>, Vec<ShardId>)>,
+}
+
+async fn answering(coordinator: &CoordinatorHandle, region: &RegionId) -> Answering {
+    let link = register(coordinator, region).await;
+    let CoordinatorLink {
+        to_coordinator,
+        mut from_coordinator,
+        ..
+    } = link;
+    let (done, placements) = tokio::sync::mpsc::unbounded_channel();
+    let answer = to_coordinator.clone();
+    tokio::spawn(async move {
+        while let Some(message) = from_coordinator.recv().await {
+            let reply = match message {
+                CoordinatorToRegion::HostShard { shard } => {
+                    Some(RegionToCoordinator::ShardStarted { shard })
+                }
+                CoordinatorToRegion::BeginHandOff { shard } => {
+                    Some(RegionToCoordinator::BeginHandOffAck { shard })
+                }
+                CoordinatorToRegion::HandOff { shard } => {
+                    Some(RegionToCoordinator::ShardStopped { shard })
+                }
+                CoordinatorToRegion::PlacementDone {
+                    request,
+                    failed,
+                    elsewhere,
+                    ..
+                } => {
+                    let _ = done.send((request, failed, elsewhere));
+                    None
+                }
+                _ => None,
+            };
+            if let Some(reply) = reply {
+                let _ = answer.send(reply);
+            }
+        }
+    });
+    Answering {
+        to_coordinator,
+        placements,
+    }
+}
+
+fn external_coordinator() -> CoordinatorHandle {
+    let settings = ShardingSettings {
+        number_of_shards: SHARDS,
+        ..ShardingSettings::default()
+    };
+    CoordinatorHandle::spawn(
+        "t",
+        settings,
+        Box::new(colo_allocation::ExternalAllocationStrategy::new(
+            colo_allocation::ExternalAllocationClient::new(),
+        )),
+        Arc::new(InMemoryStore::new()),
+    )
+    .unwrap()
+}
+
+fn host(request: u64, shard: u32, region: &RegionId, topic: &str) -> RegionToCoordinator {
+    RegionToCoordinator::UpdateLocations {
+        request,
+        locations: vec![(ShardId(shard), region.clone())],
+        source: topic.to_string(),
+    }
+}
+
+async fn placed(region: &mut Answering) -> (u64, Vec<ShardId>, Vec<ShardId>) {
+    tokio::time::timeout(Duration::from_secs(10), region.placements.recv())
+        .await
+        .expect("a placement answer")
+        .expect("region link open")
+}
+
+/// An entity type fed by two topics: b's claim of topic t1 on shard 3,
+/// which a claims for t1 (a partition assigned twice, a stale owner),
+/// waits for a's release, however often b asks again; b's claim of t2 is
+/// answered at once, the shard staying on a. Once a releases, b's waiting
+/// requests are all answered: none is left behind.
+#[tokio::test]
+async fn a_claim_waits_for_the_same_topics_stale_owner_but_not_for_another_topics() {
+    let coordinator = external_coordinator();
+    let (a, b) = (RegionId::new("a"), RegionId::new("b"));
+    let mut region_a = answering(&coordinator, &a).await;
+    let mut region_b = answering(&coordinator, &b).await;
+    region_a.to_coordinator.send(host(1, 3, &a, "t1")).unwrap();
+    assert_eq!(placed(&mut region_a).await, (1, vec![], vec![]));
+
+    // b asks for the t1 claim three times (each earlier ask timed out).
+    for request in 1..=3 {
+        region_b
+            .to_coordinator
+            .send(host(request, 3, &b, "t1"))
+            .unwrap();
+    }
+    // Its t2 claim leaves the shard on a, answered at once.
+    region_b.to_coordinator.send(host(4, 3, &b, "t2")).unwrap();
+    assert_eq!(placed(&mut region_b).await, (4, vec![], vec![ShardId(3)]));
+
+    region_a
+        .to_coordinator
+        .send(RegionToCoordinator::ReleaseShards {
+            request: 2,
+            shards: vec![ShardId(3)],
+            source: "t1".into(),
+        })
+        .unwrap();
+    assert_eq!(placed(&mut region_a).await, (2, vec![], vec![]));
+    let mut answered: Vec<u64> = Vec::new();
+    for _ in 1..=3 {
+        let (request, failed, elsewhere) = placed(&mut region_b).await;
+        assert!(failed.is_empty() && elsewhere.is_empty(), "{request}");
+        answered.push(request);
+    }
+    answered.sort_unstable();
+    assert_eq!(answered, [1, 2, 3], "every ask of b is answered once");
+}

@@ -18,10 +18,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-const PARTITIONS: u32 = 4;
+pub const PARTITIONS: u32 = 4;
 
 /// Record key: the entity id; payload: the sequence number.
-fn probe_records() -> RecordDecoder<ProbeMsg> {
+pub fn probe_records() -> RecordDecoder<ProbeMsg> {
     Arc::new(|record: &colo_connectors::Record| {
         let id = std::str::from_utf8(record.key.as_deref().ok_or("no key")?)
             .map_err(|e| e.to_string())?
@@ -46,7 +46,7 @@ fn probe_records() -> RecordDecoder<ProbeMsg> {
 
 /// Produces `seqs` for every key, partitioned as Kafka's Java client does
 /// (murmur2), which the entity type's extractor reproduces.
-fn produce(bootstrap: &str, topic: &str, keys: &[String], seqs: std::ops::Range<u64>) {
+pub fn produce(bootstrap: &str, topic: &str, keys: &[String], seqs: std::ops::Range<u64>) {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("partitioner", "murmur2_random")
@@ -63,7 +63,7 @@ fn produce(bootstrap: &str, topic: &str, keys: &[String], seqs: std::ops::Range<
     producer.flush(Duration::from_secs(10)).expect("flushed");
 }
 
-fn ingest(region: &Region<Probe>, bootstrap: &str, topic: &str) -> KafkaIngest {
+pub fn ingest(region: &Region<Probe>, bootstrap: &str, topic: &str) -> KafkaIngest {
     KafkaIngest::start(
         region.clone(),
         ingest_settings(bootstrap, topic),
@@ -72,7 +72,7 @@ fn ingest(region: &Region<Probe>, bootstrap: &str, topic: &str) -> KafkaIngest {
     .expect("ingest")
 }
 
-fn ingest_settings(bootstrap: &str, topic: &str) -> IngestSettings {
+pub fn ingest_settings(bootstrap: &str, topic: &str) -> IngestSettings {
     IngestSettings {
         source: SourceSettings {
             bootstrap_servers: bootstrap.into(),
@@ -96,7 +96,7 @@ fn ingest_settings(bootstrap: &str, topic: &str) -> IngestSettings {
     }
 }
 
-fn kafka_node(cluster: &mut Cluster, name: &str) -> Region<Probe> {
+pub fn kafka_node(cluster: &mut Cluster, name: &str) -> Region<Probe> {
     let node = Node::new(cluster.network.transport(name));
     let entity_type = cluster
         .entity_type(name)
@@ -353,6 +353,51 @@ async fn bad_records_and_a_failing_handler_go_to_the_dead_letter_topic_and_the_p
         (1, 1, 4)
     );
     ingest_a.shutdown().await;
+}
+
+/// A consumer fenced for good (another member took its static
+/// `group.instance.id`: a fatal error in librdkafka's words) consumes
+/// nothing more: its ingest says why, which the node's readiness reports,
+/// and its partitions' shards are released. The mock cluster answers
+/// FENCED_INSTANCE_ID on cue; the test broker never fences a member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_fenced_for_good_fails_its_ingest_and_releases_its_shards() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let KafkaWorld {
+        bootstrap,
+        topic,
+        cluster,
+        a,
+        _broker,
+    } = kafka_world("kafka-fenced").await;
+    let mut settings = ingest_settings(&bootstrap, &topic);
+    settings
+        .source
+        .client
+        .push(("group.instance.id".into(), format!("{topic}.a")));
+    let ingest_a = KafkaIngest::start(a.clone(), settings, probe_records()).expect("ingest");
+    eventually("a hosts every shard", Duration::from_secs(30), || async {
+        cluster.shard_counts().get("a").copied() == Some(PARTITIONS as usize)
+    })
+    .await;
+    assert_eq!(ingest_a.health().failure(), None);
+    _broker.request_errors(
+        RDKafkaApiKey::Heartbeat,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID],
+    );
+    eventually("the ingest failed", Duration::from_secs(30), || async {
+        ingest_a.health().failure().is_some()
+    })
+    .await;
+    let reason = ingest_a.health().failure().unwrap_or_default();
+    assert!(reason.to_lowercase().contains("fenced"), "{reason}");
+    eventually("a's shards released", Duration::from_secs(30), || async {
+        cluster.shard_counts().get("a").copied() == Some(0)
+    })
+    .await;
+    tokio::time::timeout(Duration::from_secs(30), ingest_a.shutdown())
+        .await
+        .expect("a failed ingest stops at once");
 }
 
 /// A hand-off inside the rebalance callback must fit in the callback's

@@ -12,6 +12,7 @@ mod fencing;
 mod handoff;
 mod inspection;
 mod kafka;
+mod kafka_path;
 mod passivation;
 mod placement;
 mod rebalance;

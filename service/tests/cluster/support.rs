@@ -94,6 +94,10 @@ pub struct World {
     pub stop_delay: Mutex<Duration>,
     /// Each node's region, for handlers that tell or ask other entities.
     pub regions: Mutex<HashMap<String, Region<Probe>>>,
+    /// Records whose handler fails once, by entity and sequence number.
+    pub fail_once: Mutex<BTreeSet<(String, u64)>>,
+    /// How long handling a record takes.
+    pub record_delay: Mutex<Duration>,
 }
 
 impl Default for World {
@@ -109,6 +113,8 @@ impl Default for World {
             refused_id: Mutex::default(),
             stop_delay: Mutex::default(),
             regions: Mutex::default(),
+            fail_once: Mutex::default(),
+            record_delay: Mutex::default(),
         }
     }
 }
@@ -278,6 +284,13 @@ impl Entity for Probe {
                     });
                 if stall {
                     self.world.wait_for_release().await;
+                }
+                if self.world.fail_once.lock().remove(&(self.id.clone(), seq)) {
+                    return Err(EntityError::new(format!("record {seq} fails once")));
+                }
+                let delay = *self.world.record_delay.lock();
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
                 }
                 self.world
                     .log
@@ -686,4 +699,43 @@ pub fn gauge(name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         .get(&metric_key(name, labels))
         .copied()
         .filter(|g| *g != 0.0)
+}
+
+/// What this test process logs, for scenarios that check what an operator
+/// reads. Installed once per process (the test runner gives each test a
+/// process of its own).
+pub fn logs() -> &'static Logs {
+    static LOGS: OnceLock<Logs> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Logs(Arc::default());
+        let sink = logs.0.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            .with_writer(move || LogSink(sink.clone()))
+            .try_init();
+        logs
+    })
+}
+
+/// The captured log lines.
+pub struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock()).into_owned()
+    }
+}
+
+struct LogSink(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
