@@ -2,7 +2,8 @@
 //! tested without starting a process.
 //!
 //! - [`client`]: tell, ask and the inspection queries against a node.
-//! - [`produce`]: the sample's purchase events sent to Kafka.
+//! - [`produce`]: records sent to Kafka on their shards' partitions: the
+//!   sample's purchase events, or one's own.
 
 pub mod client;
 pub mod produce;

@@ -29,7 +29,7 @@ mod partition;
 mod rebalances;
 mod records;
 
-pub use records::{json_records, RecordDecoder};
+pub use records::{json_events, json_records, Ack, JsonEvents, Record, RecordDecoder};
 
 use crate::entity::Entity;
 use crate::metrics::KafkaMetrics;

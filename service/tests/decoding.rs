@@ -9,9 +9,9 @@
 
 use colo::codec::{self, ContentType};
 use colo::counter::CounterMsg;
-use colo::kafka::json_records;
+// What a program's own decoder needs comes from colo alone.
+use colo::kafka::{json_events, json_records, Ack, Record, RecordDecoder};
 use colo::purchases::{purchase_records, UserMsg};
-use colo_connectors::{Ack, Record};
 use colo_proto::v1::PurchaseEvent;
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -158,8 +158,72 @@ fn a_value_or_a_reason<T, E: std::fmt::Display>(
     Ok(())
 }
 
+/// A plain event, as a topic carries it.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+struct Reading {
+    celsius: f64,
+    #[serde(default)]
+    sensor: String,
+}
+
+/// An entity's messages: the event, and a query no producer writes.
+#[derive(Debug, Clone, PartialEq)]
+enum ThermometerMsg {
+    Reading(Reading),
+    #[expect(dead_code, reason = "a query: no record decodes to it")]
+    Average,
+}
+
+fn readings_by_key() -> RecordDecoder<ThermometerMsg> {
+    json_events::<Reading>().into_messages(ThermometerMsg::Reading)
+}
+
+fn readings_by_sensor() -> RecordDecoder<ThermometerMsg> {
+    json_events::<Reading>()
+        .id_from_event(|reading| reading.sensor.clone())
+        .into_messages(ThermometerMsg::Reading)
+}
+
+/// Text close enough to a JSON `Reading` to reach serde's checks.
+fn reading_like() -> impl Strategy<Value = Vec<u8>> {
+    let text = prop_oneof![
+        any::<f64>().prop_map(|c| format!(r#"{{"celsius":{c}}}"#)),
+        (any::<i32>(), "[a-z0-9-]{0,8}")
+            .prop_map(|(c, s)| format!(r#"{{"celsius":{c},"sensor":"{s}"}}"#)),
+        Just(r#"{"celsius":"warm"}"#.to_string()),
+        Just(r#"{"sensor":"s-1"}"#.to_string()),
+        Just(r#""Average""#.to_string()),
+        "[\\[\\]{}\":,0-9a-z .eE+-]{0,32}",
+    ];
+    text.prop_map(String::into_bytes)
+}
+
 proptest! {
     #![proptest_config(config())]
+
+    #[test]
+    fn arbitrary_records_become_a_reading_of_a_non_empty_id_or_a_reason_never_a_panic(
+        key in proptest::option::of(bytes()),
+        payload in proptest::option::of(prop_oneof![bytes(), reading_like()]),
+    ) {
+        let record = record(key.clone(), payload.clone());
+        for (decode, by_key) in [(readings_by_key(), true), (readings_by_sensor(), false)] {
+            let decoded = decode(&record);
+            a_value_or_a_reason(&decoded)?;
+            if let Ok((id, ThermometerMsg::Reading(reading))) = decoded {
+                prop_assert!(!id.is_empty(), "an entity without an id");
+                if by_key {
+                    prop_assert_eq!(Some(id.into_bytes()), key.clone());
+                } else {
+                    prop_assert_eq!(id, reading.sensor.clone());
+                }
+                let payload = payload.clone().expect("a reading needs a payload");
+                prop_assert_eq!(serde_json::from_slice::<Reading>(&payload).ok(), Some(reading));
+            } else if let Ok(other) = decoded {
+                prop_assert!(false, "a record decoded to {other:?}, not a reading");
+            }
+        }
+    }
 
     #[test]
     fn arbitrary_kafka_records_become_a_counter_message_or_a_reason_never_a_panic(
@@ -230,6 +294,104 @@ proptest! {
             prop_assert_eq!(content_type.decode::<CounterMsg>(&bytes), Ok(message));
         }
     }
+}
+
+/// The issue's case: a topic of plain readings feeds an entity whose
+/// messages also include a query.
+#[test]
+fn a_plain_event_becomes_the_entitys_message_with_the_key_as_its_id() {
+    let decoded = readings_by_key()(&record(
+        Some(b"sensor-1".to_vec()),
+        Some(br#"{"celsius": 21.5}"#.to_vec()),
+    ));
+    assert_eq!(
+        decoded,
+        Ok((
+            "sensor-1".to_string(),
+            ThermometerMsg::Reading(Reading {
+                celsius: 21.5,
+                sensor: String::new()
+            })
+        ))
+    );
+}
+
+#[test]
+fn the_id_can_come_from_the_event_whatever_the_key() {
+    let payload = br#"{"celsius": -3.25, "sensor": "roof"}"#.to_vec();
+    for key in [None, Some(b"other".to_vec()), Some(Vec::new())] {
+        let (id, message) =
+            readings_by_sensor()(&record(key.clone(), Some(payload.clone()))).expect("decoded");
+        assert_eq!(id, "roof", "{key:?}");
+        assert_eq!(
+            message,
+            ThermometerMsg::Reading(Reading {
+                celsius: -3.25,
+                sensor: "roof".into()
+            })
+        );
+    }
+    // id_from_key goes back to the key.
+    let by_key = json_events::<Reading>()
+        .id_from_event(|reading| reading.sensor.clone())
+        .id_from_key()
+        .into_messages(ThermometerMsg::Reading);
+    let (id, _) = by_key(&record(Some(b"k".to_vec()), Some(payload))).expect("decoded");
+    assert_eq!(id, "k");
+}
+
+/// An entity needs an id: an empty one goes to the dead-letter topic with
+/// the reason, rather than to an entity nobody can ask.
+#[test]
+fn records_without_an_id_or_an_event_are_refused_with_the_reason() {
+    let reading = || Some(br#"{"celsius": 1.0}"#.to_vec());
+    let cases: [(RecordDecoder<ThermometerMsg>, Record, &str); 7] = [
+        (
+            readings_by_key(),
+            record(Some(Vec::new()), reading()),
+            "the record's key is empty: it must be the entity id",
+        ),
+        (
+            readings_by_key(),
+            record(None, reading()),
+            "the record has no key (the entity id)",
+        ),
+        (
+            readings_by_key(),
+            record(Some(vec![0xff]), reading()),
+            "the key is not UTF-8",
+        ),
+        (
+            readings_by_sensor(),
+            record(Some(b"k".to_vec()), reading()),
+            "the Reading's entity id is empty: an entity needs an id",
+        ),
+        (
+            readings_by_key(),
+            record(Some(b"k".to_vec()), None),
+            "the record has no payload",
+        ),
+        (
+            readings_by_key(),
+            record(
+                Some(b"k".to_vec()),
+                Some(br#"{"celsius": "warm"}"#.to_vec()),
+            ),
+            "the payload is not a Reading: invalid type: string \"warm\", expected f64",
+        ),
+        (
+            readings_by_key(),
+            record(Some(b"k".to_vec()), Some(br#""Average""#.to_vec())),
+            "the payload is not a Reading: invalid type: string \"Average\"",
+        ),
+    ];
+    for (decode, record, reason) in cases {
+        let err = decode(&record).expect_err("refused");
+        assert!(err.starts_with(reason), "{record:?}: {err}");
+    }
+    let err = json_records::<CounterMsg>()(&record(Some(Vec::new()), Some(br#""Get""#.to_vec())))
+        .expect_err("refused");
+    assert_eq!(err, "the record's key is empty: it must be the entity id");
 }
 
 /// A stack overflow aborts the process, which proptest cannot catch and

@@ -1,6 +1,7 @@
 //! Kafka helpers shared by the connector's tests and the broker tests: a
-//! group's committed offsets, and waiting for the source's assignments and
-//! records with a deadline.
+//! group's committed offsets, waiting for the source's assignments and
+//! records with a deadline, a topic read back from its start, and the
+//! partition Kafka's Java client gives a key.
 
 use colo_connectors::{AssignedPartition, Record, SourceEvent, SourceSettings, TopicPartition};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -150,4 +151,87 @@ pub async fn handed_to_joiner(
         taken.keys().collect::<Vec<_>>()
     );
     (revoked, taken)
+}
+
+/// A record read back from a topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadBack {
+    pub partition: i32,
+    pub key: String,
+    pub payload: String,
+}
+
+/// The first `count` records of `topic`'s `partitions` partitions, read
+/// from their start, in each partition's order; panics if they are not
+/// all there within 30 s.
+pub fn read_back(bootstrap: &str, topic: &str, partitions: i32, count: usize) -> Vec<ReadBack> {
+    use rdkafka::Message as _;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("read-back-{topic}"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut list = TopicPartitionList::new();
+    for p in 0..partitions {
+        list.add_partition_offset(topic, p, Offset::Beginning)
+            .expect("partition offset");
+    }
+    consumer.assign(&list).expect("assign");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut records = Vec::new();
+    while records.len() < count {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        assert!(
+            !left.is_zero(),
+            "{} of {count} records of {topic} read back within 30 s: {records:?}",
+            records.len()
+        );
+        let Some(message) = consumer.poll(left.min(Duration::from_millis(500))) else {
+            continue;
+        };
+        let message = message.expect("a record");
+        let text =
+            |bytes: Option<&[u8]>| String::from_utf8_lossy(bytes.unwrap_or_default()).into_owned();
+        records.push(ReadBack {
+            partition: message.partition(),
+            key: text(message.key()),
+            payload: text(message.payload()),
+        });
+    }
+    records
+}
+
+/// The partition Kafka's Java client (its default partitioner, murmur2)
+/// gives `key` among `partitions`: the test's own oracle, checked against
+/// the Java client's partitions of known keys where it is used.
+pub fn java_partition(key: &str, partitions: u32) -> i32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    let data = key.as_bytes();
+    let mut h = SEED ^ data.len() as u32;
+    let mut chunks = data.chunks_exact(4);
+    for chunk in &mut chunks {
+        let mut k = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> 24;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    let rest = chunks.remainder();
+    if rest.len() == 3 {
+        h ^= u32::from(rest[2]) << 16;
+    }
+    if rest.len() >= 2 {
+        h ^= u32::from(rest[1]) << 8;
+    }
+    if !rest.is_empty() {
+        h ^= u32::from(rest[0]);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    ((h & 0x7fff_ffff) % partitions) as i32
 }

@@ -208,6 +208,7 @@ async fn a_restarted_coordinator_node_relearns_homes_from_the_regions() {
 }
 
 /// The client subcommands against a running node, as a user types them.
+/// `colo run` runs two entity types, so they need `--type`, and say so.
 #[tokio::test]
 async fn the_client_commands_tell_ask_and_inspect() {
     let a = NodeProcess::start(None, &[]);
@@ -224,21 +225,41 @@ async fn the_client_commands_tell_ask_and_inspect() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
-    let (ok, _, err) = colo(&["tell", "--id", "cli", r#"{"Add":5}"#]);
+    let (ok, _, err) = colo(&["tell", "--type", "counter", "--id", "cli", r#"{"Add":5}"#]);
     assert!(ok, "{err}");
-    let (ok, out, err) = colo(&["ask", "--id", "cli", "--json", "Get"]);
+    let (ok, out, err) = colo(&["ask", "--type", "counter", "--id", "cli", "--json", "Get"]);
     assert!(ok, "{err}");
     let reply: serde_json::Value = serde_json::from_str(out.trim()).expect(&out);
     assert_eq!(reply["reply"], 5, "{out}");
-    let (ok, out, err) = colo(&["stats", "--json"]);
+    assert_eq!(reply["entity_type"], "counter", "{out}");
+    let (ok, out, err) = colo(&["stats", "--type", "counter", "--json"]);
     assert!(ok, "{err}");
     assert!(out.contains(&a.grpc), "{out}");
-    let (ok, out, err) = colo(&["shards"]);
+    let (ok, out, err) = colo(&["shards", "--type", "counter"]);
     assert!(ok, "{err}");
     assert!(out.contains("cli"), "{out}");
-    let (ok, _, err) = colo(&["ask", "--id", "cli", r#"{"Sub":1}"#]);
+    let (ok, _, err) = colo(&["ask", "--type", "counter", "--id", "cli", r#"{"Sub":1}"#]);
     assert!(!ok);
     assert!(err.contains("INVALID_ARGUMENT"), "{err}");
+    for command in [
+        &["ask", "--id", "cli", "Get"][..],
+        &["tell", "--id", "cli", r#"{"Add":1}"#],
+        &["stats"],
+    ] {
+        let (ok, out, err) = colo(command);
+        assert!(!ok, "{command:?}: {out}");
+        assert!(
+            err.contains(
+                "colo: the node runs several entity types (counter, user): name one with --type"
+            ),
+            "{command:?}: {err}"
+        );
+    }
+    let (_, out, _) = colo(&["ask", "--type", "counter", "--id", "cli", "Get"]);
+    assert!(
+        out.contains("replied 5"),
+        "the tell without --type was not sent: {out}"
+    );
 }
 
 /// With its coordinator gone a node says so: at warn level in its log, in
@@ -280,15 +301,15 @@ async fn a_node_without_its_coordinator_says_so_and_still_stops_promptly() {
     let fresh = (0..)
         .map(|i| format!("fresh-{i}"))
         .find(|id| {
-            let (ok, out, _) = colo(&["tell", "--id", id, r#"{"Add":1}"#]);
+            let (ok, out, _) = colo(&["tell", "--type", "counter", "--id", id, r#"{"Add":1}"#]);
             ok && out.contains("buffered: coordinator unreachable")
         })
         .expect("a tell that waits for the coordinator");
     assert!(fresh.starts_with("fresh-"));
-    let (ok, _, err) = colo(&["stats"]);
+    let (ok, _, err) = colo(&["stats", "--type", "counter"]);
     assert!(!ok);
     assert!(err.contains("coordinator unreachable"), "{err}");
-    let (ok, out, _) = colo(&["shards"]);
+    let (ok, out, _) = colo(&["shards", "--type", "counter"]);
     assert!(ok && out.contains("coordinator unreachable"), "{out}");
     let (status, _) = http::get(&b.admin, "/health/ready").await.unwrap();
     assert_eq!(status, 200, "still ready without the coordinator");

@@ -259,3 +259,70 @@ async fn the_kafka_sample_commands_run_as_shown() {
         logs()
     );
 }
+
+/// README's records of one's own, as written, against librdkafka's
+/// in-process mock cluster (its address in place of 127.0.0.1:9092; it
+/// serves a topic and produce and fetch, all these commands need, without
+/// the test broker), with the `colo` the tests build as `$colo`: every
+/// record lands in its key's murmur2 partition (the Java client's),
+/// with its payload as written.
+#[test]
+fn the_own_records_commands_run_as_shown() {
+    use colo_tests::kafka::{java_partition, read_back};
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let kafka = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+    let bootstrap = kafka.bootstrap_servers();
+    let block: Vec<String> = block_after(&readme, "whose sensors average them")
+        .into_iter()
+        .map(|l| l.replace("127.0.0.1:9092", &bootstrap))
+        .collect();
+    assert!(
+        block.iter().any(|l| l.contains(" --topic readings ")),
+        "README's block changed: {block:?}"
+    );
+    kafka.create_topic("readings", 12, 1).expect("topic");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let run = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -euo pipefail\ncolo={}\n{}",
+            colo_tests::process::colo_binary().display(),
+            block.join("\n")
+        ))
+        .current_dir(dir.path())
+        .output()
+        .expect("run bash");
+    assert!(
+        run.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let records = read_back(&bootstrap, "readings", 12, 102);
+    for record in &records {
+        assert_eq!(
+            record.partition,
+            java_partition(&record.key, 12),
+            "{record:?}"
+        );
+    }
+    let payloads = |key: &str| -> Vec<&str> {
+        records
+            .iter()
+            .filter(|r| r.key == key)
+            .map(|r| r.payload.as_str())
+            .collect()
+    };
+    // Each key's records in its partition's order: the file's first, then
+    // the template's.
+    for key in 0..10 {
+        let key = format!("sensor-{key}");
+        let mut expected: Vec<String> = match key.as_str() {
+            "sensor-1" => vec![r#"{"celsius": 20.4}"#.to_string()],
+            "sensor-2" => vec![r#"{"celsius": 19.5}"#.to_string()],
+            _ => vec![],
+        };
+        expected.extend((1..=10).map(|seq| format!(r#"{{"celsius": {seq}.5}}"#)));
+        assert_eq!(payloads(&key), expected, "{key}");
+    }
+}

@@ -4,7 +4,7 @@
 
 use colo_proto::v1 as pb;
 use colo_tests::client::{json, READY};
-use colo_tests::process::{NodeProcess, Program};
+use colo_tests::process::{colo_binary, example_binary, free_port, NodeProcess, Program};
 use colo_tests::{http, wait};
 use pb::sharding_client::ShardingClient;
 use std::time::Duration;
@@ -89,4 +89,83 @@ async fn a_program_of_ones_own_runs_its_entity_type_as_a_cluster() {
         },
     )
     .await;
+}
+
+/// A process started by the test, killed by its PID however the test ends.
+struct Started(std::process::Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `colo.example.toml`, copied as it ships, configures a program of one's
+/// own (the example names no entity type of `colo run`'s), and the client
+/// commands reach the program's only entity type without `--type`.
+#[tokio::test]
+async fn the_example_config_runs_a_program_of_ones_own_and_the_cli_finds_its_entity_type() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let config = dir.path().join("colo.toml");
+    std::fs::copy(root.join("colo.example.toml"), &config).expect("copy the example");
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let admin = format!("127.0.0.1:{}", free_port());
+    let log = dir.path().join("accounts.log");
+    let out = std::fs::File::create(&log).expect("log file");
+    // The addresses are the flags' (they override the file's); the data
+    // directory is the example's relative default, inside `dir`.
+    let _node = Started(
+        std::process::Command::new(example_binary("accounts"))
+            .arg("--config")
+            .arg(&config)
+            .args([
+                "--listen",
+                &grpc,
+                "--admin-listen",
+                &admin,
+                "--coordinator",
+                &grpc,
+            ])
+            .arg("--exit-with-parent")
+            .current_dir(dir.path())
+            .stdout(out.try_clone().expect("log file"))
+            .stderr(out)
+            .spawn()
+            .expect("start the accounts example"),
+    );
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    let ready = wait::held_within(READY, || async {
+        matches!(http::get(&admin, "/health/ready").await, Ok((200, _)))
+    })
+    .await;
+    assert!(ready, "not ready with the example config; log:\n{}", logs());
+    let colo = |args: &[&str]| {
+        let out = std::process::Command::new(colo_binary())
+            .args(args)
+            .args(["--addr", &grpc])
+            .output()
+            .expect("run colo");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, out, err) = colo(&["tell", "--id", "alice", r#"{"Deposit":10}"#]);
+    assert!(
+        ok && out.starts_with("told account/alice (shard "),
+        "{out}{err}"
+    );
+    let (ok, out, err) = colo(&["ask", "--id", "alice", "Balance"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with("account/alice (shard ") && out.ends_with(" replied {\"Balance\":10}\n"),
+        "{out}"
+    );
+    let (ok, out, err) = colo(&["shards"]);
+    assert!(ok && out.contains("alice"), "{out}{err}");
 }

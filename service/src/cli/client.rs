@@ -8,7 +8,6 @@
 
 use crate::api::MAX_TIMEOUT;
 use crate::codec::ContentType;
-use crate::counter::COUNTER;
 use colo_proto::v1::sharding_client::ShardingClient;
 use colo_proto::v1::{AskRequest, ClusterStatsRequest, Payload, RegionStateRequest, TellRequest};
 use std::fmt::Write as _;
@@ -39,8 +38,15 @@ pub struct Target {
     /// The node's gRPC address; `http://` is assumed when there is no scheme.
     #[arg(long, default_value = DEFAULT_ADDR)]
     pub addr: String,
-    /// The entity type.
-    #[arg(long = "type", value_name = "ENTITY_TYPE", default_value = COUNTER)]
+    /// The entity type. Default: the node's only one; a node that runs
+    /// several needs it named. (Empty when not given: no entity type has
+    /// an empty name.)
+    #[arg(
+        long = "type",
+        value_name = "ENTITY_TYPE",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub entity_type: String,
     /// Print one JSON document on stdout instead of text.
     #[arg(long)]
@@ -122,6 +128,10 @@ pub enum ClientCliError {
     /// `--timeout` cannot be sent.
     #[error("invalid --timeout: {0}")]
     Timeout(String),
+    /// `--type` is missing and the node does not run exactly one entity
+    /// type.
+    #[error("{0}")]
+    EntityType(String),
     /// The node answered with an error.
     #[error("{}: {}", code_name(.0.code()), .0.message())]
     Status(tonic::Status),
@@ -164,15 +174,16 @@ pub async fn execute(cmd: ClientCommand) -> Result<String, ClientCliError> {
         } => {
             let data = message_json(&message)?;
             let mut client = connect(&target.addr).await?;
+            let entity_type = entity_type(&mut client, target.entity_type).await?;
             let mut request = tonic::Request::new(TellRequest {
-                entity_type: target.entity_type.clone(),
+                entity_type: entity_type.clone(),
                 entity_id: id.clone(),
                 payload: Some(json_payload(data)),
             });
             request.set_timeout(TELL_DEADLINE);
             let response = client.tell(request).await?.into_inner();
             let outcome = TellOutcome {
-                entity_type: target.entity_type,
+                entity_type,
                 entity_id: id,
                 shard: response.shard,
                 buffered: (!response.buffered.is_empty()).then_some(response.buffered),
@@ -187,8 +198,9 @@ pub async fn execute(cmd: ClientCommand) -> Result<String, ClientCliError> {
         } => {
             let data = message_json(&message)?;
             let mut client = connect(&target.addr).await?;
+            let entity_type = entity_type(&mut client, target.entity_type).await?;
             let mut request = tonic::Request::new(AskRequest {
-                entity_type: target.entity_type.clone(),
+                entity_type: entity_type.clone(),
                 entity_id: id.clone(),
                 payload: Some(json_payload(data)),
                 timeout: proto_timeout(timeout)?,
@@ -196,17 +208,18 @@ pub async fn execute(cmd: ClientCommand) -> Result<String, ClientCliError> {
             set_deadline(&mut request, timeout);
             let response = client.ask(request).await?.into_inner();
             let outcome = AskOutcome {
-                entity_type: target.entity_type,
+                entity_type,
                 entity_id: id,
                 shard: response.shard,
-                reply: reply_json(response.reply.as_ref()),
+                reply: reply_text(response.reply.as_ref()),
             };
             Ok(render_ask(&outcome, target.json))
         }
         ClientCommand::Shards { target, timeout } => {
             let mut client = connect(&target.addr).await?;
+            let entity_type = entity_type(&mut client, target.entity_type).await?;
             let mut request = tonic::Request::new(RegionStateRequest {
-                entity_type: target.entity_type.clone(),
+                entity_type,
                 timeout: proto_timeout(timeout)?,
             });
             set_deadline(&mut request, timeout);
@@ -215,8 +228,9 @@ pub async fn execute(cmd: ClientCommand) -> Result<String, ClientCliError> {
         }
         ClientCommand::Stats { target, timeout } => {
             let mut client = connect(&target.addr).await?;
+            let entity_type = entity_type(&mut client, target.entity_type).await?;
             let mut request = tonic::Request::new(ClusterStatsRequest {
-                entity_type: target.entity_type.clone(),
+                entity_type,
                 timeout: proto_timeout(timeout)?,
             });
             set_deadline(&mut request, timeout);
@@ -298,15 +312,84 @@ fn json_payload(data: Vec<u8>) -> Payload {
     }
 }
 
-/// The reply as JSON; a reply in another content type (a node should not
-/// send one) is shown as text rather than lost.
-fn reply_json(reply: Option<&Payload>) -> serde_json::Value {
-    match reply {
-        None => serde_json::Value::Null,
-        Some(p) => serde_json::from_slice(&p.data).unwrap_or_else(|_| {
-            serde_json::Value::String(String::from_utf8_lossy(&p.data).into_owned())
-        }),
+/// The reply as JSON text, as the node wrote it: parsing it into a
+/// `serde_json::Value` would print some floats one step off in their last
+/// digit (serde_json's default float parsing does not round-trip). A reply
+/// that is not JSON (a node should not send one) is shown as a JSON string
+/// rather than lost.
+pub fn reply_text(reply: Option<&Payload>) -> String {
+    let Some(payload) = reply else {
+        return "null".to_string();
+    };
+    let is_json = serde_json::from_slice::<serde::de::IgnoredAny>(&payload.data).is_ok();
+    match std::str::from_utf8(&payload.data) {
+        Ok(text) if is_json => output::compact_json(text),
+        _ => serde_json::Value::from(String::from_utf8_lossy(&payload.data)).to_string(),
     }
+}
+
+/// A name no entity type can have (names are made of `[A-Za-z0-9_.-]`):
+/// asked about it, a node answers with the entity types it runs.
+const NO_ENTITY_TYPE: &str = "?";
+
+/// The entity type `--type` names (`given`, empty when it names none), or
+/// else the node's only one.
+///
+/// No call of the client API lists a node's entity types, but a region
+/// lookup that fails names them (`... is not known on this node; known:
+/// counter, user`), so the node is asked for the region of a name no
+/// entity type can have: one cheap call that touches no shard.
+///
+/// # Errors
+/// The node runs several entity types (the error names them), or its
+/// answer does not list them.
+async fn entity_type(
+    client: &mut ShardingClient<Channel>,
+    given: String,
+) -> Result<String, ClientCliError> {
+    if !given.is_empty() {
+        return Ok(given);
+    }
+    let mut request = tonic::Request::new(RegionStateRequest {
+        entity_type: NO_ENTITY_TYPE.to_string(),
+        timeout: None,
+    });
+    request.set_timeout(CONNECT_TIMEOUT);
+    let status = client.region_state(request).await.err();
+    let known = status.as_ref().and_then(known_entity_types);
+    match known.as_deref() {
+        Some([only]) => Ok(only.clone()),
+        Some(several) if !several.is_empty() => Err(ClientCliError::EntityType(format!(
+            "the node runs several entity types ({}): name one with --type",
+            several.join(", ")
+        ))),
+        _ => Err(ClientCliError::EntityType(format!(
+            "cannot learn the node's entity types ({}): name one with --type",
+            status.map_or_else(
+                || "it answered for an entity type named \"?\"".to_string(),
+                |s| format!("{}: {}", code_name(s.code()), s.message())
+            )
+        ))),
+    }
+}
+
+/// The entity types a node's refusal of an unknown one lists, in its
+/// order; `None` when the refusal is not that one.
+pub fn known_entity_types(status: &tonic::Status) -> Option<Vec<String>> {
+    if status.code() != tonic::Code::InvalidArgument {
+        return None;
+    }
+    let (_, list) = status.message().rsplit_once("; known: ")?;
+    // A running node has at least one entity type (a program that registers
+    // none does not start), so its "none" is read as a type of that name.
+    let names: Vec<String> = list.split(", ").map(str::to_string).collect();
+    let valid = |name: &String| {
+        !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+    };
+    names.iter().all(valid).then_some(names)
 }
 
 fn proto_timeout(
@@ -389,7 +472,7 @@ mod tests {
             panic!("not an ask: {cli:?}");
         };
         assert_eq!(target.addr, DEFAULT_ADDR);
-        assert_eq!(target.entity_type, "counter");
+        assert_eq!(target.entity_type, "", "the node's only one");
         assert!(!target.json);
         assert_eq!((id.as_str(), message.as_str()), ("a", "\"Get\""));
         assert_eq!(timeout, Some(Duration::from_secs(5)));
@@ -451,6 +534,56 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    /// The digits of the report: through a `serde_json::Value` the
+    /// last one came out as 5.
+    #[test]
+    fn a_reply_is_printed_as_the_node_wrote_it() {
+        let payload = |data: &str| Payload {
+            content_type: "application/json".into(),
+            data: data.as_bytes().to_vec(),
+        };
+        for (sent, shown) in [
+            ("11.163829787234043", "11.163829787234043"),
+            (
+                "{\"average\":11.163829787234043,\"readings\":47}",
+                "{\"average\":11.163829787234043,\"readings\":47}",
+            ),
+            ("{ \"b\": 1,\n \"a\": [0.1, 2] }", "{\"b\":1,\"a\":[0.1,2]}"),
+            ("not json", "\"not json\""),
+        ] {
+            assert_eq!(reply_text(Some(&payload(sent))), shown, "{sent:?}");
+        }
+        assert_eq!(reply_text(None), "null");
+    }
+
+    #[test]
+    fn a_refused_entity_type_names_the_nodes_entity_types() {
+        let refusal = |known: &str| {
+            tonic::Status::invalid_argument(format!(
+                "entity_type \"?\" is not known on this node; known: {known}"
+            ))
+        };
+        assert_eq!(
+            known_entity_types(&refusal("account")),
+            Some(vec!["account".to_string()])
+        );
+        assert_eq!(
+            known_entity_types(&refusal("counter, user")),
+            Some(vec!["counter".to_string(), "user".to_string()])
+        );
+        assert_eq!(known_entity_types(&refusal("what is this")), None);
+        assert_eq!(
+            known_entity_types(&tonic::Status::invalid_argument(
+                "entity_id must not be empty"
+            )),
+            None
+        );
+        assert_eq!(
+            known_entity_types(&tonic::Status::unavailable("known: counter")),
+            None
+        );
     }
 
     #[test]

@@ -1,6 +1,15 @@
-//! `colo produce`: the sample's purchase events sent to Kafka, with a
-//! progress bar, and the totals the users' entities must reach written to
-//! a file.
+//! `colo produce`: records sent to Kafka with a progress bar, keyed by
+//! entity id and partitioned with Kafka's murmur2 partitioner, so each
+//! lands in its entity's shard. What is sent: the sample's purchase events
+//! (with the totals the users' entities must reach written to a file), or
+//! records of one's own, from a file or from a payload template
+//! (`produce/own_records.rs`, sent by `produce/sender.rs`).
+
+mod own_records;
+mod sender;
+
+pub use own_records::{parse_line, read_records, OwnRecord, Template};
+pub use sender::{check_partitioner, send, SendError, SendSettings, Sent, PARTITIONER};
 
 use crate::purchases::{self, ProduceSettings, Totals};
 use std::path::PathBuf;
@@ -10,19 +19,35 @@ use std::time::Duration;
 
 /// The flags of `colo produce`.
 #[derive(Debug, Clone, clap::Args)]
-#[command(group(clap::ArgGroup::new("bound").required(true).args(["count", "duration"])))]
+#[command(group(clap::ArgGroup::new("bound").required(true).args(["count", "duration", "records"])))]
 pub struct ProduceArgs {
     /// The brokers, `host:port[,host:port...]`.
     #[arg(long, default_value = "127.0.0.1:9092")]
     pub bootstrap_servers: String,
-    /// The topic.
+    /// The topic (the sample's by default).
     #[arg(long, default_value = purchases::USER_EVENTS)]
     pub topic: String,
-    /// Users the events are spread over (`user-0` ...).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    /// Records of one's own instead of the sample's, one a line: a JSON
+    /// object `{"key": "<entity id>", "value": <JSON payload>}`, or
+    /// `<entity id><TAB><JSON payload>`; each payload is sent as written.
+    #[arg(long, value_name = "FILE")]
+    pub records: Option<PathBuf>,
+    /// Generated records of one's own instead of the sample's: this JSON
+    /// payload with `{key}` (the record's key), `{number}` (its number, from 1)
+    /// and `{seq}` (its number among its key's records, from 1) filled in;
+    /// keys go round the --keys ids.
+    #[arg(long, value_name = "TEMPLATE", conflicts_with = "records")]
+    pub payload: Option<String>,
+    /// Users (keys) the records are spread over (`user-0` ...).
+    #[arg(long, visible_alias = "keys", default_value_t = 1000, conflicts_with = "records", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub users: u64,
-    /// User ids are `<prefix><n>`.
-    #[arg(long, default_value = "user-")]
+    /// User ids (keys) are `<prefix><n>`.
+    #[arg(
+        long,
+        visible_alias = "key-prefix",
+        default_value = "user-",
+        conflicts_with = "records"
+    )]
     pub user_prefix: String,
     /// Records per second at most; unset: as fast as the broker takes them.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
@@ -33,13 +58,15 @@ pub struct ProduceArgs {
     /// How long to send, e.g. "30s".
     #[arg(long, value_parser = humantime::parse_duration)]
     pub duration: Option<Duration>,
-    /// The same seed sends the same events.
-    #[arg(long, default_value_t = 1)]
+    /// The same seed sends the same sample events.
+    #[arg(long, default_value_t = 1, conflicts_with_all = ["records", "payload"])]
     pub seed: u64,
-    /// Where to write the totals each user must reach, as JSON.
-    #[arg(long, value_name = "FILE.json")]
+    /// Where to write the totals each user must reach, as JSON (the sample
+    /// only).
+    #[arg(long, value_name = "FILE.json", conflicts_with_all = ["records", "payload"])]
     pub expected: Option<PathBuf>,
-    /// A librdkafka property, `key=value`; repeatable.
+    /// A librdkafka property, `key=value`; repeatable. `partitioner` may
+    /// only be murmur2's: colo's shards are murmur2 partitions.
     #[arg(long = "client", value_name = "KEY=VALUE", value_parser = key_value)]
     pub client: Vec<(String, String)>,
     /// No progress bar (it is drawn only on a terminal anyway).
@@ -59,6 +86,9 @@ fn key_value(s: &str) -> Result<(String, String), String> {
 pub enum ProduceCliError {
     #[error(transparent)]
     Produce(#[from] purchases::ProduceError),
+    /// Records of one's own could not be read or sent.
+    #[error(transparent)]
+    Send(#[from] SendError),
     #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,
@@ -66,11 +96,100 @@ pub enum ProduceCliError {
     },
 }
 
-/// Sends the events, showing progress, and prints what was sent.
+/// What `colo produce` sent.
+#[derive(Debug, Clone)]
+pub enum Produced {
+    /// The sample's events and the totals they add up to.
+    Sample(Totals),
+    /// Records of one's own.
+    Own(Sent),
+}
+
+/// Sends the records, showing progress, and prints what was sent.
 ///
 /// # Errors
 /// See [`ProduceCliError`].
-pub fn run(args: &ProduceArgs) -> Result<Totals, ProduceCliError> {
+pub fn run(args: &ProduceArgs) -> Result<Produced, ProduceCliError> {
+    check_partitioner(&args.client).map_err(SendError::Input)?;
+    if args.records.is_some() || args.payload.is_some() {
+        return run_own(args).map(Produced::Own);
+    }
+    run_sample(args).map(Produced::Sample)
+}
+
+/// Records of one's own: the file's, or the template's.
+fn run_own(args: &ProduceArgs) -> Result<Sent, ProduceCliError> {
+    let settings = SendSettings {
+        bootstrap_servers: args.bootstrap_servers.clone(),
+        topic: args.topic.clone(),
+        client: args.client.clone(),
+        rate: args.rate,
+        duration: args.duration,
+    };
+    let sent = Arc::new(AtomicU64::new(0));
+    let result = if let Some(path) = &args.records {
+        // Read whole before anything is sent: a bad line stops the command
+        // with nothing half-sent.
+        let records = read_records(path).map_err(SendError::Input)?;
+        let count = records.len() as u64;
+        with_progress(progress_bar(args.quiet, Some(count)), &sent, || {
+            send(&settings, records.into_iter().map(Ok), &sent)
+        })
+    } else {
+        let text = args.payload.as_deref().unwrap_or_default();
+        let template =
+            Template::new(text, &args.user_prefix, args.users).map_err(SendError::Input)?;
+        let records = (1..).map(|n| template.record(n));
+        with_progress(progress_bar(args.quiet, args.count), &sent, || {
+            match args.count {
+                Some(count) => send(
+                    &settings,
+                    records.take(usize::try_from(count).unwrap_or(usize::MAX)),
+                    &sent,
+                ),
+                None => send(&settings, records, &sent),
+            }
+        })
+    };
+    let done = result?;
+    let seconds = done.elapsed.as_secs_f64().max(1e-9);
+    println!(
+        "sent {} records of {} keys to {} in {:.1} s ({:.0} records/s), partitioned with {PARTITIONER}",
+        done.records,
+        done.keys,
+        args.topic,
+        seconds,
+        done.records as f64 / seconds
+    );
+    Ok(done)
+}
+
+/// Runs `work` while a thread draws `sent` on `bar`.
+fn with_progress<T>(
+    bar: indicatif::ProgressBar,
+    sent: &Arc<AtomicU64>,
+    work: impl FnOnce() -> T,
+) -> T {
+    let done = Arc::new(AtomicBool::new(false));
+    let ticker = {
+        let (bar, sent, done) = (bar.clone(), sent.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                bar.set_position(sent.load(Ordering::Relaxed));
+                std::thread::park_timeout(Duration::from_millis(100));
+            }
+        })
+    };
+    let result = work();
+    done.store(true, Ordering::Relaxed);
+    ticker.thread().unpark();
+    let _ = ticker.join();
+    bar.finish_and_clear();
+    result
+}
+
+/// The sample's purchase events.
+fn run_sample(args: &ProduceArgs) -> Result<Totals, ProduceCliError> {
     let settings = ProduceSettings {
         bootstrap_servers: args.bootstrap_servers.clone(),
         topic: args.topic.clone(),
@@ -83,24 +202,10 @@ pub fn run(args: &ProduceArgs) -> Result<Totals, ProduceCliError> {
         seed: args.seed,
     };
     let sent = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicBool::new(false));
-    let bar = progress_bar(args);
-    let ticker = {
-        let (bar, sent, done) = (bar.clone(), sent.clone(), done.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                bar.set_position(sent.load(Ordering::Relaxed));
-                std::thread::park_timeout(Duration::from_millis(100));
-            }
-        })
-    };
     let stop = AtomicBool::new(false);
-    let result = purchases::produce(&settings, &stop, &sent);
-    done.store(true, Ordering::Relaxed);
-    ticker.thread().unpark();
-    let _ = ticker.join();
-    bar.finish_and_clear();
-    let produced = result?;
+    let produced = with_progress(progress_bar(args.quiet, args.count), &sent, || {
+        purchases::produce(&settings, &stop, &sent)
+    })?;
     let totals = produced.totals;
     let seconds = produced.elapsed.as_secs_f64().max(1e-9);
     println!(
@@ -125,11 +230,11 @@ pub fn run(args: &ProduceArgs) -> Result<Totals, ProduceCliError> {
     Ok(totals)
 }
 
-fn progress_bar(args: &ProduceArgs) -> indicatif::ProgressBar {
-    if args.quiet {
+fn progress_bar(quiet: bool, count: Option<u64>) -> indicatif::ProgressBar {
+    if quiet {
         return indicatif::ProgressBar::hidden();
     }
-    let bar = match args.count {
+    let bar = match count {
         Some(count) => indicatif::ProgressBar::new(count),
         None => indicatif::ProgressBar::no_length(),
     };
@@ -140,4 +245,58 @@ fn progress_bar(args: &ProduceArgs) -> indicatif::ProgressBar {
         bar.set_style(style);
     }
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        produce: ProduceArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<ProduceArgs, String> {
+        Cli::try_parse_from(std::iter::once("produce").chain(args.iter().copied()))
+            .map(|cli| cli.produce)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn own_records_come_from_a_file_or_a_template_and_the_sample_keeps_its_flags() {
+        let args = parse(&["--records", "r.jsonl", "--rate", "10"]).unwrap();
+        assert_eq!(args.records, Some(PathBuf::from("r.jsonl")));
+        let args = parse(&[
+            "--payload",
+            r#"{"celsius": {seq}.5}"#,
+            "--keys",
+            "10",
+            "--key-prefix",
+            "sensor-",
+            "--duration",
+            "5s",
+        ])
+        .unwrap();
+        assert_eq!((args.users, args.user_prefix.as_str()), (10, "sensor-"));
+        let args = parse(&["--count", "5", "--expected", "e.json"]).unwrap();
+        assert!(args.records.is_none() && args.payload.is_none());
+        for (bad, why) in [
+            (&["--payload", "{}"][..], "--count"),
+            (&["--records", "r", "--count", "5"], "cannot be used with"),
+            (
+                &["--records", "r", "--payload", "{}"],
+                "cannot be used with",
+            ),
+            (&["--records", "r", "--keys", "3"], "cannot be used with"),
+            (
+                &["--payload", "{}", "--count", "1", "--expected", "e"],
+                "cannot be used with",
+            ),
+        ] {
+            let err = parse(bad).expect_err(why);
+            assert!(err.contains(why), "{bad:?}: {err}");
+        }
+    }
 }

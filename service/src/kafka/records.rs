@@ -1,26 +1,192 @@
 //! How a Kafka record becomes a message: the decoders a program passes
 //! with its entity types. Pure functions of the record, tested on their own.
+//!
+//! [`json_records`] reads the payload as the entity's message itself;
+//! [`json_events`] reads it as an event type of its own and maps it to a
+//! message, because a topic carries facts (`{"celsius": 21.5}`) while an
+//! entity's messages usually also include queries no producer writes.
 
-use colo_connectors::Record;
+pub use colo_connectors::{Ack, Record};
 use serde::de::DeserializeOwned;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// How a record becomes a message: the entity id and the message, or why
-/// the record cannot be one.
+/// the record cannot be one (the reason goes to the dead-letter topic).
 pub type RecordDecoder<M> = Arc<dyn Fn(&Record) -> Result<(String, M), String> + Send + Sync>;
 
-/// The default decoder: the key is the entity id (UTF-8), the payload the
-/// message as JSON.
+/// The default decoder: the key is the entity id (UTF-8, not empty), the
+/// payload the message as JSON.
 pub fn json_records<M: DeserializeOwned + 'static>() -> RecordDecoder<M> {
     Arc::new(|record: &Record| {
-        let key = record.key.as_deref().ok_or("the record has no key")?;
-        let id = std::str::from_utf8(key).map_err(|_| "the key is not UTF-8".to_string())?;
-        let payload = record
-            .payload
-            .as_deref()
-            .ok_or("the record has no payload")?;
-        let message = serde_json::from_slice(payload)
+        let id = key_id(record)?;
+        let message = serde_json::from_slice(payload(record)?)
             .map_err(|e| format!("the payload is not a message: {e}"))?;
-        Ok((id.to_string(), message))
+        Ok((id, message))
     })
+}
+
+/// A decoder of records whose payload is a JSON event of type `V`, mapped
+/// to the entity's message with [`JsonEvents::into_messages`]. The entity
+/// id is the record's key unless [`JsonEvents::id_from_event`] says
+/// otherwise.
+///
+/// ```
+/// use colo::kafka::{json_events, Ack, Record};
+/// use serde::Deserialize;
+///
+/// #[derive(Deserialize)]
+/// struct Reading { celsius: f64 }
+/// enum ThermometerMsg { Reading(Reading), Average }
+///
+/// let decode = json_events::<Reading>().into_messages(ThermometerMsg::Reading);
+/// let record = Record {
+///     topic: "readings".into(), partition: 0, offset: 0,
+///     key: Some(b"sensor-1".to_vec()),
+///     payload: Some(br#"{"celsius": 21.5}"#.to_vec()),
+///     ack: Ack::detached(),
+/// };
+/// let (id, message) = decode(&record).unwrap();
+/// assert_eq!(id, "sensor-1");
+/// assert!(matches!(message, ThermometerMsg::Reading(Reading { celsius: 21.5 })));
+/// ```
+pub fn json_events<V: DeserializeOwned + 'static>() -> JsonEvents<V> {
+    JsonEvents {
+        id: EventId::Key,
+        event: PhantomData,
+    }
+}
+
+/// A decoder of JSON events being put together: see [`json_events`].
+pub struct JsonEvents<V> {
+    id: EventId<V>,
+    event: PhantomData<fn() -> V>,
+}
+
+/// Where an event's entity id comes from.
+enum EventId<V> {
+    Key,
+    Event(Arc<dyn Fn(&V) -> String + Send + Sync>),
+}
+
+impl<V> std::fmt::Debug for JsonEvents<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let id = match self.id {
+            EventId::Key => "the record's key",
+            EventId::Event(_) => "the event",
+        };
+        f.debug_struct("JsonEvents")
+            .field("event", &short_type_name::<V>())
+            .field("id_from", &id)
+            .finish()
+    }
+}
+
+impl<V: DeserializeOwned + 'static> JsonEvents<V> {
+    /// The entity id is the record's key, as UTF-8 (the default). The key
+    /// also decides the record's partition, so the record is handled on the
+    /// node that consumed it.
+    pub fn id_from_key(mut self) -> Self {
+        self.id = EventId::Key;
+        self
+    }
+
+    /// The entity id is read from the decoded event, for topics whose key
+    /// is something else (or absent). Such a record is still handled, but
+    /// when its key's partition is not the entity's shard it is forwarded to
+    /// the shard's node, and counted and warned about as a partitioner
+    /// mismatch: key the records by the same id where you can.
+    pub fn id_from_event(mut self, id: impl Fn(&V) -> String + Send + Sync + 'static) -> Self {
+        self.id = EventId::Event(Arc::new(id));
+        self
+    }
+
+    /// The decoder: each record's payload decoded as a `V` and turned into
+    /// the entity's message by `message`. A record is refused, with the
+    /// reason, when its payload is missing or not a `V`, or when its entity
+    /// id is missing, not UTF-8 or empty (an entity needs an id).
+    pub fn into_messages<M: 'static>(
+        self,
+        message: impl Fn(V) -> M + Send + Sync + 'static,
+    ) -> RecordDecoder<M> {
+        let event_type = short_type_name::<V>();
+        let id = self.id;
+        Arc::new(move |record: &Record| {
+            let event: V = serde_json::from_slice(payload(record)?)
+                .map_err(|e| format!("the payload is not a {event_type}: {e}"))?;
+            let id = match &id {
+                EventId::Key => key_id(record)?,
+                EventId::Event(id_of) => {
+                    let id = id_of(&event);
+                    if id.is_empty() {
+                        return Err(format!(
+                            "the {event_type}'s entity id is empty: an entity needs an id"
+                        ));
+                    }
+                    id
+                }
+            };
+            Ok((id, message(event)))
+        })
+    }
+}
+
+/// The record's key as an entity id.
+fn key_id(record: &Record) -> Result<String, String> {
+    let key = record
+        .key
+        .as_deref()
+        .ok_or("the record has no key (the entity id)")?;
+    if key.is_empty() {
+        return Err("the record's key is empty: it must be the entity id".to_string());
+    }
+    let id = std::str::from_utf8(key).map_err(|_| "the key is not UTF-8".to_string())?;
+    Ok(id.to_string())
+}
+
+fn payload(record: &Record) -> Result<&[u8], String> {
+    record
+        .payload
+        .as_deref()
+        .ok_or_else(|| "the record has no payload".to_string())
+}
+
+/// `V`'s name without its module paths (`Reading`, `Vec<Reading>`): what a
+/// person reading a dead-letter reason knows the type as.
+fn short_type_name<V>() -> String {
+    let full = std::any::type_name::<V>();
+    let mut short = String::with_capacity(full.len());
+    // Where the path being read started in `short`: a `::` drops it.
+    let mut path_start = 0;
+    let mut chars = full.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == ':' && chars.peek() == Some(&':') {
+            chars.next();
+            short.truncate(path_start);
+        } else {
+            short.push(c);
+            if !(c.is_alphanumeric() || c == '_') {
+                path_start = short.len();
+            }
+        }
+    }
+    short
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_names_lose_their_module_paths() {
+        assert_eq!(short_type_name::<String>(), "String");
+        assert_eq!(
+            short_type_name::<Vec<std::time::Duration>>(),
+            "Vec<Duration>"
+        );
+        assert_eq!(
+            short_type_name::<(u8, std::collections::BTreeMap<String, u8>)>(),
+            "(u8, BTreeMap<String, u8>)"
+        );
+    }
 }

@@ -24,7 +24,7 @@ pub struct TellOutcome {
 }
 
 /// An ask's result.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AskOutcome {
     /// The entity type.
     pub entity_type: String,
@@ -32,8 +32,9 @@ pub struct AskOutcome {
     pub entity_id: String,
     /// The entity's shard.
     pub shard: u32,
-    /// The entity's reply.
-    pub reply: serde_json::Value,
+    /// The entity's reply: JSON text on one line, as the node wrote it, so
+    /// that every digit of a number is printed as the entity produced it.
+    pub reply: String,
 }
 
 /// One region's shards, sorted by shard.
@@ -132,10 +133,19 @@ pub fn render_tell(outcome: &TellOutcome, json: bool) -> String {
     }
 }
 
-/// An ask's output: the reply, as compact JSON.
+/// An ask's output: the reply, as compact JSON. The JSON document is
+/// written by hand around the reply's own text: through a
+/// `serde_json::Value` a float could come out one step off.
 pub fn render_ask(outcome: &AskOutcome, json: bool) -> String {
     if json {
-        return json_line(outcome);
+        let text = |s: &str| serde_json::Value::from(s).to_string();
+        return format!(
+            "{{\"entity_type\":{},\"entity_id\":{},\"shard\":{},\"reply\":{}}}\n",
+            text(&outcome.entity_type),
+            text(&outcome.entity_id),
+            outcome.shard,
+            outcome.reply
+        );
     }
     format!(
         "{}/{} (shard {}) replied {}\n",
@@ -220,6 +230,31 @@ pub fn render_stats(outcome: &StatsOutcome, json: bool) -> String {
     text
 }
 
+/// JSON text without the whitespace between its tokens (JSON needs none),
+/// so that it fits on one line; what is inside strings is kept as it is.
+pub fn compact_json(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for c in json.chars() {
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn join(shards: &[u32]) -> String {
     shards
         .iter()
@@ -258,14 +293,48 @@ mod tests {
 
         let ask = AskOutcome {
             entity_type: "counter".into(),
-            entity_id: "a".into(),
+            entity_id: "a \"quoted\"".into(),
             shard: 7,
-            reply: serde_json::json!(5),
+            reply: "5".into(),
         };
-        assert_eq!(render_ask(&ask, false), "counter/a (shard 7) replied 5\n");
+        assert_eq!(
+            render_ask(&ask, false),
+            "counter/a \"quoted\" (shard 7) replied 5\n"
+        );
         let json: serde_json::Value = serde_json::from_str(&render_ask(&ask, true)).unwrap();
         assert_eq!(json["reply"], serde_json::json!(5));
         assert_eq!(json["shard"], serde_json::json!(7));
+        assert_eq!(json["entity_id"], "a \"quoted\"");
+    }
+
+    /// The digits of the issue's report: parsed into a `serde_json::Value`
+    /// and printed again, the last one came out as 5.
+    #[test]
+    fn an_ask_prints_a_float_reply_with_the_digits_the_node_sent() {
+        let ask = AskOutcome {
+            entity_type: "thermometer".into(),
+            entity_id: "s-1".into(),
+            shard: 0,
+            reply: compact_json("{\"average\": 11.163829787234043, \"readings\": 47}"),
+        };
+        assert_eq!(
+            render_ask(&ask, false),
+            "thermometer/s-1 (shard 0) replied {\"average\":11.163829787234043,\"readings\":47}\n"
+        );
+        let line = render_ask(&ask, true);
+        assert!(
+            line.ends_with(",\"reply\":{\"average\":11.163829787234043,\"readings\":47}}\n"),
+            "{line}"
+        );
+        assert_eq!(line.lines().count(), 1, "{line}");
+    }
+
+    #[test]
+    fn compact_json_drops_whitespace_between_tokens_only() {
+        assert_eq!(
+            compact_json("{ \"a b\" : [1,\n 2.50 ],\t\"c\\\" d\": \" x \" }"),
+            "{\"a b\":[1,2.50],\"c\\\" d\":\" x \"}"
+        );
     }
 
     #[test]
