@@ -46,8 +46,10 @@ enum Command {
     /// Runs a node: gRPC for other nodes and clients, admin HTTP for
     /// metrics and health, a region per configured entity type.
     Run(colo::config::RunArgs),
-    /// Sends the sample's purchase events (protobuf, keyed by user id) to a
-    /// topic, and writes the totals each user must reach.
+    /// Sends records to a topic, each to its key's murmur2 partition: the
+    /// sample's purchase events (protobuf, keyed by user id, writing the
+    /// totals each user must reach), or records of one's own from a file
+    /// (--records) or a template (--payload).
     Produce(colo::cli::produce::ProduceArgs),
     #[command(flatten)]
     Client(colo::cli::client::ClientCommand),
