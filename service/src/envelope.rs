@@ -32,6 +32,12 @@ impl<E: Entity> Envelope<E> {
     pub fn abandoned(&self) -> bool {
         matches!(&self.reply, Reply::Record(waiter) if waiter.is_closed())
     }
+
+    /// A Kafka record handled by this node's shard only (see
+    /// [`Reply::Record`]).
+    pub fn local_only(&self) -> bool {
+        matches!(self.reply, Reply::Record(_))
+    }
 }
 
 /// Where the answer to a message goes.
@@ -40,10 +46,13 @@ pub(crate) enum Reply<R> {
     None,
     /// An ask from this node.
     Local(oneshot::Sender<Result<R, AskError>>),
-    /// A Kafka record's delivery, awaited by its partition on this node.
-    /// Unlike an ask's, a record whose partition stopped waiting (the
-    /// partition was lost, or its revoke gave up on it) is handled nowhere
-    /// any more: it is consumed again from the last commit, and handling
+    /// A Kafka record's delivery, awaited by its partition on this node,
+    /// which consumes it where its shard lives. Unlike an ask, it is
+    /// handled by this node's shard only, never forwarded: a shard that
+    /// left this node took the partition with it (released, or the node
+    /// was fenced), and the partition's next owner consumes the record
+    /// again from the last commit. And once its partition stops waiting
+    /// (lost, or its revoke gave up on it) it is handled nowhere: handling
     /// this copy too would run it twice and out of order.
     Record(oneshot::Sender<Result<R, AskError>>),
     /// An ask from another node (or one that left this node and came back).

@@ -38,6 +38,11 @@ pub enum TellError {
     /// The message could not be encoded for a remote node.
     #[error("message could not be encoded: {0}")]
     Codec(String),
+    /// A Kafka record's shard is not on this node, whose partition it came
+    /// from: it is handled only there (the partition's next owner consumes
+    /// it again otherwise).
+    #[error("the shard of a Kafka record of entity type {0:?} is not on this node")]
+    NotHere(String),
 }
 
 /// Why an `ask` got no reply.

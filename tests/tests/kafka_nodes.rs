@@ -596,3 +596,63 @@ async fn joins_stops_and_a_kill_while_records_flow_keep_at_least_once_in_order()
     let overlaps = lifecycle.overlaps();
     assert!(overlaps.is_empty(), "{overlaps:#?}");
 }
+
+/// Node b frozen (SIGSTOP) past its session timeout while records flow:
+/// the broker gives its partitions to a, which replays them from the
+/// committed offsets. When b goes on, its consumer learns the partitions
+/// were lost, and what b had in hand (polled before the freeze, or in its
+/// entities' mailboxes) is dropped, never handled on a behind a's replay:
+/// on every node, each user's purchases only go forward, and overall each
+/// user's are handled at least once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_session_expiry_the_next_owner_handles_each_user_in_order() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let (topic, cluster) = unique("expired");
+    let sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
+    let a = start(None, &sets);
+    a.await_ready(READY).await;
+    let b = start(Some(&a.grpc), &sets);
+    b.await_ready(READY).await;
+    let producer = Producer::start(dir.path(), broker.bootstrap(), &topic, 40, 4000, Some(400));
+    await_hosting(&a).await;
+    await_hosting(&b).await;
+    wait::until("b handles records", FIRST_SHARDS, || async {
+        handled(&[&b]).values().map(Vec::len).sum::<usize>() > 200
+    })
+    .await;
+    b.pause();
+    // The broker expires b's session (6 s) once a heartbeats; a takes b's
+    // partitions and, b's region being gone, its shards.
+    wait::until("a hosts every shard", FIRST_SHARDS, || async {
+        metric(&a, "colo_region_hosted_shards{").await >= 12.0
+    })
+    .await;
+    b.resume();
+    let lost = || async { metric(&b, "colo_kafka_partitions_given_up_total{").await };
+    wait::until("b learns its partitions were lost", READY, || async {
+        lost().await >= 1.0
+    })
+    .await;
+
+    let expected = producer.finished(Duration::from_secs(90)).await;
+    await_all_handled(&[&a, &b], &expected).await;
+    let all = handled(&[&a, &b]);
+    let problems = at_least_once_in_order_problems(&all, &expected);
+    assert!(
+        problems.is_empty(),
+        "{problems:#?}\n{}",
+        kafka_logs(&[&a, &b])
+    );
+    for node in [&a, &b] {
+        for (user, list) in handled(&[node]) {
+            let back = list.windows(2).find(|w| w[1].sequence <= w[0].sequence);
+            assert!(
+                back.is_none(),
+                "{user} went back on {}: {back:?}\n{}",
+                node.grpc,
+                kafka_logs(&[&a, &b])
+            );
+        }
+    }
+}

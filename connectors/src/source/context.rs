@@ -208,14 +208,19 @@ impl SourceContext {
         let (settled, settled_wait) = std::sync::mpsc::sync_channel(1);
         let (done, done_wait) = std::sync::mpsc::sync_channel(1);
         let deadline = std::time::Instant::now() + self.timeout;
-        let sent = self.events.send(SourceEvent::Revoked {
-            partitions: revoked,
-            revocation: Revocation {
-                settled: Some(settled),
-                done,
-            },
-        });
-        if sent.is_err() {
+        // The event is dropped at once when nobody listens: kept, its
+        // revocation would keep the waits below waiting until the bound.
+        let sent = self
+            .events
+            .send(SourceEvent::Revoked {
+                partitions: revoked,
+                revocation: Revocation {
+                    settled: Some(settled),
+                    done,
+                },
+            })
+            .is_ok();
+        if !sent {
             tracing::warn!("kafka source: nobody listens to rebalance events");
         }
         let reply = wait_until(
@@ -234,7 +239,7 @@ impl SourceContext {
         if let Some(reply) = reply {
             let _ = reply.send(committed);
         }
-        if sent.is_ok() {
+        if sent {
             wait_until(
                 &done_wait,
                 deadline,

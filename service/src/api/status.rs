@@ -38,9 +38,9 @@ impl From<TellError> for Status {
                 Status::resource_exhausted(message)
             }
             TellError::EmptyEntityId => Status::invalid_argument("entity_id must not be empty"),
-            TellError::RegionStopped(_) | TellError::CoordinatorUnreachable(_) => {
-                Status::unavailable(message)
-            }
+            TellError::RegionStopped(_)
+            | TellError::CoordinatorUnreachable(_)
+            | TellError::NotHere(_) => Status::unavailable(message),
             TellError::Codec(_) => Status::internal(message),
         }
     }

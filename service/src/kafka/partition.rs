@@ -54,6 +54,22 @@ pub(super) struct PartitionTask<E: Entity> {
     pub(super) assigned_at: Option<Instant>,
     /// Records handled, the one counter touched per record.
     pub(super) handled: metrics::Counter,
+    /// Where its shard is, once hosting it was asked for.
+    pub(super) shard: ShardPlace,
+}
+
+/// Where a partition's shard is, which says how its records are routed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ShardPlace {
+    /// Not asked for yet.
+    Unknown,
+    /// Hosted here: its records are handled by this node's shard only
+    /// (`Reply::Record`), never forwarded.
+    Here,
+    /// Kept on another node (another topic's partition of the same number
+    /// claims it there, or the coordinator takes no locations from
+    /// outside): its records are forwarded to it.
+    Elsewhere,
 }
 
 /// The records in the partition's hands, in offset order, and which keys
@@ -195,8 +211,9 @@ impl<E: Entity> PartitionTask<E> {
         tokio::select! {
             biased;
             _ = &mut give_up => return,
-            hosted = self.host() => if !hosted {
-                return;
+            place = self.host() => match place {
+                Some(place) => self.shard = place,
+                None => return,
             },
             // Revoked or lost before its shard came: no record came either,
             // the gate being closed.
@@ -323,7 +340,11 @@ impl<E: Entity> PartitionTask<E> {
     }
 
     async fn route(&self, id: EntityId, message: E::Message, failures: u32) -> Step<E> {
-        match self.region.route_record(&id, message).await {
+        let routed = match self.shard {
+            ShardPlace::Here | ShardPlace::Unknown => self.region.route_record(&id, message).await,
+            ShardPlace::Elsewhere => self.region.route_tracked(&id, message).await,
+        };
+        match routed {
             Ok(reply) => Step::Routed {
                 id,
                 reply,
@@ -446,7 +467,8 @@ impl<E: Entity> PartitionTask<E> {
 
 impl<E: Entity> PartitionTask<E> {
     /// Hosts the partition's shard here, asking again until it is, and
-    /// claims it for the partition's topic. False if the region stopped.
+    /// claims it for the partition's topic; says where the shard is, or
+    /// `None` if the region stopped.
     ///
     /// A claim of the same topic by another node can only be the partition
     /// assigned twice for a while (its owner revokes it at its next round,
@@ -455,9 +477,9 @@ impl<E: Entity> PartitionTask<E> {
     /// nodes. A shard another topic's partition of the same number keeps on
     /// another node (an entity type fed by several topics) stays there: the
     /// partition is consumed at once, its records forwarded to the shard.
-    async fn host(&self) -> bool {
+    async fn host(&self) -> Option<ShardPlace> {
         let Ok(shard) = u32::try_from(self.partition.partition).map(ShardId) else {
-            return true;
+            return Some(ShardPlace::Elsewhere);
         };
         let mut warned = false;
         loop {
@@ -470,17 +492,17 @@ impl<E: Entity> PartitionTask<E> {
                 )
                 .await
             {
-                Ok(()) => return true,
-                Err(PlacementError::Stopped) => return false,
+                Ok(()) => return Some(ShardPlace::Here),
+                Err(PlacementError::Stopped) => return None,
                 Err(e @ PlacementError::Elsewhere(_)) => {
                     tracing::info!(topic = %self.partition.topic, partition = self.partition.partition, error = %e, "partition's shard runs on another node; its records are forwarded there");
-                    return true;
+                    return Some(ShardPlace::Elsewhere);
                 }
                 Err(e @ (PlacementError::Refused(_) | PlacementError::OutOfRange { .. })) => {
                     // Asking again changes nothing: consumed anyway, its
                     // records routed to wherever the shard is.
                     tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, error = %e, "partition's shard not hosted here; its records are forwarded");
-                    return true;
+                    return Some(ShardPlace::Elsewhere);
                 }
                 Err(e) => {
                     if !warned {

@@ -2,7 +2,7 @@
 //! node: assigned partitions get a task each, revoked ones are settled,
 //! committed and their shards handed off, lost ones dropped.
 
-use super::partition::PartitionTask;
+use super::partition::{PartitionTask, ShardPlace};
 use super::{IngestHealth, IngestSettings, RecordDecoder};
 use crate::entity::Entity;
 use crate::metrics::KafkaMetrics;
@@ -97,6 +97,7 @@ impl<E: Entity> Rebalances<E> {
                 dead_letters: self.dead_letters.clone(),
                 assigned_at: Some(assigned_at),
                 handled,
+                shard: ShardPlace::Unknown,
             };
             self.region.context().tasks.spawn(async move {
                 task.run(partition.gate, partition.records, given_up).await;

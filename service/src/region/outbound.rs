@@ -203,6 +203,18 @@ fn encode_batch<E: Entity>(
             metrics.dropped_abandoned.increment(1);
             return false;
         }
+        if env.local_only() {
+            // Its shard left this node, taking the record's partition: the
+            // partition's next owner consumes it again.
+            let reply = std::mem::replace(&mut env.reply, Reply::None);
+            node.reply(
+                reply,
+                Err(AskError::Tell(crate::error::TellError::NotHere(
+                    entity_type.to_string(),
+                ))),
+            );
+            return false;
+        }
         let payload = match codec::encode(&env.message) {
             Ok(p) => p,
             Err(e) => {
@@ -214,10 +226,8 @@ fn encode_batch<E: Entity>(
                 return false;
             }
         };
-        if let Reply::Local(_) | Reply::Record(_) = env.reply {
-            if let Reply::Local(tx) | Reply::Record(tx) =
-                std::mem::replace(&mut env.reply, Reply::None)
-            {
+        if let Reply::Local(_) = env.reply {
+            if let Reply::Local(tx) = std::mem::replace(&mut env.reply, Reply::None) {
                 let correlation = node.pending.register(tx);
                 env.reply = Reply::Remote(Box::new(ReplyTo {
                     node: node.id.clone(),

@@ -237,6 +237,9 @@ impl<E: Entity> Routes<E> {
     fn try_route(&self, env: Envelope<E>) -> Result<Step<E>, TellError> {
         let mut slot = self.slot(env.shard).lock();
         match &mut slot.route {
+            Route::Home(home) if home.remote.is_some() && env.local_only() => {
+                Err(TellError::NotHere(self.entity_type.clone()))
+            }
             Route::Home(home) => match home.sink.try_push(Mail::One(env)) {
                 Ok(()) => {
                     if home.remote.is_some() {

@@ -120,8 +120,12 @@ struct KafkaWorld {
 }
 
 async fn kafka_world(test: &str) -> KafkaWorld {
+    kafka_world_with(test, fast_settings(PARTITIONS)).await
+}
+
+async fn kafka_world_with(test: &str, settings: colo::ShardingSettings) -> KafkaWorld {
     let broker = MockCluster::new(1).expect("mock cluster");
-    let mut cluster = Cluster::new(test, fast_settings(PARTITIONS));
+    let mut cluster = Cluster::new(test, settings);
     let topic = format!("{}.events", cluster.name);
     broker
         .create_topic(&topic, PARTITIONS as i32, 1)
@@ -414,4 +418,88 @@ async fn timeouts_that_would_cut_a_hand_off_short_stop_the_start() {
     tight.source.rebalance_timeout = Duration::from_secs(10);
     let error = KafkaIngest::start(a, tight, probe_records()).expect_err("10 s < 15 s");
     assert!(error.to_string().contains("rebalance timeout"), "{error}");
+}
+
+/// Node a's coordinator link is cut while b's join revokes partitions from
+/// it: a's release does not reach the coordinator, and is retried once the
+/// link heals (before a could be taken as gone: the fence and region
+/// timeouts are long here, so nothing but the retried release can move the
+/// shards), so b gets the shards and consumes the partitions. Meanwhile
+/// b's waiting partitions show it in the metrics. The mock
+/// cluster serves it because its group waits for a's revoke callback as
+/// Kafka's does; the test broker's hands the partitions back and forth
+/// while the callback waits out the cut link (DEVELOPERS.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_release_cut_off_at_a_revoke_is_retried_until_the_next_owner_gets_the_partition() {
+    let settings = colo::ShardingSettings {
+        fence_timeout: Duration::from_secs(100),
+        region_timeout: Duration::from_secs(120),
+        ..fast_settings(PARTITIONS)
+    };
+    let KafkaWorld {
+        bootstrap,
+        topic,
+        mut cluster,
+        a,
+        _broker,
+    } = kafka_world_with("kafka-release-retry", settings).await;
+    let keys: Vec<String> = (0..16).map(|i| format!("user-{i}")).collect();
+    produce(&bootstrap, &topic, &keys, 0..10);
+    let mut fast = ingest_settings(&bootstrap, &topic);
+    fast.placement_timeout = Duration::from_secs(5);
+    let ingest_a = KafkaIngest::start(a.clone(), fast.clone(), probe_records()).expect("ingest");
+    let first: BTreeMap<(String, String), u64> = keys
+        .iter()
+        .map(|k| ((k.clone(), "kafka".to_string()), 10))
+        .collect();
+    all_delivered(&cluster.world, &first).await;
+
+    let b = kafka_node(&mut cluster, "b");
+    cluster.await_regions(2).await;
+    cluster.network.partition_from_coordinator("a");
+    let ingest_b = KafkaIngest::start(b.clone(), fast, probe_records()).expect("ingest");
+    let partition_gauge = |name: &str, partition: u32| {
+        gauge(
+            name,
+            &[
+                ("entity_type", &cluster.name),
+                ("topic", &topic),
+                ("partition", &partition.to_string()),
+            ],
+        )
+    };
+    let waiting = || {
+        (0..PARTITIONS)
+            .filter(|&p| partition_gauge(colo::metrics::KAFKA_WAITING, p) == Some(1.0))
+            .collect::<Vec<u32>>()
+    };
+    eventually(
+        "b's partitions wait for their shards",
+        Duration::from_secs(60),
+        || async { !waiting().is_empty() },
+    )
+    .await;
+    produce(&bootstrap, &topic, &keys, 10..20);
+    assert_eq!(
+        cluster.shard_counts().get("b").copied().unwrap_or(0),
+        0,
+        "no shard moves while a's release cannot reach the coordinator"
+    );
+    cluster.network.heal("a");
+    eventually("b hosts shards", Duration::from_secs(60), || async {
+        cluster.shard_counts().get("b").copied().unwrap_or(0) > 0
+    })
+    .await;
+    let all: BTreeMap<(String, String), u64> = keys
+        .iter()
+        .map(|k| ((k.clone(), "kafka".to_string()), 20))
+        .collect();
+    all_delivered(&cluster.world, &all).await;
+    assert!(
+        cluster.world.delivered_on("b") > 0,
+        "b consumes the partitions it took"
+    );
+    cluster.world.assert_never_live_twice();
+    ingest_b.shutdown().await;
+    ingest_a.shutdown().await;
 }

@@ -693,6 +693,20 @@ pub fn balanced(counts: &BTreeMap<String, usize>, total: usize) -> bool {
 
 /// The value of a gauge with the given labels, once something set it to a
 /// value other than zero.
+/// Several gauges read from one snapshot of the recorder, which resets
+/// each gauge it reads: `gauge` for one, this for values set together.
+pub fn gauges(keys: &[(&str, &[(&str, &str)])]) -> Vec<f64> {
+    let seen = ingest();
+    keys.iter()
+        .map(|(name, labels)| {
+            seen.1
+                .get(&metric_key(name, labels))
+                .copied()
+                .unwrap_or(0.0)
+        })
+        .collect()
+}
+
 pub fn gauge(name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     ingest()
         .1
