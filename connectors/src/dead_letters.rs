@@ -4,7 +4,6 @@
 //! unrecorded.
 
 use crate::source::{Record, SourceError};
-use rdkafka::config::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::time::Duration;
@@ -60,17 +59,14 @@ impl DeadLetters {
         topic: &str,
         timeout: Duration,
     ) -> Result<Self, SourceError> {
-        let mut config = ClientConfig::new();
-        for (key, value) in client.iter().filter(|(key, _)| !consumer_only(key)) {
-            config.set(key, value);
-        }
-        let producer = config
-            .set("bootstrap.servers", bootstrap_servers)
-            // A dead letter is written once or retried by the caller, and
-            // must not be reordered behind a retry.
-            .set("enable.idempotence", "false")
-            .set("message.timeout.ms", timeout.as_millis().max(1).to_string())
-            .create()?;
+        let producer =
+            crate::client::client_config(client.iter().filter(|(key, _)| !consumer_only(key)))
+                .set("bootstrap.servers", bootstrap_servers)
+                // A dead letter is written once or retried by the caller, and
+                // must not be reordered behind a retry.
+                .set("enable.idempotence", "false")
+                .set("message.timeout.ms", timeout.as_millis().max(1).to_string())
+                .create()?;
         Ok(Self {
             producer,
             topic: topic.to_string(),

@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 mod ack;
+mod client;
 mod dead_letters;
 mod observer;
 mod source;

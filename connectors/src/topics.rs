@@ -2,8 +2,8 @@
 //! entity type must exist with the entity type's number of shards as its
 //! partition count (shard = partition).
 
+use crate::client::client_config;
 use crate::source::{SourceError, SourceSettings};
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -32,11 +32,7 @@ pub fn partition_counts(
     settings: &SourceSettings,
     timeout: Duration,
 ) -> Result<BTreeMap<String, Option<usize>>, SourceError> {
-    let mut config = ClientConfig::new();
-    for (key, value) in &settings.client {
-        config.set(key, value);
-    }
-    let consumer: BaseConsumer = config
+    let consumer: BaseConsumer = client_config(&settings.client)
         .set("bootstrap.servers", &settings.bootstrap_servers)
         .create()?;
     let mut counts = BTreeMap::new();
@@ -108,11 +104,7 @@ pub async fn create_missing_topics(
     if topics.is_empty() {
         return Ok(Vec::new());
     }
-    let mut config = ClientConfig::new();
-    for (key, value) in client {
-        config.set(key, value);
-    }
-    let admin: AdminClient<DefaultClientContext> = config
+    let admin: AdminClient<DefaultClientContext> = client_config(client)
         .set("bootstrap.servers", bootstrap_servers)
         .create()?;
     let new: Vec<NewTopic<'_>> = topics

@@ -65,7 +65,15 @@ pub(super) fn poll(
                     continue;
                 }
             }
-            Some(Err(e)) => tracing::warn!(error = %e, "kafka consumer error"),
+            // rust-rdkafka passes on only the code of librdkafka's error
+            // (not the topic, partition, offset or text it names), and
+            // whether it is fatal; the client's fatal error has its text.
+            Some(Err(e)) => tracing::warn!(
+                code = ?e.rdkafka_error_code(),
+                fatal = ?consumer.client().fatal_error(),
+                error = %e,
+                "kafka consumer error"
+            ),
             None => idle = true,
         }
         since_clock = 0;

@@ -119,10 +119,7 @@ impl SourceSettings {
     /// See [`SourceError`].
     pub(super) fn consumer_config(&self) -> Result<ClientConfig, SourceError> {
         self.validate()?;
-        let mut config = ClientConfig::new();
-        for (key, value) in &self.client {
-            config.set(key, value);
-        }
+        let mut config = crate::client::client_config(&self.client);
         config
             .set("bootstrap.servers", &self.bootstrap_servers)
             .set("group.id", &self.group_id)
