@@ -3,6 +3,7 @@
 //! partition count (shard = partition).
 
 use crate::client::client_config;
+use crate::dead_letters::consumer_only;
 use crate::source::{SourceError, SourceSettings};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::collections::BTreeMap;
@@ -104,9 +105,10 @@ pub async fn create_missing_topics(
     if topics.is_empty() {
         return Ok(Vec::new());
     }
-    let admin: AdminClient<DefaultClientContext> = client_config(client)
-        .set("bootstrap.servers", bootstrap_servers)
-        .create()?;
+    let admin: AdminClient<DefaultClientContext> =
+        client_config(client.iter().filter(|(key, _)| !consumer_only(key)))
+            .set("bootstrap.servers", bootstrap_servers)
+            .create()?;
     let new: Vec<NewTopic<'_>> = topics
         .iter()
         .map(|t| {
