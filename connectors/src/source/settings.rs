@@ -140,6 +140,9 @@ pub enum SourceError {
         rebalance_timeout: Duration,
         margin: Duration,
     },
+    /// A topic is missing, or the broker refuses it to this client.
+    #[error(transparent)]
+    Topic(#[from] crate::topics::TopicError),
     /// A client property that must be a number of milliseconds.
     #[error("client property {key:?} must be a number of milliseconds, not {value:?}")]
     Milliseconds { key: String, value: String },
