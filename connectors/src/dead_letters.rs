@@ -4,7 +4,6 @@
 //! unrecorded.
 
 use crate::source::{Record, SourceError};
-use rdkafka::config::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::time::Duration;
@@ -33,19 +32,24 @@ impl std::fmt::Debug for DeadLetters {
 }
 
 /// Properties of consumers only, which the source's pass-through list may
-/// hold and a producer would warn about.
-fn consumer_only(key: &str) -> bool {
+/// hold and a producer (or an admin client) would warn about. `group.*`
+/// covers both group protocols' (`group.protocol`, `group.instance.id`,
+/// `group.remote.assignor`, `group.protocol.type`).
+pub(crate) fn consumer_only(key: &str) -> bool {
     const KEYS: [&str; 8] = [
         "session.timeout.ms",
         "heartbeat.interval.ms",
         "max.poll.interval.ms",
         "auto.offset.reset",
         "isolation.level",
-        "group.instance.id",
-        "group.protocol",
         "check.crcs",
+        "enable.partition.eof",
+        "partition.assignment.strategy",
     ];
-    KEYS.contains(&key) || key.starts_with("fetch.") || key.starts_with("queued.")
+    KEYS.contains(&key)
+        || key.starts_with("group.")
+        || key.starts_with("fetch.")
+        || key.starts_with("queued.")
 }
 
 impl DeadLetters {
@@ -60,17 +64,14 @@ impl DeadLetters {
         topic: &str,
         timeout: Duration,
     ) -> Result<Self, SourceError> {
-        let mut config = ClientConfig::new();
-        for (key, value) in client.iter().filter(|(key, _)| !consumer_only(key)) {
-            config.set(key, value);
-        }
-        let producer = config
-            .set("bootstrap.servers", bootstrap_servers)
-            // A dead letter is written once or retried by the caller, and
-            // must not be reordered behind a retry.
-            .set("enable.idempotence", "false")
-            .set("message.timeout.ms", timeout.as_millis().max(1).to_string())
-            .create()?;
+        let producer =
+            crate::client::client_config(client.iter().filter(|(key, _)| !consumer_only(key)))
+                .set("bootstrap.servers", bootstrap_servers)
+                // A dead letter is written once or retried by the caller, and
+                // must not be reordered behind a retry.
+                .set("enable.idempotence", "false")
+                .set("message.timeout.ms", timeout.as_millis().max(1).to_string())
+                .create()?;
         Ok(Self {
             producer,
             topic: topic.to_string(),
@@ -124,5 +125,52 @@ impl DeadLetters {
             .await
             .map(drop)
             .map_err(|(e, _)| e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The source's pass-through properties of either group protocol reach
+    /// the dead-letter producer without the consumer's: librdkafka would
+    /// warn at every start about each property it ignores.
+    #[test]
+    fn the_producer_gets_the_shared_properties_and_not_the_consumers() {
+        let client: Vec<(String, String)> = [
+            ("group.protocol", "consumer"),
+            ("group.remote.assignor", "uniform"),
+            ("group.instance.id", "node-1"),
+            ("group.protocol.type", "consumer"),
+            ("session.timeout.ms", "10000"),
+            ("max.poll.interval.ms", "300000"),
+            ("fetch.wait.max.ms", "50"),
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "SCRAM-SHA-256"),
+            ("sasl.username", "colo"),
+            ("sasl.password", "secret"),
+            ("compression.type", "zstd"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let passed: Vec<&str> = client
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .filter(|k| !consumer_only(k))
+            .collect();
+        assert_eq!(
+            passed,
+            [
+                "security.protocol",
+                "sasl.mechanism",
+                "sasl.username",
+                "sasl.password",
+                "compression.type"
+            ]
+        );
+        let letters = DeadLetters::new("127.0.0.1:9", &client, "t.dlq", Duration::from_secs(1))
+            .expect("librdkafka takes the producer's properties");
+        assert_eq!(letters.topic(), "t.dlq");
     }
 }

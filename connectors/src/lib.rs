@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 mod ack;
+mod client;
 mod dead_letters;
 mod observer;
 mod source;
@@ -30,5 +31,6 @@ pub use source::{
     SourceSettings, TopicPartition, FETCH_QUEUE_BACKOFF_MS,
 };
 pub use topics::{
-    check_partition_counts, create_missing_topics, partition_counts, NewTopicSpec, TopicError,
+    check_partition_counts, check_topic_usable, create_missing_topics, partition_counts,
+    NewTopicSpec, TopicError,
 };

@@ -2,8 +2,9 @@
 //! entity type must exist with the entity type's number of shards as its
 //! partition count (shard = partition).
 
+use crate::client::client_config;
+use crate::dead_letters::consumer_only;
 use crate::source::{SourceError, SourceSettings};
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,6 +15,15 @@ pub enum TopicError {
     /// The broker does not know the topic.
     #[error("topic {topic:?} does not exist")]
     Missing { topic: String },
+    /// The broker refuses this client the topic's metadata: it would refuse
+    /// it writes too.
+    #[error(
+        "topic {topic:?} cannot be used: the broker does not authorize this client for it ({code})"
+    )]
+    Unauthorized {
+        topic: String,
+        code: rdkafka::types::RDKafkaErrorCode,
+    },
     /// Shard = partition: the counts must be equal.
     #[error("topic {topic:?} has {partitions} partitions but the entity type has {number_of_shards} shards; they must be equal")]
     PartitionCount {
@@ -32,11 +42,7 @@ pub fn partition_counts(
     settings: &SourceSettings,
     timeout: Duration,
 ) -> Result<BTreeMap<String, Option<usize>>, SourceError> {
-    let mut config = ClientConfig::new();
-    for (key, value) in &settings.client {
-        config.set(key, value);
-    }
-    let consumer: BaseConsumer = config
+    let consumer: BaseConsumer = client_config(&settings.client)
         .set("bootstrap.servers", &settings.bootstrap_servers)
         .create()?;
     let mut counts = BTreeMap::new();
@@ -81,6 +87,62 @@ pub fn check_partition_counts(
     Ok(())
 }
 
+/// Checks, from the broker's metadata, that `topic` exists and that the
+/// broker lets this client use it. For a topic the node writes only when
+/// something goes wrong, the dead-letter topic: found missing only then, a
+/// partition would wait behind its first bad record, long after startup.
+/// Metadata cannot tell a topic that may be read but not written; a broker
+/// that hides the topic from the client (an authorization error) counts as
+/// refusing writes.
+///
+/// # Errors
+/// [`SourceError::Topic`] when the topic is missing or refused; the broker
+/// not answering within `timeout`.
+pub fn check_topic_usable(
+    bootstrap_servers: &str,
+    client: &[(String, String)],
+    topic: &str,
+    timeout: Duration,
+) -> Result<(), SourceError> {
+    use rdkafka::types::RDKafkaErrorCode;
+
+    // A consumer, not a producer: its metadata requests never create the
+    // topic on a broker that creates topics on first use.
+    let consumer: BaseConsumer = client_config(client)
+        .set("bootstrap.servers", bootstrap_servers)
+        .set("allow.auto.create.topics", "false")
+        .create()?;
+    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+    let found = metadata.topics().iter().find(|t| t.name() == topic);
+    let missing = || TopicError::Missing {
+        topic: topic.to_string(),
+    };
+    let Some(found) = found else {
+        return Err(missing().into());
+    };
+    match found.error().map(RDKafkaErrorCode::from) {
+        None if found.partitions().is_empty() => Err(missing().into()),
+        None => Ok(()),
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+            Err(missing().into())
+        }
+        Some(
+            code @ (RDKafkaErrorCode::TopicAuthorizationFailed
+            | RDKafkaErrorCode::ClusterAuthorizationFailed),
+        ) => Err(TopicError::Unauthorized {
+            topic: topic.to_string(),
+            code,
+        }
+        .into()),
+        // A leader being elected, say: the topic is there, and a write
+        // that fails later makes its partition wait, not skip.
+        Some(code) => {
+            tracing::warn!(%topic, error = %code, "topic metadata has an error; going on");
+            Ok(())
+        }
+    }
+}
+
 /// A topic to create if it is missing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewTopicSpec {
@@ -108,13 +170,10 @@ pub async fn create_missing_topics(
     if topics.is_empty() {
         return Ok(Vec::new());
     }
-    let mut config = ClientConfig::new();
-    for (key, value) in client {
-        config.set(key, value);
-    }
-    let admin: AdminClient<DefaultClientContext> = config
-        .set("bootstrap.servers", bootstrap_servers)
-        .create()?;
+    let admin: AdminClient<DefaultClientContext> =
+        client_config(client.iter().filter(|(key, _)| !consumer_only(key)))
+            .set("bootstrap.servers", bootstrap_servers)
+            .create()?;
     let new: Vec<NewTopic<'_>> = topics
         .iter()
         .map(|t| {
@@ -144,4 +203,52 @@ pub async fn create_missing_topics(
         }
     }
     Ok(created)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::RDKafkaRespErr;
+
+    const TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// A dead-letter topic is written only when a record goes wrong: one
+    /// that is missing or refused must stop the start, not the first bad
+    /// record's partition.
+    #[test]
+    fn a_topic_to_write_must_exist_and_be_granted() {
+        let broker = MockCluster::new(1).expect("mock cluster");
+        let bootstrap = broker.bootstrap_servers();
+        broker.create_topic("t.dlq", 1, 1).expect("topic");
+        check_topic_usable(&bootstrap, &[], "t.dlq", TIMEOUT).expect("usable");
+
+        let missing =
+            check_topic_usable(&bootstrap, &[], "other.dlq", TIMEOUT).expect_err("missing");
+        assert!(
+            matches!(&missing, SourceError::Topic(TopicError::Missing { topic }) if topic == "other.dlq"),
+            "{missing}"
+        );
+        // The check does not create what it looks for.
+        let again = check_topic_usable(&bootstrap, &[], "other.dlq", TIMEOUT);
+        assert!(
+            matches!(again, Err(SourceError::Topic(TopicError::Missing { .. }))),
+            "{again:?}"
+        );
+
+        broker.create_topic("denied.dlq", 1, 1).expect("topic");
+        broker
+            .topic_error(
+                "denied.dlq",
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+            )
+            .expect("error set");
+        let denied =
+            check_topic_usable(&bootstrap, &[], "denied.dlq", TIMEOUT).expect_err("not authorized");
+        assert!(
+            matches!(&denied, SourceError::Topic(TopicError::Unauthorized { topic, .. }) if topic == "denied.dlq"),
+            "{denied}"
+        );
+        assert!(denied.to_string().contains("\"denied.dlq\""), "{denied}");
+    }
 }

@@ -78,6 +78,14 @@ pub enum IngestError {
         entity_type: String,
         error: TopicError,
     },
+    /// The dead-letter topic is missing or refused: found out only at the
+    /// first bad record, its partition would wait from then on.
+    #[error("entity type {entity_type:?}: dead-letter topic {topic:?}, set by kafka.dead_letter_topics.{entity_type} or by the convention <kafka.cluster>.{entity_type}.dlq (kafka.create_topics = true creates it): {error}")]
+    DeadLetterTopic {
+        entity_type: String,
+        topic: String,
+        error: Box<SourceError>,
+    },
 }
 
 /// Whether an ingest still consumes, for the node's readiness: a consumer
@@ -150,6 +158,17 @@ impl KafkaIngest {
                 error,
             },
         )?;
+        colo_connectors::check_topic_usable(
+            &settings.source.bootstrap_servers,
+            &settings.source.client,
+            &settings.dead_letter_topic,
+            settings.placement_timeout,
+        )
+        .map_err(|error| IngestError::DeadLetterTopic {
+            entity_type: entity_type.clone(),
+            topic: settings.dead_letter_topic.clone(),
+            error: Box::new(error),
+        })?;
         let metrics = KafkaMetrics::new(&entity_type, &settings.source.topics);
         let dead_letters = DeadLetters::new(
             &settings.source.bootstrap_servers,

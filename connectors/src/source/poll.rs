@@ -65,11 +65,14 @@ pub(super) fn poll(
                     continue;
                 }
             }
+            // rust-rdkafka passes on only the code of librdkafka's error
+            // (not the topic, partition, offset or text it names); a
+            // partition that stops progressing is named by the reports.
             Some(Err(e)) => {
                 if failed(consumer) {
                     return;
                 }
-                tracing::warn!(error = %e, "kafka consumer error");
+                tracing::warn!(code = ?e.rdkafka_error_code(), error = %e, "kafka consumer error");
             }
             None => idle = true,
         }

@@ -16,6 +16,78 @@ const OWN_PROPERTIES: [&str; 6] = [
     "partition.assignment.strategy",
 ];
 
+/// How the source's consumer takes part in its group, from the client
+/// property `group.protocol`. Both hand partitions over incrementally, which
+/// the source's rebalance callbacks rely on: the classic protocol through
+/// the cooperative-sticky assignor colo sets, the consumer protocol
+/// (KIP-848) by its nature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GroupProtocol {
+    /// The members assign partitions among themselves; librdkafka's default.
+    Classic,
+    /// KIP-848: the broker assigns partitions and sets the session and
+    /// heartbeat timeouts itself.
+    Consumer,
+}
+
+impl GroupProtocol {
+    /// The protocol the client properties ask for. colo always sets it on
+    /// the consumer, so a change of librdkafka's default (it means to move
+    /// to `consumer`) does not change the protocol under a config.
+    ///
+    /// # Errors
+    /// [`SourceError::GroupProtocol`] for another value.
+    fn of(client: &[(String, String)]) -> Result<Self, SourceError> {
+        match client.iter().rev().find(|(k, _)| k == "group.protocol") {
+            None => Ok(Self::Classic),
+            Some((_, value)) => match value.trim().to_ascii_lowercase().as_str() {
+                "classic" => Ok(Self::Classic),
+                "consumer" => Ok(Self::Consumer),
+                _ => Err(SourceError::GroupProtocol(value.clone())),
+            },
+        }
+    }
+
+    /// The name librdkafka takes.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Classic => "classic",
+            Self::Consumer => "consumer",
+        }
+    }
+
+    /// The client properties this protocol does not take, each with what
+    /// to do instead. librdkafka refuses the consumer protocol's at
+    /// creation with a message naming one; the classic protocol ignores
+    /// `group.remote.assignor` silently, which would hide a mistake.
+    fn refused(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Self::Classic => &[(
+                "group.remote.assignor",
+                "the broker-side assignor exists only with group.protocol = \"consumer\"; the classic protocol uses colo's cooperative-sticky assignor",
+            )],
+            Self::Consumer => &[
+                (
+                    "session.timeout.ms",
+                    "the broker sets it (group.consumer.session.timeout.ms)",
+                ),
+                (
+                    "heartbeat.interval.ms",
+                    "the broker sets it (group.consumer.heartbeat.interval.ms)",
+                ),
+                (
+                    "group.protocol.type",
+                    "it belongs to the classic protocol",
+                ),
+                (
+                    "partition.assignment.strategy",
+                    "the broker assigns; choose its assignor with group.remote.assignor",
+                ),
+            ],
+        }
+    }
+}
+
 /// How an entity type's source consumes.
 #[derive(Debug, Clone)]
 pub struct SourceSettings {
@@ -49,6 +121,16 @@ pub enum SourceError {
     /// A client property the source sets itself.
     #[error("client property {0:?} is set by colo and cannot be overridden")]
     OwnProperty(String),
+    /// `group.protocol` names no protocol librdkafka has.
+    #[error("client property \"group.protocol\" must be \"classic\" or \"consumer\", not {0:?}")]
+    GroupProtocol(String),
+    /// A client property the group protocol does not take.
+    #[error("client property {key:?} cannot be set with group.protocol = {protocol:?}: {instead}")]
+    ProtocolProperty {
+        key: String,
+        protocol: &'static str,
+        instead: &'static str,
+    },
     /// Nothing to consume.
     #[error("no topics to consume")]
     NoTopics,
@@ -65,6 +147,9 @@ pub enum SourceError {
         rebalance_timeout: Duration,
         margin: Duration,
     },
+    /// A topic is missing, or the broker refuses it to this client.
+    #[error(transparent)]
+    Topic(#[from] crate::topics::TopicError),
     /// A client property that must be a number of milliseconds.
     #[error("client property {key:?} must be a number of milliseconds, not {value:?}")]
     Milliseconds { key: String, value: String },
@@ -88,11 +173,24 @@ impl SourceSettings {
         if self.max_in_flight == 0 {
             return Err(SourceError::NoInFlight);
         }
+        let protocol = GroupProtocol::of(&self.client)?;
         for (key, _) in &self.client {
+            if let Some((_, instead)) = protocol.refused().iter().find(|(k, _)| k == key) {
+                return Err(SourceError::ProtocolProperty {
+                    key: key.clone(),
+                    protocol: protocol.name(),
+                    instead,
+                });
+            }
             if OWN_PROPERTIES.contains(&key.as_str()) {
                 return Err(SourceError::OwnProperty(key.clone()));
             }
         }
+        // Under both protocols the member has this long to answer a
+        // rebalance: the classic protocol throws out a member that does not
+        // poll for it, and the consumer protocol sends it to the broker as
+        // the member's rebalance timeout, within which a revoke must be
+        // acknowledged.
         let max_poll_interval = match self
             .client
             .iter()
@@ -126,14 +224,15 @@ impl SourceSettings {
     /// See [`SourceError`].
     pub(super) fn consumer_config(&self) -> Result<ClientConfig, SourceError> {
         self.validate()?;
-        let mut config = ClientConfig::new();
-        for (key, value) in &self.client {
-            config.set(key, value);
+        let protocol = GroupProtocol::of(&self.client)?;
+        let mut config = crate::client::client_config(&self.client);
+        config.set("group.protocol", protocol.name());
+        if protocol == GroupProtocol::Classic {
+            config.set("partition.assignment.strategy", "cooperative-sticky");
         }
         config
             .set("bootstrap.servers", &self.bootstrap_servers)
             .set("group.id", &self.group_id)
-            .set("partition.assignment.strategy", "cooperative-sticky")
             .set("enable.auto.offset.store", "false")
             // librdkafka commits what was stored every commit_interval, and
             // when partitions are unassigned; the source commits itself,
@@ -221,5 +320,135 @@ mod tests {
         let mut s = settings();
         s.max_in_flight = 0;
         assert!(matches!(s.validate(), Err(SourceError::NoInFlight)));
+    }
+
+    fn with_client(client: &[(&str, &str)]) -> SourceSettings {
+        SourceSettings {
+            client: client
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..settings()
+        }
+    }
+
+    /// librdkafka checks a consumer's configuration when it is created.
+    fn created(config: &ClientConfig) -> Result<(), rdkafka::error::KafkaError> {
+        config.create::<rdkafka::consumer::BaseConsumer>().map(drop)
+    }
+
+    #[test]
+    fn the_classic_protocol_is_set_with_the_cooperative_assignor_whatever_librdkafkas_default() {
+        let config = settings().consumer_config().expect("config");
+        assert_eq!(config.get("group.protocol"), Some("classic"));
+        assert_eq!(
+            config.get("partition.assignment.strategy"),
+            Some("cooperative-sticky")
+        );
+        created(&config).expect("librdkafka takes it");
+        let explicit = with_client(&[("group.protocol", "classic")])
+            .consumer_config()
+            .expect("config");
+        assert_eq!(explicit.get("group.protocol"), Some("classic"));
+        created(&explicit).expect("librdkafka takes it");
+    }
+
+    #[test]
+    fn the_consumer_protocol_gets_only_the_properties_it_takes() {
+        let config = with_client(&[
+            ("group.protocol", "consumer"),
+            ("group.remote.assignor", "uniform"),
+            ("max.poll.interval.ms", "300000"),
+        ])
+        .consumer_config()
+        .expect("config");
+        assert_eq!(config.get("group.protocol"), Some("consumer"));
+        assert_eq!(config.get("partition.assignment.strategy"), None);
+        assert_eq!(config.get("group.remote.assignor"), Some("uniform"));
+        created(&config).expect("librdkafka takes it");
+    }
+
+    #[test]
+    fn a_property_the_consumer_protocol_refuses_stops_the_start_naming_it() {
+        let accepted = with_client(&[("group.protocol", "consumer")])
+            .consumer_config()
+            .expect("config");
+        for key in [
+            "session.timeout.ms",
+            "heartbeat.interval.ms",
+            "group.protocol.type",
+            "partition.assignment.strategy",
+        ] {
+            let value = match key {
+                "group.protocol.type" => "consumer",
+                "partition.assignment.strategy" => "cooperative-sticky",
+                _ => "10000",
+            };
+            // librdkafka refuses each of them too, at creation...
+            let mut raw = accepted.clone();
+            raw.set(key, value);
+            let refused = created(&raw).expect_err(key).to_string();
+            assert!(refused.contains(key), "{refused}");
+            // ...and the source says so before, naming the property and
+            // what to do instead.
+            let error = with_client(&[("group.protocol", "consumer"), (key, value)])
+                .validate()
+                .expect_err(key)
+                .to_string();
+            assert!(
+                error.contains(&format!("{key:?}"))
+                    && error.contains("group.protocol = \"consumer\""),
+                "{error}"
+            );
+        }
+        let heartbeat = with_client(&[
+            ("group.protocol", "consumer"),
+            ("heartbeat.interval.ms", "500"),
+        ])
+        .validate()
+        .expect_err("broker side")
+        .to_string();
+        assert!(
+            heartbeat.contains("group.consumer.heartbeat.interval.ms"),
+            "{heartbeat}"
+        );
+    }
+
+    #[test]
+    fn the_protocol_must_be_one_librdkafka_has_and_fit_its_properties() {
+        let error = with_client(&[("group.protocol", "kip848")])
+            .validate()
+            .expect_err("no such protocol")
+            .to_string();
+        assert!(
+            error.contains("group.protocol") && error.contains("kip848"),
+            "{error}"
+        );
+        let error = with_client(&[("group.remote.assignor", "uniform")])
+            .validate()
+            .expect_err("classic has no broker-side assignor")
+            .to_string();
+        assert!(error.contains("\"group.remote.assignor\""), "{error}");
+        let error = with_client(&[("partition.assignment.strategy", "range")])
+            .validate()
+            .expect_err("colo's assignor")
+            .to_string();
+        assert!(error.contains("set by colo"), "{error}");
+        assert_eq!(
+            GroupProtocol::of(&[("group.protocol".into(), " Consumer ".into())]).ok(),
+            Some(GroupProtocol::Consumer)
+        );
+    }
+
+    #[test]
+    fn the_consumer_protocols_rebalance_timeout_must_outlast_a_blocking_rebalance_callback() {
+        let error = with_client(&[
+            ("group.protocol", "consumer"),
+            ("max.poll.interval.ms", "30000"),
+        ])
+        .validate()
+        .expect_err("a 60 s rebalance timeout")
+        .to_string();
+        assert!(error.contains("max.poll.interval.ms"), "{error}");
     }
 }
