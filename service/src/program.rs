@@ -571,4 +571,25 @@ mod tests {
         let err = empty.run().await.unwrap_err().to_string();
         assert!(err.contains("registers no entity type"), "{err}");
     }
+
+    #[test]
+    fn a_kafka_driven_entity_type_keeps_the_node_unready_while_its_consumer_starts_or_after_it_failed(
+    ) {
+        let running = IngestHealth::default();
+        let failed = IngestHealth::default();
+        failed.fail("Fatal consumer error: Broker: Static consumer fenced by other consumer with same group.instance.id".into());
+        let reasons = kafka_not_ready(&[
+            ("counter".into(), Some(running)),
+            ("user".into(), None),
+            ("device".into(), Some(failed)),
+        ]);
+        assert_eq!(
+            reasons,
+            [
+                "entity type \"user\": kafka consumer starting",
+                "entity type \"device\": kafka consumer failed: Fatal consumer error: Broker: Static consumer fenced by other consumer with same group.instance.id",
+            ]
+        );
+        assert!(kafka_not_ready(&[("user".into(), Some(IngestHealth::default()))]).is_empty());
+    }
 }

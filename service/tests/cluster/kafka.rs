@@ -503,3 +503,61 @@ async fn a_shard_release_cut_off_at_a_revoke_is_retried_until_the_next_owner_get
     ingest_b.shutdown().await;
     ingest_a.shutdown().await;
 }
+
+/// The commit at a revoke is refused once (the mock cluster answers it
+/// with an error on cue; the test broker does not refuse commits): it is
+/// tried again within the revoke, so the joining node starts after what
+/// was handled, and each record is still handled exactly once. The refusal
+/// is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_refused_at_a_revoke_is_tried_again_before_the_hand_off() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let KafkaWorld {
+        bootstrap,
+        topic,
+        mut cluster,
+        a,
+        _broker,
+    } = kafka_world("kafka-commit-retry").await;
+    let keys: Vec<String> = (0..16).map(|i| format!("user-{i}")).collect();
+    produce(&bootstrap, &topic, &keys, 0..20);
+    // Only the source's own commits, at the revoke: none on a timer.
+    let mut settings = ingest_settings(&bootstrap, &topic);
+    settings.source.commit_interval = Duration::from_secs(600);
+    let ingest_a =
+        KafkaIngest::start(a.clone(), settings.clone(), probe_records()).expect("ingest");
+    let first: BTreeMap<(String, String), u64> = keys
+        .iter()
+        .map(|k| ((k.clone(), "kafka".to_string()), 20))
+        .collect();
+    all_delivered(&cluster.world, &first).await;
+    let name = cluster.name.clone();
+    let failed_commits = || {
+        counter(
+            colo::metrics::KAFKA_COMMITS,
+            &[("entity_type", &name), ("outcome", "failed")],
+        )
+    };
+    let failed_before = failed_commits();
+    _broker.request_errors(
+        RDKafkaApiKey::OffsetCommit,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_METADATA_TOO_LARGE],
+    );
+    let b = kafka_node(&mut cluster, "b");
+    cluster.await_regions(2).await;
+    let ingest_b = KafkaIngest::start(b.clone(), settings, probe_records()).expect("ingest");
+    eventually("b hosts some shards", Duration::from_secs(60), || async {
+        cluster.shard_counts().get("b").copied().unwrap_or(0) > 0
+    })
+    .await;
+    produce(&bootstrap, &topic, &keys, 20..30);
+    let all: BTreeMap<(String, String), u64> = keys
+        .iter()
+        .map(|k| ((k.clone(), "kafka".to_string()), 30))
+        .collect();
+    all_delivered(&cluster.world, &all).await;
+    cluster.world.assert_complete_in_order(&all);
+    assert!(failed_commits() > failed_before, "the refusal is counted");
+    ingest_b.shutdown().await;
+    ingest_a.shutdown().await;
+}
