@@ -9,15 +9,16 @@ use crate::{EntityType, InMemoryNetwork, Node, Region};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-/// How long a node may take to join (until it hosts shards) or to leave
-/// (hand its shards off, commit, close its consumer) before the demo gives
-/// up: past every bound the steps keep themselves (the rebalance timeout,
-/// the hand-off timeout), so only a hung step reaches it.
+/// How long a node may take to join (until it hosts its share of the
+/// shards) or to leave (until the others host its shards) before the demo
+/// gives up: past every bound the steps keep themselves (the rebalance
+/// timeout, the hand-off timeout, [`SETTLES_WITHIN`]), so only a hung step
+/// reaches it.
 const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How long a joining node may take to host shards before node-2 leaves
-/// anyway (with fewer partitions than nodes it may get none), and the
-/// others to host a leaving node's shards before the demo goes on.
+/// How long a joining node may take to host its share of the shards before
+/// node-2 leaves anyway, and the others to host a leaving node's shards
+/// before the demo goes on.
 const SETTLES_WITHIN: Duration = Duration::from_secs(20);
 
 /// What starting a node takes, cloned into the task that starts node-4.
@@ -68,8 +69,9 @@ pub(super) struct Membership {
     pub(super) changes: mpsc::Receiver<Result<Change, DemoError>>,
 }
 
-/// Where the demo's changes are. node-2 leaves only once node-4 hosts
-/// shards: a leave during the join's rounds of the group waits for them.
+/// Where the demo's changes are. node-2 leaves only once node-4 hosts its
+/// share of the shards: a leave during the join's rounds of the group
+/// waits for them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Nothing changed yet; nothing will once every record is produced.
@@ -119,7 +121,7 @@ impl Membership {
                 println!(
                     "node-4 joins: the group rebalances and some partitions' shards hand off to it"
                 );
-                self.join("node-4");
+                self.join("node-4", self.shards / (nodes.len() + 1));
                 self.phase = Phase::Joining;
             }
             Phase::Joined if share >= 0.55 && nodes.len() > 1 => {
@@ -171,15 +173,16 @@ impl Membership {
         }
     }
 
-    /// Starts node `name`, reporting once it hosts shards (or, with fewer
-    /// partitions than nodes, once it could have).
-    fn join(&self, name: &'static str) {
+    /// Starts node `name`, reporting once it hosts `at_least` shards (each
+    /// node's share, rounded down): the rounds of the group that hand them
+    /// to it are done then.
+    fn join(&self, name: &'static str, at_least: usize) {
         let (starter, changed) = (self.starter.clone(), self.changed.clone());
         self.tasks.spawn(async move {
             let started = Instant::now();
             let join = async {
                 let node = starter.start(name).await?;
-                let shards = hosted_shards(&node.region, SETTLES_WITHIN).await;
+                let shards = hosted_shards(&node.region, at_least, SETTLES_WITHIN).await;
                 Ok(Change::Joined {
                     node,
                     took: started.elapsed(),
@@ -227,8 +230,8 @@ impl Membership {
     }
 }
 
-/// The shards `region` hosts once it hosts any, or after `within`.
-async fn hosted_shards(region: &Region<TalliedUser>, within: Duration) -> usize {
+/// The shards `region` hosts once they are `at_least`, or after `within`.
+async fn hosted_shards(region: &Region<TalliedUser>, at_least: usize, within: Duration) -> usize {
     let deadline = Instant::now() + within;
     let mut every = tokio::time::interval(Duration::from_millis(100));
     loop {
@@ -237,7 +240,7 @@ async fn hosted_shards(region: &Region<TalliedUser>, within: Duration) -> usize 
             .state(Duration::from_secs(1))
             .await
             .map_or(0, |state| state.shards.len());
-        if hosted > 0 || Instant::now() >= deadline {
+        if hosted >= at_least || Instant::now() >= deadline {
             return hosted;
         }
     }
