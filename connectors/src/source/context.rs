@@ -213,16 +213,29 @@ impl ClientContext for SourceContext {
 impl ConsumerContext for SourceContext {
     /// librdkafka's own commits (on its timer and at unassignment): counted
     /// by outcome; their latency is not known here.
+    ///
+    /// A commit the group refuses while it rebalances is expected, and only
+    /// counted: under the cooperative protocol a commit made while the group
+    /// gathers its members (RebalanceInProgress) or carrying the generation
+    /// a round just ended (IllegalGeneration) is refused, the offsets stay
+    /// stored, and the next commit carries them: the next periodic one for
+    /// the partitions kept, the revoke's for the ones that move, which warns
+    /// if it fails. UnknownMemberId is no such refusal: the member was put
+    /// out of the group and its partitions are lost, uncommitted.
     fn commit_callback(
         &self,
         result: rdkafka::error::KafkaResult<()>,
         _offsets: &TopicPartitionList,
     ) {
+        use rdkafka::error::KafkaError::ConsumerCommit;
+        use rdkafka::types::RDKafkaErrorCode::{IllegalGeneration, NoOffset, RebalanceInProgress};
         match result {
             Ok(()) => self.observer.committed(None, true),
-            Err(rdkafka::error::KafkaError::ConsumerCommit(
-                rdkafka::types::RDKafkaErrorCode::NoOffset,
-            )) => {}
+            Err(ConsumerCommit(NoOffset)) => {}
+            Err(e @ ConsumerCommit(RebalanceInProgress | IllegalGeneration)) => {
+                self.observer.commit_refused_in_rebalance();
+                tracing::debug!(error = %e, "offsets not committed during a rebalance; a later commit carries them");
+            }
             Err(e) => {
                 self.observer.committed(None, false);
                 tracing::warn!(error = %e, "offsets not committed");
