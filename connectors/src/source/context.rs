@@ -211,8 +211,11 @@ impl ClientContext for SourceContext {
 }
 
 impl ConsumerContext for SourceContext {
-    /// librdkafka's own commits (on its timer and at unassignment): counted
-    /// by outcome; their latency is not known here.
+    /// Every commit's outcome, counted: librdkafka's own (on its timer and at
+    /// unassignment), and also the source's (at a revoke or at shutdown,
+    /// which `commit_sync` counts as well: librdkafka reports a commit made
+    /// without a callback of its own here too). Their latency is not known
+    /// here.
     ///
     /// A commit the group refuses while it rebalances is expected, and only
     /// counted: under the cooperative protocol a commit made while the group
