@@ -36,6 +36,9 @@ pub trait SourceObserver: Send + Sync + 'static {
     /// when the source made it and waited (at a revoke or at shutdown);
     /// librdkafka's own periodic commits come without.
     fn committed(&self, latency: Option<Duration>, ok: bool);
+    /// librdkafka's commit was refused because the group was rebalancing;
+    /// a later commit carries its offsets.
+    fn commit_refused_in_rebalance(&self) {}
 }
 
 /// Reports nowhere.

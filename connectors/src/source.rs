@@ -190,6 +190,7 @@ impl KafkaSource {
             commit_timeout: settings.commit_timeout,
             observer,
             watermarks: Mutex::new(HashMap::new()),
+            committing: AtomicBool::new(false),
             consumer: std::sync::OnceLock::new(),
         };
         let consumer: Arc<BaseConsumer<SourceContext>> =

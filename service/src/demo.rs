@@ -5,6 +5,8 @@
 //! group's rebalances. A progress line every few seconds, `/metrics` served
 //! all along, and a summary that checks every record was handled.
 
+mod membership;
+
 use crate::admin::{self, Admin, Readiness};
 use crate::allocation::{
     ExternalAllocationClient, ExternalAllocationStrategy, KafkaMurmur2Extractor,
@@ -24,6 +26,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use membership::{Membership, NodeStarter};
 
 /// What the demo does.
 #[derive(Debug, Clone)]
@@ -174,23 +178,10 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
         .with_settings(settings.clone())
         .with_extractor(KafkaMurmur2Extractor::new(options.partitions).map_err(step("extractor"))?)
     };
-    let start_node = |name: &str| -> Result<DemoNode, DemoError> {
-        let node = Node::new(network.transport(name));
-        let region = node
-            .start_region(entity_type.clone())
-            .map_err(step("start region"))?;
-        let ingest = KafkaIngest::start(
-            region.clone(),
-            ingest_settings(&bootstrap, &settings),
-            purchases::purchase_records(),
-        )
-        .map_err(step("start the Kafka ingest"))?;
-        Ok(DemoNode {
-            name: name.to_string(),
-            node,
-            region,
-            ingest,
-        })
+    let starter = NodeStarter {
+        network: network.clone(),
+        entity_type,
+        ingest: ingest_settings(&bootstrap, &settings),
     };
 
     println!(
@@ -199,7 +190,7 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     );
     let mut nodes = Vec::new();
     for name in ["node-1", "node-2", "node-3"] {
-        nodes.push(tokio::task::block_in_place(|| start_node(name))?);
+        nodes.push(starter.start(name).await?);
     }
     println!(
         "three nodes consume in the group demo.user; producing {} purchase events of {} users at {}/s",
@@ -224,28 +215,22 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
         tokio::task::spawn_blocking(move || purchases::produce(&produce, &stop, &sent))
     };
 
+    let mut membership = Membership::new(starter, options.partitions as usize);
     let started = Instant::now();
-    let mut joined = false;
-    let mut left = false;
+    let stats_wait = options.progress_every / 2;
     let mut tick = tokio::time::interval(options.progress_every);
+    // A late line is followed by the next one a period later, not by a
+    // burst making up for it.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     while !producer.is_finished() {
-        tick.tick().await;
-        progress(started, &sent, &tally, &nodes).await;
-        let share = sent.load(Ordering::Relaxed) as f64 / options.records.max(1) as f64;
-        if !joined && share >= 0.3 {
-            joined = true;
-            println!(
-                "node-4 joins: the group rebalances and some partitions' shards hand off to it"
-            );
-            nodes.push(tokio::task::block_in_place(|| start_node("node-4"))?);
-        }
-        if !left && share >= 0.6 {
-            left = true;
-            let leaving = nodes.remove(1);
-            println!("{} leaves: its partitions are revoked, its shards handed off, its offsets committed", leaving.name);
-            leaving.ingest.shutdown().await;
-            leaving.node.shutdown().await;
+        tokio::select! {
+            _ = tick.tick() => {
+                progress(started, &sent, &tally, &nodes, stats_wait).await;
+                let share = sent.load(Ordering::Relaxed) as f64 / options.records.max(1) as f64;
+                membership.due(share, true, &mut nodes);
+            }
+            Some(change) = membership.changes.recv() => membership.changed(change?, &mut nodes),
         }
     }
     let produced = producer
@@ -255,14 +240,22 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     let expected = produced.totals;
 
     let deadline = Instant::now() + Duration::from_secs(120);
-    while !all_handled(&tally, &expected) {
+    while !membership.settled() || !all_handled(&tally, &expected) {
         if Instant::now() > deadline {
             break;
         }
-        tick.tick().await;
-        progress(started, &sent, &tally, &nodes).await;
+        tokio::select! {
+            _ = tick.tick() => {
+                progress(started, &sent, &tally, &nodes, stats_wait).await;
+                membership.due(1.0, false, &mut nodes);
+            }
+            Some(change) = membership.changes.recv() => membership.changed(change?, &mut nodes),
+        }
     }
-    progress(started, &sent, &tally, &nodes).await;
+    // Nothing is left to run in it but a change stuck past the deadline,
+    // which the summary reports as records not handled.
+    membership.tasks.abort_all().await;
+    progress(started, &sent, &tally, &nodes, stats_wait).await;
 
     let missing = missing(&tally, &expected);
     let handled = tally.handled.load(Ordering::Relaxed);
@@ -277,7 +270,7 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     println!(
         "  handled {handled} ({again} of them again, after a hand-off that left them uncommitted)"
     );
-    let stats = cluster_stats(&nodes[0].region).await?;
+    let stats = cluster_stats(&nodes[0].region, Duration::from_secs(5)).await?;
     print_placement(&stats);
     for node in nodes {
         node.ingest.shutdown().await;
@@ -304,11 +297,22 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     }
 }
 
-/// The source settings of the demo: a consumer group that notices a
-/// joining or leaving member within a second.
 /// How long a commit at a revoke may take.
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The source settings of the demo.
+///
+/// The session timeout is as short as the mock cluster allows. Its group
+/// coordinator holds each round of a rebalance open for the session timeout
+/// less a second, even once every member has joined again (librdkafka's
+/// `rd_kafka_mock_cgrp_classic_rebalance` in `rdkafka_mock_cgrp.c`; a broker
+/// ends the round as soon as all have), and reads nothing else from a member
+/// whose join waits, its commits included. At 6 s, a leave stood still for
+/// 5 s and a join (two rounds: the others revoke, then the new node is
+/// assigned) for 10 s. The session must still outlast the group's first
+/// round, which the mock holds for 3 s (`group.initial.rebalance.delay.ms`,
+/// which rdkafka's `MockCluster` cannot set) while it expires, once a
+/// second, members whose session ran out.
 fn ingest_settings(bootstrap: &str, settings: &ShardingSettings) -> IngestSettings {
     let delivery_timeout = Duration::from_secs(10);
     IngestSettings {
@@ -317,7 +321,7 @@ fn ingest_settings(bootstrap: &str, settings: &ShardingSettings) -> IngestSettin
             group_id: "demo.user".into(),
             topics: vec![USER_EVENTS.into()],
             client: vec![
-                ("session.timeout.ms".into(), "6000".into()),
+                ("session.timeout.ms".into(), "3500".into()),
                 ("heartbeat.interval.ms".into(), "500".into()),
             ],
             max_in_flight: 1000,
@@ -349,11 +353,20 @@ fn missing(tally: &Tally, expected: &purchases::Totals) -> Vec<String> {
         .collect()
 }
 
-async fn progress(started: Instant, sent: &AtomicU64, tally: &Tally, nodes: &[DemoNode]) {
+/// Prints a progress line; the cluster's entities and shards as `?` if its
+/// regions do not answer within `stats_wait` (one busy handing off, say),
+/// so that the line is not late.
+async fn progress(
+    started: Instant,
+    sent: &AtomicU64,
+    tally: &Tally,
+    nodes: &[DemoNode],
+    stats_wait: Duration,
+) {
     let produced = sent.load(Ordering::Relaxed);
     let handled = tally.handled.load(Ordering::Relaxed);
     let lag = produced.saturating_sub(handled);
-    let (entities, shards) = match cluster_stats(&nodes[0].region).await {
+    let (entities, shards) = match cluster_stats(&nodes[0].region, stats_wait).await {
         Ok(stats) => {
             let entities: usize = stats.regions.values().flat_map(|r| r.stats.values()).sum();
             let shards: Vec<String> = stats
@@ -371,9 +384,12 @@ async fn progress(started: Instant, sent: &AtomicU64, tally: &Tally, nodes: &[De
     );
 }
 
-async fn cluster_stats(region: &Region<TalliedUser>) -> Result<ClusterShardingStats, DemoError> {
+async fn cluster_stats(
+    region: &Region<TalliedUser>,
+    timeout: Duration,
+) -> Result<ClusterShardingStats, DemoError> {
     region
-        .cluster_stats(Duration::from_secs(5))
+        .cluster_stats(timeout)
         .await
         .map_err(step("cluster stats"))
 }

@@ -66,7 +66,7 @@ impl KafkaMetrics {
         for kind in ["assigned", "revoked", "lost"] {
             metrics::counter!(KAFKA_REBALANCES, "entity_type" => entity_type.to_string(), "kind" => kind).increment(0);
         }
-        for outcome in ["ok", "failed"] {
+        for outcome in ["ok", "failed", "rebalancing"] {
             metrics::counter!(KAFKA_COMMITS, "entity_type" => entity_type.to_string(), "outcome" => outcome).increment(0);
         }
         Self {
@@ -160,6 +160,10 @@ impl colo_connectors::SourceObserver for KafkaMetrics {
             metrics::histogram!(KAFKA_COMMIT_LATENCY, "entity_type" => self.entity_type.clone())
                 .record(latency.as_secs_f64());
         }
+    }
+
+    fn commit_refused_in_rebalance(&self) {
+        metrics::counter!(KAFKA_COMMITS, "entity_type" => self.entity_type.clone(), "outcome" => "rebalancing").increment(1);
     }
 }
 
@@ -280,7 +284,7 @@ pub fn describe() {
         );
         describe_counter!(
             KAFKA_COMMITS,
-            "Offset commits of handled records, by outcome (ok, failed)"
+            "Offset commits of handled records, by outcome: ok, failed, or rebalancing (refused while the group rebalanced; a later commit carries the offsets)"
         );
         describe_histogram!(
             KAFKA_COMMIT_LATENCY,

@@ -28,6 +28,10 @@ pub(super) struct SourceContext {
     /// Each partition's ends and committed offset, from librdkafka's
     /// statistics.
     pub(super) watermarks: Mutex<HashMap<TopicPartition, Watermarks>>,
+    /// Set while the source makes a commit of its own (at a revoke, at
+    /// shutdown): librdkafka reports it to the commit callback too, where
+    /// it is neither counted nor logged a second time.
+    pub(super) committing: std::sync::atomic::AtomicBool,
     /// The consumer itself, for a commit made on a thread of its own (so
     /// that its wait can be bounded); set once it exists.
     pub(super) consumer: std::sync::OnceLock<std::sync::Weak<BaseConsumer<SourceContext>>>,
@@ -54,6 +58,13 @@ impl SourceContext {
     /// goes on; the partitions' next owner then handles the records since
     /// the last commit again.
     pub(super) fn commit_within_bound(&self, consumer: &BaseConsumer<Self>, when: &str) -> bool {
+        self.committing.store(true, Ordering::Release);
+        let committed = self.commit_with_retries(consumer, when);
+        self.committing.store(false, Ordering::Release);
+        committed
+    }
+
+    fn commit_with_retries(&self, consumer: &BaseConsumer<Self>, when: &str) -> bool {
         let deadline = std::time::Instant::now() + self.commit_timeout;
         let mut attempts = 0;
         loop {
@@ -299,18 +310,37 @@ impl ClientContext for SourceContext {
 }
 
 impl ConsumerContext for SourceContext {
-    /// librdkafka's own commits (on its timer and at unassignment): counted
-    /// by outcome; their latency is not known here.
+    /// librdkafka's own commits' outcomes (on its timer and at
+    /// unassignment), counted; their latency is not known here. librdkafka
+    /// reports the source's own commits (at a revoke or at shutdown) here
+    /// too: those are counted and logged where the source waits for them.
+    ///
+    /// A commit the group refuses while it rebalances is expected, and only
+    /// counted: under the cooperative protocol a commit made while the group
+    /// gathers its members (RebalanceInProgress) or carrying the generation
+    /// a round just ended (IllegalGeneration) is refused, the offsets stay
+    /// stored, and the next commit carries them: the next periodic one for
+    /// the partitions kept, the revoke's for the ones that move, which warns
+    /// if it fails. UnknownMemberId is no such refusal: the member was put
+    /// out of the group and its partitions are lost, uncommitted.
     fn commit_callback(
         &self,
         result: rdkafka::error::KafkaResult<()>,
         _offsets: &TopicPartitionList,
     ) {
+        use rdkafka::error::KafkaError::ConsumerCommit;
+        use rdkafka::types::RDKafkaErrorCode::{IllegalGeneration, NoOffset, RebalanceInProgress};
+        if self.committing.load(Ordering::Acquire) {
+            // The source's own commit: counted and logged where it waits.
+            return;
+        }
         match result {
             Ok(()) => self.observer.committed(None, true),
-            Err(rdkafka::error::KafkaError::ConsumerCommit(
-                rdkafka::types::RDKafkaErrorCode::NoOffset,
-            )) => {}
+            Err(ConsumerCommit(NoOffset)) => {}
+            Err(e @ ConsumerCommit(RebalanceInProgress | IllegalGeneration)) => {
+                self.observer.commit_refused_in_rebalance();
+                tracing::debug!(error = %e, "offsets not committed during a rebalance; a later commit carries them");
+            }
             Err(e) => {
                 self.observer.committed(None, false);
                 tracing::warn!(error = %e, "offsets not committed");

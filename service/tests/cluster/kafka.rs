@@ -521,9 +521,14 @@ async fn a_commit_refused_at_a_revoke_is_tried_again_before_the_hand_off() {
     } = kafka_world("kafka-commit-retry").await;
     let keys: Vec<String> = (0..16).map(|i| format!("user-{i}")).collect();
     produce(&bootstrap, &topic, &keys, 0..20);
-    // Only the source's own commits, at the revoke: none on a timer.
+    // Only the source's own commits, at the revoke: none on a timer. The
+    // mock cluster also refuses commits while it holds a round of the
+    // rebalance open (session.timeout.ms less a second): the revoke's
+    // commit may be tried for longer than that.
     let mut settings = ingest_settings(&bootstrap, &topic);
     settings.source.commit_interval = Duration::from_secs(600);
+    settings.source.commit_timeout = Duration::from_secs(15);
+    settings.source.rebalance_timeout = Duration::from_secs(40);
     let ingest_a =
         KafkaIngest::start(a.clone(), settings.clone(), probe_records()).expect("ingest");
     let first: BTreeMap<(String, String), u64> = keys

@@ -1,0 +1,269 @@
+//! The demo's membership changes: node-4 joins, then node-2 leaves, each in
+//! a task of its own, beside the progress lines.
+
+use super::{step, DemoError, DemoNode, TalliedUser};
+use crate::kafka::{IngestSettings, KafkaIngest};
+use crate::purchases;
+use crate::tasks::TaskSet;
+use crate::{EntityType, InMemoryNetwork, Node, Region};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// How long a node may take to join (until it hosts its share of the
+/// shards) or to leave (until the others host its shards) before the demo
+/// gives up: past every bound the steps keep themselves (the rebalance
+/// timeout, the hand-off timeout, [`SETTLES_WITHIN`]), so only a hung step
+/// reaches it.
+const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a joining node may take to host its share of the shards before
+/// node-2 leaves anyway, and the others to host a leaving node's shards
+/// before the demo goes on.
+const SETTLES_WITHIN: Duration = Duration::from_secs(20);
+
+/// What starting a node takes, cloned into the task that starts node-4.
+#[derive(Clone)]
+pub(super) struct NodeStarter {
+    pub(super) network: InMemoryNetwork,
+    pub(super) entity_type: EntityType<TalliedUser>,
+    pub(super) ingest: IngestSettings,
+}
+
+impl NodeStarter {
+    pub(super) async fn start(&self, name: &str) -> Result<DemoNode, DemoError> {
+        let node = Node::new(self.network.transport(name));
+        let region = node
+            .start_region(self.entity_type.clone())
+            .map_err(step("start region"))?;
+        // Off the runtime's threads: the ingest blocks while it reads the
+        // topics' metadata.
+        let ingest = {
+            let (region, settings) = (region.clone(), self.ingest.clone());
+            tokio::task::spawn_blocking(move || {
+                KafkaIngest::start(region, settings, purchases::purchase_records())
+            })
+            .await
+            .map_err(step("start the Kafka ingest"))?
+            .map_err(step("start the Kafka ingest"))?
+        };
+        Ok(DemoNode {
+            name: name.to_string(),
+            node,
+            region,
+            ingest,
+        })
+    }
+}
+
+/// The demo's membership changes, each made in a task of its own so that
+/// the progress lines go on while the group rebalances and shards hand off.
+pub(super) struct Membership {
+    phase: Phase,
+    starter: NodeStarter,
+    /// Shards of the entity type: all are hosted again once a leave is
+    /// done.
+    shards: usize,
+    pub(super) tasks: TaskSet,
+    changed: mpsc::Sender<Result<Change, DemoError>>,
+    /// Bounded by the one change under way at a time.
+    pub(super) changes: mpsc::Receiver<Result<Change, DemoError>>,
+}
+
+/// Where the demo's changes are. node-2 leaves only once node-4 hosts its
+/// share of the shards: a leave during the join's rounds of the group
+/// waits for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Nothing changed yet; nothing will once every record is produced.
+    Before,
+    Joining,
+    Joined,
+    Leaving,
+    Done,
+}
+
+/// A change done, as its task reports it.
+pub(super) enum Change {
+    Joined {
+        node: DemoNode,
+        took: Duration,
+        shards: usize,
+    },
+    Left {
+        name: String,
+        took: Duration,
+        /// Since it began to leave, until the others hosted every shard.
+        rehosted: Option<Duration>,
+    },
+}
+
+impl Membership {
+    pub(super) fn new(starter: NodeStarter, shards: usize) -> Self {
+        let (changed, changes) = mpsc::channel(1);
+        Self {
+            phase: Phase::Before,
+            starter,
+            shards,
+            tasks: TaskSet::default(),
+            changed,
+            changes,
+        }
+    }
+
+    /// Starts the change due once `share` of the records are produced:
+    /// node-4 joins past a quarter (while records are produced), node-2
+    /// leaves past half once node-4 has joined. Not at 30% and 60%: at the
+    /// default rate a tick comes every tenth of the records, and one a
+    /// record short would put the change off by a tick.
+    pub(super) fn due(&mut self, share: f64, producing: bool, nodes: &mut Vec<DemoNode>) {
+        match self.phase {
+            Phase::Before if producing && share >= 0.25 => {
+                println!(
+                    "node-4 joins: the group rebalances and some partitions' shards hand off to it"
+                );
+                self.join("node-4", self.shards / (nodes.len() + 1));
+                self.phase = Phase::Joining;
+            }
+            Phase::Joined if share >= 0.55 && nodes.len() > 1 => {
+                let leaving = nodes.remove(1);
+                println!("{} leaves: its partitions are revoked, its shards handed off, its offsets committed", leaving.name);
+                self.leave(leaving, nodes[0].region.clone());
+                self.phase = Phase::Leaving;
+            }
+            _ => {}
+        }
+    }
+
+    /// No change is under way or still to come.
+    pub(super) fn settled(&self) -> bool {
+        matches!(self.phase, Phase::Before | Phase::Done)
+    }
+
+    pub(super) fn changed(&mut self, change: Change, nodes: &mut Vec<DemoNode>) {
+        match change {
+            Change::Joined { node, took, shards } => {
+                let plural = if shards == 1 { "" } else { "s" };
+                println!(
+                    "{} hosts {shards} shard{plural} {:.1}s after it joined (two rounds of the group: the others revoke, then it is assigned)",
+                    node.name,
+                    took.as_secs_f64()
+                );
+                nodes.push(node);
+                self.phase = Phase::Joined;
+            }
+            Change::Left {
+                name,
+                took,
+                rehosted,
+            } => {
+                let shards = self.shards;
+                match rehosted {
+                    Some(rehosted) => println!(
+                        "{name} left in {:.1}s; the others host all {shards} shards {:.1}s after it began to leave (the group's next round assigned its partitions)",
+                        took.as_secs_f64(),
+                        rehosted.as_secs_f64()
+                    ),
+                    None => println!(
+                        "{name} left in {:.1}s; the others do not host all {shards} shards yet",
+                        took.as_secs_f64()
+                    ),
+                }
+                self.phase = Phase::Done;
+            }
+        }
+    }
+
+    /// Starts node `name`, reporting once it hosts `at_least` shards (each
+    /// node's share, rounded down): the rounds of the group that hand them
+    /// to it are done then.
+    fn join(&self, name: &'static str, at_least: usize) {
+        let (starter, changed) = (self.starter.clone(), self.changed.clone());
+        self.tasks.spawn(async move {
+            let started = Instant::now();
+            let join = async {
+                let node = starter.start(name).await?;
+                let shards = hosted_shards(&node.region, at_least, SETTLES_WITHIN).await;
+                Ok(Change::Joined {
+                    node,
+                    took: started.elapsed(),
+                    shards,
+                })
+            };
+            let joined = match tokio::time::timeout(MEMBERSHIP_TIMEOUT, join).await {
+                Ok(joined) => joined,
+                Err(_) => Err(DemoError::Step(format!(
+                    "{name} did not join within {MEMBERSHIP_TIMEOUT:?}"
+                ))),
+            };
+            let _ = changed.send(joined).await;
+        });
+    }
+
+    /// Stops `leaving` gracefully, reporting once the others, as `remaining`
+    /// sees them, host every shard again (or could have).
+    fn leave(&self, leaving: DemoNode, remaining: Region<TalliedUser>) {
+        let (changed, shards) = (self.changed.clone(), self.shards);
+        self.tasks.spawn(async move {
+            let started = Instant::now();
+            let name = leaving.name.clone();
+            let stop = async move {
+                leaving.ingest.shutdown().await;
+                leaving.node.shutdown().await;
+                let took = started.elapsed();
+                let rehosted = all_hosted(&remaining, shards, SETTLES_WITHIN)
+                    .await
+                    .then(|| started.elapsed());
+                (took, rehosted)
+            };
+            let left = match tokio::time::timeout(MEMBERSHIP_TIMEOUT, stop).await {
+                Ok((took, rehosted)) => Ok(Change::Left {
+                    name,
+                    took,
+                    rehosted,
+                }),
+                Err(_) => Err(DemoError::Step(format!(
+                    "{name} did not leave within {MEMBERSHIP_TIMEOUT:?}"
+                ))),
+            };
+            let _ = changed.send(left).await;
+        });
+    }
+}
+
+/// The shards `region` hosts once they are `at_least`, or after `within`.
+async fn hosted_shards(region: &Region<TalliedUser>, at_least: usize, within: Duration) -> usize {
+    let deadline = Instant::now() + within;
+    let mut every = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        every.tick().await;
+        let hosted = region
+            .state(Duration::from_secs(1))
+            .await
+            .map_or(0, |state| state.shards.len());
+        if hosted >= at_least || Instant::now() >= deadline {
+            return hosted;
+        }
+    }
+}
+
+/// Whether the cluster, as `region` sees it, hosts all `shards` within
+/// `within`.
+async fn all_hosted(region: &Region<TalliedUser>, shards: usize, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    let mut every = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        every.tick().await;
+        let hosted = region
+            .cluster_stats(Duration::from_secs(1))
+            .await
+            .map_or(0, |stats| {
+                stats.regions.values().map(|r| r.stats.len()).sum()
+            });
+        if hosted >= shards {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+    }
+}
