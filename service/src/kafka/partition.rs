@@ -36,7 +36,12 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
-type Map<V> = HashMap<EntityId, V, foldhash::fast::RandomState>;
+/// Records a partition's task works on at most (routed, or held behind
+/// their key's): the others wait in their stream, in the source's
+/// in-flight bound all the same. It keeps the task's bookkeeping in the
+/// processor's caches when that bound is large, and is far more than the
+/// keys a partition has in flight at once.
+const WINDOW: usize = 256;
 
 /// One assigned partition's task.
 pub(super) struct PartitionTask<E: Entity> {
@@ -79,33 +84,81 @@ struct Slots<E: Entity> {
     /// The sequence number of the front of `queue`: a slot's number is its
     /// position plus this, which stays fixed as the front settles.
     front: u64,
-    /// Each key with a record routed and unsettled, and the numbers of its
-    /// records held behind it, in order.
-    busy: Map<VecDeque<u64>>,
+    /// Each key with an unsettled record, by the key's hash: the number of
+    /// its last record in the queue. Its records are chained through
+    /// [`Slot::next`] from the one routed. Keys whose hashes collide share
+    /// a chain: handled one after another, never out of order.
+    busy: HashMap<u64, u64, Prehashed>,
+    keys: foldhash::fast::RandomState,
+}
+
+/// Hashes a key's hash to itself: the busy keys are hashed once, when a
+/// record is taken.
+#[derive(Clone, Copy, Default)]
+struct Prehashed;
+
+impl std::hash::BuildHasher for Prehashed {
+    type Hasher = KeyHash;
+
+    fn build_hasher(&self) -> KeyHash {
+        KeyHash(0)
+    }
+}
+
+/// The hasher of [`Prehashed`].
+struct KeyHash(u64);
+
+impl std::hash::Hasher for KeyHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed; any other input still hashes.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
 }
 
 /// A record in hand.
 struct Slot<E: Entity> {
     record: Record,
     step: Step<E>,
+    /// Its key's hash, for a record that has a key.
+    key: Option<u64>,
+    /// The number of its key's next record in the queue, held behind it.
+    next: Option<u64>,
 }
 
 /// Where a record in hand is.
 enum Step<E: Entity> {
-    /// Waits for an earlier record of its key to settle.
-    Held { id: EntityId, message: E::Message },
+    /// Waits for an earlier record of its key to settle (boxed: most
+    /// records are never held, and a slot stays small).
+    Held {
+        id: EntityId,
+        message: Box<E::Message>,
+    },
     /// On its way to its entity or there; the outcome comes on `reply`.
     Routed {
         id: EntityId,
         reply: oneshot::Receiver<Result<E::Reply, AskError>>,
         failures: u32,
     },
+    /// Routed, its outcome in, not settled yet (records settle in order).
+    Answered {
+        id: EntityId,
+        failures: u32,
+        outcome: Outcome,
+    },
     /// To be delivered again once it is at the front, after the backoff.
     Again { id: EntityId, failures: u32 },
-    /// Can never be handled: dead-lettered once at the front. `id`: its
-    /// key, if it was routed (later records of the key wait for it).
+    /// Can never be handled: dead-lettered once at the front.
     Refused {
-        id: Option<EntityId>,
         reason: String,
         outcome: &'static str,
     },
@@ -114,7 +167,7 @@ enum Step<E: Entity> {
 }
 
 /// A held record to route now: its number, key and message.
-type Next<E> = Option<(u64, EntityId, <E as Entity>::Message)>;
+type Next<E> = Option<(u64, EntityId, Box<<E as Entity>::Message>)>;
 
 /// What became of the front record's latest delivery.
 enum Outcome {
@@ -150,12 +203,43 @@ impl Outcome {
     }
 }
 
+impl<E: Entity> Slot<E> {
+    /// Whether it was handled, its reply taken in if it came.
+    fn handled(&mut self) -> bool {
+        if let Step::Routed { reply, .. } = &mut self.step {
+            let result = match reply.try_recv() {
+                Ok(result) => result.map(drop),
+                Err(oneshot::error::TryRecvError::Closed) => Err(unanswered()),
+                Err(oneshot::error::TryRecvError::Empty) => return false,
+            };
+            if let Step::Routed { id, failures, .. } =
+                std::mem::replace(&mut self.step, Step::Settling)
+            {
+                let outcome = Outcome::of(result);
+                self.step = Step::Answered {
+                    id,
+                    failures,
+                    outcome,
+                };
+            }
+        }
+        matches!(
+            self.step,
+            Step::Answered {
+                outcome: Outcome::Handled,
+                ..
+            }
+        )
+    }
+}
+
 impl<E: Entity> Slots<E> {
     fn new() -> Self {
         Self {
             queue: VecDeque::new(),
             front: 0,
-            busy: Map::default(),
+            busy: HashMap::with_hasher(Prehashed),
+            keys: foldhash::fast::RandomState::default(),
         }
     }
 
@@ -163,31 +247,64 @@ impl<E: Entity> Slots<E> {
         self.front + self.queue.len() as u64
     }
 
-    /// Takes the settled front out, with `id` its key (`None` for a record
-    /// that had none): returns its record, and the next record of its key
-    /// if one is held, to be routed now.
-    fn pop(&mut self, id: Option<&EntityId>) -> Option<(Record, Next<E>)> {
+    fn push(&mut self, record: Record, step: Step<E>, key: Option<u64>) {
+        self.queue.push_back(Slot {
+            record,
+            step,
+            key,
+            next: None,
+        });
+    }
+
+    /// Chains the next record, of key `key`, behind the key's unsettled
+    /// ones: true if it must be held, false if it is routed now (the key
+    /// had none, or only handled ones waiting to settle in order).
+    fn chain(&mut self, key: u64) -> bool {
+        let number = self.next_number();
+        match self.busy.entry(key) {
+            std::collections::hash_map::Entry::Occupied(mut tail) => {
+                let last = std::mem::replace(tail.get_mut(), number);
+                let Some(slot) = self.queue.get_mut((last - self.front) as usize) else {
+                    return false;
+                };
+                // Every record of a key routed before its last one was
+                // handled (a record is routed only then): once the last is
+                // handled too, the next may go.
+                if slot.handled() {
+                    return false;
+                }
+                slot.next = Some(number);
+                true
+            }
+            std::collections::hash_map::Entry::Vacant(tail) => {
+                tail.insert(number);
+                false
+            }
+        }
+    }
+
+    /// Takes the settled front out: returns its record, and the next
+    /// record of its key if one is held, to be routed now.
+    fn pop(&mut self) -> Option<(Record, Next<E>)> {
         let slot = self.queue.pop_front()?;
+        let number = self.front;
         self.front += 1;
-        let Some(id) = id else {
+        let Some(key) = slot.key else {
             return Some((slot.record, None));
         };
-        let next = match self.busy.get_mut(id) {
-            Some(held) => held.pop_front(),
-            None => None,
-        };
-        let Some(number) = next else {
-            self.busy.remove(id);
+        let Some(next) = slot.next else {
+            if self.busy.get(&key) == Some(&number) {
+                self.busy.remove(&key);
+            }
             return Some((slot.record, None));
         };
         let held = self
             .queue
-            .get_mut((number - self.front) as usize)
+            .get_mut((next - self.front) as usize)
             .map(|slot| std::mem::replace(&mut slot.step, Step::Settling));
         let next = match held {
-            Some(Step::Held { id, message }) => Some((number, id, message)),
-            // Only held records are listed behind their key.
-            _ => unreachable!("a number listed behind a key is a held record of it"),
+            Some(Step::Held { id, message }) => Some((next, id, message)),
+            _ => unreachable!("a record chained behind another is held until that one settles"),
         };
         Some((slot.record, next))
     }
@@ -239,7 +356,7 @@ impl<E: Entity> PartitionTask<E> {
             }
             tokio::select! {
                 biased;
-                record = records.recv(), if open => match record {
+                record = records.recv(), if open && slots.queue.len() < WINDOW => match record {
                     Some(record) => self.take(&mut slots, record).await,
                     None => open = false,
                 },
@@ -291,40 +408,24 @@ impl<E: Entity> PartitionTask<E> {
         let (id, message) = match (self.decode)(&record) {
             Ok((id, _)) if id.is_empty() => {
                 let reason = format!("refused: {}", TellError::EmptyEntityId);
-                return slots.queue.push_back(Slot {
-                    record,
-                    step: Step::Refused {
-                        id: None,
-                        reason,
-                        outcome: "refused",
-                    },
-                });
+                let outcome = "refused";
+                return slots.push(record, Step::Refused { reason, outcome }, None);
             }
             Ok((id, message)) => (EntityId::from(id), message),
             Err(reason) => {
                 let reason = format!("cannot be decoded: {reason}");
-                return slots.queue.push_back(Slot {
-                    record,
-                    step: Step::Refused {
-                        id: None,
-                        reason,
-                        outcome: "undecodable",
-                    },
-                });
+                let outcome = "undecodable";
+                return slots.push(record, Step::Refused { reason, outcome }, None);
             }
         };
         self.check_partition(&id);
-        let number = slots.next_number();
-        if let Some(held) = slots.busy.get_mut(&id) {
-            held.push_back(number);
-            return slots.queue.push_back(Slot {
-                record,
-                step: Step::Held { id, message },
-            });
+        let key = std::hash::BuildHasher::hash_one(&slots.keys, &id);
+        if slots.chain(key) {
+            let message = Box::new(message);
+            return slots.push(record, Step::Held { id, message }, Some(key));
         }
-        slots.busy.insert(id.clone(), VecDeque::new());
         let step = self.route(id, message, 0).await;
-        slots.queue.push_back(Slot { record, step });
+        slots.push(record, step, Some(key));
     }
 
     /// Warns (once) about a record whose key's murmur2 partition is another.
@@ -352,7 +453,6 @@ impl<E: Entity> PartitionTask<E> {
             },
             Err(e) => match Outcome::refusal(e) {
                 Outcome::Refused(reason) => Step::Refused {
-                    id: Some(id),
                     reason: format!("refused: {reason}"),
                     outcome: "refused",
                 },
@@ -370,26 +470,25 @@ impl<E: Entity> PartitionTask<E> {
         };
         let step = std::mem::replace(&mut front.step, Step::Settling);
         let (id, failures) = match (step, outcome) {
-            (
-                Step::Refused {
+            (Step::Refused { reason, outcome }, _) => {
+                return self.dead_letter_front(slots, &reason, outcome).await;
+            }
+            (Step::Routed { id, failures, .. }, Some(outcome))
+            | (
+                Step::Answered {
                     id,
-                    reason,
+                    failures,
                     outcome,
                 },
                 _,
-            ) => {
-                return self
-                    .dead_letter_front(slots, id.as_ref(), &reason, outcome)
-                    .await;
-            }
-            (Step::Routed { id, failures, .. }, Some(outcome)) => match outcome {
+            ) => match outcome {
                 Outcome::Handled => {
                     self.handled.increment(1);
                     if let Some(assigned_at) = self.assigned_at.take() {
                         self.metrics
                             .first_record(&self.partition.topic, assigned_at.elapsed());
                     }
-                    self.ack_front(slots, Some(&id)).await;
+                    self.ack_front(slots).await;
                     return true;
                 }
                 Outcome::Failed(reason) => {
@@ -397,7 +496,7 @@ impl<E: Entity> PartitionTask<E> {
                     if failures >= self.settings.max_attempts {
                         let reason = format!("the handler failed {failures} times: {reason}");
                         return self
-                            .dead_letter_front(slots, Some(&id), &reason, "handler_failed")
+                            .dead_letter_front(slots, &reason, "handler_failed")
                             .await;
                     }
                     tracing::debug!(entity_id = %id, %reason, failures, "record's handler failed; delivered again");
@@ -405,9 +504,7 @@ impl<E: Entity> PartitionTask<E> {
                 }
                 Outcome::Refused(reason) => {
                     let reason = format!("refused: {reason}");
-                    return self
-                        .dead_letter_front(slots, Some(&id), &reason, "refused")
-                        .await;
+                    return self.dead_letter_front(slots, &reason, "refused").await;
                 }
                 Outcome::NotDelivered(reason) => {
                     tracing::debug!(entity_id = %id, %reason, "record not delivered; delivered again");
@@ -418,7 +515,7 @@ impl<E: Entity> PartitionTask<E> {
             (Step::Held { id, message }, _) => {
                 // Its key's earlier record settled before it reached the
                 // front (held records are routed then): route it now.
-                let step = self.route(id, message, 0).await;
+                let step = self.route(id, *message, 0).await;
                 if let Some(front) = slots.front_mut() {
                     front.step = step;
                 }
@@ -441,23 +538,21 @@ impl<E: Entity> PartitionTask<E> {
             // with its key's later records let go.
             Err(reason) => {
                 let reason = format!("cannot be decoded: {reason}");
-                return self
-                    .dead_letter_front(slots, Some(&id), &reason, "undecodable")
-                    .await;
+                return self.dead_letter_front(slots, &reason, "undecodable").await;
             }
         };
         true
     }
 
-    /// The front record, of key `id`, is settled: acked, and the next
-    /// record of its key, if one is held, routed.
-    async fn ack_front(&mut self, slots: &mut Slots<E>, id: Option<&EntityId>) {
-        let Some((record, next)) = slots.pop(id) else {
+    /// The front record is settled: acked, and the next record of its key,
+    /// if one is held, routed.
+    async fn ack_front(&mut self, slots: &mut Slots<E>) {
+        let Some((record, next)) = slots.pop() else {
             return;
         };
         record.ack.handled();
         if let Some((number, id, message)) = next {
-            let step = self.route(id, message, 0).await;
+            let step = self.route(id, *message, 0).await;
             if let Some(slot) = slots.queue.get_mut((number - slots.front) as usize) {
                 slot.step = step;
             }
@@ -521,7 +616,6 @@ impl<E: Entity> PartitionTask<E> {
     async fn dead_letter_front(
         &mut self,
         slots: &mut Slots<E>,
-        id: Option<&EntityId>,
         reason: &str,
         outcome: &'static str,
     ) -> bool {
@@ -535,7 +629,7 @@ impl<E: Entity> PartitionTask<E> {
                 Ok(()) => {
                     tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, offset, dead_letter_topic = %self.dead_letters.topic(), %reason, "record dead-lettered");
                     self.metrics.record(&self.partition.topic, outcome);
-                    self.ack_front(slots, id).await;
+                    self.ack_front(slots).await;
                     return true;
                 }
                 Err(e) => {
