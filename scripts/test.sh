@@ -23,6 +23,13 @@ if ! command -v tansu >/dev/null 2>&1 \
   cargo install tansu --locked --version 0.6.0 --features dynostore,libsql
 fi
 
+# librdkafka's TLS needs OpenSSL: the system's where its headers are
+# (Debian's libssl-dev), rather than one built from source for each build
+# profile (DEVELOPERS.md, "What the build needs").
+if command -v pkg-config >/dev/null 2>&1 && pkg-config --exists openssl; then
+  export OPENSSL_NO_VENDOR=1
+fi
+
 # --- the tests -----------------------------------------------------------------
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -566,3 +566,86 @@ async fn a_commit_refused_at_a_revoke_is_tried_again_before_the_hand_off() {
     ingest_b.shutdown().await;
     ingest_a.shutdown().await;
 }
+
+/// A revoke waits for the records in hand for `delivery_timeout` at most:
+/// node a's handlers hang, b joins, and a's revoke gives the records it
+/// could not settle up (uncommitted, counted) and hands the shards off
+/// (their stuck entities dropped at the hand-off timeout), so b gets the
+/// partitions and handles those records again, each key in order. On the
+/// mock cluster: the test broker hands partitions back and forth while a
+/// revoke waits (DEVELOPERS.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_gives_up_records_that_do_not_settle_within_the_delivery_timeout() {
+    let KafkaWorld {
+        bootstrap,
+        topic,
+        mut cluster,
+        a,
+        _broker,
+    } = kafka_world("kafka-revoke-bound").await;
+    let keys: Vec<String> = (0..8).map(|i| format!("user-{i}")).collect();
+    // a handles 8 records, then every handler on a hangs.
+    *cluster.world.stall_node.lock() = Some(("a".to_string(), 8));
+    produce(&bootstrap, &topic, &keys, 0..10);
+    let mut settings = ingest_settings(&bootstrap, &topic);
+    settings.delivery_timeout = Duration::from_secs(2);
+    let ingest_a =
+        KafkaIngest::start(a.clone(), settings.clone(), probe_records()).expect("ingest");
+    eventually("a's handlers hang", Duration::from_secs(30), || async {
+        cluster.world.delivered_on("a") >= 8
+    })
+    .await;
+    let b = kafka_node(&mut cluster, "b");
+    cluster.await_regions(2).await;
+    let ingest_b = KafkaIngest::start(b.clone(), settings, probe_records()).expect("ingest");
+    let name = cluster.name.clone();
+    eventually(
+        "a's revoke gave records up",
+        Duration::from_secs(60),
+        || async {
+            counter(
+                colo::metrics::KAFKA_GIVEN_UP,
+                &[
+                    ("entity_type", &name),
+                    ("topic", &topic),
+                    ("reason", "revoke_timeout"),
+                ],
+            ) >= 1
+        },
+    )
+    .await;
+    eventually("b handles records", Duration::from_secs(60), || async {
+        cluster.world.delivered_on("b") > 0
+    })
+    .await;
+    // The partitions a kept go on once its handlers are let go.
+    cluster.world.release_all();
+    eventually(
+        "every key's last record handled",
+        Duration::from_secs(60),
+        || async {
+            let log = cluster.world.log.lock();
+            keys.iter()
+                .all(|k| log.get(k).is_some_and(|d| d.iter().any(|d| d.seq == 9)))
+        },
+    )
+    .await;
+    // On each node, each key's records in order: b starts from a's last
+    // commit, whatever a gave up.
+    let log = cluster.world.log.lock().clone();
+    for (key, deliveries) in &log {
+        for node in ["a", "b"] {
+            let seqs: Vec<u64> = deliveries
+                .iter()
+                .filter(|d| d.node == node)
+                .map(|d| d.seq)
+                .collect();
+            assert!(
+                seqs.windows(2).all(|w| w[1] == w[0] + 1),
+                "{key} on {node}: {seqs:?}"
+            );
+        }
+    }
+    ingest_b.shutdown().await;
+    ingest_a.shutdown().await;
+}
