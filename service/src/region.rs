@@ -460,17 +460,30 @@ impl<E: Entity> Region<E> {
         Ok(rx)
     }
 
-    /// Routes a Kafka record's message; its outcome comes on the returned
-    /// channel. Dropping the channel gives the record up: wherever it
-    /// waits, it is dropped before an entity gets it (see
+    /// Routes a Kafka record's message to `entity_id`, of `shard` (its
+    /// extractor's: the caller has it already); its outcome comes on the
+    /// returned channel. Dropping the channel gives the record up: wherever
+    /// it waits, it is dropped before an entity gets it (see
     /// [`Reply::Record`]).
     pub(crate) async fn route_record(
         &self,
-        entity_id: &str,
+        entity_id: &EntityId,
+        shard: ShardId,
         message: E::Message,
     ) -> Result<oneshot::Receiver<Result<E::Reply, AskError>>, TellError> {
+        if entity_id.is_empty() {
+            return Err(TellError::EmptyEntityId);
+        }
         let (tx, rx) = oneshot::channel();
-        let env = self.envelope(entity_id, message, Reply::Record(tx))?;
+        let env = Envelope {
+            entity_id: entity_id.clone(),
+            shard,
+            message,
+            reply: Reply::Record(tx),
+            credit: None,
+            received: false,
+            delayed: false,
+        };
         self.shared.route(env).await?;
         Ok(rx)
     }

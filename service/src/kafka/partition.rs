@@ -418,18 +418,19 @@ impl<E: Entity> PartitionTask<E> {
                 return slots.push(record, Step::Refused { reason, outcome }, None);
             }
         };
-        self.check_partition(&id);
+        let shard = self.check_partition(&id);
         let key = std::hash::BuildHasher::hash_one(&slots.keys, &id);
         if slots.chain(key) {
             let message = Box::new(message);
             return slots.push(record, Step::Held { id, message }, Some(key));
         }
-        let step = self.route(id, message, 0).await;
+        let step = self.route(id, Some(shard), message, 0).await;
         slots.push(record, step, Some(key));
     }
 
     /// Warns (once) about a record whose key's murmur2 partition is another.
-    fn check_partition(&mut self, id: &str) {
+    /// Its shard, the key's murmur2 partition.
+    fn check_partition(&mut self, id: &str) -> ShardId {
         let shard = self.region.shard_of(id);
         if i64::from(shard.0) != i64::from(self.partition.partition) {
             self.metrics.partitioner_mismatch(&self.partition.topic);
@@ -438,11 +439,22 @@ impl<E: Entity> PartitionTask<E> {
                 tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, entity_id = %id, %shard, "record in another partition than its key's murmur2 partition (a producer with another partitioner?): handled, but on the shard's node, not here");
             }
         }
+        shard
     }
 
-    async fn route(&self, id: EntityId, message: E::Message, failures: u32) -> Step<E> {
+    /// Routes a record's message; `shard` is its key's, when known.
+    async fn route(
+        &self,
+        id: EntityId,
+        shard: Option<ShardId>,
+        message: E::Message,
+        failures: u32,
+    ) -> Step<E> {
         let routed = match self.shard {
-            ShardPlace::Here | ShardPlace::Unknown => self.region.route_record(&id, message).await,
+            ShardPlace::Here | ShardPlace::Unknown => {
+                let shard = shard.unwrap_or_else(|| self.region.shard_of(&id));
+                self.region.route_record(&id, shard, message).await
+            }
             ShardPlace::Elsewhere => self.region.route_tracked(&id, message).await,
         };
         match routed {
@@ -515,7 +527,7 @@ impl<E: Entity> PartitionTask<E> {
             (Step::Held { id, message }, _) => {
                 // Its key's earlier record settled before it reached the
                 // front (held records are routed then): route it now.
-                let step = self.route(id, *message, 0).await;
+                let step = self.route(id, None, *message, 0).await;
                 if let Some(front) = slots.front_mut() {
                     front.step = step;
                 }
@@ -533,7 +545,7 @@ impl<E: Entity> PartitionTask<E> {
             return true;
         };
         front.step = match (self.decode)(&front.record) {
-            Ok((_, message)) => self.route(id, message, failures).await,
+            Ok((_, message)) => self.route(id, None, message, failures).await,
             // The decoder took it before: it is not pure. Dead-lettered
             // with its key's later records let go.
             Err(reason) => {
@@ -552,7 +564,7 @@ impl<E: Entity> PartitionTask<E> {
         };
         record.ack.handled();
         if let Some((number, id, message)) = next {
-            let step = self.route(id, *message, 0).await;
+            let step = self.route(id, None, *message, 0).await;
             if let Some(slot) = slots.queue.get_mut((number - slots.front) as usize) {
                 slot.step = step;
             }
