@@ -40,8 +40,23 @@ fn binary(package: &str, name: &str, what: &[&str]) -> PathBuf {
         .and_then(|deps| deps.parent())
         .expect("target profile directory");
     let target_dir = profile_dir.parent().expect("target directory");
+    // Built in the profile of the test or bench that asks: a bench must
+    // measure a release build of today's code, not whatever an earlier
+    // build left in its profile's directory.
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => "dev",
+        Some(other) => other,
+    };
     let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--locked", "-p", package])
+        .args([
+            "build",
+            "--quiet",
+            "--locked",
+            "--profile",
+            profile,
+            "-p",
+            package,
+        ])
         .args(what)
         .arg("--target-dir")
         .arg(target_dir)

@@ -36,8 +36,8 @@ fn the_custom_allocation_strategy_example_runs() {
 
 /// `colo demo`, smaller than its defaults: purchase events through the
 /// in-process Kafka cluster into three nodes, a fourth joining and one
-/// leaving while records flow, `/metrics` served meanwhile, and a summary
-/// that found every record handled.
+/// leaving while records flow, progress printed and `/metrics` served
+/// meanwhile, and a summary that found every record handled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kafka_demo_runs_hands_off_and_handles_every_record() {
     use std::io::BufRead;
@@ -109,5 +109,19 @@ async fn the_kafka_demo_runs_hands_off_and_handles_every_record() {
         "every record was handled, each user's in order",
     ] {
         assert!(out.contains(expected), "no {expected:?} in:\n{out}");
+    }
+    // A join and a leave take rounds of the group (seconds on the mock
+    // cluster): the progress lines go on while they run.
+    for (begins, ends) in [(" joins:", " hosts "), (" leaves:", " left in ")] {
+        let lines: Vec<&str> = out.lines().collect();
+        let from = lines.iter().position(|l| l.contains(begins));
+        let to = lines.iter().position(|l| l.contains(ends));
+        let (Some(from), Some(to)) = (from, to) else {
+            panic!("no {begins:?} or {ends:?} in:\n{out}");
+        };
+        assert!(
+            lines[from..to].iter().any(|l| l.starts_with('[')),
+            "no progress between {begins:?} and {ends:?}:\n{out}"
+        );
     }
 }
