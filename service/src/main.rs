@@ -46,6 +46,9 @@ enum Command {
         /// Where /metrics is served (port 0: any free port).
         #[arg(long, default_value = "127.0.0.1:0")]
         metrics_listen: std::net::SocketAddr,
+        /// How often a progress line is printed (2s, 500ms, ...).
+        #[arg(long, default_value = "2s", value_parser = progress_period)]
+        progress_every: std::time::Duration,
     },
     /// Replays a cache-replacement trace through passivation strategies
     /// under Akka's sharding emulation and prints each one's active rate
@@ -129,13 +132,14 @@ fn main() -> ExitCode {
             rate,
             partitions,
             metrics_listen,
+            progress_every,
         } => demo(colo::demo::DemoOptions {
             records,
             users: usize::try_from(users).unwrap_or(usize::MAX),
             rate,
             partitions,
             metrics_listen,
-            ..colo::demo::DemoOptions::default()
+            progress_every,
         }),
         Command::Simulate(args) => run_simulation(args),
         Command::Run(args) => run_node(&args),
@@ -217,4 +221,30 @@ fn run_simulation(args: SimulateArgs) -> Result<(), String> {
         print!("{}", simulate::report::table(&report));
     }
     Ok(())
+}
+
+/// The demo's progress period: a duration longer than zero.
+fn progress_period(text: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(period) if period.is_zero() => Err("must be longer than zero".to_string()),
+        Ok(period) => Ok(period),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::progress_period;
+    use std::time::Duration;
+
+    #[test]
+    fn a_progress_period_is_a_duration_longer_than_zero() {
+        assert_eq!(progress_period("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(progress_period("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(
+            progress_period("0s"),
+            Err("must be longer than zero".to_string())
+        );
+        assert!(progress_period("often").is_err());
+    }
 }

@@ -52,6 +52,10 @@ async fn the_kafka_demo_runs_hands_off_and_handles_every_record() {
             "200",
         ])
         .args(["--partitions", "6"])
+        // Lines often enough that a join or a leave, which take at least a
+        // round of the mock cluster's group (a second or more), has several
+        // between its start and its end.
+        .args(["--progress-every", "250ms"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
