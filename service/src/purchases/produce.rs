@@ -59,9 +59,10 @@ pub enum ProduceError {
     Flush(Duration),
 }
 
-/// Counts deliveries the broker refused.
+/// Counts deliveries the broker refused: the context of every producer of
+/// the `colo` command (the sample's and `colo produce`'s).
 #[derive(Default)]
-struct Deliveries {
+pub(crate) struct Deliveries {
     failed: AtomicU64,
     first_error: parking_lot::Mutex<Option<String>>,
 }
@@ -81,6 +82,29 @@ impl ProducerContext for Deliveries {
 
 /// How long the last records may take to be acknowledged.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Waits until the broker acknowledged the `sent` records.
+///
+/// # Errors
+/// Records unacknowledged after [`FLUSH_TIMEOUT`], or refused.
+pub(crate) fn acknowledged(
+    producer: &BaseProducer<Deliveries>,
+    sent: u64,
+) -> Result<(), ProduceError> {
+    producer
+        .flush(FLUSH_TIMEOUT)
+        .map_err(|_| ProduceError::Flush(FLUSH_TIMEOUT))?;
+    let deliveries = producer.context();
+    let failed = deliveries.failed.load(Ordering::Relaxed);
+    if failed > 0 {
+        return Err(ProduceError::Undelivered {
+            failed,
+            sent,
+            first: deliveries.first_error.lock().clone().unwrap_or_default(),
+        });
+    }
+    Ok(())
+}
 
 /// Sends events until the count, the duration or `stop` says so, calling
 /// `progress` with the number sent now and then. Blocks: call it off the
@@ -140,18 +164,7 @@ pub fn produce(
         sent_so_far.store(sent, Ordering::Relaxed);
         producer.poll(Duration::ZERO);
     }
-    producer
-        .flush(FLUSH_TIMEOUT)
-        .map_err(|_| ProduceError::Flush(FLUSH_TIMEOUT))?;
-    let deliveries = producer.context();
-    let failed = deliveries.failed.load(Ordering::Relaxed);
-    if failed > 0 {
-        return Err(ProduceError::Undelivered {
-            failed,
-            sent,
-            first: deliveries.first_error.lock().clone().unwrap_or_default(),
-        });
-    }
+    acknowledged(&producer, sent)?;
     Ok(Produced {
         totals: generator.totals().clone(),
         elapsed: started.elapsed(),

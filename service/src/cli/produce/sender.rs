@@ -4,11 +4,10 @@
 //! another partition than their entity's shard.
 
 use super::own_records::OwnRecord;
-use crate::purchases::ProduceError;
+use crate::purchases::{acknowledged, Deliveries, ProduceError};
 use rdkafka::config::ClientConfig;
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{BaseProducer, BaseRecord};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::ClientContext;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -21,9 +20,6 @@ pub const PARTITIONER: &str = "murmur2_random";
 /// Partitioners that put every keyed record in its key's murmur2
 /// partition.
 const MURMUR2: [&str; 2] = ["murmur2_random", "murmur2"];
-
-/// How long the last records may take to be acknowledged.
-const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where and how fast to send.
 #[derive(Debug, Clone)]
@@ -58,26 +54,6 @@ pub fn check_partitioner(client: &[(String, String)]) -> Result<(), String> {
             "--client partitioner={value}: colo's shards are Kafka's murmur2 partitions of the key, so records must be sent with partitioner={PARTITIONER} (or murmur2)"
         )),
         _ => Ok(()),
-    }
-}
-
-/// Counts deliveries the broker refused.
-#[derive(Default)]
-struct Deliveries {
-    failed: AtomicU64,
-    first_error: parking_lot::Mutex<Option<String>>,
-}
-
-impl ClientContext for Deliveries {}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((e, _)) = result {
-            self.failed.fetch_add(1, Ordering::Relaxed);
-            self.first_error.lock().get_or_insert_with(|| e.to_string());
-        }
     }
 }
 
@@ -138,19 +114,7 @@ pub fn send(
         sent_so_far.store(sent, Ordering::Relaxed);
         producer.poll(Duration::ZERO);
     }
-    producer
-        .flush(FLUSH_TIMEOUT)
-        .map_err(|_| ProduceError::Flush(FLUSH_TIMEOUT))?;
-    let deliveries = producer.context();
-    let failed = deliveries.failed.load(Ordering::Relaxed);
-    if failed > 0 {
-        return Err(ProduceError::Undelivered {
-            failed,
-            sent,
-            first: deliveries.first_error.lock().clone().unwrap_or_default(),
-        }
-        .into());
-    }
+    acknowledged(&producer, sent)?;
     Ok(Sent {
         records: sent,
         keys: keys.len(),
