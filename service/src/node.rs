@@ -15,6 +15,11 @@ use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// How long a gracefully stopping node waits for its last replies and
+/// batches to reach other nodes. Beyond it a receiver is unreachable or
+/// stuck, and its askers time out either way.
+const LAST_SENDS: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// One node of a cluster: runs a region per entity type.
 pub struct Node {
     context: Arc<NodeContext>,
@@ -135,6 +140,9 @@ impl Node {
         self.inbound.regions.write().clear();
         self.context.transport.detach();
         self.inbound.close();
+        // The process usually ends next: the entities' last replies must
+        // have left first.
+        self.context.transport.finish_sending(LAST_SENDS).await;
     }
 
     /// Stops the node at once, as a crash would: no hand-off, entities

@@ -90,8 +90,24 @@ pub trait Transport: Send + Sync + 'static {
         batch: Vec<WireEnvelope>,
     ) -> BoxFuture<'_, Result<(), TransportError>>;
 
-    /// Sends an ask's reply to the asking node.
-    fn reply(&self, to: &RegionId, reply: WireReply) -> BoxFuture<'_, Result<(), TransportError>>;
+    /// Sends an ask's reply to the asking node, without waiting: it is
+    /// queued behind the replies sent before it, so that a graceful stop's
+    /// [`Transport::finish_sending`] sees every reply already given.
+    ///
+    /// # Errors
+    /// The asking node cannot be reached from here.
+    fn reply(&self, to: &RegionId, reply: WireReply) -> Result<(), TransportError>;
+
+    /// Waits, at most `within`, until what this node still sends (the
+    /// last replies, batches not acked yet) has reached its receivers. A
+    /// gracefully stopping node calls it last: its process ends next, and
+    /// a reply still queued then (say, towards a node it had never sent to,
+    /// whose connection was still opening) would leave its asker waiting
+    /// for its deadline. A transport that delivers at once (the in-memory
+    /// one) has nothing to wait for.
+    fn finish_sending(&self, _within: std::time::Duration) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 
     /// Starts handing this node's received traffic to `inbound`.
     fn attach(&self, inbound: Arc<dyn Inbound>);

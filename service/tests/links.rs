@@ -31,6 +31,8 @@ enum Msg {
 struct Log {
     seqs: Mutex<Vec<u64>>,
     delay: Mutex<Duration>,
+    /// Handlers begun, finished or not.
+    begun: std::sync::atomic::AtomicU64,
 }
 
 struct Recorder(Arc<Log>);
@@ -40,6 +42,9 @@ impl Entity for Recorder {
     type Reply = u64;
 
     async fn handle(&mut self, _ctx: &EntityContext, message: Msg) -> Result<u64, EntityError> {
+        self.0
+            .begun
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let delay = *self.0.delay.lock();
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
@@ -138,7 +143,8 @@ struct Cluster {
     receiver: Region<Recorder>,
     log: Arc<Log>,
     locations: ExternalAllocationClient,
-    _nodes: Vec<GrpcNode>,
+    /// The sender's node, then the receiver's.
+    nodes: Vec<GrpcNode>,
     proxy: Option<Proxy>,
 }
 
@@ -164,7 +170,7 @@ async fn cluster(mailbox: usize, proxied: bool) -> Cluster {
         receiver: receiver.region.clone(),
         log,
         locations,
-        _nodes: vec![sender, receiver],
+        nodes: vec![sender, receiver],
         proxy,
     }
 }
@@ -470,4 +476,39 @@ async fn shards_are_hosted_and_released_on_demand_over_grpc() {
     })
     .await;
     assert_eq!(*cluster.log.seqs.lock(), vec![1, 2, 3]);
+}
+
+/// A node that stops gracefully has sent its last replies when its
+/// shutdown returns, and its process ends next: an ask it answers while it
+/// stops reaches the asker, even over a Link it had never opened (the
+/// asker's Link carried the ask; the reply needs the receiver's own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replies_of_a_node_stopping_gracefully_arrive_before_it_exits() {
+    let mut cluster = cluster(64, false).await;
+    let id = place_on_receiver(&cluster).await;
+    *cluster.log.delay.lock() = Duration::from_millis(300);
+    let asked = {
+        let sender = cluster.sender.clone();
+        tokio::spawn(async move {
+            sender
+                .ask(&id, Msg::Record(7), Duration::from_secs(10))
+                .await
+        })
+    };
+    let begun = || cluster.log.begun.load(std::sync::atomic::Ordering::Relaxed) == 1;
+    eventually(
+        "the receiver handles the ask",
+        Duration::from_secs(10),
+        || std::future::ready(begun()),
+    )
+    .await;
+    let receiver = cluster.nodes.pop().expect("the receiver's node");
+    receiver.node.shutdown().await;
+    // The process would end here: nothing of the node runs any more.
+    receiver.kill().await;
+    let answer = tokio::time::timeout(Duration::from_secs(10), asked)
+        .await
+        .expect("the ask ends")
+        .expect("the asking task");
+    assert_eq!(answer.expect("the reply arrived"), 7);
 }

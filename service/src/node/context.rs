@@ -75,12 +75,9 @@ impl NodeContext {
                     correlation: to.correlation,
                     result,
                 };
-                let transport = self.transport.clone();
-                self.tasks.spawn(async move {
-                    if let Err(e) = transport.reply(&to.node, reply).await {
-                        tracing::debug!(error = %e, "ask reply not delivered");
-                    }
-                });
+                if let Err(e) = self.transport.reply(&to.node, reply) {
+                    tracing::debug!(error = %e, "ask reply not delivered");
+                }
             }
         }
     }

@@ -267,18 +267,25 @@ impl Transport for GrpcTransport {
         })
     }
 
-    fn reply(&self, to: &RegionId, reply: WireReply) -> BoxFuture<'_, Result<(), TransportError>> {
-        let to = to.clone();
-        Box::pin(async move {
-            if to == self.local {
-                if let Some(inbound) = self.inbound.read().clone() {
-                    inbound.reply(reply);
-                }
-                return Ok(());
+    fn reply(&self, to: &RegionId, reply: WireReply) -> Result<(), TransportError> {
+        if *to == self.local {
+            if let Some(inbound) = self.inbound.read().clone() {
+                inbound.reply(reply);
             }
-            self.peer(&to)
-                .reply(reply)
-                .map_err(|()| TransportError::Unreachable(to))
+            return Ok(());
+        }
+        self.peer(to)
+            .reply(reply)
+            .map_err(|()| TransportError::Unreachable(to.clone()))
+    }
+
+    fn finish_sending(&self, within: std::time::Duration) -> BoxFuture<'_, ()> {
+        let peers: Vec<Arc<Peer>> = self.peers.lock().values().cloned().collect();
+        Box::pin(async move {
+            let finished = futures::future::join_all(peers.iter().map(|peer| peer.finish()));
+            if tokio::time::timeout(within, finished).await.is_err() {
+                tracing::warn!(timeout = ?within, "links did not finish sending before the node stopped; replies still queued are lost (their askers time out)");
+            }
         })
     }
 

@@ -238,14 +238,11 @@ impl Transport for InMemoryTransport {
         })
     }
 
-    fn reply(&self, to: &RegionId, reply: WireReply) -> BoxFuture<'_, Result<(), TransportError>> {
-        let target = self.network.node(to);
-        Box::pin(async move {
-            let target = target?;
-            let bytes = codec::encode(&reply)?;
-            target.reply(codec::decode(&bytes)?);
-            Ok(())
-        })
+    fn reply(&self, to: &RegionId, reply: WireReply) -> Result<(), TransportError> {
+        let target = self.network.node(to)?;
+        let bytes = codec::encode(&reply)?;
+        target.reply(codec::decode(&bytes)?);
+        Ok(())
     }
 
     fn connect_coordinator(

@@ -20,6 +20,11 @@
 //!   itself meanwhile), nothing unacked is resent: the receiver says up to
 //!   which sequence number it took, and the rest is reported refused, so
 //!   the region routes it again.
+//! - A node that stops gracefully asks its Links to finish: each sends what
+//!   it holds, waits for its acks, then ends its stream and waits until the
+//!   receiver ends its side, which it does only after reading every frame
+//!   before the end. Replies are not acked; this is how a stopping node
+//!   knows its last ones arrived.
 
 use super::{convert, GrpcSettings};
 use crate::credits::WINDOW;
@@ -59,6 +64,8 @@ enum Request {
         done: Done,
     },
     Reply(WireReply),
+    /// Told once everything asked for before it was received.
+    Finish(oneshot::Sender<()>),
 }
 
 /// A handle on the Link to one node.
@@ -99,6 +106,7 @@ impl Peer {
             queued: VecDeque::new(),
             unacked: VecDeque::new(),
             replies: VecDeque::new(),
+            finishing: Vec::new(),
             taken: 0,
             released: 0,
             receiver: None,
@@ -151,6 +159,16 @@ impl Peer {
     pub fn reply(&self, reply: WireReply) -> Result<(), ()> {
         self.requests.send(Request::Reply(reply)).map_err(|_| ())
     }
+
+    /// Resolves once every reply and batch given before has reached the
+    /// node (or the task gave up on it: then there is nothing more to do).
+    /// Unbounded: its caller bounds it.
+    pub async fn finish(&self) {
+        let (done, finished) = oneshot::channel();
+        if self.requests.send(Request::Finish(done)).is_ok() {
+            let _ = finished.await;
+        }
+    }
 }
 
 struct Sent {
@@ -172,6 +190,8 @@ struct LinkTask {
     unacked: VecDeque<Sent>,
     /// Replies held while the connection is down.
     replies: VecDeque<pb::Reply>,
+    /// Whoever waits for what was asked before to arrive.
+    finishing: Vec<oneshot::Sender<()>>,
     /// Envelopes sent (first time) and released by the receiver, in all, in
     /// this receiver incarnation: their difference is in its custody.
     taken: u64,
@@ -221,28 +241,44 @@ enum Ended {
     Broken,
     /// Nobody asks for anything any more.
     Idle,
+    /// Ended on purpose, everything received: connect again only for
+    /// something new.
+    Finished,
 }
 
 impl LinkTask {
     async fn run(mut self) {
         loop {
             // Connect only when there is something to send.
-            if self.queued.is_empty() && self.unacked.is_empty() && self.replies.is_empty() {
+            if self.nothing_to_send() {
+                self.finished();
                 match self.requests.recv().await {
                     Some(request) => self.take(request),
                     None => break,
                 }
+                continue;
             }
             let Some(connection) = self.connect().await else {
                 self.give_up();
                 break;
             };
             match self.serve(connection).await {
-                Ended::Broken => continue,
+                Ended::Broken | Ended::Finished => continue,
                 Ended::Idle => break,
             }
         }
         self.gone.store(true, Ordering::Release);
+    }
+
+    fn nothing_to_send(&self) -> bool {
+        self.queued.is_empty() && self.unacked.is_empty() && self.replies.is_empty()
+    }
+
+    /// Tells whoever waits to finish that it is done.
+    fn finished(&mut self) {
+        for done in self.finishing.drain(..) {
+            let _ = done.send(());
+        }
     }
 
     fn take(&mut self, request: Request) {
@@ -256,6 +292,7 @@ impl LinkTask {
                     self.replies.push_back(convert::reply_to_pb(reply));
                 }
             }
+            Request::Finish(done) => self.finishing.push(done),
         }
     }
 
@@ -377,6 +414,7 @@ impl LinkTask {
             let _ = done.send(Err(Failure::NotSent));
         }
         self.replies.clear();
+        self.finished();
     }
 
     async fn serve(&mut self, mut connection: Connection) -> Ended {
@@ -391,6 +429,9 @@ impl LinkTask {
         }
         loop {
             self.send_what_fits(&mut connection);
+            if !self.finishing.is_empty() && self.queued.is_empty() && self.unacked.is_empty() {
+                return self.finish(connection).await;
+            }
             let ack_deadline = self
                 .unacked
                 .front()
@@ -423,6 +464,28 @@ impl LinkTask {
                 }
             }
         }
+    }
+
+    /// Ends the stream with everything sent and acked, and waits (at most
+    /// the region timeout) until the receiver ends its side: it has then
+    /// read every frame, the last replies among them.
+    async fn finish(&mut self, connection: Connection) -> Ended {
+        let Connection {
+            frames,
+            mut answers,
+        } = connection;
+        drop(frames);
+        let ended = tokio::time::timeout(self.settings.region_timeout, async {
+            while let Ok(Some(answer)) = answers.message().await {
+                self.answered(answer);
+            }
+        })
+        .await;
+        if ended.is_err() {
+            tracing::debug!(node = %self.address, "link did not end in time");
+        }
+        self.finished();
+        Ended::Finished
     }
 
     /// Sends queued batches while the receiver's window has room.

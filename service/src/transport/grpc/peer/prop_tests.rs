@@ -86,6 +86,7 @@ fn link_with_unacked(sizes: &[usize], released: u64) -> (LinkTask, Outcomes) {
         queued: VecDeque::new(),
         unacked: VecDeque::new(),
         replies: VecDeque::new(),
+        finishing: Vec::new(),
         taken: 0,
         released: 0,
         receiver: Some((1, 1)),
