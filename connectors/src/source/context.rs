@@ -1,6 +1,6 @@
 //! The consumer's context: librdkafka's callbacks, run on the poll thread.
 
-use super::feeds::{one, partitions, store_position, Feed, Feeds, Phase, Progress};
+use super::feeds::{one, partitions, store_position, Feed, Feeds, Phase, Progress, Taken};
 use super::{AssignedPartition, Gate, Revocation, SourceEvent, TopicPartition};
 use crate::ack::Offsets;
 use crate::observer::SourceObserver;
@@ -154,6 +154,7 @@ impl SourceContext {
                         held: VecDeque::new(),
                         paused: false,
                         stored: None,
+                        taken: Taken::default(),
                         progress: Progress::new(),
                     },
                 );

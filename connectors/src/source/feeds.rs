@@ -47,6 +47,8 @@ pub(super) struct Feed {
     pub(super) paused: bool,
     /// The position last stored.
     pub(super) stored: Option<i64>,
+    /// How far this assignment's records were taken.
+    pub(super) taken: Taken,
     /// Whether it moves, as the reports see it.
     pub(super) progress: Progress,
 }
@@ -90,6 +92,73 @@ impl Progress {
             return Some(true);
         }
         None
+    }
+}
+
+/// How far an assignment's records were taken (handed over or held), so
+/// that the consumer going back within it is seen. librdkafka can: a
+/// partition without a committed offset is reset to its first offset by an
+/// offset query, and a query timer left over from a pause during that
+/// query restarts the partition there once more, after its records were
+/// consumed (seen with librdkafka 2.12). Taken twice, they would be handled
+/// twice by the same entities, out of order.
+#[derive(Debug, Default)]
+pub(super) enum Taken {
+    /// Nothing yet.
+    #[default]
+    Nothing,
+    /// Every record before `next`.
+    Through { next: i64 },
+    /// Every record before `next`, and the consumer now delivers earlier
+    /// ones again (from `from`): they are dropped until it catches up.
+    Repeating { next: i64, from: i64, dropped: u64 },
+}
+
+impl Taken {
+    /// Whether the record at `offset` is new to this assignment, noting it.
+    fn take(&mut self, offset: i64, tp: (&str, i32)) -> bool {
+        match *self {
+            Taken::Nothing => {
+                *self = Taken::Through { next: offset + 1 };
+                true
+            }
+            Taken::Through { next } if offset >= next => {
+                *self = Taken::Through { next: offset + 1 };
+                true
+            }
+            Taken::Through { next } => {
+                tracing::warn!(topic = tp.0, partition = tp.1, offset, next, "the consumer went back within the partition's assignment: records it delivered already are dropped until it catches up (were the partition's log truncated, records before the next offset would be skipped)");
+                *self = Taken::Repeating {
+                    next,
+                    from: offset,
+                    dropped: 1,
+                };
+                false
+            }
+            Taken::Repeating {
+                next,
+                from,
+                dropped,
+            } if offset < next => {
+                *self = Taken::Repeating {
+                    next,
+                    from,
+                    dropped: dropped + 1,
+                };
+                false
+            }
+            Taken::Repeating { from, dropped, .. } => {
+                tracing::info!(
+                    topic = tp.0,
+                    partition = tp.1,
+                    from,
+                    dropped,
+                    "the consumer caught up: records delivered again were dropped"
+                );
+                *self = Taken::Through { next: offset + 1 };
+                true
+            }
+        }
     }
 }
 
@@ -144,6 +213,9 @@ impl Feeds {
             return;
         };
         if feed.below_floor(raw.offset) {
+            return;
+        }
+        if !feed.taken.take(raw.offset, (topic, raw.partition)) {
             return;
         }
         if feed.takes(self.max_in_flight) {
@@ -300,4 +372,59 @@ pub(super) fn partitions(list: &TopicPartitionList) -> Vec<TopicPartition> {
             partition: e.partition(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open_feed(to_service: mpsc::UnboundedSender<Record>) -> Feeds {
+        let feed = Feed {
+            id: 1,
+            phase: Phase::Open { floor: None },
+            topic: Arc::from("t"),
+            to_service,
+            offsets: Arc::default(),
+            held: VecDeque::new(),
+            paused: false,
+            stored: None,
+            taken: Taken::default(),
+            progress: Progress::new(),
+        };
+        let tp = TopicPartition {
+            topic: "t".into(),
+            partition: 0,
+        };
+        Feeds {
+            by: HashMap::from([(tp, feed)]),
+            max_in_flight: 1000,
+            stall_timeout: std::time::Duration::from_secs(60),
+        }
+    }
+
+    fn raw(offset: i64) -> RawRecord {
+        RawRecord {
+            partition: 0,
+            offset,
+            key: None,
+            payload: None,
+        }
+    }
+
+    /// librdkafka restarting a partition at its first offset within one
+    /// assignment (see `Taken`): what it delivers again is not handed over
+    /// twice, and what comes after is.
+    #[test]
+    fn records_the_consumer_delivers_again_within_an_assignment_are_handed_over_once() {
+        let (to_service, mut records) = mpsc::unbounded_channel();
+        let mut feeds = open_feed(to_service);
+        for offset in [0, 1, 2, 0, 1, 2, 3, 1, 4] {
+            feeds.push("t", raw(offset));
+        }
+        let mut handed = Vec::new();
+        while let Ok(record) = records.try_recv() {
+            handed.push(record.offset);
+        }
+        assert_eq!(handed, vec![0, 1, 2, 3, 4]);
+    }
 }
