@@ -102,34 +102,7 @@ pub(super) fn poll(
         }
     }
     feeds.lock().maintain(consumer);
-    // The revoke at leaving commits what was handled; were the partitions
-    // still assigned after it, the commit is made here.
-    if !leave(consumer) {
-        consumer.context().commit_within_bound(consumer, "shutdown");
-    }
-}
-
-/// Leaves the group before the consumer is closed: unsubscribes, then
-/// polls (the revoke runs in here, and hands the partitions off) until no
-/// partition is assigned. Closed while a cooperative assignment is still
-/// under way, librdkafka 2.12 can abort the whole process on an assertion
-/// of its group's teardown (`rd_kafka_assignment_in_progress`); leaving
-/// first is the known way round it. Bounded by the revoke's own bounds;
-/// records polled meanwhile are not taken (their partitions' next owner
-/// reads them). False if partitions are still assigned.
-fn leave(consumer: &BaseConsumer<SourceContext>) -> bool {
-    consumer.unsubscribe();
-    let context = consumer.context();
-    let deadline = std::time::Instant::now() + context.timeout + context.commit_timeout;
-    while std::time::Instant::now() < deadline {
-        let _ = consumer.poll(POLL_WAIT);
-        let assigned = consumer.assignment().map_or(0, |list| list.count());
-        if assigned == 0 {
-            return true;
-        }
-    }
-    tracing::warn!("the consumer still has partitions after leaving its group");
-    false
+    consumer.context().commit_within_bound(consumer, "shutdown");
 }
 
 /// Whether librdkafka raised a fatal error: the consumer can do nothing

@@ -506,8 +506,9 @@ async fn a_shard_release_cut_off_at_a_revoke_is_retried_until_the_next_owner_get
 
 /// The commit at a revoke is refused once (the mock cluster answers it
 /// with an error on cue; the test broker does not refuse commits): it is
-/// tried again within the revoke, before the partitions' shards are
-/// handed off, so their next owner starts after what was handled (even a
+/// tried again within the revoke (here the first commit of node a's leaving,
+/// made as its consumer stops, then its revoke's), before the partitions'
+/// shards are handed off, so their next owner starts after what was handled (even a
 /// next owner the broker assigned them to before this revoke, as the test
 /// broker can), and each record is handled exactly once. The refusal is
 /// counted, and the source never gives up on the commit (which it says at
@@ -562,8 +563,8 @@ async fn a_commit_refused_at_a_revoke_is_tried_again_before_the_hand_off() {
     assert!(failed_commits() > failed_before, "the refusal is counted");
     let text = logs.text();
     assert!(
-        !text.contains("offsets not committed at revoke within kafka.commit_timeout"),
-        "the revoke gave its commit up:\n{text}"
+        !text.contains("within kafka.commit_timeout"),
+        "a commit was given up:\n{text}"
     );
     let ingest_b = KafkaIngest::start(b.clone(), settings, probe_records()).expect("ingest");
     eventually("b hosts every shard", Duration::from_secs(60), || async {
