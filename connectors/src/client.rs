@@ -37,6 +37,27 @@ pub(crate) fn client_config<'a>(
     config
 }
 
+/// Properties of consumers only, which the source's pass-through list may
+/// hold and a producer (or an admin client) would warn about. `group.*`
+/// covers both group protocols' (`group.protocol`, `group.instance.id`,
+/// `group.remote.assignor`, `group.protocol.type`).
+pub(crate) fn consumer_only(key: &str) -> bool {
+    const KEYS: [&str; 8] = [
+        "session.timeout.ms",
+        "heartbeat.interval.ms",
+        "max.poll.interval.ms",
+        "auto.offset.reset",
+        "isolation.level",
+        "check.crcs",
+        "enable.partition.eof",
+        "partition.assignment.strategy",
+    ];
+    KEYS.contains(&key)
+        || key.starts_with("group.")
+        || key.starts_with("fetch.")
+        || key.starts_with("queued.")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,9 @@
 //! they came from, so a partition can go on without skipping anything
 //! unrecorded.
 
-use crate::source::{Record, SourceError};
+use crate::client::consumer_only;
+use crate::error::SourceError;
+use crate::record::Record;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::time::Duration;
@@ -29,27 +31,6 @@ impl std::fmt::Debug for DeadLetters {
             .field("topic", &self.topic)
             .finish_non_exhaustive()
     }
-}
-
-/// Properties of consumers only, which the source's pass-through list may
-/// hold and a producer (or an admin client) would warn about. `group.*`
-/// covers both group protocols' (`group.protocol`, `group.instance.id`,
-/// `group.remote.assignor`, `group.protocol.type`).
-pub(crate) fn consumer_only(key: &str) -> bool {
-    const KEYS: [&str; 8] = [
-        "session.timeout.ms",
-        "heartbeat.interval.ms",
-        "max.poll.interval.ms",
-        "auto.offset.reset",
-        "isolation.level",
-        "check.crcs",
-        "enable.partition.eof",
-        "partition.assignment.strategy",
-    ];
-    KEYS.contains(&key)
-        || key.starts_with("group.")
-        || key.starts_with("fetch.")
-        || key.starts_with("queued.")
 }
 
 impl DeadLetters {

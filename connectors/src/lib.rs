@@ -16,7 +16,9 @@
 mod ack;
 mod client;
 mod dead_letters;
+mod error;
 mod observer;
+mod record;
 mod source;
 mod topics;
 
@@ -25,12 +27,14 @@ pub use colo_allocation::MessageExtractor;
 pub use dead_letters::{
     DeadLetters, REASON_HEADER, SOURCE_OFFSET_HEADER, SOURCE_PARTITION_HEADER, SOURCE_TOPIC_HEADER,
 };
+pub use error::{SourceError, TopicError};
 pub use observer::{NoObserver, PartitionState, SourceObserver};
+pub use record::{Record, TopicPartition};
 pub use source::{
-    AssignedPartition, Gate, KafkaSource, Record, Revocation, SourceError, SourceEvent,
-    SourceSettings, TopicPartition, FETCH_QUEUE_BACKOFF_MS,
+    AssignedPartition, Gate, KafkaSource, Revocation, SourceEvent, SourceSettings,
+    FETCH_QUEUE_BACKOFF_MS,
 };
 pub use topics::{
     check_partition_counts, check_topic_usable, create_missing_topics, partition_counts,
-    NewTopicSpec, TopicError,
+    NewTopicSpec,
 };

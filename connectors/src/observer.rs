@@ -1,7 +1,7 @@
 //! What a source reports as it goes, for the service's metrics: this crate
 //! names no metric, the service does.
 
-use crate::source::TopicPartition;
+use crate::record::TopicPartition;
 use std::time::Duration;
 
 /// An assigned partition, as the poll loop last saw it.

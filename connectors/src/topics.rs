@@ -2,36 +2,12 @@
 //! entity type must exist with the entity type's number of shards as its
 //! partition count (shard = partition).
 
-use crate::client::client_config;
-use crate::dead_letters::consumer_only;
-use crate::source::{SourceError, SourceSettings};
+use crate::client::{client_config, consumer_only};
+use crate::error::{SourceError, TopicError};
+use crate::source::SourceSettings;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// Why a topic does not fit the entity type.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TopicError {
-    /// The broker does not know the topic.
-    #[error("topic {topic:?} does not exist")]
-    Missing { topic: String },
-    /// The broker refuses this client the topic's metadata: it would refuse
-    /// it writes too.
-    #[error(
-        "topic {topic:?} cannot be used: the broker does not authorize this client for it ({code})"
-    )]
-    Unauthorized {
-        topic: String,
-        code: rdkafka::types::RDKafkaErrorCode,
-    },
-    /// Shard = partition: the counts must be equal.
-    #[error("topic {topic:?} has {partitions} partitions but the entity type has {number_of_shards} shards; they must be equal")]
-    PartitionCount {
-        topic: String,
-        partitions: usize,
-        number_of_shards: u32,
-    },
-}
 
 /// The partition count of each of `settings.topics`, from the broker's
 /// metadata.

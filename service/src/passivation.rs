@@ -6,7 +6,8 @@
 //! - [`strategy`]: an entity type's passivation strategy (idle timeout,
 //!   limit) and the passivation reasons.
 //! - [`settings`]: the replacement policy of a limit, with Akka's names and
-//!   defaults, the presets, and `build` for one shard.
+//!   defaults, the presets and their checks; `from_settings`: `build`, the
+//!   policy of one shard made from them.
 //! - [`lru`], [`mru`], [`lfu`]: least recently used (plain and segmented),
 //!   most recently used, least frequently used (with dynamic aging).
 //! - [`lirs`]: low inter-reference recency set, with an adaptive HIR share
@@ -26,6 +27,7 @@ pub mod composite;
 pub mod ensemble;
 mod frequency_list;
 pub mod frequency_sketch;
+mod from_settings;
 pub mod hill_climbing;
 pub mod lfu;
 pub mod lirs;

@@ -11,6 +11,7 @@ pub(crate) mod activity;
 pub(crate) mod delivery;
 mod erased;
 pub(crate) mod lease;
+pub(crate) mod mail;
 pub(crate) mod outbound;
 pub(crate) mod placement;
 pub(crate) mod routes;

@@ -1,9 +1,12 @@
 //! The consumer's context: librdkafka's callbacks, run on the poll thread.
 
-use super::feeds::{one, partitions, store_position, Feed, Feeds, Phase, Progress, Taken};
-use super::{AssignedPartition, Gate, Revocation, SourceEvent, TopicPartition};
+use super::events::{AssignedPartition, Gate, Revocation, SourceEvent};
+use super::feeds::{
+    one, partitions, store_position, Feed, Feeds, Phase, Progress, Taken, Watermarks,
+};
 use crate::ack::Offsets;
 use crate::observer::SourceObserver;
+use crate::record::TopicPartition;
 use parking_lot::Mutex;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::{ClientContext, TopicPartitionList};
@@ -35,17 +38,6 @@ pub(super) struct SourceContext {
     /// The consumer itself, for a commit made on a thread of its own (so
     /// that its wait can be bounded); set once it exists.
     pub(super) consumer: std::sync::OnceLock<std::sync::Weak<BaseConsumer<SourceContext>>>,
-}
-
-/// A partition as librdkafka's statistics last described it.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Watermarks {
-    /// The offset after the partition's last record.
-    pub(super) high: Option<i64>,
-    /// Its first record's offset.
-    pub(super) low: Option<i64>,
-    /// The group's committed offset, which librdkafka reads at assignment.
-    pub(super) committed: Option<i64>,
 }
 
 /// How long a refused commit waits before it is tried again.

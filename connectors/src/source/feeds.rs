@@ -2,12 +2,11 @@
 //! gate's phase, the records held back, the in-flight bound, the offsets
 //! stored.
 
-use super::context::SourceContext;
-use super::{Record, TopicPartition};
 use crate::ack::{Ack, Offsets};
 use crate::observer::{PartitionState, SourceObserver};
+use crate::record::{Record, TopicPartition};
 use parking_lot::Mutex;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::TopicPartitionList;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -248,10 +247,9 @@ impl Feeds {
     /// partition that does not move while records wait.
     pub(super) fn report(
         &mut self,
-        consumer: &BaseConsumer<SourceContext>,
+        watermarks: &HashMap<TopicPartition, Watermarks>,
         observer: &dyn SourceObserver,
     ) {
-        let watermarks = consumer.context().watermarks.lock().clone();
         for (tp, feed) in &mut self.by {
             let (position, delivered, in_flight) = {
                 let offsets = feed.offsets.lock();
@@ -295,7 +293,7 @@ impl Feeds {
         }
     }
 
-    pub(super) fn maintain(&mut self, consumer: &BaseConsumer<SourceContext>) {
+    pub(super) fn maintain<C: ConsumerContext>(&mut self, consumer: &BaseConsumer<C>) {
         for (tp, feed) in &mut self.by {
             let open = matches!(feed.phase, Phase::Open { .. });
             while open
@@ -334,8 +332,19 @@ impl Feeds {
     }
 }
 
+/// A partition as librdkafka's statistics last described it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Watermarks {
+    /// The offset after the partition's last record.
+    pub(super) high: Option<i64>,
+    /// Its first record's offset.
+    pub(super) low: Option<i64>,
+    /// The group's committed offset, which librdkafka reads at assignment.
+    pub(super) committed: Option<i64>,
+}
+
 /// Stores the partition's position if it moved.
-fn store(consumer: &BaseConsumer<SourceContext>, tp: &TopicPartition, feed: &mut Feed) {
+fn store<C: ConsumerContext>(consumer: &BaseConsumer<C>, tp: &TopicPartition, feed: &mut Feed) {
     let position = feed.offsets.lock().position();
     if let Some(offset) = position.filter(|_| position != feed.stored) {
         match store_position(consumer, tp, offset) {
@@ -348,8 +357,8 @@ fn store(consumer: &BaseConsumer<SourceContext>, tp: &TopicPartition, feed: &mut
 }
 
 /// Stores `offset` as the next one to consume (what a commit records).
-pub(super) fn store_position(
-    consumer: &BaseConsumer<SourceContext>,
+pub(super) fn store_position<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
     tp: &TopicPartition,
     offset: i64,
 ) -> rdkafka::error::KafkaResult<()> {

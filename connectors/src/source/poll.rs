@@ -2,7 +2,7 @@
 
 use super::context::SourceContext;
 use super::feeds::{Feeds, RawRecord};
-use super::TopicPartition;
+use crate::record::TopicPartition;
 use parking_lot::Mutex;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -98,7 +98,10 @@ pub(super) fn poll(
             if failed(consumer) {
                 return;
             }
-            feeds.lock().report(consumer, &*consumer.context().observer);
+            let watermarks = consumer.context().watermarks.lock().clone();
+            feeds
+                .lock()
+                .report(&watermarks, &*consumer.context().observer);
         }
     }
     feeds.lock().maintain(consumer);

@@ -6,16 +6,7 @@
 //! round-trip through postcard (our wire codec) as well as through
 //! self-describing formats; names are kebab-case like Akka's keys.
 
-use super::area::ActiveArea;
-use super::composite::{AdmissionWindow, Composite};
-use super::ensemble::Ensemble;
-use super::frequency_sketch::{SketchHash, COUNTER_BITS, MAX_DEPTH};
-use super::lfu::LeastFrequentlyUsed;
-use super::lirs::LowInterReferenceRecencySet;
-use super::lru::{LeastRecentlyUsed, SegmentedLeastRecentlyUsed};
-use super::mru::MostRecentlyUsed;
-use super::next_use::PredictedNextUse;
-use super::{PolicyKey, ReplacementPolicy};
+use super::frequency_sketch::{COUNTER_BITS, MAX_DEPTH};
 use serde::{Deserialize, Serialize};
 
 /// Which entities to passivate once a shard reaches its share of the
@@ -117,26 +108,6 @@ impl EnsembleSettings {
             margin_multiplier: 0.5,
         }
     }
-
-    pub(crate) fn build<K: PolicyKey>(&self, limit: usize) -> Ensemble<K> {
-        let experts = self
-            .experts
-            .iter()
-            .map(|expert| match expert {
-                // the experts need membership, which a composite has
-                ReplacementSettings::Composite(composite) => {
-                    Box::new(composite.build(limit, None)) as Box<dyn ActiveArea<K>>
-                }
-                other => other.build_area(limit),
-            })
-            .collect();
-        Ensemble::new(
-            limit,
-            experts,
-            self.period_multiplier,
-            self.margin_multiplier,
-        )
-    }
 }
 
 /// The settings of LIRS (not an Akka policy).
@@ -183,25 +154,6 @@ impl Default for LirsSettings {
     }
 }
 
-impl LirsSettings {
-    fn build<K: PolicyKey>(&self, limit: usize) -> LowInterReferenceRecencySet<K> {
-        let mut lirs =
-            LowInterReferenceRecencySet::new(limit, self.hir_proportion, self.history_multiplier);
-        if let Some(filter) = &self.frequency_filter {
-            lirs = lirs.with_frequency_filter(filter.clone());
-        }
-        if self.ghost_sizing {
-            return lirs.with_ghost_sizing(self.minimum_proportion, self.maximum_proportion);
-        }
-        match &self.optimizer {
-            Some(hc) => {
-                lirs.with_optimizer(hc.clone(), self.minimum_proportion, self.maximum_proportion)
-            }
-            None => lirs,
-        }
-    }
-}
-
 /// Akka's `least-recently-used` section.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "kebab-case")]
@@ -229,14 +181,6 @@ pub struct SegmentedSettings {
 }
 
 impl SegmentedSettings {
-    fn build<K: PolicyKey>(&self, limit: usize) -> SegmentedLeastRecentlyUsed<K> {
-        if self.truncate_levels {
-            SegmentedLeastRecentlyUsed::with_truncated_levels(limit, self.effective_proportions())
-        } else {
-            SegmentedLeastRecentlyUsed::new(limit, self.effective_proportions())
-        }
-    }
-
     /// The proportions to build with: the configured ones, or even ones.
     pub fn effective_proportions(&self) -> Vec<f64> {
         if self.proportions.is_empty() {
@@ -501,57 +445,6 @@ impl ReplacementSettings {
         }))
     }
 
-    /// A policy for one shard, holding at most `limit` entities. Expects
-    /// settings that passed [`ReplacementSettings::validate`]; out-of-range
-    /// values are clamped rather than refused here.
-    pub fn build<K: PolicyKey>(&self, limit: usize) -> Box<dyn ReplacementPolicy<K>> {
-        match self {
-            Self::Composite(composite) => Box::new(composite.build(limit, None)),
-            // The other policies are exactly what a composite's area is.
-            simple => simple.build_area(limit),
-        }
-    }
-
-    /// [`ReplacementSettings::build`], with the frequency sketch (if any)
-    /// hashing keys with `hash` instead of foldhash. For the simulator, to
-    /// count exactly as Akka does (see [`SketchHash`]); other policies
-    /// ignore it.
-    pub fn build_with_sketch_hash<K: PolicyKey>(
-        &self,
-        limit: usize,
-        hash: SketchHash<K>,
-    ) -> Box<dyn ReplacementPolicy<K>> {
-        match self {
-            Self::Composite(composite) => Box::new(composite.build(limit, Some(hash))),
-            simple => simple.build(limit),
-        }
-    }
-
-    /// The policy of a composite's area (a composite inside a composite
-    /// is refused by `validate`; here its main area stands in for it).
-    fn build_area<K: PolicyKey>(&self, limit: usize) -> Box<dyn ActiveArea<K>> {
-        match self {
-            Self::LeastRecentlyUsed(LeastRecentlyUsedSettings { segmented: None }) => {
-                Box::new(LeastRecentlyUsed::new(limit))
-            }
-            Self::LeastRecentlyUsed(LeastRecentlyUsedSettings {
-                segmented: Some(segmented),
-            }) => Box::new(segmented.build(limit)),
-            Self::MostRecentlyUsed => Box::new(MostRecentlyUsed::new(limit)),
-            Self::LeastFrequentlyUsed(lfu) => {
-                Box::new(LeastFrequentlyUsed::new(limit, lfu.dynamic_aging))
-            }
-            Self::Composite(composite) => composite.main.build_area(limit),
-            Self::LowInterReferenceRecencySet(lirs) => Box::new(lirs.build(limit)),
-            Self::Ensemble(ensemble) => Box::new(ensemble.build(limit)),
-            Self::NextUse(next_use) => Box::new(PredictedNextUse::new(
-                limit,
-                next_use.history_multiplier,
-                next_use.interval_cap_multiplier,
-            )),
-        }
-    }
-
     /// Checks the settings.
     ///
     /// # Errors
@@ -647,23 +540,6 @@ impl ReplacementSettings {
 }
 
 impl CompositeSettings {
-    fn build<K: PolicyKey>(&self, limit: usize, hash: Option<SketchHash<K>>) -> Composite<K> {
-        let window = self.window.as_ref().map(|w| AdmissionWindow {
-            area: w.policy.build_area(limit),
-            proportion: w.proportion,
-            minimum_proportion: w.minimum_proportion,
-            maximum_proportion: w.maximum_proportion,
-            optimizer: w.optimizer.clone(),
-        });
-        Composite::new(
-            limit,
-            window,
-            self.filter.clone(),
-            self.main.build_area(limit),
-            hash,
-        )
-    }
-
     fn validate_at(&self, at: &str) -> Result<(), PassivationSettingsError> {
         if matches!(self.main, ReplacementSettings::Composite(_)) {
             return refuse(&format!("{at}.main"), "cannot itself be composite");

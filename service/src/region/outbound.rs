@@ -1,7 +1,7 @@
 //! The queue of messages from one region to another node: one task per
 //! destination, so per-sender order holds, batching whatever has piled up.
 
-use super::routes::Mail;
+use super::mail::Mail;
 use super::RegionCmd;
 use crate::codec;
 use crate::entity::Entity;

@@ -7,6 +7,7 @@
 //! holding a lock: a full mailbox is waited for outside it, and the decision
 //! is re-checked before the message is placed.
 
+use super::mail::{in_handler, Mail};
 use crate::entity::Entity;
 use crate::envelope::Envelope;
 use crate::error::TellError;
@@ -19,26 +20,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tokio::sync::oneshot;
-
-/// What goes into a shard's mailbox or a remote node's outbound queue.
-pub(crate) enum Mail<E: Entity> {
-    One(Envelope<E>),
-    /// A flushed buffer: one mailbox slot, so a flush never waits for room.
-    Batch(VecDeque<Envelope<E>>),
-    /// Stop the shard after the messages before it (shards only).
-    HandOff,
-    /// Answer the queries waiting in the shard's signals with the ids of
-    /// the live entities (shards only).
-    Query,
-    /// Answered once everything before it has been handled (shard) or has
-    /// reached the remote node (outbound).
-    Barrier(oneshot::Sender<()>),
-    /// The shard's share of the region's active-entity limit (shards only).
-    SetLimit(usize),
-    /// An idle-check interval passed (shards only).
-    IdleTick,
-}
 
 /// Where a shard lives, seen from this region.
 pub(crate) struct Home<E: Entity> {
@@ -456,11 +437,6 @@ impl<E: Entity> Routes<E> {
         self.release(dropped);
         dropped
     }
-}
-
-/// Whether this code runs inside a shard task, i.e. in an entity handler.
-fn in_handler() -> bool {
-    super::shard::IN_SHARD.try_with(|_| ()).is_ok()
 }
 
 fn unwrap_one<E: Entity>(mail: Mail<E>) -> Envelope<E> {

@@ -31,7 +31,7 @@ use crate::node::context::NodeContext;
 use crate::passivation::{PassivationReason, ReplacementPolicy};
 use crate::region::activity::{Activity, ShardActivity, FLUSH_EVERY};
 use crate::region::lease::Generation;
-use crate::region::routes::Mail;
+use crate::region::mail::{Mail, IN_SHARD};
 use colo_allocation::ShardId;
 use runs::{Cancel, Done, Ended, Job, Kind, Outcome, Runs};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -45,12 +45,6 @@ use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
 
 type Map<V> = HashMap<EntityId, V, foldhash::fast::RandomState>;
-
-tokio::task_local! {
-    /// Set for the whole shard task: what runs there runs in an entity
-    /// handler, where waiting for a full mailbox must be bounded.
-    pub(crate) static IN_SHARD: ();
-}
 
 /// How many mailbox batches one poll of the shard task takes before it
 /// yields, so a flooded shard does not hold its worker thread.

@@ -6,7 +6,8 @@
 //! (unlinked -> registering -> registered, back to unlinked when the link
 //! breaks or the region fences itself), in `task/contact.rs`.
 
-use super::routes::{Home, Mail};
+use super::mail::Mail;
+use super::routes::Home;
 use super::shard::{Shard, ShardHandle};
 use super::{RegionCmd, Shared};
 use crate::entity::{Entity, EntityId};

@@ -4,7 +4,7 @@
 use super::{Hosted, Phase, RegionTask};
 use crate::entity::Entity;
 use crate::protocol::RegionToCoordinator;
-use crate::region::routes::Mail;
+use crate::region::mail::Mail;
 use crate::region::RegionCmd;
 use std::collections::VecDeque;
 use tokio::sync::{mpsc, oneshot};
