@@ -17,7 +17,9 @@ mod ack;
 mod client;
 mod dead_letters;
 mod error;
+mod mock;
 mod observer;
+mod producer;
 mod record;
 mod source;
 mod topics;
@@ -28,7 +30,9 @@ pub use dead_letters::{
     DeadLetters, REASON_HEADER, SOURCE_OFFSET_HEADER, SOURCE_PARTITION_HEADER, SOURCE_TOPIC_HEADER,
 };
 pub use error::{SourceError, TopicError};
+pub use mock::MockKafka;
 pub use observer::{NoObserver, PartitionState, SourceObserver};
+pub use producer::{check_partitioner, KeyedProducer, ProduceError, ProducerSettings, PARTITIONER};
 pub use record::{Record, TopicPartition};
 pub use source::{
     AssignedPartition, Gate, KafkaSource, Revocation, SourceEvent, SourceSettings,

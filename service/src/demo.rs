@@ -18,9 +18,8 @@ use crate::{
     ClusterShardingStats, CoordinatorHandle, EntityType, InMemoryNetwork, InMemoryStore, Node,
     Region, ShardingSettings,
 };
-use colo_connectors::SourceSettings;
+use colo_connectors::{MockKafka, SourceSettings};
 use parking_lot::Mutex;
-use rdkafka::mocking::MockCluster;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -126,14 +125,14 @@ struct DemoNode {
 /// # Errors
 /// A step failed, or not every produced record was handled.
 pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
-    let broker = MockCluster::new(1).map_err(step("start the in-process Kafka cluster"))?;
+    let broker = MockKafka::start(1).map_err(step("start the in-process Kafka cluster"))?;
     let partitions = i32::try_from(options.partitions)
         .map_err(|_| DemoError::Step("too many partitions".into()))?;
     broker
-        .create_topic(USER_EVENTS, partitions, 1)
+        .create_topic(USER_EVENTS, partitions)
         .map_err(step("create user-events"))?;
     broker
-        .create_topic("demo.user.dlq", 1, 1)
+        .create_topic("demo.user.dlq", 1)
         .map_err(step("create the dead-letter topic"))?;
     let bootstrap = broker.bootstrap_servers();
 
@@ -311,7 +310,7 @@ const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// 5 s and a join (two rounds: the others revoke, then the new node is
 /// assigned) for 10 s. The session must still outlast the group's first
 /// round, which the mock holds for 3 s (`group.initial.rebalance.delay.ms`,
-/// which rdkafka's `MockCluster` cannot set) while it expires, once a
+/// which the mock cluster's API cannot set) while it expires, once a
 /// second, members whose session ran out.
 fn ingest_settings(bootstrap: &str, settings: &ShardingSettings) -> IngestSettings {
     let delivery_timeout = Duration::from_secs(10);

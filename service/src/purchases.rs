@@ -18,8 +18,7 @@ mod produce;
 mod records;
 
 pub use generate::{Generator, Totals};
-pub(crate) use produce::{acknowledged, Deliveries};
-pub use produce::{produce, ProduceError, ProduceSettings, Produced};
+pub use produce::{produce, ProduceSettings, Produced};
 pub use records::{encode_event, purchase_records};
 
 use crate::entity::{Entity, EntityContext, EntityError};

@@ -11,8 +11,8 @@ use colo::{
     CoordinatorHandle, EntityType, InMemoryNetwork, InMemoryStore, Node, Region, ShardingSettings,
 };
 use colo_connectors::SourceSettings;
-use rdkafka::mocking::MockCluster;
-use rdkafka::types::RDKafkaRespErr;
+use colo_tests::rdkafka::mocking::MockCluster;
+use colo_tests::rdkafka::types::RDKafkaRespErr;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -15,6 +15,9 @@
 //! - [`proxy`]: a TCP proxy that forwards, holds (a partition) or breaks
 //!   connections.
 //! - [`wait`]: waiting for a condition with a deadline.
+//! - `rdkafka`, re-exported: tests drive a broker directly with it (records
+//!   produced or read, the mock cluster's injected errors), so the crates
+//!   under test need not depend on it.
 #![forbid(unsafe_code)]
 
 pub mod broker;
@@ -26,3 +29,5 @@ pub mod process;
 pub mod proxy;
 pub mod purchases;
 pub mod wait;
+
+pub use rdkafka;

@@ -8,8 +8,9 @@
 mod own_records;
 mod sender;
 
+pub use colo_connectors::PARTITIONER;
 pub use own_records::{parse_line, read_records, OwnRecord, Template};
-pub use sender::{check_partitioner, send, SendError, SendSettings, Sent, PARTITIONER};
+pub use sender::{check_partitioner, send, SendError, SendSettings, Sent};
 
 use crate::purchases::{self, ProduceSettings, Totals};
 use std::path::PathBuf;
@@ -85,7 +86,7 @@ fn key_value(s: &str) -> Result<(String, String), String> {
 #[derive(Debug, thiserror::Error)]
 pub enum ProduceCliError {
     #[error(transparent)]
-    Produce(#[from] purchases::ProduceError),
+    Produce(#[from] colo_connectors::ProduceError),
     /// Records of one's own could not be read or sent.
     #[error(transparent)]
     Send(#[from] SendError),

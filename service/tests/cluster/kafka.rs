@@ -11,9 +11,9 @@ use colo::allocation::{
 use colo::kafka::{IngestSettings, KafkaIngest, RecordDecoder};
 use colo::{Node, Region};
 use colo_connectors::SourceSettings;
-use rdkafka::mocking::MockCluster;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::ClientConfig;
+use colo_tests::rdkafka::mocking::MockCluster;
+use colo_tests::rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use colo_tests::rdkafka::ClientConfig;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,7 +112,7 @@ pub fn kafka_node(cluster: &mut Cluster, name: &str) -> Region<Probe> {
 /// dead-letter topic, and a cluster whose coordinator follows the
 /// partition assignment, with node `a` registered.
 struct KafkaWorld {
-    _broker: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    _broker: MockCluster<'static, colo_tests::rdkafka::producer::DefaultProducerContext>,
     bootstrap: String,
     topic: String,
     cluster: Cluster,
@@ -277,8 +277,8 @@ async fn records_in_another_partition_than_their_keys_are_handled_and_counted() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_records_and_a_failing_handler_go_to_the_dead_letter_topic_and_the_partition_goes_on() {
     use colo_connectors::{REASON_HEADER, SOURCE_OFFSET_HEADER, SOURCE_TOPIC_HEADER};
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::message::{Headers, Message};
+    use colo_tests::rdkafka::consumer::{BaseConsumer, Consumer};
+    use colo_tests::rdkafka::message::{Headers, Message};
     let KafkaWorld {
         bootstrap,
         topic,
@@ -366,7 +366,7 @@ async fn bad_records_and_a_failing_handler_go_to_the_dead_letter_topic_and_the_p
 /// FENCED_INSTANCE_ID on cue; the test broker never fences a member.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_fenced_for_good_fails_its_ingest_and_releases_its_shards() {
-    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    use colo_tests::rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
     let KafkaWorld {
         bootstrap,
         topic,
@@ -522,7 +522,7 @@ async fn a_shard_release_cut_off_at_a_revoke_is_retried_until_the_next_owner_get
 /// then), and the test would time that race rather than the retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_refused_at_a_revoke_is_tried_again_before_the_hand_off() {
-    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    use colo_tests::rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
     let logs = logs();
     let KafkaWorld {
         bootstrap,

@@ -11,10 +11,10 @@ use colo::kafka::{IngestSettings, KafkaIngest};
 use colo::{Region, ShardingSettings};
 use colo_connectors::{NewTopicSpec, REASON_HEADER, SOURCE_OFFSET_HEADER};
 use colo_tests::broker::Broker;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::ClientConfig;
+use colo_tests::rdkafka::consumer::{BaseConsumer, Consumer};
+use colo_tests::rdkafka::message::{Headers, Message};
+use colo_tests::rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use colo_tests::rdkafka::ClientConfig;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

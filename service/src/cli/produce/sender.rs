@@ -4,22 +4,10 @@
 //! another partition than their entity's shard.
 
 use super::own_records::OwnRecord;
-use crate::purchases::{acknowledged, Deliveries, ProduceError};
-use rdkafka::config::ClientConfig;
-use rdkafka::producer::{BaseProducer, BaseRecord};
-use rdkafka::types::RDKafkaErrorCode;
+use colo_connectors::{KeyedProducer, ProduceError, ProducerSettings};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
-
-/// The partitioner colo's shards follow: Kafka's Java client's murmur2 on
-/// the key (librdkafka's `murmur2_random` differs from `murmur2` only for
-/// records without a key, which colo does not send).
-pub const PARTITIONER: &str = "murmur2_random";
-
-/// Partitioners that put every keyed record in its key's murmur2
-/// partition.
-const MURMUR2: [&str; 2] = ["murmur2_random", "murmur2"];
+use std::time::Duration;
 
 /// Where and how fast to send.
 #[derive(Debug, Clone)]
@@ -49,12 +37,7 @@ pub struct Sent {
 /// # Errors
 /// The property names another partitioner.
 pub fn check_partitioner(client: &[(String, String)]) -> Result<(), String> {
-    match client.iter().find(|(key, _)| key == "partitioner") {
-        Some((_, value)) if !MURMUR2.contains(&value.as_str()) => Err(format!(
-            "--client partitioner={value}: colo's shards are Kafka's murmur2 partitions of the key, so records must be sent with partitioner={PARTITIONER} (or murmur2)"
-        )),
-        _ => Ok(()),
-    }
+    colo_connectors::check_partitioner(client).map_err(|e| format!("--client {e}"))
 }
 
 /// Sends `records` in order until they end or the duration is over,
@@ -70,53 +53,30 @@ pub fn send(
     sent_so_far: &AtomicU64,
 ) -> Result<Sent, SendError> {
     check_partitioner(&settings.client).map_err(SendError::Input)?;
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", &settings.bootstrap_servers)
-        .set("partitioner", PARTITIONER)
-        .set("linger.ms", "5");
-    for (key, value) in &settings.client {
-        config.set(key, value);
-    }
-    let producer: BaseProducer<Deliveries> = config
-        .create_with_context(Deliveries::default())
-        .map_err(ProduceError::from)?;
-    let started = Instant::now();
+    let mut producer = KeyedProducer::new(&ProducerSettings {
+        bootstrap_servers: settings.bootstrap_servers.clone(),
+        topic: settings.topic.clone(),
+        client: settings.client.clone(),
+        rate: settings.rate,
+    })?;
     let mut keys = BTreeSet::new();
-    let mut sent: u64 = 0;
     for record in records {
-        if settings.duration.is_some_and(|d| started.elapsed() >= d) {
+        if settings
+            .duration
+            .is_some_and(|d| producer.started().elapsed() >= d)
+        {
             break;
         }
         let record = record.map_err(SendError::Input)?;
-        if let Some(rate) = settings.rate.filter(|r| *r > 0) {
-            // Paced: the n-th record goes no earlier than n / rate.
-            let due = started + Duration::from_secs_f64(sent as f64 / rate as f64);
-            while let Some(wait) = due.checked_duration_since(Instant::now()) {
-                producer.poll(wait);
-            }
-        }
-        let mut kafka_record = BaseRecord::to(&settings.topic)
-            .key(&record.key)
-            .payload(&record.value);
-        loop {
-            match producer.send(kafka_record) {
-                Ok(()) => break,
-                Err((e, back)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
-                    kafka_record = back;
-                    producer.poll(Duration::from_millis(50));
-                }
-                Err((e, _)) => return Err(ProduceError::from(e).into()),
-            }
-        }
+        while !producer.wait_turn(Duration::MAX) {}
+        producer.send(record.key.as_bytes(), record.value.as_bytes())?;
         keys.insert(record.key);
-        sent += 1;
-        sent_so_far.store(sent, Ordering::Relaxed);
-        producer.poll(Duration::ZERO);
+        sent_so_far.store(producer.sent(), Ordering::Relaxed);
     }
-    acknowledged(&producer, sent)?;
+    let started = producer.started();
+    let records = producer.finish()?;
     Ok(Sent {
-        records: sent,
+        records,
         keys: keys.len(),
         elapsed: started.elapsed(),
     })
