@@ -1,13 +1,19 @@
-//! Kafka I/O for colo.
+//! Kafka I/O for colo: everything that talks to Kafka through rdkafka lives
+//! here, so the sharding runtime never does.
 //!
-//! This crate will hold everything that talks to Kafka through rdkafka, so the
-//! sharding runtime never does:
-//! - the source: one consumer group per entity type (cooperative-sticky), with
-//!   rebalance events (assigned, revoked, lost) turned into shard hand-offs;
-//! - the changelog: a compacted topic partitioned like the source, restored
-//!   into the local state store before a shard starts;
-//! - sinks and dead-letter topics;
-//! - topic admin (partition counts checked at startup).
+//! - The source ([`KafkaSource`], [`SourceSettings`]): one consumer group
+//!   per entity type (cooperative-sticky, or the consumer protocol), each
+//!   assigned partition's [`Record`]s behind a [`Gate`], and the group's
+//!   rebalances as [`SourceEvent`]s the service answers inside the
+//!   rebalance; an [`Ack`] per record, committed in offset order.
+//! - [`SourceObserver`]: the partitions' state and the commits, for metrics.
+//! - [`DeadLetters`]: the dead-letter topic's producer, with the reason and
+//!   the record's origin as headers.
+//! - [`KeyedProducer`]: records sent to their key's murmur2 partition (the
+//!   partition colo's shards follow), paced, acknowledged.
+//! - Topic checks at startup ([`check_partition_counts`],
+//!   [`check_topic_usable`], [`create_missing_topics`]).
+//! - [`MockKafka`]: librdkafka's in-process mock cluster, for the demo.
 //!
 //! Partitioning itself (murmur2, consistent_random) lives in
 //! `colo-allocation`, which is pure and shared with the runtime.

@@ -72,7 +72,7 @@ pub mod logging;
 mod mailbox;
 pub mod metrics;
 pub mod node;
-pub mod passivation;
+pub use colo_passivation as passivation;
 pub mod program;
 pub mod protocol;
 pub mod purchases;

@@ -79,6 +79,15 @@ impl Default for ShardingSettings {
     }
 }
 
+impl From<crate::passivation::StrategyError> for SettingsError {
+    fn from(e: crate::passivation::StrategyError) -> Self {
+        Self {
+            field: e.field,
+            reason: e.reason,
+        }
+    }
+}
+
 /// A setting that cannot work, named so the operator can fix it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid setting `{field}`: {reason}")]
@@ -162,7 +171,7 @@ impl ShardingSettings {
         if self.handler_tell_timeout.is_zero() {
             return err("handler_tell_timeout", "must be longer than zero");
         }
-        self.passivation.validate()
+        self.passivation.validate().map_err(SettingsError::from)
     }
 
     /// How long a shard waits for its entities to handle the stop message

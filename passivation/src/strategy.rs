@@ -2,11 +2,17 @@
 //! defaults: idle timeout, an active-entity limit with a replacement policy,
 //! both, or none.
 
-use super::{ReplacementPolicy, ReplacementSettings};
-use crate::entity::EntityId;
-use crate::settings::SettingsError;
+use super::{PolicyKey, ReplacementPolicy, ReplacementSettings};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+
+/// A strategy that cannot work: the field (as the config names it) and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid setting `{field}`: {reason}")]
+pub struct StrategyError {
+    pub field: &'static str,
+    pub reason: String,
+}
 
 /// How a region passivates its entities.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,7 +79,7 @@ impl PassivationStrategy {
     /// `ticks` whole intervals are passivated, so an entity goes between
     /// `timeout` and `timeout + interval` after its last message (as with
     /// Akka's periodic check) without reading the clock per message.
-    pub(crate) fn idle_check(&self) -> Option<IdleCheck> {
+    pub fn idle_check(&self) -> Option<IdleCheck> {
         let timeout = self.idle_timeout?;
         let interval = self.idle_interval.unwrap_or(timeout / 2);
         let ticks = timeout.as_nanos().div_ceil(interval.as_nanos().max(1)) as u64;
@@ -85,15 +91,15 @@ impl PassivationStrategy {
 
     /// A shard's policy for its share of the limit, when the strategy is
     /// limit-based.
-    pub(crate) fn policy(
+    pub fn policy<K: PolicyKey>(
         &self,
         shard_limit: usize,
-    ) -> Option<Box<dyn ReplacementPolicy<EntityId>>> {
+    ) -> Option<Box<dyn ReplacementPolicy<K>>> {
         Some(self.replacement.as_ref()?.build(shard_limit))
     }
 
     /// Each shard's share of the region's limit; `None` without a policy.
-    pub(crate) fn shard_limit(&self, active_shards: usize) -> Option<usize> {
+    pub fn shard_limit(&self, active_shards: usize) -> Option<usize> {
         self.replacement.as_ref()?;
         self.active_entity_limit
             .map(|limit| limit / active_shards.max(1))
@@ -103,9 +109,9 @@ impl PassivationStrategy {
     ///
     /// # Errors
     /// The field that cannot work, and why.
-    pub fn validate(&self) -> Result<(), SettingsError> {
+    pub fn validate(&self) -> Result<(), StrategyError> {
         let err = |field, reason: &str| {
-            Err(SettingsError {
+            Err(StrategyError {
                 field,
                 reason: reason.to_string(),
             })
@@ -129,7 +135,7 @@ impl PassivationStrategy {
             );
         }
         if let Some(replacement) = &self.replacement {
-            replacement.validate().map_err(|e| SettingsError {
+            replacement.validate().map_err(|e| StrategyError {
                 field: "passivation.replacement",
                 reason: e.to_string(),
             })?;
@@ -140,7 +146,7 @@ impl PassivationStrategy {
 
 /// The periodic idle check derived from the strategy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct IdleCheck {
+pub struct IdleCheck {
     pub interval: Duration,
     pub ticks: u64,
 }
@@ -200,7 +206,7 @@ mod tests {
         assert!(s.idle_timeout.is_none());
         assert!(s.validate().is_ok());
         assert_eq!(s.shard_limit(3), Some(33_333));
-        assert!(s.policy(10).is_some());
+        assert!(s.policy::<u32>(10).is_some());
         let without_limit = PassivationStrategy {
             active_entity_limit: None,
             ..s

@@ -672,7 +672,7 @@ impl<K: PolicyKey> ActiveArea<K> for LowInterReferenceRecencySet<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passivation::area::replay;
+    use crate::area::replay;
 
     #[test]
     fn ghosts_are_promoted_and_the_hir_queue_is_passivated_first() {

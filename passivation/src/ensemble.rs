@@ -250,10 +250,10 @@ impl<K: PolicyKey> ActiveArea<K> for Ensemble<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passivation::area::replay;
-    use crate::passivation::lru::LeastRecentlyUsed;
-    use crate::passivation::mru::MostRecentlyUsed;
-    use crate::passivation::settings::{
+    use crate::area::replay;
+    use crate::lru::LeastRecentlyUsed;
+    use crate::mru::MostRecentlyUsed;
+    use crate::settings::{
         CompositeSettings, EnsembleSettings, FrequencySketchSettings, ReplacementSettings,
     };
 

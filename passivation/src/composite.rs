@@ -327,13 +327,13 @@ impl<K: PolicyKey> ActiveArea<K> for Composite<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passivation::settings::{CompositeSettings, ReplacementSettings};
+    use crate::settings::{CompositeSettings, ReplacementSettings};
 
     /// An LRU window of `proportion`, optionally hill climbing, a default
     /// sketch, and an LRU main area.
     fn tiny_lfu(limit: usize, proportion: f64, hill_climbing: bool) -> Composite<u32> {
         let window = AdmissionWindow {
-            area: Box::new(crate::passivation::LeastRecentlyUsed::new(limit)),
+            area: Box::new(crate::LeastRecentlyUsed::new(limit)),
             proportion,
             minimum_proportion: 0.01,
             maximum_proportion: 1.0,
@@ -343,7 +343,7 @@ mod tests {
             limit,
             Some(window),
             Some(FrequencySketchSettings::default()),
-            Box::new(crate::passivation::LeastRecentlyUsed::new(limit)),
+            Box::new(crate::LeastRecentlyUsed::new(limit)),
             None,
         )
     }

@@ -89,7 +89,7 @@ impl<K: PolicyKey> ActiveArea<K> for MostRecentlyUsed<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passivation::area::replay;
+    use crate::area::replay;
 
     #[test]
     fn mru_passivates_most_recent_before_the_new_entity() {

@@ -82,7 +82,7 @@ impl<K: PolicyKey> ActiveArea<K> for LeastFrequentlyUsed<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passivation::area::replay;
+    use crate::area::replay;
 
     #[test]
     fn lfu_passivates_least_frequent_then_least_recent() {

@@ -234,7 +234,7 @@ impl<K: PolicyKey> ActiveArea<K> for SegmentedLeastRecentlyUsed<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passivation::area::replay;
+    use crate::area::replay;
 
     fn levels(policy: &SegmentedLeastRecentlyUsed<u32>) -> Vec<Vec<u32>> {
         (0..policy.list.levels())

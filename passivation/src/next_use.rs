@@ -555,7 +555,7 @@ impl<K: PolicyKey> ActiveArea<K> for PredictedNextUse<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passivation::area::replay;
+    use crate::area::replay;
 
     fn policy(limit: usize) -> PredictedNextUse<u32> {
         PredictedNextUse::new(limit, 8.0, 16.0)

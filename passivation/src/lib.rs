@@ -54,4 +54,4 @@ pub use settings::{
     HillClimbingSettings, LeastFrequentlyUsedSettings, LeastRecentlyUsedSettings, LirsSettings,
     NextUseSettings, PassivationSettingsError, ReplacementSettings, SegmentedSettings,
 };
-pub use strategy::{PassivationReason, PassivationStrategy};
+pub use strategy::{IdleCheck, PassivationReason, PassivationStrategy, StrategyError};
