@@ -21,7 +21,7 @@
 //! - [`kafka`]: Kafka records driving an entity type: the connector's
 //!   source wired to the region (rebalances move shards synchronously;
 //!   offsets follow handled records).
-//! - [`node`]: a node and its regions; `node/context.rs`, what its regions
+//! - [`node`]: a node and its regions; `node_context.rs`, what its regions
 //!   and shards share; `tasks.rs`, the task sets that stop with it.
 //! - [`region`]: routing, buffering, hosting; `region/routes.rs` is the
 //!   routing table, `region/task.rs` the region's state machine (with
@@ -44,7 +44,8 @@
 //!   gRPC between processes; [`credits`], the flow control that keeps a
 //!   busy receiver from stalling or being resent to.
 //! - [`inspection`]: the region-state and cluster-stats queries.
-//! - [`passivation`]: replacement policies and passivation settings.
+//! - [`passivation`] (the colo-passivation crate): replacement policies,
+//!   their settings and the passivation strategy.
 //! - [`metrics`]: every metric name; [`logging`]: the log subscriber.
 //! - [`error`]: what senders see.
 //! - [`counter`]: the built-in counter entity type.
@@ -72,6 +73,7 @@ pub mod logging;
 mod mailbox;
 pub mod metrics;
 pub mod node;
+mod node_context;
 pub use colo_passivation as passivation;
 pub mod program;
 pub mod protocol;

@@ -4,7 +4,7 @@
 //! Prometheus style: `colo_` prefix, base units, `_total` for counters, and
 //! only bounded labels (`entity_type`, `reason`, `outcome`).
 
-use crate::passivation::PassivationReason;
+use colo_passivation::PassivationReason;
 use metrics::{Counter, Gauge, Histogram, Unit};
 use std::sync::Once;
 use std::time::Duration;

@@ -1,15 +1,14 @@
 //! A node: one process's regions, its transport, its table of remote asks,
 //! and every task it started (so that it can stop them all).
 
-pub(crate) mod context;
 mod inbound;
 
 use crate::entity::{Entity, EntityType, RegistrationError};
+use crate::node_context::{NodeContext, NodeTasks};
 use crate::region::{ErasedRegion, Region};
 use crate::replies::PendingReplies;
 use crate::transport::Transport;
 use colo_allocation::RegionId;
-use context::{NodeContext, NodeTasks};
 use inbound::NodeInbound;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;

@@ -24,7 +24,7 @@ use crate::envelope::{Envelope, Reply, WireEnvelope};
 use crate::error::{AskError, TellError};
 use crate::inspection::{ClusterShardingStats, CurrentRegionState};
 use crate::metrics::RegionMetrics;
-use crate::node::context::NodeContext;
+use crate::node_context::NodeContext;
 use colo_allocation::{MessageExtractor, RegionId, ShardId};
 use futures::future::BoxFuture;
 use routes::Routes;

@@ -1,6 +1,6 @@
 //! Per entity type settings, with Akka Cluster Sharding's defaults.
 
-use crate::passivation::PassivationStrategy;
+use colo_passivation::PassivationStrategy;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -79,8 +79,8 @@ impl Default for ShardingSettings {
     }
 }
 
-impl From<crate::passivation::StrategyError> for SettingsError {
-    fn from(e: crate::passivation::StrategyError) -> Self {
+impl From<colo_passivation::StrategyError> for SettingsError {
+    fn from(e: colo_passivation::StrategyError) -> Self {
         Self {
             field: e.field,
             reason: e.reason,

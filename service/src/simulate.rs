@@ -24,7 +24,7 @@ pub mod report;
 pub mod sharding;
 pub mod trace;
 
-use crate::passivation::settings::ReplacementSettings;
+use colo_passivation::settings::ReplacementSettings;
 use replay::{Access, Replay};
 use std::collections::HashMap;
 use std::fmt;

@@ -3,7 +3,7 @@
 //! tuning of a replacement policy stays in code ([`ReplacementSettings`]);
 //! the presets cover what Akka's reference.conf names.
 
-use crate::passivation::{PassivationStrategy, ReplacementSettings};
+use colo_passivation::{PassivationStrategy, ReplacementSettings};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -173,7 +173,7 @@ impl PassivationSection {
 mod tests {
     use super::*;
 
-    use crate::passivation::ReplacementSettings;
+    use colo_passivation::ReplacementSettings;
 
     fn section(strategy: &str) -> PassivationSection {
         PassivationSection {

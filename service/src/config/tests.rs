@@ -1,6 +1,6 @@
 use super::*;
-use crate::passivation::PassivationStrategy;
 use clap::Parser;
+use colo_passivation::PassivationStrategy;
 use std::io::Write;
 
 const MINIMAL: &str = r#"
@@ -112,7 +112,7 @@ fn a_full_file_parses() {
     assert_eq!(s.passivation.idle_interval, Some(Duration::from_secs(10)));
     assert_eq!(
         s.passivation.replacement,
-        crate::passivation::ReplacementSettings::preset("lru")
+        colo_passivation::ReplacementSettings::preset("lru")
     );
     assert_eq!(c.log.format, LogFormat::Json);
     assert_eq!(c.log.level, "info,colo=debug");

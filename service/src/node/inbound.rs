@@ -3,9 +3,9 @@
 //! the asks waiting here, and replies meant for an earlier incarnation of
 //! this node are dropped.
 
-use super::context::NodeContext;
 use crate::credits::{Credits, WINDOW};
 use crate::envelope::{WireEnvelope, WireReply};
+use crate::node_context::NodeContext;
 use crate::region::{Placed, RegionInbound};
 use crate::transport::{Inbound, Sender};
 use parking_lot::{Mutex, RwLock};

@@ -3,8 +3,8 @@
 use super::ProgramError;
 use crate::config::NodeConfig;
 use crate::coordinator::hosting::StaticHosting;
+use crate::coordinator::{store::InMemoryStore, CoordinatorHandle};
 use crate::settings::ShardingSettings;
-use crate::{CoordinatorHandle, InMemoryStore};
 use colo_allocation::{
     AllocationStrategy, ExternalAllocationClient, ExternalAllocationStrategy,
     LeastShardAllocationStrategy,

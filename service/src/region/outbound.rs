@@ -9,7 +9,7 @@ use crate::envelope::{Envelope, Reply, ReplyTo, WireEnvelope};
 use crate::error::AskError;
 use crate::mailbox::{Consumer, Mailbox};
 use crate::metrics::RegionMetrics;
-use crate::node::context::NodeContext;
+use crate::node_context::NodeContext;
 use crate::transport::TransportError;
 use colo_allocation::RegionId;
 use std::collections::VecDeque;

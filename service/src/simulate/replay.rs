@@ -4,7 +4,7 @@
 use super::opt::OptShard;
 use super::sharding::{shard_limit, Allocation};
 use super::{RunResult, SimulateError, Strategy};
-use crate::passivation::ReplacementPolicy;
+use colo_passivation::ReplacementPolicy;
 
 /// The replacement state of one active shard in one run.
 enum ShardPolicy {

@@ -10,7 +10,7 @@
 
 use crate::entity::{Entity, EntityContext, EntityId};
 use crate::envelope::Reply;
-use crate::passivation::PassivationReason;
+use colo_passivation::PassivationReason;
 use futures::stream::FuturesUnordered;
 use futures::task::AtomicWaker;
 use futures::FutureExt;

@@ -1,8 +1,8 @@
 //! What every region, shard and outbound queue of a node shares: the node's
 //! name, its transport, its table of remote asks and its task set.
 //!
-//! A module of its own so that regions and shards can use it without
-//! importing the node, which imports them.
+//! Below the regions, beside the transport it holds, so that regions and
+//! shards use it without importing the node, which imports them.
 
 use crate::codec;
 use crate::envelope::{Reply, WireReply};
