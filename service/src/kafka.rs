@@ -28,6 +28,7 @@
 mod partition;
 mod rebalances;
 mod records;
+mod slots;
 
 pub use records::{json_events, json_records, Ack, JsonEvents, Record, RecordDecoder};
 
