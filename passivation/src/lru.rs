@@ -9,13 +9,19 @@ use super::{PolicyKey, ReplacementPolicy};
 ///
 /// Good when recent entities are the likely next ones; a scan of one-off
 /// entities flushes everything else out.
+pub type LeastRecentlyUsed<K> = RecencyEnd<K, false>;
+
+/// One recency list, passivated from one end: the least recent
+/// ([`LeastRecentlyUsed`]) or, with `MOST_RECENT`, the most recent
+/// ([`MostRecentlyUsed`](super::MostRecentlyUsed)). Everything else the two
+/// policies do is the same.
 #[derive(Debug)]
-pub struct LeastRecentlyUsed<K> {
+pub struct RecencyEnd<K, const MOST_RECENT: bool> {
     limit: usize,
     list: RecencyList<K>,
 }
 
-impl<K: PolicyKey> LeastRecentlyUsed<K> {
+impl<K: PolicyKey, const MOST_RECENT: bool> RecencyEnd<K, MOST_RECENT> {
     /// An empty policy holding at most `limit` entities.
     pub fn new(limit: usize) -> Self {
         Self {
@@ -24,39 +30,53 @@ impl<K: PolicyKey> LeastRecentlyUsed<K> {
         }
     }
 
-    fn passivate_excess(&mut self, passivate: &mut Vec<K>) {
-        while self.list.len() > self.limit {
-            match self.list.least_recent(0).and_then(|s| self.list.remove(s)) {
-                Some(id) => passivate.push(id),
-                None => break,
+    /// Passivates the excess from the policy's end. From the most recent
+    /// end it skips the `skip` most recent entities (the one being
+    /// activated), so with a limit of zero that one stays, as in Akka; from
+    /// the least recent end nothing is skipped.
+    fn passivate_excess(&mut self, skip: usize, passivate: &mut Vec<K>) {
+        if !MOST_RECENT {
+            while self.list.len() > self.limit {
+                match self.list.least_recent(0).and_then(|s| self.list.remove(s)) {
+                    Some(id) => passivate.push(id),
+                    None => break,
+                }
+            }
+            return;
+        }
+        let excess = self.list.len().saturating_sub(self.limit);
+        let mut at = self.list.most_recent(0);
+        for _ in 0..skip {
+            at = at.and_then(|slot| self.list.less_recent(slot));
+        }
+        for _ in 0..excess {
+            let Some(slot) = at else {
+                break;
+            };
+            at = self.list.less_recent(slot);
+            if let Some(id) = self.list.remove(slot) {
+                passivate.push(id);
             }
         }
     }
 }
 
-impl<K: PolicyKey> ReplacementPolicy<K> for LeastRecentlyUsed<K> {
+impl<K: PolicyKey, const MOST_RECENT: bool> ReplacementPolicy<K> for RecencyEnd<K, MOST_RECENT> {
     fn set_limit(&mut self, limit: usize, passivate: &mut Vec<K>) {
         self.limit = limit;
-        self.passivate_excess(passivate);
+        self.passivate_excess(0, passivate);
     }
 
-    /// With a limit of zero the new entity itself is passivated, as in
+    /// With a limit of zero LRU passivates the new entity itself, as in
     /// Akka: the composite strategy relies on it to pass every entity
     /// through an empty window.
     fn on_activate(&mut self, id: K, passivate: &mut Vec<K>) {
-        match self.list.slot(&id) {
-            Some(slot) => self.list.move_to_back(slot, 0),
-            None => {
-                self.list.push(id, 0);
-            }
-        }
-        self.passivate_excess(passivate);
+        self.list.touch_or_push(id, 0);
+        self.passivate_excess(1, passivate);
     }
 
     fn on_access(&mut self, id: &K) {
-        if let Some(slot) = self.list.slot(id) {
-            self.list.move_to_back(slot, 0);
-        }
+        self.list.touch(id, 0);
     }
 
     fn on_remove(&mut self, id: &K) {
@@ -68,13 +88,18 @@ impl<K: PolicyKey> ReplacementPolicy<K> for LeastRecentlyUsed<K> {
     }
 }
 
-impl<K: PolicyKey> ActiveArea<K> for LeastRecentlyUsed<K> {
+impl<K: PolicyKey, const MOST_RECENT: bool> ActiveArea<K> for RecencyEnd<K, MOST_RECENT> {
     fn contains(&self, id: &K) -> bool {
         self.list.contains(id)
     }
 
     fn select(&self) -> Option<&K> {
-        self.list.least_recent(0).and_then(|s| self.list.key(s))
+        let end = if MOST_RECENT {
+            self.list.most_recent(0)
+        } else {
+            self.list.least_recent(0)
+        };
+        end.and_then(|s| self.list.key(s))
     }
 }
 

@@ -173,6 +173,24 @@ impl<K: std::hash::Hash + Eq + Clone> RecencyList<K> {
         Some(key)
     }
 
+    /// Moves `key` to the most recent end of `level` if tracked: a message
+    /// to an active entity, for the single-list policies.
+    pub(crate) fn touch(&mut self, key: &K, level: usize) {
+        if let Some(slot) = self.slot(key) {
+            self.move_to_back(slot, level);
+        }
+    }
+
+    /// [`Self::touch`], or tracks `key` at the most recent end of `level`.
+    pub(crate) fn touch_or_push(&mut self, key: K, level: usize) {
+        match self.slot(&key) {
+            Some(slot) => self.move_to_back(slot, level),
+            None => {
+                self.push(key, level);
+            }
+        }
+    }
+
     /// Stops tracking `key`, if tracked.
     pub(crate) fn remove_key(&mut self, key: &K) -> bool {
         match self.slot(key) {
