@@ -10,6 +10,7 @@
 pub(crate) mod activity;
 pub(crate) mod delivery;
 mod erased;
+mod inbound;
 pub(crate) mod lease;
 pub(crate) mod mail;
 pub(crate) mod outbound;
@@ -18,17 +19,14 @@ pub(crate) mod routes;
 pub(crate) mod shard;
 mod task;
 
-use crate::codec;
 use crate::entity::{Entity, EntityId, EntityType};
-use crate::envelope::{Envelope, Reply, WireEnvelope};
+use crate::envelope::{Envelope, Reply};
 use crate::error::{AskError, TellError};
 use crate::inspection::{ClusterShardingStats, CurrentRegionState};
 use crate::metrics::RegionMetrics;
 use crate::node_context::NodeContext;
 use colo_allocation::{MessageExtractor, RegionId, ShardId};
-use futures::future::BoxFuture;
 use routes::Routes;
-use shard::dropped;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +34,8 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use delivery::Delivery;
 pub use erased::{ErasedError, ErasedRegion, Told};
+use inbound::Inbound;
+pub(crate) use inbound::{Placed, RegionInbound};
 pub use placement::PlacementError;
 
 /// Capacity of the region task's command channel. Commands are rare (queries,
@@ -133,103 +133,6 @@ pub(crate) fn extractor_fingerprint(extractor: &dyn MessageExtractor) -> u64 {
         let _ = write!(placed, ",{}", shard.0);
     }
     colo_allocation::stable_hash(&placed)
-}
-
-/// What became of an envelope received from another node.
-pub(crate) enum Placed {
-    /// Taken: in a shard mailbox, the buffer, or on its way to another node.
-    Taken,
-    /// Dropped, counted and logged, with its asker told why (it cannot be
-    /// decoded, or names a shard the entity is not in).
-    Dropped,
-    /// The region has stopped: the sender keeps it and finds the new home.
-    Refused,
-}
-
-/// A region as the node sees it: where the transport hands received
-/// envelopes, and how the node stops it.
-pub(crate) trait RegionInbound: Send + Sync + 'static {
-    /// Takes an envelope received from another node, without waiting.
-    fn deliver(&self, env: WireEnvelope, credit: crate::credits::Credit) -> Placed;
-    /// Refuses new messages (the node is dying).
-    fn stop_accepting(&self);
-    /// Hands off every shard and stops.
-    fn shutdown(&self) -> BoxFuture<'_, ()>;
-}
-
-struct Inbound<E: Entity> {
-    shared: Arc<Shared<E>>,
-    commands: mpsc::Sender<RegionCmd<E>>,
-}
-
-impl<E: Entity> RegionInbound for Inbound<E> {
-    fn deliver(&self, env: WireEnvelope, credit: crate::credits::Credit) -> Placed {
-        let shared = &self.shared;
-        let reply = env
-            .reply_to
-            .map_or(Reply::None, |to| Reply::Remote(Box::new(to)));
-        // From the wire: the shard must be the one this node's extractor
-        // gives the entity, or the two nodes disagree on where it lives.
-        let expected = shared.extractor.shard_id(&env.entity_id);
-        let checked = if env.shard == expected {
-            codec::decode::<E::Message>(&env.payload).map_err(|e| {
-                let reason = format!("cannot be decoded: {}", e.0);
-                (&shared.metrics.dropped_bad_payload, reason)
-            })
-        } else {
-            let reason = format!(
-                "names shard {} but this node places entity {:?} in shard {expected}",
-                env.shard, env.entity_id
-            );
-            Err((&shared.metrics.dropped_wrong_shard, reason))
-        };
-        let message = match checked {
-            Ok(message) => message,
-            Err((counter, reason)) => {
-                counter.increment(1);
-                tracing::warn!(entity_type = %shared.entity_type.name, entity_id = %env.entity_id, shard = %env.shard, %reason, "message received from another node dropped");
-                dropped(
-                    reply,
-                    &shared.node,
-                    &format!("the receiving node refused it: the message {reason}"),
-                );
-                return Placed::Dropped;
-            }
-        };
-        let envelope = Envelope {
-            entity_id: env.entity_id,
-            shard: env.shard,
-            message,
-            reply,
-            credit: Some(credit),
-            received: true,
-            delayed: env.delayed || shared.fenced.load(std::sync::atomic::Ordering::Acquire),
-        };
-        let registered = shared.linked.load(std::sync::atomic::Ordering::Acquire);
-        match shared.routes.place(envelope, registered) {
-            Ok(()) => Placed::Taken,
-            Err(_) => Placed::Refused,
-        }
-    }
-
-    fn stop_accepting(&self) {
-        self.shared.routes.stop();
-        self.shared.metrics.hosted_shards.set(0.0);
-    }
-
-    fn shutdown(&self) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            let (done, wait) = oneshot::channel();
-            if self
-                .commands
-                .send(RegionCmd::Shutdown { done })
-                .await
-                .is_ok()
-            {
-                let _ = wait.await;
-            }
-        })
-    }
 }
 
 /// A handle on this node's region of one entity type: tell and ask entities
@@ -562,14 +465,15 @@ impl<E: Entity> Region<E> {
     /// Hands off every local shard to other regions, delivers every buffered
     /// message, then stops. Messages told after this returns are refused.
     pub async fn shutdown(&self) {
-        let (done, wait) = oneshot::channel();
-        if self
-            .commands
-            .send(RegionCmd::Shutdown { done })
-            .await
-            .is_ok()
-        {
-            let _ = wait.await;
-        }
+        shut_down(&self.commands).await;
+    }
+}
+
+/// Asks the region task to hand off every shard and stop, and waits until
+/// it has (at once if it is gone): for its handle and for the node alike.
+async fn shut_down<E: Entity>(commands: &mpsc::Sender<RegionCmd<E>>) {
+    let (done, wait) = oneshot::channel();
+    if commands.send(RegionCmd::Shutdown { done }).await.is_ok() {
+        let _ = wait.await;
     }
 }
