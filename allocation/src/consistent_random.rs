@@ -2,8 +2,7 @@
 //! producers (rdkafka, confluent-kafka-python, -go, -dotnet) left at their
 //! default `partitioner=consistent_random`.
 
-use crate::extractor::{check_number_of_shards, ExtractorError, MessageExtractor};
-use crate::ShardId;
+use crate::partition_extractor::{PartitionExtractor, Partitioner};
 
 /// Maps an entity id to the partition librdkafka's `consistent_random`
 /// partitioner gives a record keyed by it: `crc32(key) % partitions`.
@@ -21,50 +20,22 @@ use crate::ShardId;
 /// is what librdkafka's plain `consistent` partitioner does. Records a
 /// librdkafka producer sends with an empty key therefore do not line up with
 /// this extractor; give entities non-empty ids.
-#[derive(Clone, Debug)]
-pub struct ConsistentRandomExtractor {
-    partitions: u32,
-}
+pub type ConsistentRandomExtractor = PartitionExtractor<ConsistentRandomPartitioner>;
 
-impl ConsistentRandomExtractor {
-    /// An extractor for topics with `partitions` partitions.
-    ///
-    /// # Errors
-    /// [`ExtractorError::NoShards`] if `partitions` is 0.
-    pub fn new(partitions: u32) -> Result<Self, ExtractorError> {
-        Ok(Self {
-            partitions: check_number_of_shards(partitions)?,
-        })
-    }
+/// librdkafka's `consistent_random` partitioner, for non-empty keys.
+#[derive(Clone, Copy, Debug)]
+pub struct ConsistentRandomPartitioner;
 
-    /// The partition of a raw record key, for keys that are not UTF-8 text.
-    /// An empty key gives partition 0 (see the type's docs).
-    pub fn partition(&self, key: &[u8]) -> u32 {
-        crc32fast::hash(key) % self.partitions
-    }
-}
-
-impl MessageExtractor for ConsistentRandomExtractor {
-    fn shard_id(&self, entity_id: &str) -> ShardId {
-        ShardId(self.partition(entity_id.as_bytes()))
-    }
-
-    fn number_of_shards(&self) -> u32 {
-        self.partitions
+impl Partitioner for ConsistentRandomPartitioner {
+    fn partition(key: &[u8], partitions: u32) -> u32 {
+        crc32fast::hash(key) % partitions
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn zero_partitions_is_refused() {
-        assert_eq!(
-            ConsistentRandomExtractor::new(0).unwrap_err(),
-            ExtractorError::NoShards
-        );
-    }
+    use crate::{MessageExtractor, ShardId};
 
     /// Partitions a librdkafka producer picked on a real broker with 128
     /// partitions.

@@ -1,9 +1,8 @@
 //! The extractor for colo's main mode: shard = the Kafka partition a Java
 //! producer would pick for the entity id.
 
-use crate::extractor::{check_number_of_shards, ExtractorError, MessageExtractor};
 use crate::murmur2::murmur2_partition;
-use crate::ShardId;
+use crate::partition_extractor::{PartitionExtractor, Partitioner};
 
 /// Maps an entity id to the partition Kafka's Java default partitioner gives
 /// a record keyed by it: `(murmur2(utf8 key) & 0x7fffffff) % partitions`.
@@ -12,49 +11,22 @@ use crate::ShardId;
 /// same shard. It only holds while producers use that partitioner (the Java
 /// client's default, or `partitioner=murmur2_random` in librdkafka) and while
 /// `partitions` equals the topics' partition count.
-#[derive(Clone, Debug)]
-pub struct KafkaMurmur2Extractor {
-    partitions: u32,
-}
+pub type KafkaMurmur2Extractor = PartitionExtractor<Murmur2Partitioner>;
 
-impl KafkaMurmur2Extractor {
-    /// An extractor for topics with `partitions` partitions.
-    ///
-    /// # Errors
-    /// [`ExtractorError::NoShards`] if `partitions` is 0.
-    pub fn new(partitions: u32) -> Result<Self, ExtractorError> {
-        Ok(Self {
-            partitions: check_number_of_shards(partitions)?,
-        })
-    }
+/// Kafka's Java client's default partitioner (librdkafka's `murmur2`).
+#[derive(Clone, Copy, Debug)]
+pub struct Murmur2Partitioner;
 
-    /// The partition of a raw record key, for keys that are not UTF-8 text.
-    pub fn partition(&self, key: &[u8]) -> u32 {
-        murmur2_partition(key, self.partitions)
-    }
-}
-
-impl MessageExtractor for KafkaMurmur2Extractor {
-    fn shard_id(&self, entity_id: &str) -> ShardId {
-        ShardId(self.partition(entity_id.as_bytes()))
-    }
-
-    fn number_of_shards(&self) -> u32 {
-        self.partitions
+impl Partitioner for Murmur2Partitioner {
+    fn partition(key: &[u8], partitions: u32) -> u32 {
+        murmur2_partition(key, partitions)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn zero_partitions_is_refused() {
-        assert_eq!(
-            KafkaMurmur2Extractor::new(0).unwrap_err(),
-            ExtractorError::NoShards
-        );
-    }
+    use crate::{MessageExtractor, ShardId};
 
     #[test]
     fn shards_are_the_java_client_partitions() {

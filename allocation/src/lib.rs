@@ -8,6 +8,8 @@
 //! - [`hash_extractor`]: `HashExtractor` and `stable_hash` (xxh3), for entity
 //!   types not fed by Kafka.
 //! - [`murmur2`](mod@murmur2): Kafka's murmur2 hash, bit-exact with the Java client.
+//! - [`partition_extractor`]: `PartitionExtractor`, shard = the partition a
+//!   producer's `Partitioner` gives the entity id; its two partitioners:
 //! - [`kafka_murmur2`]: `KafkaMurmur2Extractor`, shard = the Java client's
 //!   default partition (colo's main mode).
 //! - [`consistent_random`]: `ConsistentRandomExtractor`, shard = librdkafka's
@@ -33,6 +35,7 @@ pub mod kafka_murmur2;
 pub mod least_shard;
 pub mod least_shard_settings;
 pub mod murmur2;
+pub mod partition_extractor;
 pub mod strategy;
 
 pub use consistent_random::ConsistentRandomExtractor;
@@ -44,4 +47,5 @@ pub use kafka_murmur2::KafkaMurmur2Extractor;
 pub use least_shard::{least_loaded_region, LeastShardAllocationStrategy};
 pub use least_shard_settings::{LeastShardSettings, SettingsError};
 pub use murmur2::murmur2;
+pub use partition_extractor::{PartitionExtractor, Partitioner};
 pub use strategy::{AllocationStrategy, Allocations};
