@@ -29,7 +29,7 @@ mod handoff;
 mod lifecycle;
 mod runs;
 
-use crate::entity::{Entity, EntityContext, EntityId, EntityType};
+use crate::entity::{Entity, EntityId, EntityType};
 use crate::envelope::{Envelope, Reply};
 use crate::error::AskError;
 use crate::mailbox::{Consumer, Mailbox};
@@ -433,22 +433,8 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                         let Some(entity) = active.entity.take() else {
                             unreachable!("an entity that is not busy is not in a run")
                         };
-                        let Envelope {
-                            entity_id,
-                            message,
-                            reply,
-                            credit,
-                            delayed,
-                            ..
-                        } = env;
-                        // In custody no longer: its sender may send more.
-                        drop(credit);
-                        let job = Job {
-                            ctx: EntityContext::with_delay(entity_id.clone(), *shard, delayed),
-                            entity,
-                            message,
-                        };
-                        let mut kind = Some(Kind::Message(reply));
+                        let (entity_id, job, kind) = Job::message(entity, env, *shard);
+                        let mut kind = Some(kind);
                         match runs.start(&entity_id, job, &mut kind, cx) {
                             Err(cancel) => {
                                 *running += 1;

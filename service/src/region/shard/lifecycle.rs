@@ -25,22 +25,8 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
     }
 
     pub(super) fn start_message(&mut self, entity: E, env: Envelope<E>, cx: &mut Context<'_>) {
-        let Envelope {
-            entity_id,
-            message,
-            reply,
-            credit,
-            delayed,
-            ..
-        } = env;
-        // In custody no longer: its sender may send more.
-        drop(credit);
-        let job = Job {
-            ctx: EntityContext::with_delay(entity_id.clone(), self.id, delayed),
-            entity,
-            message,
-        };
-        self.start(entity_id, job, Kind::Message(reply), None, cx);
+        let (entity_id, job, kind) = Job::message(entity, env, self.id);
+        self.start(entity_id, job, kind, None, cx);
     }
 
     /// Starts a run; `deadline`: cancel it then if it still runs.

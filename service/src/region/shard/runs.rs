@@ -9,7 +9,8 @@
 //! waits keeps its slot and joins the set of pending runs.
 
 use crate::entity::{Entity, EntityContext, EntityId};
-use crate::envelope::Reply;
+use crate::envelope::{Envelope, Reply};
+use colo_allocation::ShardId;
 use colo_passivation::PassivationReason;
 use futures::stream::FuturesUnordered;
 use futures::task::AtomicWaker;
@@ -38,6 +39,34 @@ pub(crate) struct Job<E: Entity> {
     pub ctx: EntityContext,
     pub entity: E,
     pub message: E::Message,
+}
+
+impl<E: Entity> Job<E> {
+    /// `entity`'s run of the message `env` carries, in `shard`, with the
+    /// entity's id: the
+    /// envelope leaves custody (its credit returned, so its sender may send
+    /// more), and its reply goes with the run.
+    pub fn message(
+        entity: E,
+        env: Envelope<E>,
+        shard: ShardId,
+    ) -> (EntityId, Self, Kind<E::Reply>) {
+        let Envelope {
+            entity_id,
+            message,
+            reply,
+            credit,
+            delayed,
+            ..
+        } = env;
+        drop(credit);
+        let job = Job {
+            ctx: EntityContext::with_delay(entity_id.clone(), shard, delayed),
+            entity,
+            message,
+        };
+        (entity_id, job, Kind::Message(reply))
+    }
 }
 
 /// How a handler ended.
