@@ -8,6 +8,7 @@
 //! active -> shutting down -> stopped.
 
 pub(crate) mod activity;
+mod command;
 pub(crate) mod delivery;
 mod erased;
 mod inbound;
@@ -17,6 +18,7 @@ pub(crate) mod outbound;
 pub(crate) mod placement;
 pub(crate) mod routes;
 pub(crate) mod shard;
+mod shared;
 mod task;
 
 use crate::entity::{Entity, EntityId, EntityType};
@@ -25,115 +27,19 @@ use crate::error::{AskError, TellError};
 use crate::inspection::{ClusterShardingStats, CurrentRegionState};
 use crate::metrics::RegionMetrics;
 use crate::node_context::NodeContext;
-use colo_allocation::{MessageExtractor, RegionId, ShardId};
+use colo_allocation::{RegionId, ShardId};
 use routes::Routes;
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
+use command::{RegionCmd, COMMAND_CAPACITY};
 pub use delivery::Delivery;
 pub use erased::{ErasedError, ErasedRegion, Told};
 use inbound::Inbound;
 pub(crate) use inbound::{Placed, RegionInbound};
 pub use placement::PlacementError;
-
-/// Capacity of the region task's command channel. Commands are rare (queries,
-/// hand-off results, undelivered batches); senders wait when it is full.
-const COMMAND_CAPACITY: usize = 1024;
-
-/// What the region task is asked to do, by handles and by its own helpers.
-pub(crate) enum RegionCmd<E: Entity> {
-    /// The task opening the coordinator link is done (`None`: not reached).
-    CoordinatorLinked {
-        link: Option<crate::protocol::CoordinatorLink>,
-    },
-    /// A shard finished its hand-off; `leftovers` were still in its mailbox.
-    ShardStopped {
-        shard: ShardId,
-        leftovers: VecDeque<Envelope<E>>,
-    },
-    /// Everything forwarded to the old home before BeginHandOff arrived there.
-    BeginHandOffReady {
-        shard: ShardId,
-    },
-    /// A remote node could not be reached; these go back to the buffer.
-    Undeliverable {
-        to: RegionId,
-        serial: u64,
-        envelopes: Vec<Envelope<E>>,
-    },
-    /// The outbound queue to `to` has ended: nothing more comes back from it.
-    OutboundClosed {
-        to: RegionId,
-        serial: u64,
-    },
-    State {
-        timeout: Duration,
-        reply: oneshot::Sender<CurrentRegionState>,
-    },
-    ClusterStats {
-        timeout: Duration,
-        reply: oneshot::Sender<Result<ClusterShardingStats, QueryError>>,
-    },
-    Shutdown {
-        done: oneshot::Sender<()>,
-    },
-    /// Host or release shards through the coordinator.
-    Placement {
-        request: placement::PlacementRequest,
-        reply: placement::PlacementReply,
-    },
-}
-
-/// What routing needs, shared by every handle and the region task.
-pub(crate) struct Shared<E: Entity> {
-    pub id: RegionId,
-    pub entity_type: Arc<EntityType<E>>,
-    pub extractor: Arc<dyn MessageExtractor>,
-    pub routes: Routes<E>,
-    pub proxy: bool,
-    pub node: Arc<NodeContext>,
-    pub metrics: RegionMetrics,
-    pub activity: Arc<activity::Activity>,
-    /// Until when local shards may handle messages (see `lease.rs`).
-    pub lease: Arc<lease::Lease>,
-    /// Has registered with a coordinator once and is not leaving: what
-    /// readiness means. It stays set while the coordinator is away, as
-    /// Akka's sharding health check does: the region still serves the
-    /// shards it knows.
-    pub ready: std::sync::atomic::AtomicBool,
-    /// The coordinator answers (the lease is being renewed).
-    pub reachable: std::sync::atomic::AtomicBool,
-    /// Registered on a live link: the region can learn shard homes now.
-    pub linked: std::sync::atomic::AtomicBool,
-    /// Why the coordinator refused this region, while it does.
-    pub refused: parking_lot::Mutex<Option<String>>,
-    /// Fenced and not registered again: what other nodes send now waits
-    /// here while they may route newer messages to a new home, so it is
-    /// marked delayed.
-    pub fenced: std::sync::atomic::AtomicBool,
-}
-
-impl<E: Entity> Shared<E> {
-    async fn route(&self, env: Envelope<E>) -> Result<routes::Placement, TellError> {
-        self.routes.route(env).await
-    }
-}
-
-/// Where the extractor puts a fixed set of probe ids, hashed: regions that
-/// disagree on it would disagree on where entities live, so the
-/// coordinator refuses a region whose fingerprint differs from the others'.
-pub(crate) fn extractor_fingerprint(extractor: &dyn MessageExtractor) -> u64 {
-    use std::fmt::Write;
-    const PROBES: usize = 64;
-    let mut placed = extractor.number_of_shards().to_string();
-    for i in 0..PROBES {
-        let shard = extractor.shard_id(&format!("colo-extractor-probe-{i}"));
-        let _ = write!(placed, ",{}", shard.0);
-    }
-    colo_allocation::stable_hash(&placed)
-}
+use shared::Shared;
 
 /// A handle on this node's region of one entity type: tell and ask entities
 /// by id, wherever they live. Cheap to clone.

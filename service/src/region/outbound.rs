@@ -1,8 +1,8 @@
 //! The queue of messages from one region to another node: one task per
 //! destination, so per-sender order holds, batching whatever has piled up.
 
+use super::command::RegionCmd;
 use super::mail::Mail;
-use super::RegionCmd;
 use crate::codec;
 use crate::entity::Entity;
 use crate::envelope::{Envelope, Reply, ReplyTo, WireEnvelope};

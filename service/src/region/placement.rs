@@ -5,7 +5,8 @@
 //! instead of at its next rebalance round, so a listener can finish a
 //! hand-off inside the rebalance callback, before a partition changes owner.
 
-use super::{Region, RegionCmd};
+use super::command::RegionCmd;
+use super::Region;
 use crate::entity::Entity;
 use colo_allocation::ShardId;
 use std::time::Duration;

@@ -6,10 +6,11 @@
 //! (unlinked -> registering -> registered, back to unlinked when the link
 //! breaks or the region fences itself), in `task/contact.rs`.
 
+use super::command::RegionCmd;
 use super::mail::Mail;
 use super::routes::Home;
 use super::shard::{Shard, ShardHandle};
-use super::{RegionCmd, Shared};
+use super::shared::Shared;
 use crate::entity::{Entity, EntityId};
 use crate::envelope::Envelope;
 use crate::inspection::{ClusterShardingStats, CurrentRegionState};

@@ -13,8 +13,8 @@ use super::{Hosted, Phase, RegionTask};
 use crate::entity::Entity;
 use crate::inspection::RegionStats;
 use crate::protocol::{CoordinatorLink, CoordinatorToRegion, RegionToCoordinator};
+use crate::region::command::RegionCmd;
 use crate::region::placement::{PlacementError, PlacementReply, PlacementRequest};
-use crate::region::RegionCmd;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use tokio::sync::mpsc;
@@ -214,7 +214,7 @@ impl<E: Entity> RegionTask<E> {
             proxy: self.shared.proxy,
             hosted,
             number_of_shards: extractor.number_of_shards(),
-            extractor: crate::region::extractor_fingerprint(extractor.as_ref()),
+            extractor: crate::region::shared::extractor_fingerprint(extractor.as_ref()),
             ping,
         };
         self.send(message);

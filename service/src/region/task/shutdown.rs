@@ -4,8 +4,8 @@
 use super::{Hosted, Phase, RegionTask};
 use crate::entity::Entity;
 use crate::protocol::RegionToCoordinator;
+use crate::region::command::RegionCmd;
 use crate::region::mail::Mail;
-use crate::region::RegionCmd;
 use std::collections::VecDeque;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
