@@ -19,6 +19,8 @@
 //! - [`composite`]: admission window + admission filter + main area
 //!   (Window-TinyLFU), with [`hill_climbing`] sizing the window and
 //!   [`frequency_sketch`] as the filter.
+//! - [`simulation`]: the policy side of `colo simulate`: its strategies,
+//!   Akka's sharding emulation, Belady's OPT and the lockstep replay.
 //! - `recency_list`, `frequency_list`: the O(1), allocation-free
 //!   structures under the policies; `area`: what the composite needs from
 //!   its areas' policies.
@@ -37,6 +39,7 @@ pub mod next_use;
 pub mod policy;
 mod recency_list;
 pub mod settings;
+pub mod simulation;
 pub mod strategy;
 
 pub use composite::Composite;

@@ -8,7 +8,7 @@
 //! remote / local.
 
 use colo::coordinator::hosting::StaticHosting;
-use colo::counter::{Counter, CounterMsg, COUNTER};
+use colo::samples::counter::{Counter, CounterMsg, COUNTER};
 use colo::transport::grpc::{GrpcSettings, GrpcTransport};
 use colo::{CoordinatorHandle, EntityType, InMemoryStore, Node, Region, ShardingSettings};
 use std::sync::Arc;

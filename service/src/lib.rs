@@ -7,54 +7,57 @@
 //! hand-off protocol. See DESIGN.md for the vocabulary and the invariants.
 //!
 //! # Start here
-//! - [`Entity`] and [`EntityType`]: what you implement and register.
+//! - [`Entity`], [`EntityType`], [`EntityContext`]: what you implement and
+//!   register ([`entity`] has the rest of the entity API).
 //! - [`NodeProgram`]: a node process of your own: your entity types, the
 //!   config file, gRPC, admin HTTP, metrics, health, graceful shutdown.
-//! - [`Node`] and [`Region`]: a node in your own process; tell and ask.
-//!
-//! # Layout
-//! - [`entity`]: the entity API (`Entity`, `EntityType`).
-//! - [`settings`]: per entity type settings with Akka's defaults.
-//! - [`program`]: the node program (`NodeProgram`) that `colo run` is one
-//!   user of; [`config`], its TOML config with env and flag overrides;
-//!   [`admin`], its admin HTTP server; [`api`], its gRPC client API.
+//! - [`Node`] and [`Region`]: a node in your own process; tell and ask
+//!   ([`Delivery`] when the sender must learn the outcome, [`ErasedRegion`]
+//!   to reach a region by name with encoded messages).
 //! - [`kafka`]: Kafka records driving an entity type: the connector's
 //!   source wired to the region (rebalances move shards synchronously;
-//!   offsets follow handled records).
-//! - [`node`]: a node and its regions; `node_context.rs`, what its regions
-//!   and shards share; `tasks.rs`, the task sets that stop with it.
-//! - [`region`]: routing, buffering, hosting; `region/routes.rs` is the
-//!   routing table, `region/task.rs` the region's state machine (with
-//!   `task/contact.rs`, its contact with the coordinator and fencing;
-//!   `task/draining.rs` and `task/shutdown.rs`), `region/lease.rs` its
-//!   lease, `region/shard.rs` the task that owns a shard's entities,
-//!   `region/outbound.rs` the queue to each remote node,
-//!   `region/activity.rs` the passivation gauges, `region/placement.rs`
-//!   hosting and releasing shards on demand, `region/delivery.rs` messages
-//!   whose outcome the sender learns, `region/erased.rs` a
-//!   region reached by name with encoded messages; `mailbox.rs`, the
-//!   bounded queue in front of a shard or a remote node.
-//! - [`coordinator`]: shard homes, rebalancing, hand-off; its handle, its
-//!   event-sourced state and store, its members (registration, liveness),
-//!   one task per hand-off, and which node hosts it.
-//! - [`protocol`]: the coordinator protocol, by direction.
-//! - [`envelope`], [`codec`]: messages and the one codec boundary, with the
-//!   content types clients may use.
-//! - [`transport`]: how nodes reach each other: an in-memory network, and
-//!   gRPC between processes; [`credits`], the flow control that keeps a
-//!   busy receiver from stalling or being resent to.
-//! - [`inspection`]: the region-state and cluster-stats queries.
+//!   offsets follow handled records), and the decoders a program uses.
+//!
+//! # What a program configures
+//! - [`ShardingSettings`] ([`settings`]): per entity type, Akka's defaults.
 //! - [`passivation`] (the colo-passivation crate): replacement policies,
 //!   their settings and the passivation strategy.
-//! - [`metrics`]: every metric name; [`logging`]: the log subscriber.
-//! - [`error`]: what senders see.
-//! - [`counter`]: the built-in counter entity type.
-//! - [`purchases`]: the sample: purchase events from Kafka driving one
-//!   entity per user, and the producer of `colo produce`.
+//! - [`allocation`] (the colo-allocation crate): allocation strategies and
+//!   message extractors, Kafka's partitioner among them.
+//! - [`config`]: the node program's TOML config, env and flag overrides.
 //!
-//! The `colo` binary's own parts (client subcommands, the embedded demo,
-//! the passivation simulator) are modules of this crate too, hidden from
-//! these docs.
+//! # What it sees
+//! - [`AskError`], [`TellError`]: what senders see.
+//! - [`CurrentRegionState`], [`ClusterShardingStats`]: the region-state
+//!   and cluster-stats queries.
+//! - [`metrics`]: every metric name; [`admin`]: the admin HTTP server
+//!   (metrics, health); [`api`]: the gRPC client API; [`codec`]: the content
+//!   types clients may use.
+//!
+//! # The cluster's parts
+//! - [`coordinator`]: shard homes, rebalancing, hand-off: its handle
+//!   ([`CoordinatorHandle`]), its event-sourced state and store
+//!   ([`InMemoryStore`]), its members, and which node hosts it.
+//! - [`transport`]: how nodes reach each other: [`InMemoryNetwork`] within
+//!   a process (tests), gRPC between processes; [`credits`], the flow
+//!   control that keeps a busy receiver from stalling or being resent to.
+//! - [`TaskSet`]: every task a component starts, stopped together.
+//!
+//! # Samples
+//! - [`samples`], examples rather than API: the built-in counter entity
+//!   type, and the purchases sample (Kafka events driving one entity per
+//!   user, and the producer of `colo produce`).
+//!
+//! # Inside (not public)
+//! The node (`node.rs`, `node_context.rs`), the region (`region.rs` and
+//! `region/`: the routing table, the region task and its contact with the
+//! coordinator, the shard task, the outbound queues, the lease), the
+//! coordinator protocol (`protocol.rs`), envelopes (`envelope.rs`), the
+//! bounded mailboxes, the table of remote asks and the log subscriber.
+//!
+//! The `colo` binary's own parts (client subcommands, `colo produce`, the
+//! embedded demo, the passivation simulator's command) are the binary's
+//! modules (`src/bin/colo/`), not the library's.
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -62,44 +65,37 @@ pub mod api;
 pub mod codec;
 pub mod config;
 pub mod coordinator;
-pub mod counter;
 pub mod credits;
 pub mod entity;
-pub mod envelope;
-pub mod error;
-pub mod inspection;
+mod envelope;
+mod error;
+mod inspection;
 pub mod kafka;
-pub mod logging;
+mod logging;
 mod mailbox;
 pub mod metrics;
-pub mod node;
+mod node;
 mod node_context;
-pub use colo_passivation as passivation;
-pub mod program;
-pub mod protocol;
-pub mod purchases;
-pub mod region;
+mod program;
+mod protocol;
+mod region;
 mod replies;
+pub mod samples;
 pub mod settings;
 mod tasks;
 pub mod transport;
 
-#[doc(hidden)]
-pub mod cli;
-#[doc(hidden)]
-pub mod demo;
-#[doc(hidden)]
-pub mod simulate;
-
 pub use codec::ContentType;
 pub use colo_allocation as allocation;
 pub use colo_allocation::{RegionId, ShardId};
+pub use colo_passivation as passivation;
 pub use coordinator::{store::InMemoryStore, CoordinatorHandle};
 pub use entity::{Entity, EntityContext, EntityError, EntityId, EntityType, RegistrationError};
 pub use error::{AskError, TellError};
 pub use inspection::{ClusterShardingStats, CurrentRegionState, RegionStats};
 pub use node::Node;
 pub use program::{NodeProgram, ProgramError};
-pub use region::{Delivery, ErasedError, ErasedRegion, PlacementError, QueryError, Region};
+pub use region::{Delivery, ErasedError, ErasedRegion, PlacementError, QueryError, Region, Told};
 pub use settings::{SettingsError, ShardingSettings};
+pub use tasks::TaskSet;
 pub use transport::{memory::InMemoryNetwork, Transport, TransportError};

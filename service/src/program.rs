@@ -545,7 +545,7 @@ fn flatten<E>(result: Result<Result<(), E>, tokio::task::JoinError>) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::counter::{Counter, COUNTER};
+    use crate::samples::counter::{Counter, COUNTER};
 
     fn config(sets: &[&str]) -> NodeConfig {
         let mut all = vec![

@@ -9,7 +9,7 @@ use tokio::task::JoinSet;
 
 /// Tasks started by one component, aborted together.
 #[derive(Default)]
-pub(crate) struct TaskSet {
+pub struct TaskSet {
     set: Mutex<JoinSet<()>>,
     /// Set once the set is aborted: a task spawned after that (say, a region
     /// restarting a shard while it is being aborted) is never started.
@@ -54,7 +54,7 @@ impl TaskSet {
 
     /// Tasks still running.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         let mut set = self.set.lock();
         while set.try_join_next().is_some() {}
         set.len()

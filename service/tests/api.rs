@@ -4,8 +4,7 @@
 
 use colo::allocation::{LeastShardAllocationStrategy, LeastShardSettings};
 use colo::api::ShardingApi;
-use colo::cli::client::{execute, ClientCliError, ClientCommand, Target};
-use colo::counter::{Counter, CounterMsg, COUNTER};
+use colo::samples::counter::{Counter, CounterMsg, COUNTER};
 use colo::{
     codec, CoordinatorHandle, EntityType, InMemoryNetwork, InMemoryStore, Node, ShardingSettings,
 };
@@ -27,7 +26,6 @@ const POSTCARD: &str = "application/x-postcard";
 /// A node with its API served on a loopback port.
 struct Served {
     node: Arc<Node>,
-    addr: std::net::SocketAddr,
     client: ShardingClient<Channel>,
     shutdown: watch::Receiver<bool>,
 }
@@ -96,7 +94,6 @@ async fn serve(node: Arc<Node>) -> Served {
         .expect("connect to the API");
     Served {
         node,
-        addr,
         client,
         shutdown,
     }
@@ -470,54 +467,4 @@ async fn shutdown_fires_the_trigger_and_a_stopped_region_is_unavailable() {
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     // Node b's API still answers; its region is untouched.
     assert!(hosted(&mut c.b.client).await.is_empty());
-}
-
-#[tokio::test]
-async fn the_cli_tells_asks_and_reports_status_codes() {
-    let c = two_nodes().await;
-    let target = |json| Target {
-        addr: c.a.addr.to_string(),
-        entity_type: COUNTER.into(),
-        json,
-    };
-    let told = execute(ClientCommand::Tell {
-        target: target(false),
-        id: "cli".into(),
-        message: r#"{"Add":4}"#.into(),
-    })
-    .await
-    .expect("tell");
-    assert!(told.starts_with("told counter/cli (shard "), "{told}");
-    let asked = execute(ClientCommand::Ask {
-        target: target(true),
-        id: "cli".into(),
-        message: "Get".into(),
-        timeout: Some(Duration::from_secs(2)),
-    })
-    .await
-    .expect("ask");
-    let asked: serde_json::Value = serde_json::from_str(&asked).expect("JSON output");
-    assert_eq!(asked["reply"], serde_json::json!(4));
-
-    let err = execute(ClientCommand::Ask {
-        target: target(false),
-        id: "cli".into(),
-        message: r#""Reset""#.into(),
-        timeout: None,
-    })
-    .await
-    .expect_err("unknown variant");
-    assert!(matches!(err, ClientCliError::Status(_)), "{err:?}");
-    assert!(
-        err.to_string().starts_with("INVALID_ARGUMENT: payload"),
-        "{err}"
-    );
-
-    let stats = execute(ClientCommand::Stats {
-        target: target(false),
-        timeout: Some(Duration::from_secs(2)),
-    })
-    .await
-    .expect("stats");
-    assert!(stats.lines().any(|l| l.starts_with("total ")), "{stats}");
 }

@@ -5,8 +5,8 @@
 //! as Kafka does (and can refuse a topic to the client).
 
 use colo::allocation::{KafkaMurmur2Extractor, LeastShardAllocationStrategy};
-use colo::counter::{Counter, CounterMsg};
 use colo::kafka::{json_records, IngestError, IngestSettings, KafkaIngest};
+use colo::samples::counter::{Counter, CounterMsg};
 use colo::{
     CoordinatorHandle, EntityType, InMemoryNetwork, InMemoryStore, Node, Region, ShardingSettings,
 };

@@ -3,7 +3,7 @@
 //! The expected figures were worked out by hand (see each test). The
 //! fixture `tiny.*` holds the accesses 1 2 3 1 2 4 1 2 3 4 in every format.
 
-use colo::simulate::sharding::{java_string_hash, shard_of};
+use colo::passivation::simulation::sharding::{java_string_hash, shard_of};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

@@ -3,8 +3,8 @@
 
 use super::opt::OptShard;
 use super::sharding::{shard_limit, Allocation};
-use super::{RunResult, SimulateError, Strategy};
-use colo_passivation::ReplacementPolicy;
+use super::{ContractBroken, RunResult, Strategy};
+use crate::ReplacementPolicy;
 
 /// The replacement state of one active shard in one run.
 enum ShardPolicy {
@@ -45,14 +45,22 @@ struct Run {
 }
 
 /// Every run of one simulation, fed the same accesses.
-pub(super) struct Replay {
+pub struct Replay {
     allocation: Allocation,
     runs: Vec<Run>,
 }
 
+impl std::fmt::Debug for Replay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replay")
+            .field("runs", &self.runs.len())
+            .finish_non_exhaustive()
+    }
+}
+
 /// An access as the replay sees it.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Access {
+pub struct Access {
     /// The interned entity id.
     pub id: u32,
     /// Its shard.
@@ -65,12 +73,7 @@ pub(super) struct Access {
 
 impl Replay {
     /// One run per (strategy, limit), strategies outermost.
-    pub(super) fn new(
-        strategies: &[Strategy],
-        limits: &[usize],
-        shards: u32,
-        regions: u32,
-    ) -> Self {
+    pub fn new(strategies: &[Strategy], limits: &[usize], shards: u32, regions: u32) -> Self {
         let runs = strategies
             .iter()
             .flat_map(|strategy| {
@@ -95,8 +98,8 @@ impl Replay {
     /// Replays one access in every run.
     ///
     /// # Errors
-    /// [`SimulateError::Policy`] if a policy breaks its contract.
-    pub(super) fn access(&mut self, access: Access) -> Result<(), SimulateError> {
+    /// [`ContractBroken`] if a policy breaks its contract.
+    pub fn access(&mut self, access: Access) -> Result<(), ContractBroken> {
         let (region, new_shard) = self.allocation.locate(access.shard);
         for run in &mut self.runs {
             if new_shard {
@@ -108,7 +111,7 @@ impl Replay {
     }
 
     /// The results, in run order.
-    pub(super) fn finish(self) -> Vec<RunResult> {
+    pub fn finish(self) -> Vec<RunResult> {
         self.runs
             .into_iter()
             .map(|run| RunResult {
@@ -131,7 +134,7 @@ impl Run {
         shard: u32,
         region: u32,
         allocation: &Allocation,
-    ) -> Result<(), SimulateError> {
+    ) -> Result<(), ContractBroken> {
         let per_region = self.limit / allocation.regions() as usize;
         self.shards[shard as usize] = Some(match &self.strategy {
             Strategy::Opt { newcomers_first } => ShardPolicy::Opt(if *newcomers_first {
@@ -153,7 +156,7 @@ impl Run {
         Ok(())
     }
 
-    fn access(&mut self, access: Access) -> Result<(), SimulateError> {
+    fn access(&mut self, access: Access) -> Result<(), ContractBroken> {
         self.accesses += 1;
         let id = access.id as usize;
         if id >= self.active.len() {
@@ -180,14 +183,14 @@ impl Run {
 
     /// Marks what the policy of `shard` just passivated as inactive, and
     /// checks that the policy tracks no more than is active.
-    fn settle(&mut self, shard: u32) -> Result<(), SimulateError> {
+    fn settle(&mut self, shard: u32) -> Result<(), ContractBroken> {
         for gone in self.passivate.drain(..) {
             let slot = usize::try_from(gone)
                 .ok()
                 .and_then(|i| self.active.get_mut(i))
                 .filter(|active| **active);
             let Some(slot) = slot else {
-                return Err(SimulateError::Policy(format!(
+                return Err(ContractBroken(format!(
                     "{} passivated entity #{gone} of shard {shard}, which is not active",
                     self.strategy.name()
                 )));
@@ -203,7 +206,7 @@ impl Run {
             .map_or(0, ShardPolicy::len);
         let active = self.active_in_shard[shard as usize];
         if tracked > active {
-            return Err(SimulateError::Policy(format!(
+            return Err(ContractBroken(format!(
                 "{} tracks {tracked} entities in shard {shard} at limit {}, but only {active} are active",
                 self.strategy.name(),
                 self.limit

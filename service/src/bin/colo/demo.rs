@@ -7,14 +7,16 @@
 
 mod membership;
 
-use crate::admin::{self, Admin, Readiness};
-use crate::allocation::{
+use colo::admin::{self, Admin, Readiness};
+use colo::allocation::{
     ExternalAllocationClient, ExternalAllocationStrategy, KafkaMurmur2Extractor,
 };
-use crate::entity::{Entity, EntityContext, EntityError};
-use crate::kafka::{IngestSettings, KafkaIngest};
-use crate::purchases::{self, ProduceSettings, User, UserMsg, UserStats, USER, USER_EVENTS};
-use crate::{
+use colo::entity::{Entity, EntityContext, EntityError};
+use colo::kafka::{IngestSettings, KafkaIngest};
+use colo::samples::purchases::{
+    self, ProduceSettings, User, UserMsg, UserStats, USER, USER_EVENTS,
+};
+use colo::{
     ClusterShardingStats, CoordinatorHandle, EntityType, InMemoryNetwork, InMemoryStore, Node,
     Region, ShardingSettings,
 };

@@ -1,7 +1,14 @@
-//! The `colo` command.
+//! The `colo` command: `colo run` (a node of the built-in or configured
+//! entity types), the client subcommands, `colo produce`, the embedded
+//! demo and the passivation simulator. The library it runs on is `colo`;
+//! these modules are the command's own.
+
+mod cli;
+mod demo;
+mod simulate;
 
 use clap::{Parser, Subcommand};
-use colo::simulate::{self, SimulateOptions, TraceFormat};
+use simulate::{SimulateOptions, TraceFormat};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -61,9 +68,9 @@ enum Command {
     /// sample's purchase events (protobuf, keyed by user id, writing the
     /// totals each user must reach), or records of one's own from a file
     /// (--records) or a template (--payload).
-    Produce(colo::cli::produce::ProduceArgs),
+    Produce(cli::produce::ProduceArgs),
     #[command(flatten)]
-    Client(colo::cli::client::ClientCommand),
+    Client(cli::client::ClientCommand),
 }
 
 #[derive(clap::Args)]
@@ -133,7 +140,7 @@ fn main() -> ExitCode {
             partitions,
             metrics_listen,
             progress_every,
-        } => demo(colo::demo::DemoOptions {
+        } => demo(demo::DemoOptions {
             records,
             users: usize::try_from(users).unwrap_or(usize::MAX),
             rate,
@@ -143,14 +150,10 @@ fn main() -> ExitCode {
         }),
         Command::Simulate(args) => run_simulation(args),
         Command::Run(args) => run_node(&args),
-        Command::Produce(args) => colo::cli::produce::run(&args)
-            .map(drop)
-            .map_err(|e| e.to_string()),
-        Command::Client(command) => block_on(async {
-            colo::cli::client::run(command)
-                .await
-                .map_err(|e| e.to_string())
-        }),
+        Command::Produce(args) => cli::produce::run(&args).map_err(|e| e.to_string()),
+        Command::Client(command) => {
+            block_on(async { cli::client::run(command).await.map_err(|e| e.to_string()) })
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -168,8 +171,8 @@ fn block_on<T>(f: impl std::future::Future<Output = Result<T, String>>) -> Resul
 }
 
 fn run_node(args: &colo::config::RunArgs) -> Result<(), String> {
-    use colo::counter::{Counter, COUNTER};
-    use colo::purchases::{purchase_records, User, USER};
+    use colo::samples::counter::{Counter, COUNTER};
+    use colo::samples::purchases::{purchase_records, User, USER};
     // The config is read before anything starts, so a bad one stops the
     // process with the field's name and nothing half-started.
     let program = colo::NodeProgram::from_run_args(args).map_err(|e| e.to_string())?;
@@ -187,8 +190,8 @@ fn run_node(args: &colo::config::RunArgs) -> Result<(), String> {
     block_on(async { program.run().await.map_err(|e| e.to_string()) })
 }
 
-fn demo(options: colo::demo::DemoOptions) -> Result<(), String> {
-    block_on(async { colo::demo::run(options).await.map_err(|e| e.to_string()) })
+fn demo(options: demo::DemoOptions) -> Result<(), String> {
+    block_on(async { demo::run(options).await.map_err(|e| e.to_string()) })
 }
 
 fn run_simulation(args: SimulateArgs) -> Result<(), String> {

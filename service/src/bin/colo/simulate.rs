@@ -6,10 +6,11 @@
 //! # Layout
 //! - [`trace`]: the trace formats and their readers, with transparent gzip
 //!   and xz decompression.
-//! - [`sharding`]: Akka's simulator's shard of an id, least-shard region
-//!   allocation and the per-shard limit split.
-//! - [`opt`]: Belady's clairvoyant policy, the upper bound.
-//! - `replay.rs`: every run (strategy x limit) fed the same accesses in
+//! - The policy side, pure and in colo-passivation
+//!   (`colo_passivation::simulation`): [`sharding`], Akka's simulator's
+//!   shard of an id, least-shard region allocation and the per-shard limit
+//!   split; [`opt`], Belady's clairvoyant policy, the upper bound; the
+//!   replay of every run (strategy x limit) fed the same accesses in
 //!   lockstep.
 //! - [`report`]: the CSV and the readable table; [`plot`]: the SVG chart.
 //!
@@ -17,28 +18,17 @@
 //! it is first read into memory (4 bytes per access) to know each access's
 //! next use.
 
-pub mod opt;
 pub mod plot;
-mod replay;
 pub mod report;
-pub mod sharding;
 pub mod trace;
 
-use colo_passivation::settings::ReplacementSettings;
-use replay::{Access, Replay};
+use colo_passivation::simulation::replay::{Access, Replay};
+pub use colo_passivation::simulation::{
+    opt, sharding, strategies, ContractBroken, RunResult, Strategy,
+};
 use std::collections::HashMap;
-use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
 pub use trace::{TraceError, TraceFormat};
-
-/// The strategy names `colo simulate` knows: Belady's `opt` and
-/// `opt-seen`, then every replacement preset the shards can run.
-pub fn strategies() -> impl Iterator<Item = &'static str> {
-    ["opt", "opt-seen"]
-        .into_iter()
-        .chain(ReplacementSettings::PRESETS)
-}
 
 /// What to simulate.
 #[derive(Debug, Clone)]
@@ -56,82 +46,6 @@ pub struct SimulateOptions {
     pub regions: u32,
     /// Shards ids are spread over (Akka's simulator: 10).
     pub shards: u32,
-}
-
-/// A strategy of a run: OPT, or a replacement policy preset.
-#[derive(Clone)]
-pub enum Strategy {
-    /// Belady's clairvoyant policy; with `newcomers_first`, clairvoyant
-    /// only about entities already seen (`opt-seen`, see [`opt`]).
-    Opt {
-        /// Newcomers are passivated first, the newest first.
-        newcomers_first: bool,
-    },
-    /// A policy shards use, from a [`ReplacementSettings`] preset.
-    Policy {
-        /// Its preset name.
-        name: String,
-        /// Its settings.
-        settings: Arc<ReplacementSettings>,
-    },
-}
-
-impl Strategy {
-    /// `opt` or a [`ReplacementSettings::preset`] name; `None` if unknown.
-    pub fn from_name(name: &str) -> Option<Strategy> {
-        if let "opt" | "opt-seen" = name {
-            return Some(Strategy::Opt {
-                newcomers_first: name == "opt-seen",
-            });
-        }
-        ReplacementSettings::preset(name).map(|settings| Strategy::Policy {
-            name: name.to_owned(),
-            settings: Arc::new(settings),
-        })
-    }
-
-    /// The strategy's name.
-    pub fn name(&self) -> &str {
-        match self {
-            Strategy::Opt { newcomers_first } => {
-                if *newcomers_first {
-                    "opt-seen"
-                } else {
-                    "opt"
-                }
-            }
-            Strategy::Policy { name, .. } => name,
-        }
-    }
-}
-
-impl fmt::Debug for Strategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// The outcome of one strategy at one limit.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunResult {
-    /// The strategy's name.
-    pub strategy: String,
-    /// The total active-entity limit.
-    pub limit: usize,
-    /// Messages replayed.
-    pub accesses: u64,
-    /// Messages that found their entity inactive and activated it.
-    pub activations: u64,
-}
-
-impl RunResult {
-    /// `(1 - activations / accesses) x 100`, exactly.
-    pub fn active_percent(&self) -> f64 {
-        if self.accesses == 0 {
-            return 0.0;
-        }
-        (1.0 - self.activations as f64 / self.accesses as f64) * 100.0
-    }
 }
 
 /// Every run of a simulation.
@@ -186,8 +100,8 @@ pub enum SimulateError {
         what: &'static str,
     },
     /// A policy broke the `ReplacementPolicy` contract.
-    #[error("policy contract broken: {0}")]
-    Policy(String),
+    #[error(transparent)]
+    Policy(#[from] ContractBroken),
 }
 
 /// Runs every strategy at every limit over the trace.

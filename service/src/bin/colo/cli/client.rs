@@ -6,8 +6,8 @@
 //! on stdout for scripts. A failed call is a [`ClientCliError`] whose text
 //! starts with the gRPC status code.
 
-use crate::api::MAX_TIMEOUT;
-use crate::codec::ContentType;
+use colo::api::MAX_TIMEOUT;
+use colo::codec::ContentType;
 use colo_proto::v1::sharding_client::ShardingClient;
 use colo_proto::v1::{AskRequest, ClusterStatsRequest, Payload, RegionStateRequest, TellRequest};
 use std::fmt::Write as _;
@@ -18,8 +18,8 @@ use tonic::transport::{Channel, Endpoint};
 mod output;
 
 pub use output::{
-    render_ask, render_shards, render_stats, render_tell, AskOutcome, RegionCounts, ShardsOutcome,
-    StatsOutcome, TellOutcome,
+    render_ask, render_shards, render_stats, render_tell, AskOutcome, ShardsOutcome, StatsOutcome,
+    TellOutcome,
 };
 
 /// Where a node listens unless `--addr` says otherwise.
@@ -446,6 +446,9 @@ pub fn code_name(code: tonic::Code) -> &'static str {
         Code::Unauthenticated => "UNAUTHENTICATED",
     }
 }
+
+#[cfg(test)]
+mod against_a_node;
 
 #[cfg(test)]
 mod tests {

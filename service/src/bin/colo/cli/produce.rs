@@ -9,10 +9,10 @@ mod own_records;
 mod sender;
 
 pub use colo_connectors::PARTITIONER;
-pub use own_records::{parse_line, read_records, OwnRecord, Template};
+use own_records::{read_records, Template};
 pub use sender::{check_partitioner, send, SendError, SendSettings, Sent};
 
-use crate::purchases::{self, ProduceSettings, Totals};
+use colo::samples::purchases::{self, ProduceSettings, Totals};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -97,25 +97,16 @@ pub enum ProduceCliError {
     },
 }
 
-/// What `colo produce` sent.
-#[derive(Debug, Clone)]
-pub enum Produced {
-    /// The sample's events and the totals they add up to.
-    Sample(Totals),
-    /// Records of one's own.
-    Own(Sent),
-}
-
 /// Sends the records, showing progress, and prints what was sent.
 ///
 /// # Errors
 /// See [`ProduceCliError`].
-pub fn run(args: &ProduceArgs) -> Result<Produced, ProduceCliError> {
+pub fn run(args: &ProduceArgs) -> Result<(), ProduceCliError> {
     check_partitioner(&args.client).map_err(SendError::Input)?;
     if args.records.is_some() || args.payload.is_some() {
-        return run_own(args).map(Produced::Own);
+        return run_own(args).map(drop);
     }
-    run_sample(args).map(Produced::Sample)
+    run_sample(args).map(drop)
 }
 
 /// Records of one's own: the file's, or the template's.

@@ -2,10 +2,10 @@
 //! a task of its own, beside the progress lines.
 
 use super::{step, DemoError, DemoNode, TalliedUser};
-use crate::kafka::{IngestSettings, KafkaIngest};
-use crate::purchases;
-use crate::tasks::TaskSet;
-use crate::{EntityType, InMemoryNetwork, Node, Region};
+use colo::kafka::{IngestSettings, KafkaIngest};
+use colo::samples::purchases;
+use colo::TaskSet;
+use colo::{EntityType, InMemoryNetwork, Node, Region};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
