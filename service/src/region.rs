@@ -96,6 +96,19 @@ pub enum QueryError {
 }
 
 impl<E: Entity> Region<E> {
+    /// Hands a placement to the region task (`placement.rs` builds it);
+    /// false if the task has stopped.
+    async fn send_placement(
+        &self,
+        request: placement::PlacementRequest,
+        reply: placement::PlacementReply,
+    ) -> bool {
+        self.commands
+            .send(RegionCmd::Placement { request, reply })
+            .await
+            .is_ok()
+    }
+
     pub(crate) fn start(
         entity_type: EntityType<E>,
         proxy: bool,

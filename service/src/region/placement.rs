@@ -5,7 +5,6 @@
 //! instead of at its next rebalance round, so a listener can finish a
 //! hand-off inside the rebalance callback, before a partition changes owner.
 
-use super::command::RegionCmd;
 use super::Region;
 use crate::entity::Entity;
 use colo_allocation::ShardId;
@@ -157,10 +156,9 @@ impl<E: Entity> Region<E> {
     ) -> Result<(), PlacementError> {
         let (reply, answer) = oneshot::channel();
         let exchange = async {
-            self.commands
-                .send(RegionCmd::Placement { request, reply })
-                .await
-                .map_err(|_| PlacementError::Stopped)?;
+            if !self.send_placement(request, reply).await {
+                return Err(PlacementError::Stopped);
+            }
             answer.await.map_err(|_| PlacementError::Stopped)?
         };
         tokio::time::timeout(timeout, exchange)
