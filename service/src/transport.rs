@@ -1,10 +1,12 @@
 //! How nodes reach each other: deliver envelope batches, send ask replies,
 //! and open a region's link to the coordinator.
 //!
-//! The runtime only ever calls [`Transport`]; the in-memory network here
-//! connects the nodes of one process (tests, the demo), and the gRPC
-//! transport of a later issue connects processes. Both move bytes: payloads
-//! are encoded at the codec boundary before they get here.
+//! The runtime only ever calls [`Transport`]; the in-memory network
+//! ([`memory`]) connects the nodes of one process (tests, the demo), and
+//! gRPC ([`grpc`]: a Link per peer with credit-based flow control and
+//! sequence numbers, and the coordinator links) connects processes. Both
+//! move bytes: payloads are encoded at the codec boundary before they get
+//! here.
 
 pub mod grpc;
 pub mod memory;
