@@ -37,7 +37,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
-use tokio_stream::wrappers::UnboundedReceiverStream;
 
 /// Why a batch was not delivered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -545,82 +544,8 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// Why a connection could not be opened.
-enum Refusal {
-    /// The node is not there (nothing listens, or it refuses the Link): it
-    /// stopped, or restarts as another incarnation.
-    Definite(String),
-    /// It may be slow or cut off: worth trying again.
-    Maybe(String),
-}
-
-/// One open stream.
-struct Connection {
-    frames: mpsc::UnboundedSender<pb::LinkFrame>,
-    answers: tonic::Streaming<pb::LinkAnswer>,
-}
-
-impl Connection {
-    async fn open(
-        local: &Local,
-        address: &str,
-        settings: &GrpcSettings,
-    ) -> Result<(Self, pb::Welcome), Refusal> {
-        let channel = super::connect_link(address, settings)
-            .await
-            .map_err(|e| match e {
-                super::ConnectError::Refused(e) => Refusal::Definite(e),
-                super::ConnectError::Other(e) => Refusal::Maybe(e),
-            })?;
-        let mut client = pb::node_client::NodeClient::new(channel);
-        // Frames are bounded by the credit window (batches) and by the
-        // asks in flight (replies); unbounded here so that writing never
-        // waits while acks must be read.
-        let (frames, rx) = mpsc::unbounded_channel();
-        let hello = pb::link_frame::Frame::Hello(pb::Hello {
-            node: local.node.to_string(),
-            incarnation: local.incarnation,
-        });
-        let _ = frames.send(pb::LinkFrame { frame: Some(hello) });
-        let opened = tokio::time::timeout(
-            settings.connect_timeout,
-            client.link(UnboundedReceiverStream::new(rx)),
-        )
-        .await
-        .map_err(|_| Refusal::Maybe("no answer in time".into()))?;
-        let mut answers = match opened {
-            Ok(response) => response.into_inner(),
-            Err(status) if status.code() == tonic::Code::Unavailable => {
-                return Err(Refusal::Definite(status.message().to_string()))
-            }
-            Err(status) => return Err(Refusal::Maybe(status.message().to_string())),
-        };
-        let first = tokio::time::timeout(settings.connect_timeout, answers.message())
-            .await
-            .map_err(|_| Refusal::Maybe("no welcome in time".into()))?;
-        match first {
-            Ok(Some(pb::LinkAnswer {
-                answer: Some(pb::link_answer::Answer::Welcome(welcome)),
-            })) => Ok((Self { frames, answers }, welcome)),
-            Ok(_) => Err(Refusal::Maybe("no welcome".into())),
-            Err(status) if status.code() == tonic::Code::Unavailable => {
-                Err(Refusal::Definite(status.message().to_string()))
-            }
-            Err(status) => Err(Refusal::Maybe(status.message().to_string())),
-        }
-    }
-
-    fn send(&mut self, frame: pb::link_frame::Frame) {
-        let _ = self.frames.send(pb::LinkFrame { frame: Some(frame) });
-    }
-
-    fn send_batch(&mut self, first: u64, envelopes: Vec<pb::Envelope>) {
-        self.send(pb::link_frame::Frame::Batch(pb::Batch {
-            first_sequence: first,
-            envelopes,
-        }));
-    }
-}
-
+mod connection;
 #[cfg(test)]
 mod prop_tests;
+
+use connection::{Connection, Refusal};
