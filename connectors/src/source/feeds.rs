@@ -260,9 +260,11 @@ impl Feeds {
                 )
             };
             let marks = watermarks.get(tp).copied().unwrap_or_default();
-            // Before any record came, the next one to handle is the one
-            // the group committed (or the first, without a commit).
-            let next = position.or(feed.stored).or(marks.committed).or(marks.low);
+            let floor = match feed.phase {
+                Phase::Open { floor } => floor,
+                Phase::Closed => None,
+            };
+            let next = next_to_handle(position, feed.stored, floor, marks.committed, marks.low);
             let lag = marks.high.and_then(|high| next.map(|n| (high - n).max(0)));
             let waiting = feed.phase == Phase::Closed;
             let state = PartitionState {
@@ -343,6 +345,23 @@ pub(super) struct Watermarks {
     pub(super) committed: Option<i64>,
 }
 
+/// The next offset a partition has to handle, for its lag: the position
+/// its handled records reached, or the one last stored; before any record
+/// of this assignment was handled, the offset the group had committed: the
+/// gate's floor (read when it opened) or librdkafka's view of the commit,
+/// whichever is further (librdkafka's can be older than the floor: a
+/// consumer that never committed a partition keeps what it read at an
+/// earlier assignment); without either, the partition's first offset.
+fn next_to_handle(
+    position: Option<i64>,
+    stored: Option<i64>,
+    floor: Option<i64>,
+    committed: Option<i64>,
+    low: Option<i64>,
+) -> Option<i64> {
+    position.or(stored).or(floor.max(committed)).or(low)
+}
+
 /// Stores the partition's position if it moved.
 fn store<C: ConsumerContext>(consumer: &BaseConsumer<C>, tp: &TopicPartition, feed: &mut Feed) {
     let position = feed.offsets.lock().position();
@@ -418,6 +437,30 @@ mod tests {
             key: None,
             payload: None,
         }
+    }
+
+    /// A partition whose records below its floor were all handled by its
+    /// previous owner, and none came since, has no lag, whatever older
+    /// commit librdkafka still reports for it.
+    #[test]
+    fn a_partition_caught_up_at_its_floor_has_no_lag_whatever_older_commit_librdkafka_reports() {
+        assert_eq!(
+            next_to_handle(None, None, Some(148), Some(84), Some(0)),
+            Some(148)
+        );
+        assert_eq!(
+            next_to_handle(None, None, None, Some(84), Some(0)),
+            Some(84)
+        );
+        assert_eq!(
+            next_to_handle(None, None, Some(90), Some(120), Some(0)),
+            Some(120)
+        );
+        assert_eq!(
+            next_to_handle(Some(150), None, Some(148), Some(84), Some(0)),
+            Some(150)
+        );
+        assert_eq!(next_to_handle(None, None, None, None, Some(0)), Some(0));
     }
 
     /// librdkafka restarting a partition at its first offset within one
