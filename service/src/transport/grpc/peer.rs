@@ -428,7 +428,9 @@ impl LinkTask {
         }
         loop {
             self.send_what_fits(&mut connection);
-            if !self.finishing.is_empty() && self.queued.is_empty() && self.unacked.is_empty() {
+            // Replies go out as they come here, so nothing to send is
+            // nothing queued or unacked.
+            if !self.finishing.is_empty() && self.nothing_to_send() {
                 return self.finish(connection).await;
             }
             let ack_deadline = self

@@ -44,6 +44,9 @@ pub fn check_partitioner(client: &[(String, String)]) -> Result<(), String> {
 /// counting them in `sent_so_far`, and waits until the broker has
 /// acknowledged every one. Blocks: call it off the async runtime's threads.
 ///
+/// The partitioner is checked once, by the command before it reads any
+/// record ([`check_partitioner`]), and again by the producer itself.
+///
 /// # Errors
 /// A record cannot be made (the iterator's error), the producer cannot be
 /// created, or the broker did not acknowledge every record.
@@ -52,7 +55,6 @@ pub fn send(
     records: impl Iterator<Item = Result<OwnRecord, String>>,
     sent_so_far: &AtomicU64,
 ) -> Result<Sent, SendError> {
-    check_partitioner(&settings.client).map_err(SendError::Input)?;
     let mut producer = KeyedProducer::new(&ProducerSettings {
         bootstrap_servers: settings.bootstrap_servers.clone(),
         topic: settings.topic.clone(),
