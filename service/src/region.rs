@@ -139,11 +139,7 @@ impl<E: Entity> Region<E> {
             metrics,
             activity: Arc::default(),
             lease: Arc::default(),
-            ready: std::sync::atomic::AtomicBool::new(false),
-            reachable: std::sync::atomic::AtomicBool::new(false),
-            linked: std::sync::atomic::AtomicBool::new(false),
-            refused: parking_lot::Mutex::new(None),
-            fenced: std::sync::atomic::AtomicBool::new(false),
+            contact: shared::PublishedContact::default(),
         });
         let task = task::RegionTask::new(shared.clone(), commands.clone());
         node.tasks.spawn(task.run(command_rx, home_rx));
@@ -169,20 +165,18 @@ impl<E: Entity> Region<E> {
     /// region serves the shards it knows and buffers the rest); see
     /// [`Self::coordinator_reachable`].
     pub fn is_ready(&self) -> bool {
-        self.shared.ready.load(std::sync::atomic::Ordering::Acquire)
+        self.shared.contact.view().ready
     }
 
     /// Whether the coordinator answers this region now.
     pub fn coordinator_reachable(&self) -> bool {
-        self.shared
-            .reachable
-            .load(std::sync::atomic::Ordering::Acquire)
+        self.shared.contact.view().reachable
     }
 
     /// Why the coordinator refuses this region, if it does (it disagrees
     /// with the cluster on the number of shards or the extractor).
     pub fn refused(&self) -> Option<String> {
-        self.shared.refused.lock().clone()
+        self.shared.contact.refused()
     }
 
     /// The shard an entity belongs to.

@@ -75,6 +75,7 @@ impl<E: Entity> RegionInbound for Inbound<E> {
                 return Placed::Dropped;
             }
         };
+        let contact = shared.contact.view();
         let envelope = Envelope {
             entity_id: env.entity_id,
             shard: env.shard,
@@ -82,10 +83,9 @@ impl<E: Entity> RegionInbound for Inbound<E> {
             reply,
             credit: Some(credit),
             received: true,
-            delayed: env.delayed || shared.fenced.load(std::sync::atomic::Ordering::Acquire),
+            delayed: env.delayed || contact.fenced,
         };
-        let registered = shared.linked.load(std::sync::atomic::Ordering::Acquire);
-        match shared.routes.place(envelope, registered) {
+        match shared.routes.place(envelope, contact.registered) {
             Ok(()) => Placed::Taken,
             Err(_) => Placed::Refused,
         }

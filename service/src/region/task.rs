@@ -1,15 +1,17 @@
 //! The region task: the one place that changes where shards live, as seen
 //! from this node.
 //!
-//! Its two state machines are explicit: the region's own [`Phase`] (running
-//! -> shutting down -> stopped) and its [`Contact`] with the coordinator
+//! Its state machines are explicit: the region's own [`Phase`] (running
+//! -> shutting down -> stopped), its [`Contact`] with the coordinator
 //! (unlinked -> registering -> registered, back to unlinked when the link
-//! breaks or the region fences itself), in `task/contact.rs`.
+//! breaks or the region fences itself; `task/contact.rs`), and one
+//! [`ShardPhase`] per shard (asked, hosted, stopping, waiting for a barrier
+//! or for returning messages; `task/shards.rs`).
 
 use super::command::RegionCmd;
 use super::mail::Mail;
 use super::routes::Home;
-use super::shard::{Shard, ShardHandle};
+use super::shard::Shard;
 use super::shared::Shared;
 use crate::entity::{Entity, EntityId};
 use crate::envelope::Envelope;
@@ -19,7 +21,8 @@ use crate::protocol::RegionToCoordinator;
 use crate::region::QueryError;
 use colo_allocation::{RegionId, ShardId};
 use contact::Contact;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use shards::{Release, ShardPhase, Shards};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +31,7 @@ use tokio::time::{Instant, Sleep};
 
 mod contact;
 mod draining;
+mod shards;
 mod shutdown;
 
 enum Phase {
@@ -50,17 +54,6 @@ struct Queue<E: Entity> {
     sink: Arc<Mailbox<Mail<E>>>,
 }
 
-enum Hosted<E: Entity> {
-    Active(ShardHandle<E>),
-    /// `notify`: the coordinator asked for the hand-off and waits for
-    /// ShardStopped; otherwise the region stops a shard it found stale or
-    /// fenced itself (`fenced`).
-    HandingOff {
-        notify: bool,
-        fenced: bool,
-    },
-}
-
 pub(super) struct RegionTask<E: Entity> {
     shared: Arc<Shared<E>>,
     commands: mpsc::Sender<RegionCmd<E>>,
@@ -68,7 +61,7 @@ pub(super) struct RegionTask<E: Entity> {
     contact: Contact,
     /// Fires `fence_timeout` after the coordinator's last answer.
     fence_timer: Pin<Box<Sleep>>,
-    hosted: BTreeMap<ShardId, Hosted<E>>,
+    shards: Shards<E>,
     outbound: HashMap<RegionId, Queue<E>>,
     next_queue: u64,
     /// Nodes whose delivery just failed: their homes are ignored for a
@@ -76,22 +69,12 @@ pub(super) struct RegionTask<E: Entity> {
     unreachable: HashMap<RegionId, Instant>,
     /// Outbound queues being emptied after their node failed or left: per
     /// node, the shards that were routed there and the messages that came
-    /// back, in order. Those shards are held (no new home) until the queue
+    /// back, in order. Those shards are held (`Returning`) until the queue
     /// has closed, so returned messages go out before anything newer.
     draining: HashMap<(RegionId, u64), Returned<E>>,
     /// Every outbound queue until it has closed, current or draining: set
     /// when its node is terminated, and the queue sends nothing more.
     give_back: HashMap<(RegionId, u64), Arc<std::sync::atomic::AtomicBool>>,
-    /// Homes learned for held shards, applied once they are released.
-    pending_home: HashMap<ShardId, RegionId>,
-    /// Shards whose hand-off barrier has not passed yet (it follows what
-    /// was sent to the old home).
-    barriers: BTreeSet<ShardId>,
-    /// Shards whose hand-off has begun while their barrier or an
-    /// unconfirmed batch to the old home was pending: acked once that is
-    /// settled.
-    handoff_acks: BTreeSet<ShardId>,
-    asked_at: HashMap<ShardId, Instant>,
     stats_waiting: HashMap<u64, oneshot::Sender<Result<ClusterShardingStats, QueryError>>>,
     /// Placements asked of the coordinator, by request.
     placements_waiting: HashMap<u64, super::placement::PlacementReply>,
@@ -107,16 +90,12 @@ impl<E: Entity> RegionTask<E> {
             phase: Phase::Running,
             contact: Contact::default(),
             fence_timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
-            hosted: BTreeMap::new(),
+            shards: Shards::default(),
             outbound: HashMap::new(),
             next_queue: 0,
             unreachable: HashMap::new(),
             draining: HashMap::new(),
             give_back: HashMap::new(),
-            pending_home: HashMap::new(),
-            barriers: BTreeSet::new(),
-            handoff_acks: BTreeSet::new(),
-            asked_at: HashMap::new(),
             stats_waiting: HashMap::new(),
             placements_waiting: HashMap::new(),
             next_request: 0,
@@ -195,20 +174,40 @@ impl<E: Entity> RegionTask<E> {
 
     fn ask_home(&mut self, shard: ShardId) {
         if self.contact.is_registered() {
-            self.asked_at.entry(shard).or_insert_with(Instant::now);
+            let now = Instant::now();
+            match self.shards.take(shard) {
+                None => self.shards.put(shard, ShardPhase::Asked { since: now }),
+                Some(mut phase) => {
+                    if let Some(then) = phase.release_mut() {
+                        then.asked.get_or_insert(now);
+                    }
+                    self.shards.put(shard, phase);
+                }
+            }
             self.send(RegionToCoordinator::GetShardHome { shard });
         }
     }
 
     fn on_shard_home(&mut self, shard: ShardId, region: RegionId) {
-        if let Some(asked) = self.asked_at.remove(&shard) {
+        let asked = match self.shards.take(shard) {
+            Some(ShardPhase::Asked { since }) => Some(since),
+            Some(mut phase) => {
+                let asked = phase.release_mut().and_then(|then| then.asked.take());
+                self.shards.put(shard, phase);
+                asked
+            }
+            None => None,
+        };
+        if let Some(asked) = asked {
             self.shared
                 .metrics
                 .shard_home_latency
                 .record(asked.elapsed().as_secs_f64());
         }
-        if self.is_held(shard) {
-            self.pending_home.insert(shard, region);
+        if self.shards.is_held(shard) {
+            if let Some(then) = self.shards.release_of(shard) {
+                then.home = Some(region);
+            }
             return;
         }
         if region == self.shared.id {
@@ -219,7 +218,7 @@ impl<E: Entity> RegionTask<E> {
             }
             return;
         }
-        if matches!(self.hosted.get(&shard), Some(Hosted::Active(_))) {
+        if matches!(self.shards.get(shard), Some(ShardPhase::Hosted(_))) {
             // This region lost the shard while it was away from the
             // coordinator: stop the local copy so the entity lives once,
             // whether or not the new home is reachable from here.
@@ -241,14 +240,21 @@ impl<E: Entity> RegionTask<E> {
     }
 
     fn host_locally(&mut self, shard: ShardId) {
-        let sink = match self.hosted.get(&shard) {
-            Some(Hosted::Active(handle)) if !handle.sink.is_closed() => handle.sink.clone(),
+        let sink = match self.shards.get(shard) {
+            Some(ShardPhase::Hosted(handle)) if !handle.sink.is_closed() => handle.sink.clone(),
             // Asked again once the hand-off is done.
-            Some(Hosted::HandingOff { .. }) => return,
+            Some(ShardPhase::Stopping { .. }) => return,
+            // Hosted once released (callers check; this keeps it so).
+            Some(ShardPhase::BarrierPending { .. } | ShardPhase::Returning { .. }) => {
+                if let Some(then) = self.shards.release_of(shard) {
+                    then.home = Some(self.shared.id.clone());
+                }
+                return;
+            }
             _ => {
                 let passivation = &self.shared.entity_type.settings.passivation;
                 let policy = passivation
-                    .shard_limit(self.hosted.len() + 1)
+                    .shard_limit(self.shards.local().count() + 1)
                     .and_then(|limit| passivation.policy(limit));
                 let handle = Shard::spawn(
                     shard,
@@ -260,7 +266,7 @@ impl<E: Entity> RegionTask<E> {
                     self.shared.lease.current(),
                 );
                 let sink = handle.sink.clone();
-                self.hosted.insert(shard, Hosted::Active(handle));
+                self.shards.put(shard, ShardPhase::Hosted(handle));
                 self.shards_changed();
                 tracing::debug!(entity_type = %self.name(), %shard, "shard started");
                 sink
@@ -280,16 +286,12 @@ impl<E: Entity> RegionTask<E> {
     /// The number of hosted shards changed: every shard gets its new share
     /// of the region's active-entity limit.
     fn shards_changed(&mut self) {
-        self.shared
-            .metrics
-            .hosted_shards
-            .set(self.hosted.len() as f64);
+        let local = self.shards.local().count();
+        self.shared.metrics.hosted_shards.set(local as f64);
         let passivation = &self.shared.entity_type.settings.passivation;
-        if let Some(limit) = passivation.shard_limit(self.hosted.len()) {
-            for hosted in self.hosted.values() {
-                if let Hosted::Active(handle) = hosted {
-                    let _ = handle.sink.push(Mail::SetLimit(limit));
-                }
+        if let Some(limit) = passivation.shard_limit(local) {
+            for (_, handle) in self.shards.hosted() {
+                let _ = handle.sink.push(Mail::SetLimit(limit));
             }
         }
     }
@@ -298,11 +300,9 @@ impl<E: Entity> RegionTask<E> {
     /// a shard that has not taken its last one yet (it is stuck or busy)
     /// gets no second, so ticks never pile up in a mailbox.
     fn idle_tick(&self) {
-        for hosted in self.hosted.values() {
-            if let Hosted::Active(handle) = hosted {
-                if handle.signals.claim_idle_tick() {
-                    let _ = handle.sink.push(Mail::IdleTick);
-                }
+        for (_, handle) in self.shards.hosted() {
+            if handle.signals.claim_idle_tick() {
+                let _ = handle.sink.push(Mail::IdleTick);
             }
         }
     }
@@ -311,21 +311,48 @@ impl<E: Entity> RegionTask<E> {
     /// forwarded there has arrived; the owner keeps delivering until HandOff,
     /// so all of it is handled before the shard stops, in order.
     fn begin_handoff(&mut self, shard: ShardId) {
-        self.pending_home.remove(&shard);
-        if self.is_draining(shard) || self.barriers.contains(&shard) {
+        let mut phase = self.shards.take(shard);
+        if let Some(then) = phase.as_mut().and_then(ShardPhase::release_mut) {
+            // Its home is moving: a home learned before is stale.
+            then.home = None;
+        }
+        let waits = match &phase {
+            Some(ShardPhase::BarrierPending { .. } | ShardPhase::Returning { .. }) => true,
+            Some(ShardPhase::Stopping { .. }) => self.is_draining(shard),
+            Some(ShardPhase::Hosted(_) | ShardPhase::Asked { .. }) | None => false,
+        };
+        if waits {
             // What this region sent the old home may not have arrived yet
             // (an earlier hand-off's barrier has not passed, or a batch is
             // unconfirmed): if the old home takes it, it must still host
             // the shard then. Acked once it has arrived or its fate is
             // known; until then the hand-off waits (or times out and is
             // tried again).
-            self.handoff_acks.insert(shard);
+            if let Some(then) = phase.as_mut().and_then(ShardPhase::release_mut) {
+                then.ack = true;
+            }
+            self.shards.restore(shard, phase);
             return;
         }
         if let Some(old) = self.shared.routes.unset_remote_home(shard) {
             let (done, passed) = oneshot::channel();
             if old.sink.push(Mail::Barrier(done)).is_ok() {
-                self.barriers.insert(shard);
+                // It was routed to another node: free here, or with an ask
+                // still unanswered.
+                let asked = match phase {
+                    Some(ShardPhase::Asked { since }) => Some(since),
+                    other => {
+                        self.shards.restore(shard, other);
+                        None
+                    }
+                };
+                if self.shards.get(shard).is_none() {
+                    let then = Release {
+                        asked,
+                        ..Release::default()
+                    };
+                    self.shards.put(shard, ShardPhase::BarrierPending { then });
+                }
                 let commands = self.commands.clone();
                 self.shared.node.tasks.spawn(async move {
                     let _ = passed.await;
@@ -334,6 +361,7 @@ impl<E: Entity> RegionTask<E> {
                 return;
             }
         }
+        self.shards.restore(shard, phase);
         self.send(RegionToCoordinator::BeginHandOffAck { shard });
     }
 
@@ -348,10 +376,16 @@ impl<E: Entity> RegionTask<E> {
     /// region fenced itself.
     fn stop_shard(&mut self, shard: ShardId, notify: bool, fenced: bool) {
         self.shared.routes.unset_home(shard);
-        match self.hosted.remove(&shard) {
-            Some(Hosted::Active(handle)) => {
-                self.hosted
-                    .insert(shard, Hosted::HandingOff { notify, fenced });
+        match self.shards.take(shard) {
+            Some(ShardPhase::Hosted(handle)) => {
+                self.shards.put(
+                    shard,
+                    ShardPhase::Stopping {
+                        notify,
+                        fenced,
+                        then: Release::default(),
+                    },
+                );
                 // Behind every message routed so far; nothing is routed here
                 // after `unset_home`.
                 let _ = handle.sink.push(Mail::HandOff);
@@ -363,19 +397,23 @@ impl<E: Entity> RegionTask<E> {
                         .await;
                 });
             }
-            Some(Hosted::HandingOff {
+            Some(ShardPhase::Stopping {
                 notify: already,
                 fenced: was_fenced,
+                then,
             }) => {
-                self.hosted.insert(
+                self.shards.put(
                     shard,
-                    Hosted::HandingOff {
+                    ShardPhase::Stopping {
                         notify: notify || already,
                         fenced: fenced || was_fenced,
+                        then,
                     },
                 );
             }
-            None => {
+            other => {
+                // Nothing of it runs here.
+                self.shards.restore(shard, other);
                 if notify {
                     self.send(RegionToCoordinator::ShardStopped { shard });
                 }
@@ -389,9 +427,21 @@ impl<E: Entity> RegionTask<E> {
                 shard,
                 mut leftovers,
             } => {
-                let (notify, fenced) = match self.hosted.remove(&shard) {
-                    Some(Hosted::HandingOff { notify, fenced }) => (notify, fenced),
-                    _ => (false, false),
+                let (notify, fenced) = match self.shards.take(shard) {
+                    Some(ShardPhase::Stopping {
+                        notify,
+                        fenced,
+                        then,
+                    }) => {
+                        // Its entities are gone; what came back from its
+                        // old homes, if anything, still has to.
+                        self.shards.put(shard, ShardPhase::Returning { then });
+                        (notify, fenced)
+                    }
+                    other => {
+                        self.shards.restore(shard, other);
+                        (false, false)
+                    }
                 };
                 if fenced {
                     mark_delayed(leftovers.iter_mut());
@@ -405,19 +455,29 @@ impl<E: Entity> RegionTask<E> {
                 tracing::debug!(entity_type = %self.name(), %shard, "shard stopped");
             }
             RegionCmd::BeginHandOffReady { shard } => {
-                self.barriers.remove(&shard);
-                if self.is_draining(shard) {
-                    // Acked when the rest of the old home's queue has come
-                    // back (see `release`).
-                    self.handoff_acks.insert(shard);
-                } else {
-                    self.handoff_acks.remove(&shard);
-                    self.send(RegionToCoordinator::BeginHandOffAck { shard });
-                    // A home learned while the barrier was pending waited
-                    // for it: messages go there only behind those sent to
-                    // the old home.
-                    if let Some(home) = self.pending_home.remove(&shard) {
-                        self.on_shard_home(shard, home);
+                // Acked now, or when the rest of the old home's queue has
+                // come back (see `release`); a home learned while the
+                // barrier was pending waited for it: messages go there only
+                // behind those sent to the old home.
+                let then = match self.shards.take(shard) {
+                    Some(ShardPhase::BarrierPending { then }) => Some(then),
+                    other => {
+                        self.shards.restore(shard, other);
+                        None
+                    }
+                };
+                if let Some(mut then) = then {
+                    if self.is_draining(shard) {
+                        then.ack = true;
+                        self.shards.put(shard, ShardPhase::Returning { then });
+                    } else {
+                        self.send(RegionToCoordinator::BeginHandOffAck { shard });
+                        if let Some(since) = then.asked {
+                            self.shards.put(shard, ShardPhase::Asked { since });
+                        }
+                        if let Some(home) = then.home {
+                            self.on_shard_home(shard, home);
+                        }
                     }
                 }
             }
@@ -431,8 +491,15 @@ impl<E: Entity> RegionTask<E> {
                     self.start_draining(&to, false);
                 }
                 let returned = self.draining.entry((to, serial)).or_default();
+                let mut shards = Vec::new();
                 for env in envelopes {
+                    shards.push(env.shard);
                     returned.entry(env.shard).or_default().push_back(env);
+                }
+                // Held until that queue has closed (a shard hosted here is
+                // not: its route already points here).
+                for shard in shards {
+                    self.shards.release_of(shard);
                 }
             }
             RegionCmd::OutboundClosed { to, serial } => {
@@ -489,12 +556,9 @@ impl<E: Entity> RegionTask<E> {
         timeout: Duration,
     ) -> impl std::future::Future<Output = CurrentRegionState> + Send + 'static {
         let shards: Vec<_> = self
-            .hosted
-            .iter()
-            .filter_map(|(id, h)| match h {
-                Hosted::Active(handle) => Some((*id, handle.sink.clone(), handle.signals.clone())),
-                Hosted::HandingOff { .. } => None,
-            })
+            .shards
+            .hosted()
+            .map(|(id, handle)| (id, handle.sink.clone(), handle.signals.clone()))
             .collect();
         async move {
             let deadline = Instant::now() + timeout;

@@ -9,14 +9,14 @@
 //! which has not heard from it either, may hand them to another region
 //! `region_timeout` after it last did.
 
-use super::{Hosted, Phase, RegionTask};
+use super::{Phase, RegionTask};
 use crate::entity::Entity;
 use crate::inspection::RegionStats;
 use crate::protocol::{CoordinatorLink, CoordinatorToRegion, RegionToCoordinator};
 use crate::region::command::RegionCmd;
 use crate::region::placement::{PlacementError, PlacementReply, PlacementRequest};
+use crate::region::shared::ContactView;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -28,6 +28,22 @@ const MAX_PINGS: usize = 64;
 struct Link {
     to: mpsc::UnboundedSender<RegionToCoordinator>,
     from: mpsc::UnboundedReceiver<CoordinatorToRegion>,
+    /// The coordinator has answered on this link: it is reachable.
+    heard: bool,
+}
+
+/// What the coordinator's answers say of the region's lease.
+#[derive(Clone, Copy)]
+enum Answers {
+    /// None yet on this registration.
+    None,
+    /// The send time of the newest answered ping: the coordinator heard
+    /// this region at or after it, and the lease holds `fence_timeout`
+    /// past it.
+    Newest(Instant),
+    /// The lease ran out: the region stopped its shards, and stays fenced
+    /// until it has registered anew.
+    Fenced,
 }
 
 enum LinkState {
@@ -46,10 +62,9 @@ pub(super) struct Contact {
     /// they were sent.
     pings: VecDeque<(u64, Instant)>,
     next_ping: u64,
-    /// The send time of the newest answered ping: the coordinator heard this
-    /// region at or after it. `None` before the first answer and after a
-    /// fence.
-    last_answer: Option<Instant>,
+    answers: Answers,
+    /// Has registered once: with the region running, what readiness means.
+    registered_once: bool,
     /// The last registration refusal, logged once.
     refused: Option<String>,
     /// The outage has been logged.
@@ -62,7 +77,8 @@ impl Default for Contact {
             state: LinkState::Unlinked { connecting: false },
             pings: VecDeque::new(),
             next_ping: 0,
-            last_answer: None,
+            answers: Answers::None,
+            registered_once: false,
             refused: None,
             warned: false,
         }
@@ -83,8 +99,26 @@ impl Contact {
         matches!(self.state, LinkState::Registered(_))
     }
 
+    /// The send time of the newest answered ping, while the lease holds.
     pub fn last_answer(&self) -> Option<Instant> {
-        self.last_answer
+        match self.answers {
+            Answers::Newest(sent) => Some(sent),
+            Answers::None | Answers::Fenced => None,
+        }
+    }
+
+    /// What senders may know of this contact, `running`: the region is not
+    /// leaving.
+    pub fn view(&self, running: bool) -> ContactView {
+        ContactView {
+            ready: self.registered_once && running,
+            reachable: matches!(
+                &self.state,
+                LinkState::Registering(link) | LinkState::Registered(link) if link.heard
+            ),
+            registered: self.is_registered(),
+            fenced: matches!(self.answers, Answers::Fenced),
+        }
     }
 
     fn sender(&self) -> Option<&mpsc::UnboundedSender<RegionToCoordinator>> {
@@ -117,11 +151,32 @@ impl Contact {
             }
         }
         let sent = sent?;
-        if self.last_answer.is_some_and(|last| last >= sent) {
+        if self.last_answer().is_some_and(|last| last >= sent) {
             return None;
         }
-        self.last_answer = Some(sent);
+        self.answers = Answers::Newest(sent);
+        if let LinkState::Registering(link) | LinkState::Registered(link) = &mut self.state {
+            link.heard = true;
+        }
         Some(sent)
+    }
+
+    /// RegisterAck on a link that was registering.
+    fn registered(&mut self) {
+        if let LinkState::Registering(link) =
+            std::mem::replace(&mut self.state, LinkState::Unlinked { connecting: false })
+        {
+            self.state = LinkState::Registered(link);
+        }
+        self.registered_once = true;
+        self.refused = None;
+        if let Answers::Fenced = self.answers {
+            self.answers = Answers::None;
+        }
+    }
+
+    fn fence(&mut self) {
+        self.answers = Answers::Fenced;
     }
 
     fn unlink(&mut self) {
@@ -191,6 +246,7 @@ impl<E: Entity> RegionTask<E> {
                 self.contact.state = LinkState::Registering(Link {
                     to: link.to_coordinator,
                     from: link.from_coordinator,
+                    heard: false,
                 });
                 self.register();
             }
@@ -201,12 +257,7 @@ impl<E: Entity> RegionTask<E> {
     /// Registers, naming the shards that run here: after a lost link the
     /// coordinator may have forgotten them, and must not start them twice.
     fn register(&mut self) {
-        let hosted = self
-            .hosted
-            .iter()
-            .filter(|(_, h)| matches!(h, Hosted::Active(_)))
-            .map(|(shard, _)| *shard)
-            .collect();
+        let hosted = self.shards.hosted().map(|(shard, _)| shard).collect();
         let ping = self.contact.ping();
         let extractor = &self.shared.extractor;
         let message = RegionToCoordinator::Register {
@@ -239,18 +290,21 @@ impl<E: Entity> RegionTask<E> {
             .lease
             .renew(fence_at, sent + settings.region_timeout);
         self.fence_timer.as_mut().reset(fence_at);
-        self.set_reachable(true);
+        self.contact.warned = false;
+        self.publish_contact();
     }
 
-    pub(super) fn set_reachable(&mut self, reachable: bool) {
-        self.shared.reachable.store(reachable, Ordering::Release);
+    /// Publishes what senders may know of the contact (see
+    /// [`ContactView`]); called after every change to it.
+    pub(super) fn publish_contact(&self) {
+        let view = self.contact.view(matches!(self.phase, Phase::Running));
         self.shared
             .metrics
             .coordinator_reachable
-            .set(if reachable { 1.0 } else { 0.0 });
-        if reachable {
-            self.contact.warned = false;
-        }
+            .set(if view.reachable { 1.0 } else { 0.0 });
+        self.shared
+            .contact
+            .publish(view, self.contact.refused.as_deref());
     }
 
     /// The coordinator went away: keep serving known homes while the lease
@@ -260,13 +314,12 @@ impl<E: Entity> RegionTask<E> {
             tracing::warn!(entity_type = %self.name(), "lost the coordinator link; reconnecting");
         }
         self.unlink();
-        self.set_reachable(false);
     }
 
     /// Leaves the link (the region stopped, fenced itself, or lost it).
     pub(super) fn unlink(&mut self) {
         self.contact.unlink();
-        self.shared.linked.store(false, Ordering::Release);
+        self.publish_contact();
         for (_, waiter) in self.placements_waiting.drain() {
             let _ = waiter.send(Err(PlacementError::CoordinatorUnreachable));
         }
@@ -295,7 +348,7 @@ impl<E: Entity> RegionTask<E> {
         self.shared.lease.fence();
         // Shards already handing off are stopped as fenced too, so that
         // what they leave is marked.
-        let shards: Vec<_> = self.hosted.keys().copied().collect();
+        let shards: Vec<_> = self.shards.local().collect();
         tracing::warn!(
             entity_type = %self.name(),
             region = %self.shared.id,
@@ -307,15 +360,14 @@ impl<E: Entity> RegionTask<E> {
             self.stop_shard(shard, false, true);
         }
         // What other nodes send from now on is marked as it arrives.
-        self.shared.fenced.store(true, Ordering::Release);
+        self.contact.fence();
+        self.publish_contact();
         // What other nodes sent during the outage and gave up on may still
         // be on its way: it must not be taken after they have sent newer
         // messages elsewhere. Once the transport returns, what it took
         // before is in the buffer, and is marked with the rest.
         self.shared.node.transport.fence_inbound();
         self.mark_held_delayed();
-        self.contact.last_answer = None;
-        self.set_reachable(false);
         // A coordinator that does not answer is probably not there: look
         // for it again.
         self.unlink();
@@ -325,22 +377,11 @@ impl<E: Entity> RegionTask<E> {
         match message {
             CoordinatorToRegion::RegisterAck { ping } => {
                 if let LinkState::Registering(_) = self.contact.state {
-                    let LinkState::Registering(link) = std::mem::replace(
-                        &mut self.contact.state,
-                        LinkState::Unlinked { connecting: false },
-                    ) else {
-                        unreachable!("matched just above")
-                    };
-                    self.contact.state = LinkState::Registered(link);
-                    self.contact.refused = None;
-                    self.shared.linked.store(true, Ordering::Release);
-                    self.shared.fenced.store(false, Ordering::Release);
+                    self.contact.registered();
                     tracing::info!(entity_type = %self.name(), region = %self.shared.id, proxy = self.shared.proxy, "registered with the coordinator");
                 }
                 self.on_answer(ping);
-                if matches!(self.phase, Phase::Running) {
-                    self.shared.ready.store(true, Ordering::Release);
-                }
+                self.publish_contact();
                 self.ask_waiting_homes();
                 if matches!(self.phase, Phase::ShuttingDown { .. }) && !self.shared.proxy {
                     self.send(RegionToCoordinator::GracefulShutdown);
@@ -349,18 +390,20 @@ impl<E: Entity> RegionTask<E> {
             CoordinatorToRegion::RegisterRefused { reason } => {
                 if self.contact.refused.as_ref() != Some(&reason) {
                     tracing::error!(entity_type = %self.name(), region = %self.shared.id, %reason, "the coordinator refused this region; it keeps trying");
-                    *self.shared.refused.lock() = Some(reason.clone());
                     self.contact.refused = Some(reason);
+                    self.publish_contact();
                 }
             }
             CoordinatorToRegion::HeartbeatAck { ping } => self.on_answer(ping),
             CoordinatorToRegion::ShardHome { shard, region } => self.on_shard_home(shard, region),
             CoordinatorToRegion::HostShard { shard } => {
                 if !self.shared.proxy && !matches!(self.phase, Phase::Stopped) {
-                    if self.is_held(shard) {
+                    if self.shards.is_held(shard) {
                         // Messages from before may still come back: host it
                         // once they have.
-                        self.pending_home.insert(shard, self.shared.id.clone());
+                        if let Some(then) = self.shards.release_of(shard) {
+                            then.home = Some(self.shared.id.clone());
+                        }
                     } else {
                         self.host_locally(shard);
                     }

@@ -1,7 +1,7 @@
 //! Holding shards whose messages are still coming back from a failed or
 //! departed node, and the outbound queues themselves.
 
-use super::{Hosted, Queue, RegionTask};
+use super::{Queue, RegionTask, ShardPhase};
 use crate::entity::Entity;
 use crate::envelope::Envelope;
 use crate::mailbox::Mailbox;
@@ -12,14 +12,6 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 impl<E: Entity> RegionTask<E> {
-    /// Whether a shard must not get a home yet: its hand-off is running, or
-    /// messages sent to its old home may still come back.
-    pub(super) fn is_held(&self, shard: ShardId) -> bool {
-        matches!(self.hosted.get(&shard), Some(Hosted::HandingOff { .. }))
-            || self.is_draining(shard)
-            || self.barriers.contains(&shard)
-    }
-
     /// Whether messages sent to the shard's old home may still come back.
     pub(super) fn is_draining(&self, shard: ShardId) -> bool {
         self.draining
@@ -27,24 +19,56 @@ impl<E: Entity> RegionTask<E> {
             .any(|shards| shards.contains_key(&shard))
     }
 
-    /// A held shard is free again: ack its hand-off if one waits, and apply
-    /// the home learned meanwhile, or ask for it if messages wait. (Asking
-    /// with nothing waiting would make a shard this region released come
-    /// straight back to it.)
+    /// A queue that held messages of `shard` has closed, or its entities
+    /// have stopped here: once nothing more can come back, a `Returning`
+    /// shard is free again. Its hand-off is acked if one waits, and the
+    /// home learned meanwhile applied, or asked for if messages wait.
+    /// (Asking with nothing waiting would make a shard this region released
+    /// come straight back to it.)
     pub(super) fn release(&mut self, shard: ShardId) {
         if self.is_draining(shard) {
             return;
         }
-        if !self.barriers.contains(&shard) && self.handoff_acks.remove(&shard) {
-            self.send(crate::protocol::RegionToCoordinator::BeginHandOffAck { shard });
-        }
-        if self.is_held(shard) {
-            return;
-        }
-        match self.pending_home.remove(&shard) {
-            Some(home) => self.on_shard_home(shard, home),
-            None if self.shared.routes.is_waiting(shard) => self.ask_home(shard),
-            None => {}
+        match self.shards.take(shard) {
+            Some(ShardPhase::Returning { then }) => {
+                if then.ack {
+                    self.send(crate::protocol::RegionToCoordinator::BeginHandOffAck { shard });
+                }
+                if let Some(since) = then.asked {
+                    self.shards.put(shard, ShardPhase::Asked { since });
+                }
+                match then.home {
+                    Some(home) => self.on_shard_home(shard, home),
+                    None if self.shared.routes.is_waiting(shard) => self.ask_home(shard),
+                    None => {}
+                }
+            }
+            Some(ShardPhase::Stopping {
+                notify,
+                fenced,
+                mut then,
+            }) => {
+                // Stopping here and nothing more to come back: the hand-off
+                // that waited for that need not wait for the stop.
+                if std::mem::take(&mut then.ack) {
+                    self.send(crate::protocol::RegionToCoordinator::BeginHandOffAck { shard });
+                }
+                let phase = ShardPhase::Stopping {
+                    notify,
+                    fenced,
+                    then,
+                };
+                self.shards.put(shard, phase);
+            }
+            other @ Some(ShardPhase::BarrierPending { .. } | ShardPhase::Hosted(_)) => {
+                self.shards.restore(shard, other);
+            }
+            other @ (Some(ShardPhase::Asked { .. }) | None) => {
+                self.shards.restore(shard, other);
+                if self.shared.routes.is_waiting(shard) {
+                    self.ask_home(shard);
+                }
+            }
         }
     }
 
@@ -74,8 +98,11 @@ impl<E: Entity> RegionTask<E> {
             .draining
             .entry((node.clone(), queue.serial))
             .or_default();
-        for shard in forgotten {
+        for &shard in &forgotten {
             held.entry(shard).or_default();
+        }
+        for shard in forgotten {
+            self.shards.release_of(shard);
         }
     }
 

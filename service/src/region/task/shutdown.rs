@@ -1,7 +1,7 @@
 //! Graceful shutdown: hand every shard off, deliver every buffered message,
 //! drain the outbound queues, then stop.
 
-use super::{Hosted, Phase, RegionTask};
+use super::{Phase, RegionTask};
 use crate::entity::Entity;
 use crate::protocol::RegionToCoordinator;
 use crate::region::command::RegionCmd;
@@ -13,10 +13,6 @@ use tokio::time::Instant;
 impl<E: Entity> RegionTask<E> {
     pub(super) fn begin_shutdown(&mut self, done: oneshot::Sender<()>) {
         self.shutdown_waiters.push(done);
-        // A leaving region is no longer ready: traffic should go elsewhere.
-        self.shared
-            .ready
-            .store(false, std::sync::atomic::Ordering::Release);
         match self.phase {
             Phase::Running => {}
             Phase::ShuttingDown { .. } => return,
@@ -31,6 +27,8 @@ impl<E: Entity> RegionTask<E> {
         let deadline = Instant::now() + settings.handoff_timeout * 2;
         tracing::info!(entity_type = %self.name(), region = %self.shared.id, "graceful shutdown");
         self.phase = Phase::ShuttingDown { deadline };
+        // A leaving region is no longer ready: traffic should go elsewhere.
+        self.publish_contact();
         if self.contact.is_registered() && !self.shared.proxy {
             self.send(RegionToCoordinator::GracefulShutdown);
         }
@@ -46,19 +44,14 @@ impl<E: Entity> RegionTask<E> {
         commands: &mut mpsc::Receiver<RegionCmd<E>>,
     ) {
         if !self.contact.is_registered() {
-            let active: Vec<_> = self
-                .hosted
-                .iter()
-                .filter(|(_, h)| matches!(h, Hosted::Active(_)))
-                .map(|(shard, _)| *shard)
-                .collect();
+            let active: Vec<_> = self.shards.hosted().map(|(shard, _)| shard).collect();
             if !active.is_empty() {
                 tracing::warn!(entity_type = %self.name(), shards = active.len(), "stopping without the coordinator: shards stop here without a hand-off");
             }
             for shard in active {
                 self.handoff(shard, false);
             }
-            if self.hosted.is_empty() && self.draining.is_empty() {
+            if self.shards.local().next().is_none() && self.draining.is_empty() {
                 self.stop();
                 return;
             }
@@ -85,7 +78,7 @@ impl<E: Entity> RegionTask<E> {
         } else if Instant::now() >= deadline {
             tracing::warn!(
                 entity_type = %self.name(),
-                hosted = self.hosted.len(),
+                hosted = self.shards.local().count(),
                 buffered = self.shared.routes.buffered(),
                 "graceful shutdown did not finish in time; stopping"
             );
@@ -95,7 +88,9 @@ impl<E: Entity> RegionTask<E> {
 
     /// Nothing hosted, buffered or on its way back.
     pub(super) fn idle(&self) -> bool {
-        self.hosted.is_empty() && self.draining.is_empty() && self.shared.routes.buffered() == 0
+        self.shards.local().next().is_none()
+            && self.draining.is_empty()
+            && self.shared.routes.buffered() == 0
     }
 
     pub(super) fn stop(&mut self) {
@@ -117,10 +112,8 @@ impl<E: Entity> RegionTask<E> {
         }
         // Closing the mailboxes ends the shards (dropping their entities) and
         // the outbound queues (after what they still hold).
-        for hosted in std::mem::take(&mut self.hosted).into_values() {
-            if let Hosted::Active(handle) = hosted {
-                handle.sink.close();
-            }
+        for handle in self.shards.clear() {
+            handle.sink.close();
         }
         self.shared.metrics.hosted_shards.set(0.0);
         for (_, queue) in self.outbound.drain() {
