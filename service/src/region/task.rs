@@ -21,7 +21,7 @@ use crate::protocol::RegionToCoordinator;
 use crate::region::QueryError;
 use colo_allocation::{RegionId, ShardId};
 use contact::Contact;
-use shards::{Release, ShardPhase, Shards};
+use shards::{ShardPhase, Shards};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -31,6 +31,7 @@ use tokio::time::{Instant, Sleep};
 
 mod contact;
 mod draining;
+mod handoff;
 mod shards;
 mod shutdown;
 
@@ -307,180 +308,10 @@ impl<E: Entity> RegionTask<E> {
         }
     }
 
-    /// Non-owners stop routing to the old home and ack once everything they
-    /// forwarded there has arrived; the owner keeps delivering until HandOff,
-    /// so all of it is handled before the shard stops, in order.
-    fn begin_handoff(&mut self, shard: ShardId) {
-        let mut phase = self.shards.take(shard);
-        if let Some(then) = phase.as_mut().and_then(ShardPhase::release_mut) {
-            // Its home is moving: a home learned before is stale.
-            then.home = None;
-        }
-        let waits = match &phase {
-            Some(ShardPhase::BarrierPending { .. } | ShardPhase::Returning { .. }) => true,
-            Some(ShardPhase::Stopping { .. }) => self.is_draining(shard),
-            Some(ShardPhase::Hosted(_) | ShardPhase::Asked { .. }) | None => false,
-        };
-        if waits {
-            // What this region sent the old home may not have arrived yet
-            // (an earlier hand-off's barrier has not passed, or a batch is
-            // unconfirmed): if the old home takes it, it must still host
-            // the shard then. Acked once it has arrived or its fate is
-            // known; until then the hand-off waits (or times out and is
-            // tried again).
-            if let Some(then) = phase.as_mut().and_then(ShardPhase::release_mut) {
-                then.ack = true;
-            }
-            self.shards.restore(shard, phase);
-            return;
-        }
-        if let Some(old) = self.shared.routes.unset_remote_home(shard) {
-            let (done, passed) = oneshot::channel();
-            if old.sink.push(Mail::Barrier(done)).is_ok() {
-                // It was routed to another node: free here, or with an ask
-                // still unanswered.
-                let asked = match phase {
-                    Some(ShardPhase::Asked { since }) => Some(since),
-                    other => {
-                        self.shards.restore(shard, other);
-                        None
-                    }
-                };
-                if self.shards.get(shard).is_none() {
-                    let then = Release {
-                        asked,
-                        ..Release::default()
-                    };
-                    self.shards.put(shard, ShardPhase::BarrierPending { then });
-                }
-                let commands = self.commands.clone();
-                self.shared.node.tasks.spawn(async move {
-                    let _ = passed.await;
-                    let _ = commands.send(RegionCmd::BeginHandOffReady { shard }).await;
-                });
-                return;
-            }
-        }
-        self.shards.restore(shard, phase);
-        self.send(RegionToCoordinator::BeginHandOffAck { shard });
-    }
-
-    /// Stops a local shard: its entities handle what they have received,
-    /// then their stop message (a fenced shard handles nothing more, and
-    /// stops by its lease's hard deadline).
-    fn handoff(&mut self, shard: ShardId, notify: bool) {
-        self.stop_shard(shard, notify, false);
-    }
-
-    /// Stops a local shard (see [`Self::handoff`]); `fenced`: because the
-    /// region fenced itself.
-    fn stop_shard(&mut self, shard: ShardId, notify: bool, fenced: bool) {
-        self.shared.routes.unset_home(shard);
-        match self.shards.take(shard) {
-            Some(ShardPhase::Hosted(handle)) => {
-                self.shards.put(
-                    shard,
-                    ShardPhase::Stopping {
-                        notify,
-                        fenced,
-                        then: Release::default(),
-                    },
-                );
-                // Behind every message routed so far; nothing is routed here
-                // after `unset_home`.
-                let _ = handle.sink.push(Mail::HandOff);
-                let commands = self.commands.clone();
-                self.shared.node.tasks.spawn(async move {
-                    let leftovers = handle.stopped.await.unwrap_or_default();
-                    let _ = commands
-                        .send(RegionCmd::ShardStopped { shard, leftovers })
-                        .await;
-                });
-            }
-            Some(ShardPhase::Stopping {
-                notify: already,
-                fenced: was_fenced,
-                then,
-            }) => {
-                self.shards.put(
-                    shard,
-                    ShardPhase::Stopping {
-                        notify: notify || already,
-                        fenced: fenced || was_fenced,
-                        then,
-                    },
-                );
-            }
-            other => {
-                // Nothing of it runs here.
-                self.shards.restore(shard, other);
-                if notify {
-                    self.send(RegionToCoordinator::ShardStopped { shard });
-                }
-            }
-        }
-    }
-
     fn on_command(&mut self, cmd: RegionCmd<E>) {
         match cmd {
-            RegionCmd::ShardStopped {
-                shard,
-                mut leftovers,
-            } => {
-                let (notify, fenced) = match self.shards.take(shard) {
-                    Some(ShardPhase::Stopping {
-                        notify,
-                        fenced,
-                        then,
-                    }) => {
-                        // Its entities are gone; what came back from its
-                        // old homes, if anything, still has to.
-                        self.shards.put(shard, ShardPhase::Returning { then });
-                        (notify, fenced)
-                    }
-                    other => {
-                        self.shards.restore(shard, other);
-                        (false, false)
-                    }
-                };
-                if fenced {
-                    mark_delayed(leftovers.iter_mut());
-                }
-                self.shards_changed();
-                self.requeue(shard, leftovers);
-                if notify {
-                    self.send(RegionToCoordinator::ShardStopped { shard });
-                }
-                self.release(shard);
-                tracing::debug!(entity_type = %self.name(), %shard, "shard stopped");
-            }
-            RegionCmd::BeginHandOffReady { shard } => {
-                // Acked now, or when the rest of the old home's queue has
-                // come back (see `release`); a home learned while the
-                // barrier was pending waited for it: messages go there only
-                // behind those sent to the old home.
-                let then = match self.shards.take(shard) {
-                    Some(ShardPhase::BarrierPending { then }) => Some(then),
-                    other => {
-                        self.shards.restore(shard, other);
-                        None
-                    }
-                };
-                if let Some(mut then) = then {
-                    if self.is_draining(shard) {
-                        then.ack = true;
-                        self.shards.put(shard, ShardPhase::Returning { then });
-                    } else {
-                        self.send(RegionToCoordinator::BeginHandOffAck { shard });
-                        if let Some(since) = then.asked {
-                            self.shards.put(shard, ShardPhase::Asked { since });
-                        }
-                        if let Some(home) = then.home {
-                            self.on_shard_home(shard, home);
-                        }
-                    }
-                }
-            }
+            RegionCmd::ShardStopped { shard, leftovers } => self.on_shard_stopped(shard, leftovers),
+            RegionCmd::BeginHandOffReady { shard } => self.on_barrier_passed(shard),
             RegionCmd::Undeliverable {
                 to,
                 serial,
@@ -596,7 +427,7 @@ impl<E: Entity> RegionTask<E> {
 
 /// Marks the envelopes received from other nodes as delayed (see
 /// [`EntityContext::delayed`](crate::EntityContext::delayed)).
-fn mark_delayed<'a, E: Entity>(envelopes: impl Iterator<Item = &'a mut Envelope<E>>) {
+pub(super) fn mark_delayed<'a, E: Entity>(envelopes: impl Iterator<Item = &'a mut Envelope<E>>) {
     for env in envelopes {
         if env.received {
             env.delayed = true;

@@ -32,20 +32,6 @@ struct Link {
     heard: bool,
 }
 
-/// What the coordinator's answers say of the region's lease.
-#[derive(Clone, Copy)]
-enum Answers {
-    /// None yet on this registration.
-    None,
-    /// The send time of the newest answered ping: the coordinator heard
-    /// this region at or after it, and the lease holds `fence_timeout`
-    /// past it.
-    Newest(Instant),
-    /// The lease ran out: the region stopped its shards, and stays fenced
-    /// until it has registered anew.
-    Fenced,
-}
-
 enum LinkState {
     /// No link; `connecting`: a task is opening one.
     Unlinked { connecting: bool },
@@ -62,7 +48,14 @@ pub(super) struct Contact {
     /// they were sent.
     pings: VecDeque<(u64, Instant)>,
     next_ping: u64,
-    answers: Answers,
+    /// The send time of the newest answered ping: the coordinator heard this
+    /// region at or after it. `None` before the first answer and after a
+    /// fence.
+    last_answer: Option<Instant>,
+    /// The lease ran out and the region stopped its shards: it stays fenced
+    /// until it has registered anew (an answer to a heartbeat meanwhile
+    /// renews the lease, not the registration).
+    fenced: bool,
     /// Has registered once: with the region running, what readiness means.
     registered_once: bool,
     /// The last registration refusal, logged once.
@@ -77,7 +70,8 @@ impl Default for Contact {
             state: LinkState::Unlinked { connecting: false },
             pings: VecDeque::new(),
             next_ping: 0,
-            answers: Answers::None,
+            last_answer: None,
+            fenced: false,
             registered_once: false,
             refused: None,
             warned: false,
@@ -99,12 +93,8 @@ impl Contact {
         matches!(self.state, LinkState::Registered(_))
     }
 
-    /// The send time of the newest answered ping, while the lease holds.
     pub fn last_answer(&self) -> Option<Instant> {
-        match self.answers {
-            Answers::Newest(sent) => Some(sent),
-            Answers::None | Answers::Fenced => None,
-        }
+        self.last_answer
     }
 
     /// What senders may know of this contact, `running`: the region is not
@@ -117,7 +107,7 @@ impl Contact {
                 LinkState::Registering(link) | LinkState::Registered(link) if link.heard
             ),
             registered: self.is_registered(),
-            fenced: matches!(self.answers, Answers::Fenced),
+            fenced: self.fenced,
         }
     }
 
@@ -151,10 +141,10 @@ impl Contact {
             }
         }
         let sent = sent?;
-        if self.last_answer().is_some_and(|last| last >= sent) {
+        if self.last_answer.is_some_and(|last| last >= sent) {
             return None;
         }
-        self.answers = Answers::Newest(sent);
+        self.last_answer = Some(sent);
         if let LinkState::Registering(link) | LinkState::Registered(link) = &mut self.state {
             link.heard = true;
         }
@@ -170,13 +160,12 @@ impl Contact {
         }
         self.registered_once = true;
         self.refused = None;
-        if let Answers::Fenced = self.answers {
-            self.answers = Answers::None;
-        }
+        self.fenced = false;
     }
 
     fn fence(&mut self) {
-        self.answers = Answers::Fenced;
+        self.fenced = true;
+        self.last_answer = None;
     }
 
     fn unlink(&mut self) {

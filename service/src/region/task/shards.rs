@@ -166,3 +166,54 @@ impl<E: Entity> Shards<E> {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{ShardPhase, Shards};
+    use crate::samples::counter::Counter;
+    use colo_allocation::{RegionId, ShardId};
+    use tokio::time::Instant;
+
+    #[test]
+    fn a_shard_whose_messages_may_come_back_is_held_with_its_unanswered_ask() {
+        let mut shards = Shards::<Counter>::default();
+        let shard = ShardId(3);
+        let since = Instant::now();
+        shards.put(shard, ShardPhase::Asked { since });
+        assert!(!shards.is_held(shard));
+        let then = shards
+            .release_of(shard)
+            .expect("an asked shard can be held");
+        assert_eq!(then.asked, Some(since));
+        then.home = Some(RegionId::from("elsewhere"));
+        assert!(shards.is_held(shard));
+        assert!(matches!(
+            shards.get(shard),
+            Some(ShardPhase::Returning { then }) if then.home.is_some()
+        ));
+        // Neither asked nor returning shards have entities here.
+        assert_eq!(shards.local().count(), 0);
+        assert!(shards.clear().is_empty());
+        assert!(shards.get(shard).is_none());
+    }
+
+    #[test]
+    fn a_held_shard_keeps_its_phase_and_what_it_owes() {
+        let mut shards = Shards::<Counter>::default();
+        let shard = ShardId(1);
+        shards.put(
+            shard,
+            ShardPhase::Stopping {
+                notify: true,
+                fenced: false,
+                then: super::Release::default(),
+            },
+        );
+        shards.release_of(shard).expect("stopping is held").ack = true;
+        assert!(matches!(
+            shards.get(shard),
+            Some(ShardPhase::Stopping { notify: true, then, .. }) if then.ack
+        ));
+        assert_eq!(shards.local().collect::<Vec<_>>(), vec![shard]);
+    }
+}
