@@ -4,20 +4,23 @@
 //!
 //! Senders route through the shared `routes::Routes` table; the region task
 //! only handles what changes it: coordinator messages, hand-offs, undelivered
-//! batches, queries and shutdown. Its phases: connecting -> registering ->
-//! active -> shutting down -> stopped.
+//! batches, queries and shutdown. Its state is three explicit machines (see
+//! `task.rs`): the region's phase (running -> shutting down -> stopped), its
+//! contact with the coordinator (unlinked -> registering -> registered),
+//! published to senders as one view, and one phase per shard, where durable
+//! state adds its own. Everything below this module is private to it.
 
-pub(crate) mod activity;
+mod activity;
 mod command;
-pub(crate) mod delivery;
+mod delivery;
 mod erased;
 mod inbound;
-pub(crate) mod lease;
-pub(crate) mod mail;
-pub(crate) mod outbound;
-pub(crate) mod placement;
-pub(crate) mod routes;
-pub(crate) mod shard;
+mod lease;
+mod mail;
+mod outbound;
+mod placement;
+mod routes;
+mod shard;
 mod shared;
 mod task;
 
