@@ -69,3 +69,31 @@ pub enum AskError {
     #[error("message unconfirmed: {0}")]
     Unconfirmed(String),
 }
+
+/// The reply to a routed message: its reply channel is the finalizer, so
+/// one dropped unanswered (anywhere) means the message was not handled.
+pub(crate) async fn replied<R>(
+    reply: tokio::sync::oneshot::Receiver<Result<R, AskError>>,
+) -> Result<R, AskError> {
+    reply.await.map_err(|_| unanswered())?
+}
+
+/// What a reply channel dropped unanswered means.
+pub(crate) fn unanswered() -> AskError {
+    AskError::Dropped("the message was dropped before it was handled".into())
+}
+
+/// An inspection query got no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// No answer within the timeout.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The query needs the coordinator, which does not answer this region
+    /// now.
+    #[error("coordinator unreachable")]
+    CoordinatorUnreachable,
+    /// The region has stopped.
+    #[error("region has stopped")]
+    Stopped,
+}

@@ -26,7 +26,7 @@ mod task;
 
 use crate::entity::{Entity, EntityId, EntityType};
 use crate::envelope::{Envelope, Reply};
-use crate::error::{AskError, TellError};
+use crate::error::{replied, AskError, QueryError, TellError};
 use crate::inspection::{ClusterShardingStats, CurrentRegionState};
 use crate::metrics::RegionMetrics;
 use crate::node_context::NodeContext;
@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-use command::{RegionCmd, COMMAND_CAPACITY};
+use command::{shut_down, RegionCmd, COMMAND_CAPACITY};
 pub use delivery::Delivery;
 pub use erased::{ErasedError, ErasedRegion, Told};
 use inbound::Inbound;
@@ -68,34 +68,6 @@ impl<E: Entity> std::fmt::Debug for Region<E> {
             .field("proxy", &self.shared.proxy)
             .finish()
     }
-}
-
-/// The reply to a routed message: its reply channel is the finalizer, so
-/// one dropped unanswered (anywhere) means the message was not handled.
-pub(crate) async fn replied<R>(
-    reply: oneshot::Receiver<Result<R, AskError>>,
-) -> Result<R, AskError> {
-    reply.await.map_err(|_| unanswered())?
-}
-
-/// What a reply channel dropped unanswered means.
-pub(crate) fn unanswered() -> AskError {
-    AskError::Dropped("the message was dropped before it was handled".into())
-}
-
-/// An inspection query got no answer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum QueryError {
-    /// No answer within the timeout.
-    #[error("no answer within {0:?}")]
-    Timeout(Duration),
-    /// The query needs the coordinator, which does not answer this region
-    /// now.
-    #[error("coordinator unreachable")]
-    CoordinatorUnreachable,
-    /// The region has stopped.
-    #[error("region has stopped")]
-    Stopped,
 }
 
 impl<E: Entity> Region<E> {
@@ -382,14 +354,5 @@ impl<E: Entity> Region<E> {
     /// message, then stops. Messages told after this returns are refused.
     pub async fn shutdown(&self) {
         shut_down(&self.commands).await;
-    }
-}
-
-/// Asks the region task to hand off every shard and stop, and waits until
-/// it has (at once if it is gone): for its handle and for the node alike.
-async fn shut_down<E: Entity>(commands: &mpsc::Sender<RegionCmd<E>>) {
-    let (done, wait) = oneshot::channel();
-    if commands.send(RegionCmd::Shutdown { done }).await.is_ok() {
-        let _ = wait.await;
     }
 }

@@ -14,8 +14,9 @@
 //! service itself is broken, while a failed handler is the entity type's own
 //! answer, and the operation can be retried on a fresh entity.
 
+use crate::error::QueryError;
 use crate::error::{AskError, TellError};
-use crate::region::{ErasedError, QueryError};
+use crate::region::ErasedError;
 use tonic::Status;
 
 impl From<ErasedError> for Status {

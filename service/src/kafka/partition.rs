@@ -27,9 +27,10 @@
 use super::slots::{Outcome, Slots, Step};
 use super::{IngestSettings, RecordDecoder};
 use crate::entity::{Entity, EntityId};
+use crate::error::unanswered;
 use crate::error::TellError;
 use crate::metrics::KafkaMetrics;
-use crate::region::{unanswered, PlacementError, Region};
+use crate::region::{PlacementError, Region};
 use colo_allocation::ShardId;
 use colo_connectors::{DeadLetters, Gate, Record, TopicPartition};
 use std::sync::Arc;

@@ -4,8 +4,8 @@
 //! are handled one after another while different keys run side by side.
 
 use crate::entity::{Entity, EntityId};
+use crate::error::unanswered;
 use crate::error::{AskError, TellError};
-use crate::region::unanswered;
 use colo_connectors::Record;
 use std::collections::{HashMap, VecDeque};
 use tokio::sync::oneshot;

@@ -3,14 +3,14 @@
 //! the messages senders route themselves (see `routes.rs`).
 
 use super::placement;
-use super::QueryError;
 use crate::entity::Entity;
 use crate::envelope::Envelope;
+use crate::error::QueryError;
 use crate::inspection::{ClusterShardingStats, CurrentRegionState};
 use colo_allocation::{RegionId, ShardId};
 use std::collections::VecDeque;
 use std::time::Duration;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 /// Capacity of the region task's command channel. Commands are rare (queries,
 /// hand-off results, undelivered batches); senders wait when it is full.
@@ -58,4 +58,13 @@ pub(crate) enum RegionCmd<E: Entity> {
         request: placement::PlacementRequest,
         reply: placement::PlacementReply,
     },
+}
+
+/// Asks the region task to hand off every shard and stop, and waits until
+/// it has (at once if it is gone): for its handle and for the node alike.
+pub(super) async fn shut_down<E: Entity>(commands: &mpsc::Sender<RegionCmd<E>>) {
+    let (done, wait) = oneshot::channel();
+    if commands.send(RegionCmd::Shutdown { done }).await.is_ok() {
+        let _ = wait.await;
+    }
 }

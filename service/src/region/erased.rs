@@ -6,9 +6,10 @@
 //! a remote one the usual postcard bytes. Typed callers keep using
 //! [`Region`] and pay for no encoding.
 
-use super::{QueryError, Region};
+use super::Region;
 use crate::codec::ContentType;
 use crate::entity::Entity;
+use crate::error::QueryError;
 use crate::error::{AskError, TellError};
 use crate::inspection::{ClusterShardingStats, CurrentRegionState};
 use bytes::Bytes;

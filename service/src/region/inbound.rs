@@ -3,10 +3,10 @@
 //! here), and how the node stops the region. The sending half, the
 //! [`Region`](super::Region) handle, is what programs hold.
 
+use super::command::shut_down;
 use super::command::RegionCmd;
 use super::shard::dropped;
 use super::shared::Shared;
-use super::shut_down;
 use crate::codec;
 use crate::entity::Entity;
 use crate::envelope::{Envelope, Reply, WireEnvelope};
