@@ -1,0 +1,68 @@
+//! A write batch: everything one flush of one entity type makes durable,
+//! applied all or nothing, so that a checkpoint never runs ahead of the
+//! states it covers.
+
+use colo_allocation::ShardId;
+
+/// One change to an entity type's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// An entity's encoded state (with whatever the runtime records beside
+    /// it: version, applied offsets, epoch).
+    Put {
+        shard: ShardId,
+        entity_id: String,
+        value: Vec<u8>,
+    },
+    /// The entity deleted itself: its state is gone.
+    Delete { shard: ShardId, entity_id: String },
+    /// The shard's changelog is reflected here up to `offset` (the next
+    /// changelog offset a restore reads).
+    Checkpoint { shard: ShardId, offset: u64 },
+    /// Every state and the checkpoint of a shard go: the shard is restored
+    /// from the changelog alone.
+    ClearShard { shard: ShardId },
+}
+
+/// Changes to one entity type's state, applied together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteBatch {
+    pub entity_type: String,
+    pub ops: Vec<Op>,
+}
+
+impl WriteBatch {
+    pub fn new(entity_type: impl Into<String>) -> Self {
+        Self {
+            entity_type: entity_type.into(),
+            ops: Vec::new(),
+        }
+    }
+
+    pub fn put(&mut self, shard: ShardId, entity_id: impl Into<String>, value: Vec<u8>) {
+        self.ops.push(Op::Put {
+            shard,
+            entity_id: entity_id.into(),
+            value,
+        });
+    }
+
+    pub fn delete(&mut self, shard: ShardId, entity_id: impl Into<String>) {
+        self.ops.push(Op::Delete {
+            shard,
+            entity_id: entity_id.into(),
+        });
+    }
+
+    pub fn checkpoint(&mut self, shard: ShardId, offset: u64) {
+        self.ops.push(Op::Checkpoint { shard, offset });
+    }
+
+    pub fn clear_shard(&mut self, shard: ShardId) {
+        self.ops.push(Op::ClearShard { shard });
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}

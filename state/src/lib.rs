@@ -1,0 +1,31 @@
+//! colo's node-local state store: where durable entities keep their state,
+//! one database per node under its data directory.
+//!
+//! The store knows nothing of entities, serde or Kafka: it keeps opaque
+//! values by entity type, shard and entity id, plus one checkpoint per
+//! shard (how far the shard's changelog is reflected here), and applies
+//! each [`WriteBatch`] atomically and durably. The runtime batches writes
+//! (write-behind) and calls it from a blocking thread; nothing here awaits.
+//!
+//! # Start here
+//! - [`open`]: the store of a data directory, with the [`Engine`] chosen
+//!   in settings.
+//! - [`StateStore`]: what the runtime asks of any engine.
+//! - [`WriteBatch`]: the puts, deletes and checkpoints applied together.
+//! - [`StoreError`]: what went wrong, naming the path or entity type.
+//!
+//! # Inside
+//! - `keys`: how entity ids and checkpoints are laid out, so that one
+//!   shard is one contiguous range (a restore is one scan).
+//! - `redb_engine`, `sled_engine`: the two engines.
+
+mod batch;
+mod engine;
+mod error;
+mod keys;
+mod redb_engine;
+mod sled_engine;
+
+pub use batch::{Op, WriteBatch};
+pub use engine::{open, Engine, StateStore};
+pub use error::StoreError;

@@ -1,0 +1,128 @@
+//! The sled engine (0.34, the project's specified store): one tree per
+//! entity type; a batch is one atomic `apply_batch`, flushed to disk before
+//! `write` returns.
+
+use crate::batch::{Op, WriteBatch};
+use crate::engine::{Engine, StateStore};
+use crate::error::StoreError;
+use crate::keys;
+use colo_allocation::ShardId;
+use std::ops::ControlFlow;
+use std::path::Path;
+
+const ENGINE: &str = "sled";
+
+#[derive(Debug)]
+pub(crate) struct SledStore {
+    db: sled::Db,
+}
+
+fn io(entity_type: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Io {
+        engine: ENGINE,
+        entity_type: entity_type.to_string(),
+        reason: e.to_string(),
+    }
+}
+
+impl SledStore {
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let db = sled::open(path).map_err(|e| StoreError::Open {
+            path: path.to_path_buf(),
+            engine: ENGINE,
+            reason: e.to_string(),
+        })?;
+        Ok(Self { db })
+    }
+
+    fn tree(&self, entity_type: &str) -> Result<sled::Tree, StoreError> {
+        if !keys::valid_entity_type(entity_type) {
+            return Err(StoreError::EntityTypeName(entity_type.to_string()));
+        }
+        self.db
+            .open_tree(entity_type)
+            .map_err(|e| io(entity_type, e))
+    }
+}
+
+impl StateStore for SledStore {
+    fn write(&self, batch: &WriteBatch) -> Result<(), StoreError> {
+        let name = batch.entity_type.as_str();
+        let tree = self.tree(name)?;
+        let mut b = sled::Batch::default();
+        for op in &batch.ops {
+            match op {
+                Op::Put {
+                    shard,
+                    entity_id,
+                    value,
+                } => b.insert(keys::entity(*shard, entity_id), value.as_slice()),
+                Op::Delete { shard, entity_id } => b.remove(keys::entity(*shard, entity_id)),
+                Op::Checkpoint { shard, offset } => b.insert(
+                    keys::checkpoint(*shard).as_slice(),
+                    keys::encode_offset(*offset).as_slice(),
+                ),
+                Op::ClearShard { shard } => {
+                    // Read in the batch's own tree: a batch is applied
+                    // atomically, so these removes and the ops after them
+                    // land together.
+                    let (start, end) = keys::all_of(*shard);
+                    for entry in tree.range(start.as_slice()..end.as_slice()) {
+                        let (key, _) = entry.map_err(|e| io(name, e))?;
+                        b.remove(key);
+                    }
+                }
+            }
+        }
+        tree.apply_batch(b).map_err(|e| io(name, e))?;
+        tree.flush().map(drop).map_err(|e| io(name, e))
+    }
+
+    fn load(
+        &self,
+        entity_type: &str,
+        shard: ShardId,
+        entity_id: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let value = self
+            .tree(entity_type)?
+            .get(keys::entity(shard, entity_id))
+            .map_err(|e| io(entity_type, e))?;
+        Ok(value.map(|v| v.to_vec()))
+    }
+
+    fn scan(
+        &self,
+        entity_type: &str,
+        shard: ShardId,
+        visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), StoreError> {
+        let (start, end) = keys::entities_of(shard);
+        for entry in self
+            .tree(entity_type)?
+            .range(start.as_slice()..end.as_slice())
+        {
+            let (key, value) = entry.map_err(|e| io(entity_type, e))?;
+            let id = keys::entity_id(&key).ok_or_else(|| StoreError::Key {
+                entity_type: entity_type.to_string(),
+                shard: shard.0,
+            })?;
+            if visit(id, &value).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn checkpoint(&self, entity_type: &str, shard: ShardId) -> Result<Option<u64>, StoreError> {
+        let value = self
+            .tree(entity_type)?
+            .get(keys::checkpoint(shard))
+            .map_err(|e| io(entity_type, e))?;
+        Ok(value.and_then(|v| keys::decode_offset(&v)))
+    }
+
+    fn engine(&self) -> Engine {
+        Engine::Sled
+    }
+}
