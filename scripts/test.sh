@@ -49,6 +49,8 @@ done
 # fails unless every record was handled.
 grep -qF "    cargo run --release -p colo -- demo" README.md
 cargo run --release --locked -p colo -- demo | tail -n 8
+grep -qF "cargo bench -p colo-state --bench store" README.md
+cargo bench -p colo-state --locked --bench store | tail -n 4
 grep -qF "cargo bench -p colo-tests --bench kafka" README.md
 cargo bench -p colo-tests --locked --bench kafka | tail -n 6
 # README's simulate command, as shown (it reads the traces in ../shared).

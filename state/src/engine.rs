@@ -2,7 +2,7 @@
 
 use crate::batch::WriteBatch;
 use crate::error::StoreError;
-use crate::{redb_engine, sled_engine};
+use crate::{fjall_engine, sled_engine};
 use colo_allocation::ShardId;
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -52,19 +52,20 @@ pub trait StateStore: Send + Sync + std::fmt::Debug {
 /// The embedded database under a node's data directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Engine {
-    /// redb: the default, the faster on colo's workload.
+    /// fjall: the default, the faster on colo's workload (BENCHMARKS.md,
+    /// "State store engines").
     #[default]
-    Redb,
+    Fjall,
     /// sled 0.34: the engine the project was specified with.
     Sled,
 }
 
 impl Engine {
-    pub const ALL: [Engine; 2] = [Engine::Redb, Engine::Sled];
+    pub const ALL: [Engine; 2] = [Engine::Fjall, Engine::Sled];
 
     pub fn name(self) -> &'static str {
         match self {
-            Engine::Redb => "redb",
+            Engine::Fjall => "fjall",
             Engine::Sled => "sled",
         }
     }
@@ -72,7 +73,7 @@ impl Engine {
     /// What this engine keeps under the data directory.
     fn file_name(self) -> &'static str {
         match self {
-            Engine::Redb => "state.redb",
+            Engine::Fjall => "state.fjall",
             Engine::Sled => "state.sled",
         }
     }
@@ -91,7 +92,7 @@ impl std::str::FromStr for Engine {
         Engine::ALL
             .into_iter()
             .find(|e| e.name() == s)
-            .ok_or_else(|| format!("unknown state engine {s:?}: expected redb or sled"))
+            .ok_or_else(|| format!("unknown state engine {s:?}: expected fjall or sled"))
     }
 }
 
@@ -123,7 +124,7 @@ pub fn open(data_dir: &Path, engine: Engine) -> Result<Box<dyn StateStore>, Stor
     }
     let path = data_dir.join(engine.file_name());
     Ok(match engine {
-        Engine::Redb => Box::new(redb_engine::RedbStore::open(&path)?),
+        Engine::Fjall => Box::new(fjall_engine::FjallStore::open(&path)?),
         Engine::Sled => Box::new(sled_engine::SledStore::open(&path)?),
     })
 }

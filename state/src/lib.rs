@@ -17,13 +17,13 @@
 //! # Inside
 //! - `keys`: how entity ids and checkpoints are laid out, so that one
 //!   shard is one contiguous range (a restore is one scan).
-//! - `redb_engine`, `sled_engine`: the two engines.
+//! - `fjall_engine` (the default), `sled_engine`: the two engines.
 
 mod batch;
 mod engine;
 mod error;
+mod fjall_engine;
 mod keys;
-mod redb_engine;
 mod sled_engine;
 
 pub use batch::{Op, WriteBatch};

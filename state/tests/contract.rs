@@ -123,7 +123,7 @@ fn a_scan_stops_when_its_visitor_breaks() {
 fn a_data_dir_of_the_other_engine_is_refused_with_the_setting_to_change() {
     let dir = tempfile::tempdir().expect("temp dir");
     drop(open(dir.path(), Engine::Sled).expect("open sled"));
-    let err = open(dir.path(), Engine::Redb).expect_err("redb over a sled store");
+    let err = open(dir.path(), Engine::Fjall).expect_err("fjall over a sled store");
     let message = err.to_string();
     assert!(
         matches!(err, StoreError::DataDir { .. })
@@ -152,10 +152,11 @@ fn an_entity_type_name_that_cannot_name_a_table_is_refused_and_nothing_is_writte
 #[test]
 fn a_corrupt_database_file_is_refused_naming_its_path() {
     let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::write(dir.path().join("state.redb"), b"this is not a database").expect("write");
-    let err = open(dir.path(), Engine::Redb).expect_err("corrupt file");
+    // fjall keeps a directory: a file in its place is not its store.
+    std::fs::write(dir.path().join("state.fjall"), b"this is not a database").expect("write");
+    let err = open(dir.path(), Engine::Fjall).expect_err("corrupt store");
     assert!(
-        err.to_string().contains("state.redb") && matches!(err, StoreError::Open { .. }),
+        err.to_string().contains("state.fjall") && matches!(err, StoreError::Open { .. }),
         "{err}"
     );
 }

@@ -5,8 +5,8 @@
 //!     cargo bench -p colo-state --bench store
 //!
 //! `COLO_BENCH_ENTITIES` (default 200000) sets the entities, over 64 shards;
-//! `COLO_BENCH_ENGINES` (default `redb,sled,fjall`) the engines and their
-//! order. fjall is measured here only: redb was chosen over it on these
+//! `COLO_BENCH_ENGINES` (default `fjall,sled,redb`) the engines and their
+//! order. redb is measured here only: fjall was chosen over it on these
 //! figures (BENCHMARKS.md, "State store engines").
 
 use colo_allocation::ShardId;
@@ -15,11 +15,15 @@ use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+mod redb;
+
 const SHARDS: u32 = 64;
 const BATCH: usize = 10_000;
 const VALUE: usize = 48;
 const LOADS: usize = 100_000;
 const TYPE: &str = "user";
+const SMALL: usize = 100;
+const SMALL_FLUSHES: u32 = 200;
 
 /// What the workload needs of an engine.
 trait Workload {
@@ -50,13 +54,7 @@ impl Workload for Box<dyn StateStore> {
     }
 }
 
-/// fjall 3 with the same key layout and the same durability (SyncAll per
-/// batch).
-struct Fjall {
-    db: fjall::Database,
-    states: fjall::Keyspace,
-}
-
+/// The key layout of colo-state's engines.
 fn key(shard: ShardId, id: &str) -> Vec<u8> {
     let mut k = shard.0.to_be_bytes().to_vec();
     k.push(1);
@@ -64,56 +62,9 @@ fn key(shard: ShardId, id: &str) -> Vec<u8> {
     k
 }
 
-impl Workload for Fjall {
-    fn flush(&self, batch: &WriteBatch) {
-        let mut b = self
-            .db
-            .batch()
-            .durability(Some(fjall::PersistMode::SyncAll));
-        for op in &batch.ops {
-            match op {
-                colo_state::Op::Put {
-                    shard,
-                    entity_id,
-                    value,
-                } => b.insert(&self.states, key(*shard, entity_id), value.as_slice()),
-                colo_state::Op::Checkpoint { shard, offset } => {
-                    let mut k = shard.0.to_be_bytes().to_vec();
-                    k.push(0);
-                    b.insert(&self.states, k, offset.to_be_bytes().as_slice());
-                }
-                _ => unreachable!("the workload only puts and checkpoints"),
-            }
-        }
-        b.commit().expect("commit");
-    }
-
-    fn load(&self, shard: ShardId, id: &str) -> bool {
-        self.states.get(key(shard, id)).expect("get").is_some()
-    }
-
-    fn restore(&self, shard: ShardId) -> usize {
-        let start = key(shard, "");
-        let mut end = shard.0.to_be_bytes().to_vec();
-        end.push(2);
-        let mut n = 0;
-        for guard in self.states.range(start..end) {
-            let value = guard.value().expect("value");
-            n += usize::from(!value.is_empty());
-        }
-        n
-    }
-}
-
 fn open(engine: &str, dir: &Path) -> Box<dyn Workload> {
     match engine {
-        "fjall" => {
-            let db = fjall::Database::builder(dir).open().expect("fjall");
-            let states = db
-                .keyspace(TYPE, fjall::KeyspaceCreateOptions::default)
-                .expect("keyspace");
-            Box::new(Fjall { db, states })
-        }
+        "redb" => Box::new(redb::Redb::open(dir)),
         other => {
             let engine: Engine = other.parse().expect("engine");
             Box::new(colo_state::open(dir, engine).expect("open"))
@@ -195,12 +146,12 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200_000);
     let engines =
-        std::env::var("COLO_BENCH_ENGINES").unwrap_or_else(|_| "redb,sled,fjall".to_string());
+        std::env::var("COLO_BENCH_ENGINES").unwrap_or_else(|_| "fjall,sled,redb".to_string());
     println!(
         "{entities} entities of {VALUE} bytes over {SHARDS} shards, durable batches of {BATCH}"
     );
-    println!("| engine | first flush, entities/s | updates, entities/s | point loads/s | restore scan, entities/s | on disk, MiB |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| engine | first flush, entities/s | updates, entities/s | flushes of {SMALL}, ms each | point loads/s | restore scan, entities/s | on disk, MiB |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for engine in engines.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = open(engine, dir.path());
@@ -210,6 +161,20 @@ fn main() {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let changed: Vec<u64> = (0..entities / 2).map(|_| rng.next() % entities).collect();
         let updates = flush_all(store.as_ref(), changed.iter().copied(), 1);
+        // Small flushes, as a flush interval passing with few dirty
+        // entities writes them: what an ask to a durable entity waits for.
+        let started = Instant::now();
+        for _ in 0..SMALL_FLUSHES {
+            let mut batch = WriteBatch::new(TYPE);
+            for _ in 0..SMALL {
+                let i = rng.next() % entities;
+                let (shard, id) = entity(i);
+                batch.put(shard, id, value(i, 2));
+            }
+            batch.checkpoint(ShardId(0), 1);
+            store.flush(&batch);
+        }
+        let small = started.elapsed();
         let started = Instant::now();
         let mut found = 0;
         for _ in 0..LOADS {
@@ -227,9 +192,10 @@ fn main() {
         );
         drop(store);
         println!(
-            "| {engine} | {} | {} | {} | {} | {:.0} |",
+            "| {engine} | {} | {} | {:.1} | {} | {} | {:.0} |",
             per_sec(entities, first),
             per_sec(changed.len() as u64, updates),
+            small.as_secs_f64() * 1000.0 / f64::from(SMALL_FLUSHES),
             per_sec(LOADS as u64, loads),
             per_sec(entities, restore),
             dir_size(dir.path()) as f64 / (1024.0 * 1024.0)

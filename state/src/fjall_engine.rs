@@ -1,0 +1,167 @@
+//! The fjall engine (the default): a log-structured store, one keyspace per
+//! entity type; a batch is one atomic write to the journal, fsynced before
+//! `write` returns. Writes are sequential whatever keys a flush touches,
+//! which is what write-behind of randomly chosen entities needs.
+
+use crate::batch::{Op, WriteBatch};
+use crate::engine::{Engine, StateStore};
+use crate::error::StoreError;
+use crate::keys;
+use colo_allocation::ShardId;
+use fjall::{KeyspaceCreateOptions, PersistMode};
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::path::Path;
+
+const ENGINE: &str = "fjall";
+
+pub(crate) struct FjallStore {
+    db: fjall::Database,
+    /// Opened keyspaces, by entity type: opening one takes the database's
+    /// keyspace lock.
+    keyspaces: parking_lot::Mutex<HashMap<String, fjall::Keyspace>>,
+}
+
+impl std::fmt::Debug for FjallStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FjallStore").finish_non_exhaustive()
+    }
+}
+
+fn io(entity_type: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Io {
+        engine: ENGINE,
+        entity_type: entity_type.to_string(),
+        reason: e.to_string(),
+    }
+}
+
+impl FjallStore {
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let db = fjall::Database::builder(path)
+            .open()
+            .map_err(|e| StoreError::Open {
+                path: path.to_path_buf(),
+                engine: ENGINE,
+                reason: e.to_string(),
+            })?;
+        Ok(Self {
+            db,
+            keyspaces: parking_lot::Mutex::default(),
+        })
+    }
+
+    /// The entity type's keyspace; `None` if it was never written and
+    /// `create` is false (a read then finds nothing, and creates nothing).
+    fn keyspace(
+        &self,
+        entity_type: &str,
+        create: bool,
+    ) -> Result<Option<fjall::Keyspace>, StoreError> {
+        if !keys::valid_entity_type(entity_type) {
+            return Err(StoreError::EntityTypeName(entity_type.to_string()));
+        }
+        let mut open = self.keyspaces.lock();
+        if let Some(keyspace) = open.get(entity_type) {
+            return Ok(Some(keyspace.clone()));
+        }
+        if !create && !self.db.keyspace_exists(entity_type) {
+            return Ok(None);
+        }
+        let keyspace = self
+            .db
+            .keyspace(entity_type, KeyspaceCreateOptions::default)
+            .map_err(|e| io(entity_type, e))?;
+        open.insert(entity_type.to_string(), keyspace.clone());
+        Ok(Some(keyspace))
+    }
+}
+
+impl StateStore for FjallStore {
+    fn write(&self, batch: &WriteBatch) -> Result<(), StoreError> {
+        let name = batch.entity_type.as_str();
+        let Some(keyspace) = self.keyspace(name, true)? else {
+            unreachable!("created when missing")
+        };
+        let mut b = self.db.batch().durability(Some(PersistMode::SyncAll));
+        for op in &batch.ops {
+            match op {
+                Op::Put {
+                    shard,
+                    entity_id,
+                    value,
+                } => b.insert(&keyspace, keys::entity(*shard, entity_id), value.as_slice()),
+                Op::Delete { shard, entity_id } => {
+                    b.remove(&keyspace, keys::entity(*shard, entity_id));
+                }
+                Op::Checkpoint { shard, offset } => b.insert(
+                    &keyspace,
+                    keys::checkpoint(*shard).as_slice(),
+                    keys::encode_offset(*offset).as_slice(),
+                ),
+                Op::ClearShard { shard } => {
+                    // Read before the batch, applied with it: the removes and
+                    // the ops after them land together.
+                    let (start, end) = keys::all_of(*shard);
+                    for guard in keyspace.range(start.as_slice()..end.as_slice()) {
+                        let key = guard.key().map_err(|e| io(name, e))?;
+                        b.remove(&keyspace, key);
+                    }
+                }
+            }
+        }
+        b.commit().map_err(|e| io(name, e))
+    }
+
+    fn load(
+        &self,
+        entity_type: &str,
+        shard: ShardId,
+        entity_id: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let Some(keyspace) = self.keyspace(entity_type, false)? else {
+            return Ok(None);
+        };
+        let value = keyspace
+            .get(keys::entity(shard, entity_id))
+            .map_err(|e| io(entity_type, e))?;
+        Ok(value.map(|v| v.to_vec()))
+    }
+
+    fn scan(
+        &self,
+        entity_type: &str,
+        shard: ShardId,
+        visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), StoreError> {
+        let Some(keyspace) = self.keyspace(entity_type, false)? else {
+            return Ok(());
+        };
+        let (start, end) = keys::entities_of(shard);
+        for guard in keyspace.range(start.as_slice()..end.as_slice()) {
+            let (key, value) = guard.into_inner().map_err(|e| io(entity_type, e))?;
+            let id = keys::entity_id(&key).ok_or_else(|| StoreError::Key {
+                entity_type: entity_type.to_string(),
+                shard: shard.0,
+            })?;
+            if visit(id, &value).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn checkpoint(&self, entity_type: &str, shard: ShardId) -> Result<Option<u64>, StoreError> {
+        let Some(keyspace) = self.keyspace(entity_type, false)? else {
+            return Ok(None);
+        };
+        let value = keyspace
+            .get(keys::checkpoint(shard))
+            .map_err(|e| io(entity_type, e))?;
+        Ok(value.and_then(|v| keys::decode_offset(&v)))
+    }
+
+    fn engine(&self) -> Engine {
+        Engine::Fjall
+    }
+}
