@@ -1,8 +1,8 @@
 //! colo's node-local state store: where durable entities keep their state,
 //! one database per node under its data directory.
 //!
-//! The store knows nothing of entities, serde or Kafka: it keeps opaque
-//! values by entity type, shard and entity id, plus one checkpoint per
+//! The store knows nothing of entities or Kafka: it keeps values by entity
+//! type, shard and entity id, plus one checkpoint per
 //! shard (how far the shard's changelog is reflected here), and applies
 //! each [`WriteBatch`] atomically and durably. The runtime batches writes
 //! (write-behind) and calls it from a blocking thread; nothing here awaits.
@@ -13,6 +13,9 @@
 //! - [`StateStore`]: what the runtime asks of any engine.
 //! - [`WriteBatch`]: the puts, deletes and checkpoints applied together.
 //! - [`StoreError`]: what went wrong, naming the path or entity type.
+//! - [`StateRecord`]: what is stored for one entity, in the store and its
+//!   changelog alike: the state, its version, the epoch that wrote it and
+//!   the source offsets applied to it.
 //!
 //! # Inside
 //! - `keys`: how entity ids and checkpoints are laid out, so that one
@@ -24,8 +27,10 @@ mod engine;
 mod error;
 mod fjall_engine;
 mod keys;
+mod record;
 mod sled_engine;
 
 pub use batch::{Op, WriteBatch};
 pub use engine::{open, Engine, StateStore};
 pub use error::StoreError;
+pub use record::{RecordError, StateRecord};

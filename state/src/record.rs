@@ -1,0 +1,153 @@
+//! What colo stores for one entity, in the local store and in its
+//! changelog record alike: the entity's encoded state with what makes it
+//! safe to restore and to replay against.
+//!
+//! - `epoch`: the start of the shard that wrote it. Epochs grow across the
+//!   cluster with each start of a shard, so a restore can ignore what a node
+//!   that had lost the shard wrote after a newer owner began.
+//! - `version`: the entity type's state version when it was written, so a
+//!   state that no longer decodes is named with its version, never reset.
+//! - `applied`: per source topic, the offset of the last record applied to
+//!   this entity (in the entity's shard, which is the topic's partition): a
+//!   record at or below it was applied already and is skipped. That makes
+//!   replay after a crash harmless without Kafka transactions.
+//!
+//! The first byte is the record format, so that a later colo can read what
+//! this one wrote.
+
+use serde::{Deserialize, Serialize};
+
+/// The record format this colo writes.
+const FORMAT: u8 = 1;
+
+/// One entity's stored state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateRecord {
+    pub epoch: u64,
+    pub version: u32,
+    /// (topic, offset of the last record of that topic applied), by topic.
+    pub applied: Vec<(String, u64)>,
+    /// The state as the entity type encodes it.
+    pub state: Vec<u8>,
+}
+
+/// A stored value that is not a record this colo can read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    #[error("empty state record")]
+    Empty,
+    #[error("state record of format {0}, but this colo reads format {FORMAT}: it was written by a newer colo")]
+    Format(u8),
+    #[error("malformed state record (format {FORMAT}): {0}")]
+    Malformed(String),
+}
+
+impl StateRecord {
+    pub fn new(epoch: u64, version: u32, state: Vec<u8>) -> Self {
+        Self {
+            epoch,
+            version,
+            applied: Vec::new(),
+            state,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let out = vec![FORMAT];
+        // Serializing plain integers, strings and bytes into a Vec cannot
+        // fail; `Malformed` covers the reverse.
+        match postcard::to_extend(self, out) {
+            Ok(encoded) => encoded,
+            Err(e) => unreachable!("a state record always encodes: {e}"),
+        }
+    }
+
+    /// # Errors
+    /// The value is empty, of a format this colo does not know, or not a
+    /// record.
+    pub fn decode(value: &[u8]) -> Result<Self, RecordError> {
+        let (&format, rest) = value.split_first().ok_or(RecordError::Empty)?;
+        if format != FORMAT {
+            return Err(RecordError::Format(format));
+        }
+        let (record, tail) = postcard::take_from_bytes::<Self>(rest)
+            .map_err(|e| RecordError::Malformed(e.to_string()))?;
+        if !tail.is_empty() {
+            return Err(RecordError::Malformed(format!(
+                "{} bytes after the record",
+                tail.len()
+            )));
+        }
+        Ok(record)
+    }
+
+    /// The offset of the last record of `topic` applied to this entity.
+    pub fn applied(&self, topic: &str) -> Option<u64> {
+        self.applied
+            .iter()
+            .find(|(t, _)| t == topic)
+            .map(|(_, offset)| *offset)
+    }
+
+    /// Whether the record at `offset` of `topic` was applied already (a
+    /// replay after a crash, or a record consumed again after a rebalance).
+    pub fn has_applied(&self, topic: &str, offset: u64) -> bool {
+        self.applied(topic).is_some_and(|last| offset <= last)
+    }
+
+    /// Notes that the record at `offset` of `topic` is applied. Offsets of a
+    /// topic only grow: an older one leaves the record as it is.
+    pub fn mark_applied(&mut self, topic: &str, offset: u64) {
+        match self.applied.iter_mut().find(|(t, _)| t == topic) {
+            Some((_, last)) => *last = (*last).max(offset),
+            None => self.applied.push((topic.to_string(), offset)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_reads_back_as_written() {
+        let mut record = StateRecord::new(7, 3, b"{\"total\":12}".to_vec());
+        record.mark_applied("user-events", 41);
+        record.mark_applied("refunds", 2);
+        assert_eq!(StateRecord::decode(&record.encode()), Ok(record));
+    }
+
+    #[test]
+    fn a_record_at_or_below_the_applied_offset_is_known_as_applied() {
+        let mut record = StateRecord::new(1, 1, Vec::new());
+        assert!(!record.has_applied("t", 0), "nothing applied yet");
+        record.mark_applied("t", 10);
+        assert!(record.has_applied("t", 9) && record.has_applied("t", 10));
+        assert!(!record.has_applied("t", 11));
+        assert!(!record.has_applied("other", 5), "offsets are per topic");
+        record.mark_applied("t", 4);
+        assert_eq!(
+            record.applied("t"),
+            Some(10),
+            "an older offset changes nothing"
+        );
+    }
+
+    #[test]
+    fn values_that_are_not_records_are_refused_with_why() {
+        assert_eq!(StateRecord::decode(&[]), Err(RecordError::Empty));
+        let newer = StateRecord::decode(&[9, 1, 2]).expect_err("format 9");
+        assert_eq!(newer, RecordError::Format(9));
+        assert!(newer.to_string().contains("newer colo"), "{newer}");
+        let mut encoded = StateRecord::new(1, 1, vec![1, 2, 3]).encode();
+        encoded.push(0);
+        assert!(matches!(
+            StateRecord::decode(&encoded),
+            Err(RecordError::Malformed(_))
+        ));
+        assert!(matches!(
+            StateRecord::decode(&encoded[..3]),
+            Err(RecordError::Malformed(_))
+        ));
+    }
+}
