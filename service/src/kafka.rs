@@ -151,6 +151,15 @@ impl KafkaIngest {
                 settings.source.rebalance_timeout,
             )));
         }
+        if region.passivates() {
+            // Found by trying it as a new user would: a temperature
+            // aggregator's devices answered empty figures minutes after
+            // their last reading, their records long committed.
+            tracing::warn!(
+                %entity_type,
+                "entity state is kept in memory only: a passivated entity's state is gone, and the records that built it are committed and not read again; turn passivation off (sharding.passivation.strategy = \"none\", or PassivationStrategy::none() in code) to keep every entity while its shard runs on this node"
+            );
+        }
         let counts =
             colo_connectors::partition_counts(&settings.source, settings.placement_timeout)?;
         colo_connectors::check_partition_counts(&counts, region.number_of_shards()).map_err(

@@ -295,6 +295,14 @@ impl<E: Entity> Region<E> {
         self.shared.entity_type.settings.handoff_timeout
     }
 
+    /// Whether the entity type passivates entities on its own: an idle
+    /// timeout, or an active-entity limit with its replacement policy.
+    pub(crate) fn passivates(&self) -> bool {
+        let passivation = &self.shared.entity_type.settings.passivation;
+        passivation.idle_timeout.is_some()
+            || (passivation.active_entity_limit.is_some() && passivation.replacement.is_some())
+    }
+
     /// The entity type's number of shards.
     pub(crate) fn number_of_shards(&self) -> u32 {
         self.shared.entity_type.settings.number_of_shards

@@ -322,4 +322,12 @@ async fn a_program_of_ones_own_averages_plain_readings_and_ask_prints_every_digi
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert_eq!(mismatches, 0.0, "{metrics}");
+    // Its thermometers passivate when idle, and their state is memory-only:
+    // the node says so as it starts, before a reading is lost.
+    assert!(
+        node.logs().contains("thermometer")
+            && node.logs().contains("a passivated entity's state is gone"),
+        "{}",
+        node.logs()
+    );
 }

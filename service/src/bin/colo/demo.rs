@@ -156,6 +156,9 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
         number_of_shards: options.partitions,
         retry_interval: Duration::from_millis(200),
         handoff_timeout: Duration::from_secs(10),
+        // The users' totals live in memory: none is passivated while the
+        // demo runs (its summary counts every record a user handled).
+        passivation: colo::passivation::PassivationStrategy::none(),
         ..ShardingSettings::default()
     };
     let network = InMemoryNetwork::new();
