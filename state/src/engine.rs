@@ -2,7 +2,7 @@
 
 use crate::batch::WriteBatch;
 use crate::error::StoreError;
-use crate::{fjall_engine, sled_engine};
+use crate::{fjall_engine, keys, sled_engine};
 use colo_allocation::ShardId;
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -127,4 +127,25 @@ pub fn open(data_dir: &Path, engine: Engine) -> Result<Box<dyn StateStore>, Stor
         Engine::Fjall => Box::new(fjall_engine::FjallStore::open(&path)?),
         Engine::Sled => Box::new(sled_engine::SledStore::open(&path)?),
     })
+}
+
+/// Hands a shard's entities, as an engine's range over its entity keys
+/// yields them, to a scan's visitor until it breaks.
+pub(crate) fn visit_entities<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+    entity_type: &str,
+    shard: ShardId,
+    entries: impl Iterator<Item = Result<(K, V), StoreError>>,
+    visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
+) -> Result<(), StoreError> {
+    for entry in entries {
+        let (key, value) = entry?;
+        let id = keys::entity_id(key.as_ref()).ok_or_else(|| StoreError::Key {
+            entity_type: entity_type.to_string(),
+            shard: shard.0,
+        })?;
+        if visit(id, value.as_ref()).is_break() {
+            break;
+        }
+    }
+    Ok(())
 }

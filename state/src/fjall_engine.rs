@@ -4,7 +4,7 @@
 //! which is what write-behind of randomly chosen entities needs.
 
 use crate::batch::{Op, WriteBatch};
-use crate::engine::{Engine, StateStore};
+use crate::engine::{visit_entities, Engine, StateStore};
 use crate::error::StoreError;
 use crate::keys;
 use colo_allocation::ShardId;
@@ -138,17 +138,10 @@ impl StateStore for FjallStore {
             return Ok(());
         };
         let (start, end) = keys::entities_of(shard);
-        for guard in keyspace.range(start.as_slice()..end.as_slice()) {
-            let (key, value) = guard.into_inner().map_err(|e| io(entity_type, e))?;
-            let id = keys::entity_id(&key).ok_or_else(|| StoreError::Key {
-                entity_type: entity_type.to_string(),
-                shard: shard.0,
-            })?;
-            if visit(id, &value).is_break() {
-                break;
-            }
-        }
-        Ok(())
+        let entries = keyspace
+            .range(start.as_slice()..end.as_slice())
+            .map(|guard| guard.into_inner().map_err(|e| io(entity_type, e)));
+        visit_entities(entity_type, shard, entries, visit)
     }
 
     fn checkpoint(&self, entity_type: &str, shard: ShardId) -> Result<Option<u64>, StoreError> {

@@ -3,7 +3,7 @@
 //! `write` returns.
 
 use crate::batch::{Op, WriteBatch};
-use crate::engine::{Engine, StateStore};
+use crate::engine::{visit_entities, Engine, StateStore};
 use crate::error::StoreError;
 use crate::keys;
 use colo_allocation::ShardId;
@@ -98,20 +98,11 @@ impl StateStore for SledStore {
         visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
     ) -> Result<(), StoreError> {
         let (start, end) = keys::entities_of(shard);
-        for entry in self
+        let entries = self
             .tree(entity_type)?
             .range(start.as_slice()..end.as_slice())
-        {
-            let (key, value) = entry.map_err(|e| io(entity_type, e))?;
-            let id = keys::entity_id(&key).ok_or_else(|| StoreError::Key {
-                entity_type: entity_type.to_string(),
-                shard: shard.0,
-            })?;
-            if visit(id, &value).is_break() {
-                break;
-            }
-        }
-        Ok(())
+            .map(|entry| entry.map_err(|e| io(entity_type, e)));
+        visit_entities(entity_type, shard, entries, visit)
     }
 
     fn checkpoint(&self, entity_type: &str, shard: ShardId) -> Result<Option<u64>, StoreError> {
