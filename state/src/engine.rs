@@ -1,11 +1,10 @@
-//! The store trait and how a data directory picks its engine.
+//! The store trait every engine implements, and the engines' names.
 
 use crate::batch::WriteBatch;
 use crate::error::StoreError;
-use crate::{fjall_engine, keys, sled_engine};
+use crate::keys;
 use colo_allocation::ShardId;
 use std::ops::ControlFlow;
-use std::path::Path;
 
 /// What the runtime asks of a node's state store. Every call blocks on
 /// disk: call it from a blocking thread, never from an async task.
@@ -71,7 +70,7 @@ impl Engine {
     }
 
     /// What this engine keeps under the data directory.
-    fn file_name(self) -> &'static str {
+    pub(crate) fn file_name(self) -> &'static str {
         match self {
             Engine::Fjall => "state.fjall",
             Engine::Sled => "state.sled",
@@ -94,39 +93,6 @@ impl std::str::FromStr for Engine {
             .find(|e| e.name() == s)
             .ok_or_else(|| format!("unknown state engine {s:?}: expected fjall or sled"))
     }
-}
-
-/// Opens (or creates) the store of a data directory with `engine`.
-///
-/// A directory that already holds the other engine's store is refused
-/// rather than silently started empty beside it: switching engines would
-/// otherwise look like every entity's state vanished.
-///
-/// # Errors
-/// The directory cannot be created or used, holds the other engine's store,
-/// or the database cannot be opened (corrupt, or locked by another node).
-pub fn open(data_dir: &Path, engine: Engine) -> Result<Box<dyn StateStore>, StoreError> {
-    std::fs::create_dir_all(data_dir).map_err(|e| StoreError::DataDir {
-        path: data_dir.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    for other in Engine::ALL.into_iter().filter(|e| *e != engine) {
-        let theirs = data_dir.join(other.file_name());
-        if theirs.exists() {
-            return Err(StoreError::DataDir {
-                path: data_dir.to_path_buf(),
-                reason: format!(
-                    "it holds a {other} store ({}) but state.engine is {engine}: set state.engine = \"{other}\", or move that store away to start empty",
-                    theirs.display()
-                ),
-            });
-        }
-    }
-    let path = data_dir.join(engine.file_name());
-    Ok(match engine {
-        Engine::Fjall => Box::new(fjall_engine::FjallStore::open(&path)?),
-        Engine::Sled => Box::new(sled_engine::SledStore::open(&path)?),
-    })
 }
 
 /// Hands a shard's entities, as an engine's range over its entity keys

@@ -27,10 +27,12 @@ mod engine;
 mod error;
 mod fjall_engine;
 mod keys;
+mod open;
 mod record;
 mod sled_engine;
 
 pub use batch::{Op, WriteBatch};
-pub use engine::{open, Engine, StateStore};
+pub use engine::{Engine, StateStore};
 pub use error::StoreError;
+pub use open::open;
 pub use record::{RecordError, StateRecord};
