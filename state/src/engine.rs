@@ -51,8 +51,8 @@ pub trait StateStore: Send + Sync + std::fmt::Debug {
 /// The embedded database under a node's data directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Engine {
-    /// fjall: the default, the faster on colo's workload (BENCHMARKS.md,
-    /// "State store engines").
+    /// fjall: the default, the faster on the store benchmark's model of
+    /// colo's workload (BENCHMARKS.md, "State store engines").
     #[default]
     Fjall,
     /// sled 0.34: the engine the project was specified with.

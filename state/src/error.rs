@@ -34,3 +34,14 @@ pub enum StoreError {
     #[error("state store, entity type {entity_type:?}: a key of shard {shard} is not valid UTF-8")]
     Key { entity_type: String, shard: u32 },
 }
+
+impl StoreError {
+    /// A read or write of `engine` that failed, for `entity_type`.
+    pub(crate) fn io(engine: &'static str, entity_type: &str, e: impl std::fmt::Display) -> Self {
+        Self::Io {
+            engine,
+            entity_type: entity_type.to_string(),
+            reason: e.to_string(),
+        }
+    }
+}

@@ -29,11 +29,7 @@ impl std::fmt::Debug for FjallStore {
 }
 
 fn io(entity_type: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Io {
-        engine: ENGINE,
-        entity_type: entity_type.to_string(),
-        reason: e.to_string(),
-    }
+    StoreError::io(ENGINE, entity_type, e)
 }
 
 impl FjallStore {
@@ -58,9 +54,7 @@ impl FjallStore {
         entity_type: &str,
         create: bool,
     ) -> Result<Option<fjall::Keyspace>, StoreError> {
-        if !keys::valid_entity_type(entity_type) {
-            return Err(StoreError::EntityTypeName(entity_type.to_string()));
-        }
+        keys::check_entity_type(entity_type)?;
         let mut open = self.keyspaces.lock();
         if let Some(keyspace) = open.get(entity_type) {
             return Ok(Some(keyspace.clone()));

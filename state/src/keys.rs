@@ -49,6 +49,16 @@ pub fn decode_offset(value: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(value.try_into().ok()?))
 }
 
+/// Refuses an entity type name that cannot name a table (see
+/// [`valid_entity_type`]).
+pub fn check_entity_type(name: &str) -> Result<(), crate::error::StoreError> {
+    if valid_entity_type(name) {
+        Ok(())
+    } else {
+        Err(crate::error::StoreError::EntityTypeName(name.to_string()))
+    }
+}
+
 /// Entity type names become table names: only characters that cannot
 /// collide with the store's own names or escape a path.
 pub fn valid_entity_type(name: &str) -> bool {

@@ -18,11 +18,7 @@ pub(crate) struct SledStore {
 }
 
 fn io(entity_type: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Io {
-        engine: ENGINE,
-        entity_type: entity_type.to_string(),
-        reason: e.to_string(),
-    }
+    StoreError::io(ENGINE, entity_type, e)
 }
 
 impl SledStore {
@@ -36,9 +32,7 @@ impl SledStore {
     }
 
     fn tree(&self, entity_type: &str) -> Result<sled::Tree, StoreError> {
-        if !keys::valid_entity_type(entity_type) {
-            return Err(StoreError::EntityTypeName(entity_type.to_string()));
-        }
+        keys::check_entity_type(entity_type)?;
         self.db
             .open_tree(entity_type)
             .map_err(|e| io(entity_type, e))
