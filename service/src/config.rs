@@ -10,6 +10,7 @@
 //!   node program uses.
 //! - `config/passivation.rs`: `[sharding.passivation]`.
 //! - `config/kafka.rs`: `[kafka]`.
+//! - `config/state.rs`: `[state]`.
 //! - `config/overrides.rs`: environment and flag overrides.
 //! - `config/validate.rs`: checks across fields after deserializing.
 //! - `config/error.rs`: [`ConfigError`] and [`Origin`].
@@ -20,12 +21,14 @@ mod error;
 mod kafka;
 mod overrides;
 mod passivation;
+mod state;
 mod validate;
 
 pub use args::RunArgs;
 pub use error::{ConfigError, Origin};
 pub use kafka::KafkaSection;
 pub use passivation::{PassivationSection, StrategyName};
+pub use state::{EngineName, StateSection};
 
 use crate::logging::LogFormat;
 use crate::settings::ShardingSettings;
@@ -51,6 +54,9 @@ pub struct NodeConfig {
     /// `[log]`.
     #[serde(default)]
     pub log: LogSection,
+    /// `[state]`: durable entity types' state store.
+    #[serde(default)]
+    pub state: StateSection,
     /// `[kafka]`: topics driving entity types. Absent: no Kafka.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kafka: Option<KafkaSection>,

@@ -43,6 +43,7 @@ pub struct EntityContext {
     pub(crate) entity_id: EntityId,
     pub(crate) shard: ShardId,
     passivate: AtomicBool,
+    delete: AtomicBool,
     delayed: bool,
 }
 
@@ -56,6 +57,7 @@ impl EntityContext {
             entity_id,
             shard,
             passivate: AtomicBool::new(false),
+            delete: AtomicBool::new(false),
             delayed,
         }
     }
@@ -78,6 +80,18 @@ impl EntityContext {
 
     pub(crate) fn passivation_requested(&self) -> bool {
         self.passivate.load(Ordering::Relaxed)
+    }
+
+    /// Deletes this durable entity once the current message is handled: its
+    /// stored state is removed (a tombstone in the store and the changelog),
+    /// and the entity goes on as the factory makes a new one. For an entity
+    /// type that is not durable it only resets the entity.
+    pub fn delete(&self) {
+        self.delete.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn deletion_requested(&self) -> bool {
+        self.delete.load(Ordering::Relaxed)
     }
 
     /// The entity's id.
@@ -104,6 +118,32 @@ impl EntityError {
 }
 
 type Factory<E> = Arc<dyn Fn(&EntityId) -> E + Send + Sync>;
+
+/// How a durable entity type's state is written and read back: the entity
+/// value itself, with serde (postcard), under the type's state version.
+/// Plain functions made where the serde bounds hold, so that the [`Entity`]
+/// trait and the types that are not durable carry no serde bound for state.
+pub(crate) struct StateCodec<E> {
+    pub version: u32,
+    pub encode: fn(&E) -> Result<Vec<u8>, String>,
+    pub decode: fn(&[u8]) -> Result<E, String>,
+}
+
+impl<E> Clone for StateCodec<E> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<E> Copy for StateCodec<E> {}
+
+fn encode_state<E: Serialize>(entity: &E) -> Result<Vec<u8>, String> {
+    postcard::to_stdvec(entity).map_err(|e| e.to_string())
+}
+
+fn decode_state<E: DeserializeOwned>(bytes: &[u8]) -> Result<E, String> {
+    postcard::from_bytes(bytes).map_err(|e| e.to_string())
+}
 type StopMessage<M> = Arc<dyn Fn() -> M + Send + Sync>;
 
 /// An entity type: a name, an entity factory, a message extractor and
@@ -114,6 +154,7 @@ pub struct EntityType<E: Entity> {
     pub(crate) extractor: Option<Arc<dyn MessageExtractor>>,
     pub(crate) settings: ShardingSettings,
     pub(crate) stop_message: Option<StopMessage<E::Message>>,
+    pub(crate) state: Option<StateCodec<E>>,
 }
 
 impl<E: Entity> Clone for EntityType<E> {
@@ -124,6 +165,7 @@ impl<E: Entity> Clone for EntityType<E> {
             extractor: self.extractor.clone(),
             settings: self.settings.clone(),
             stop_message: self.stop_message.clone(),
+            state: self.state,
         }
     }
 }
@@ -133,6 +175,7 @@ impl<E: Entity> fmt::Debug for EntityType<E> {
         f.debug_struct("EntityType")
             .field("name", &self.name)
             .field("settings", &self.settings)
+            .field("state_version", &self.state.map(|s| s.version))
             .finish_non_exhaustive()
     }
 }
@@ -158,6 +201,32 @@ pub enum RegistrationError {
     /// This node already runs a region for the entity type.
     #[error("entity type {0:?} is already registered on this node")]
     AlreadyRegistered(String),
+    /// A durable entity type on a node without a state store.
+    #[error("entity type {0:?} is durable, but this node has no state store (Node::with_state_store; a node program opens one under node.data_dir)")]
+    NoStateStore(String),
+}
+
+impl<E: Entity + Serialize + DeserializeOwned> EntityType<E> {
+    /// Makes the entity type durable: each entity's value is its state,
+    /// kept in the node's state store with serde, written behind in batches
+    /// (`state.flush_interval`, `state.max_dirty`) and read back when the
+    /// entity starts again (after passivation, a failed handler, a restart).
+    ///
+    /// `version` names the shape of the state: raise it when the entity's
+    /// fields change. A stored state that no longer decodes is never reset:
+    /// its shard stops taking messages with an error naming the entity and
+    /// both versions. An ask or a client's tell to a durable entity is
+    /// answered once its change is durable, and a Kafka record's offset is
+    /// committed only then; a record the entity had applied already (a
+    /// replay after a crash) is skipped.
+    pub fn durable(mut self, version: u32) -> Self {
+        self.state = Some(StateCodec {
+            version,
+            encode: encode_state::<E>,
+            decode: decode_state::<E>,
+        });
+        self
+    }
 }
 
 impl<E: Entity> EntityType<E> {
@@ -173,6 +242,7 @@ impl<E: Entity> EntityType<E> {
             extractor: None,
             settings: ShardingSettings::default(),
             stop_message: None,
+            state: None,
         }
     }
 
@@ -198,6 +268,11 @@ impl<E: Entity> EntityType<E> {
     ) -> Self {
         self.stop_message = Some(Arc::new(stop));
         self
+    }
+
+    /// Whether its entities' state is durable (see [`EntityType::durable`]).
+    pub fn is_durable(&self) -> bool {
+        self.state.is_some()
     }
 
     /// The entity type's name.

@@ -6,6 +6,7 @@ use crate::error::AskError;
 use bytes::Bytes;
 use colo_allocation::{RegionId, ShardId};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use tokio::sync::oneshot;
 
 /// A message inside a node: typed, with where its reply goes.
@@ -30,14 +31,39 @@ impl<E: Entity> Envelope<E> {
     /// A Kafka record its partition gave up on: dropped rather than
     /// handled (see [`Reply::Record`]).
     pub fn abandoned(&self) -> bool {
-        matches!(&self.reply, Reply::Record(waiter) if waiter.is_closed())
+        matches!(&self.reply, Reply::Record(waiter, _) if waiter.is_closed())
     }
 
     /// A Kafka record handled by this node's shard only (see
     /// [`Reply::Record`]).
     pub fn local_only(&self) -> bool {
-        matches!(self.reply, Reply::Record(_))
+        matches!(self.reply, Reply::Record(..))
     }
+
+    /// The Kafka record this message came from, when a durable entity must
+    /// know it (to skip a record it applied already).
+    pub fn origin(&self) -> Option<&Origin> {
+        self.reply.origin()
+    }
+}
+
+impl<R> Reply<R> {
+    /// The Kafka record a message came from (see [`Origin`]).
+    pub fn origin(&self) -> Option<&Origin> {
+        match self {
+            Reply::Record(_, origin) => origin.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// Where a record came from: its topic and offset (its partition is the
+/// entity's shard). Set only for durable entity types, boxed so that the
+/// other envelopes stay small.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Origin {
+    pub topic: Arc<str>,
+    pub offset: u64,
 }
 
 /// Where the answer to a message goes.
@@ -54,7 +80,7 @@ pub(crate) enum Reply<R> {
     /// again from the last commit. And once its partition stops waiting
     /// (lost, or its revoke gave up on it) it is handled nowhere: handling
     /// this copy too would run it twice and out of order.
-    Record(oneshot::Sender<Result<R, AskError>>),
+    Record(oneshot::Sender<Result<R, AskError>>, Option<Box<Origin>>),
     /// An ask from another node (or one that left this node and came back).
     /// Boxed: it is rare, and keeps every envelope within one cache line.
     Remote(Box<ReplyTo>),

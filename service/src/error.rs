@@ -68,6 +68,10 @@ pub enum AskError {
     /// or may not have been handled.
     #[error("message unconfirmed: {0}")]
     Unconfirmed(String),
+    /// A Kafka record its durable entity had applied already (consumed
+    /// again after a crash or a rebalance): skipped, not applied twice.
+    #[error("record applied already")]
+    AlreadyApplied,
 }
 
 /// The reply to a routed message: its reply channel is the finalizer, so

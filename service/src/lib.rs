@@ -9,6 +9,10 @@
 //! # Start here
 //! - [`Entity`], [`EntityType`], [`EntityContext`]: what you implement and
 //!   register ([`entity`] has the rest of the entity API).
+//! - [`EntityType::durable`], [`NodeStore`], [`StateSettings`]: entities
+//!   whose state survives passivation, hand-off and restarts, in the node's
+//!   state store ([`state`], the colo-state crate) written behind in
+//!   batches.
 //! - [`NodeProgram`]: a node process of your own: your entity types, the
 //!   config file, gRPC, admin HTTP, metrics, health, graceful shutdown.
 //! - [`Node`] and [`Region`]: a node in your own process; tell and ask
@@ -82,6 +86,7 @@ mod region;
 mod replies;
 pub mod samples;
 pub mod settings;
+mod store;
 mod tasks;
 pub mod transport;
 
@@ -89,6 +94,7 @@ pub use codec::ContentType;
 pub use colo_allocation as allocation;
 pub use colo_allocation::{RegionId, ShardId};
 pub use colo_passivation as passivation;
+pub use colo_state as state;
 pub use coordinator::{store::InMemoryStore, CoordinatorHandle};
 pub use entity::{Entity, EntityContext, EntityError, EntityId, EntityType, RegistrationError};
 pub use error::QueryError;
@@ -98,5 +104,6 @@ pub use node::Node;
 pub use program::{NodeProgram, ProgramError};
 pub use region::{Delivery, ErasedError, ErasedRegion, PlacementError, Region, Told};
 pub use settings::{SettingsError, ShardingSettings};
+pub use store::{NodeStore, StateSettings};
 pub use tasks::TaskSet;
 pub use transport::{memory::InMemoryNetwork, Transport, TransportError};

@@ -4,6 +4,14 @@
 //! Prometheus style: `colo_` prefix, base units, `_total` for counters, and
 //! only bounded labels (`entity_type`, `reason`, `outcome`).
 
+mod state;
+
+pub(crate) use state::StateMetrics;
+pub use state::{
+    STATE_LOADS, STATE_SKIPPED_RECORDS, STATE_UNDECODABLE, STATE_WRITES, STATE_WRITE_DURATION,
+    STATE_WRITTEN_ENTITIES,
+};
+
 use colo_passivation::PassivationReason;
 use metrics::{Counter, Gauge, Histogram, Unit};
 use std::sync::Once;
@@ -300,6 +308,7 @@ pub fn describe() {
             KAFKA_GIVEN_UP,
             "Partitions whose records in hand were given up uncommitted (their next owner handles them again), by reason: lost (the session expired) or revoke_timeout (not settled within kafka.delivery_timeout at a revoke)"
         );
+        state::describe();
         // Node-wide series exist, at zero, before anything happens.
         metrics::counter!(STALE_REPLIES).increment(0);
         metrics::counter!(DROPPED, "entity_type" => "", "reason" => "malformed").increment(0);

@@ -7,6 +7,7 @@ use crate::entity::{Entity, EntityType, RegistrationError};
 use crate::node_context::{NodeContext, NodeTasks};
 use crate::region::{ErasedRegion, Region};
 use crate::replies::PendingReplies;
+use crate::store::NodeStore;
 use crate::transport::Transport;
 use colo_allocation::RegionId;
 use inbound::NodeInbound;
@@ -40,7 +41,19 @@ impl std::fmt::Debug for Node {
 
 impl Node {
     /// A node named after its transport's local name, reachable at once.
+    /// It runs entity types that are not durable; see
+    /// [`Node::with_state_store`] for durable ones.
     pub fn new(transport: Arc<dyn Transport>) -> Self {
+        Self::build(transport, None)
+    }
+
+    /// A node whose durable entity types keep their state in `store` (one
+    /// store per node: [`NodeStore::open`] on the node's data directory).
+    pub fn with_state_store(transport: Arc<dyn Transport>, store: NodeStore) -> Self {
+        Self::build(transport, Some(Arc::new(store)))
+    }
+
+    fn build(transport: Arc<dyn Transport>, store: Option<Arc<NodeStore>>) -> Self {
         crate::metrics::describe();
         let context = Arc::new(NodeContext {
             id: transport.local().clone(),
@@ -48,6 +61,7 @@ impl Node {
             transport: transport.clone(),
             pending: PendingReplies::default(),
             tasks: NodeTasks::default(),
+            store,
         });
         let inbound = Arc::new(NodeInbound::new(context.clone()));
         transport.attach(inbound.clone());
@@ -92,6 +106,9 @@ impl Node {
         proxy: bool,
     ) -> Result<Region<E>, RegistrationError> {
         let entity_type = entity_type.validated()?;
+        if entity_type.is_durable() && self.context.store.is_none() && !proxy {
+            return Err(RegistrationError::NoStateStore(entity_type.name));
+        }
         let mut regions = self.inbound.regions.write();
         if regions.contains_key(&entity_type.name) {
             return Err(RegistrationError::AlreadyRegistered(entity_type.name));

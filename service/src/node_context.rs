@@ -49,6 +49,8 @@ pub(crate) struct NodeContext {
     pub transport: Arc<dyn Transport>,
     pub pending: PendingReplies,
     pub tasks: NodeTasks,
+    /// Where durable entity types keep their state, if the node has a store.
+    pub store: Option<Arc<crate::store::NodeStore>>,
 }
 
 impl NodeContext {
@@ -60,7 +62,7 @@ impl NodeContext {
     ) {
         match reply {
             Reply::None => {}
-            Reply::Local(tx) | Reply::Record(tx) => {
+            Reply::Local(tx) | Reply::Record(tx, _) => {
                 let _ = tx.send(result);
             }
             Reply::Remote(to) => {

@@ -32,6 +32,7 @@ use crate::entity::{Entity, EntityType, RegistrationError};
 use crate::kafka::{IngestHealth, KafkaIngest, RecordDecoder};
 use crate::node::Node;
 use crate::settings::ShardingSettings;
+use crate::store::NodeStore;
 use crate::transport::grpc::{GrpcSettings, GrpcTransport};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -83,6 +84,9 @@ pub enum ProgramError {
     /// The admin server failed.
     #[error("admin server failed: {0}")]
     Admin(std::io::Error),
+    /// The state store of `node.data_dir` cannot be opened.
+    #[error("state store: {0}")]
+    State(#[from] colo_state::StoreError),
     /// An entity type's Kafka ingest could not start (a topic missing or
     /// with another partition count, the broker unreachable).
     #[error("kafka: {0}")]
@@ -105,6 +109,8 @@ trait Registration: Send {
     fn settings(&self) -> &ShardingSettings;
     /// Whether records can drive it (it was registered with a decoder).
     fn reads_records(&self) -> bool;
+    /// Whether its state is durable (it needs the node's state store).
+    fn is_durable(&self) -> bool;
     /// Its shards follow Kafka's partitions: Kafka's murmur2 partitioner
     /// places its entities, so a record's shard is its partition.
     fn follow_partitions(&mut self);
@@ -138,6 +144,10 @@ impl<E: Entity> Registration for Registered<E> {
 
     fn reads_records(&self) -> bool {
         self.records.is_some()
+    }
+
+    fn is_durable(&self) -> bool {
+        self.entity_type.is_durable()
     }
 
     fn follow_partitions(&mut self) {
@@ -333,6 +343,25 @@ fn kafka_not_ready(ingests: &[Ingesting]) -> Vec<String> {
         .collect()
 }
 
+/// The node's state store, when an entity type it hosts is durable: one
+/// per node, under `node.data_dir`, opened on a blocking thread.
+async fn open_store(
+    config: &NodeConfig,
+    entity_types: &[Box<dyn Registration>],
+) -> Result<Option<NodeStore>, ProgramError> {
+    if config.node.proxy || !entity_types.iter().any(|t| t.is_durable()) {
+        return Ok(None);
+    }
+    let dir = config.data_dir();
+    let engine = config.state.engine.engine();
+    let settings = config.state.settings();
+    let opened = tokio::task::spawn_blocking(move || NodeStore::open(&dir, engine, settings))
+        .await
+        .map_err(|e| ProgramError::Settings(format!("opening the state store: {e}")))??;
+    tracing::info!(data_dir = %config.data_dir().display(), %engine, flush_interval = ?settings.flush_interval, max_dirty = settings.max_dirty, "state store open");
+    Ok(Some(opened))
+}
+
 /// Runs the node until it is asked to stop.
 async fn run(
     config: NodeConfig,
@@ -368,7 +397,10 @@ async fn run(
         ..GrpcSettings::default()
     };
     let transport = GrpcTransport::new(&advertised, grpc_settings, hosting);
-    let node = Arc::new(Node::new(transport.clone()));
+    let node = Arc::new(match open_store(&config, &entity_types).await? {
+        Some(store) => Node::with_state_store(transport.clone(), store),
+        None => Node::new(transport.clone()),
+    });
     let mut starting = Vec::new();
     // Each Kafka-driven entity type's ingest, `None` while it starts: the
     // node is ready only once each consumes.

@@ -25,7 +25,7 @@ mod shared;
 mod task;
 
 use crate::entity::{Entity, EntityId, EntityType};
-use crate::envelope::{Envelope, Reply};
+use crate::envelope::{Envelope, Origin, Reply};
 use crate::error::{replied, AskError, QueryError, TellError};
 use crate::inspection::{ClusterShardingStats, CurrentRegionState};
 use crate::metrics::RegionMetrics;
@@ -115,6 +115,7 @@ impl<E: Entity> Region<E> {
             activity: Arc::default(),
             lease: Arc::default(),
             contact: shared::PublishedContact::default(),
+            durable: Arc::default(),
         });
         let task = task::RegionTask::new(shared.clone(), commands.clone());
         node.tasks.spawn(task.run(command_rx, home_rx));
@@ -262,6 +263,7 @@ impl<E: Entity> Region<E> {
         entity_id: &EntityId,
         shard: ShardId,
         message: E::Message,
+        origin: Option<Box<Origin>>,
     ) -> Result<oneshot::Receiver<Result<E::Reply, AskError>>, TellError> {
         if entity_id.is_empty() {
             return Err(TellError::EmptyEntityId);
@@ -271,13 +273,26 @@ impl<E: Entity> Region<E> {
             entity_id: entity_id.clone(),
             shard,
             message,
-            reply: Reply::Record(tx),
+            reply: Reply::Record(tx, origin),
             credit: None,
             received: false,
             delayed: false,
         };
         self.shared.route(env).await?;
         Ok(rx)
+    }
+
+    /// Whether its entities' state is durable here: then a record's offset
+    /// is committed only once the change it made is durable
+    /// ([`Region::durable_wait`]).
+    pub(crate) fn is_durable(&self) -> bool {
+        self.shared.entity_type.is_durable() && self.shared.node.store.is_some()
+    }
+
+    /// What covers every change made so far in `shard`, if it runs here
+    /// and is durable.
+    pub(crate) fn durable_wait(&self, shard: ShardId) -> Option<crate::store::DurableWait> {
+        self.shared.durable.wait(shard)
     }
 
     /// The node this region runs on, for the tasks that serve it.

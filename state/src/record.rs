@@ -27,8 +27,21 @@ pub struct StateRecord {
     pub version: u32,
     /// (topic, offset of the last record of that topic applied), by topic.
     pub applied: Vec<(String, u64)>,
-    /// The state as the entity type encodes it.
-    pub state: Vec<u8>,
+    /// The state as the entity type encodes it; `None`: the entity deleted
+    /// itself. A deletion is a record, not an absence, so that it keeps the
+    /// applied offsets: a record replayed from before the deletion is
+    /// still known as applied.
+    pub state: Option<Vec<u8>>,
+}
+
+/// The same record, borrowed: what the runtime encodes without copying the
+/// offsets it keeps per entity (postcard writes both alike).
+#[derive(Serialize)]
+struct RecordRef<'a> {
+    epoch: u64,
+    version: u32,
+    applied: &'a [(String, u64)],
+    state: Option<&'a [u8]>,
 }
 
 /// A stored value that is not a record this colo can read.
@@ -43,7 +56,7 @@ pub enum RecordError {
 }
 
 impl StateRecord {
-    pub fn new(epoch: u64, version: u32, state: Vec<u8>) -> Self {
+    pub fn new(epoch: u64, version: u32, state: Option<Vec<u8>>) -> Self {
         Self {
             epoch,
             version,
@@ -53,10 +66,31 @@ impl StateRecord {
     }
 
     pub fn encode(&self) -> Vec<u8> {
+        Self::encode_parts(
+            self.epoch,
+            self.version,
+            &self.applied,
+            self.state.as_deref(),
+        )
+    }
+
+    /// Encodes a record from its parts, as [`StateRecord::encode`] would.
+    pub fn encode_parts(
+        epoch: u64,
+        version: u32,
+        applied: &[(String, u64)],
+        state: Option<&[u8]>,
+    ) -> Vec<u8> {
         let out = vec![FORMAT];
+        let record = RecordRef {
+            epoch,
+            version,
+            applied,
+            state,
+        };
         // Serializing plain integers, strings and bytes into a Vec cannot
         // fail; `Malformed` covers the reverse.
-        match postcard::to_extend(self, out) {
+        match postcard::to_extend(&record, out) {
             Ok(encoded) => encoded,
             Err(e) => unreachable!("a state record always encodes: {e}"),
         }
@@ -111,15 +145,21 @@ mod tests {
 
     #[test]
     fn a_record_reads_back_as_written() {
-        let mut record = StateRecord::new(7, 3, b"{\"total\":12}".to_vec());
+        let mut record = StateRecord::new(7, 3, Some(b"{\"total\":12}".to_vec()));
         record.mark_applied("user-events", 41);
         record.mark_applied("refunds", 2);
-        assert_eq!(StateRecord::decode(&record.encode()), Ok(record));
+        assert_eq!(StateRecord::decode(&record.encode()), Ok(record.clone()));
+        record.state = None;
+        assert_eq!(
+            StateRecord::decode(&record.encode()),
+            Ok(record),
+            "a deletion keeps its applied offsets"
+        );
     }
 
     #[test]
     fn a_record_at_or_below_the_applied_offset_is_known_as_applied() {
-        let mut record = StateRecord::new(1, 1, Vec::new());
+        let mut record = StateRecord::new(1, 1, Some(Vec::new()));
         assert!(!record.has_applied("t", 0), "nothing applied yet");
         record.mark_applied("t", 10);
         assert!(record.has_applied("t", 9) && record.has_applied("t", 10));
@@ -139,7 +179,7 @@ mod tests {
         let newer = StateRecord::decode(&[9, 1, 2]).expect_err("format 9");
         assert_eq!(newer, RecordError::Format(9));
         assert!(newer.to_string().contains("newer colo"), "{newer}");
-        let mut encoded = StateRecord::new(1, 1, vec![1, 2, 3]).encode();
+        let mut encoded = StateRecord::new(1, 1, Some(vec![1, 2, 3])).encode();
         encoded.push(0);
         assert!(matches!(
             StateRecord::decode(&encoded),

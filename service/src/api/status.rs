@@ -58,6 +58,7 @@ impl From<AskError> for Status {
             // Like a deadline: the message may have been handled.
             AskError::Unconfirmed(_) => Status::deadline_exceeded(message),
             AskError::Codec(_) => Status::internal(message),
+            AskError::AlreadyApplied => Status::already_exists(message),
         }
     }
 }

@@ -127,6 +127,30 @@ fn the_example_file_parses() {
 }
 
 #[test]
+fn the_state_section_sets_the_engine_and_the_write_behind() {
+    let c = load(MINIMAL, &[], &[]).unwrap();
+    assert_eq!(c.state.engine.engine(), colo_state::Engine::Fjall);
+    assert_eq!(c.state.settings(), crate::StateSettings::default());
+    let c = load(
+        MINIMAL,
+        &[("COLO_STATE__ENGINE", "sled")],
+        &["state.flush_interval=1s", "state.max_dirty=5"],
+    )
+    .unwrap();
+    assert_eq!(c.state.engine.engine(), colo_state::Engine::Sled);
+    assert_eq!(c.state.flush_interval, Duration::from_secs(1));
+    assert_eq!(c.state.max_dirty, 5);
+    for (set, field) in [
+        ("state.flush_interval=0s", "state.flush_interval"),
+        ("state.max_dirty=0", "state.max_dirty"),
+        ("state.engine=\"rocks\"", "state.engine"),
+    ] {
+        let e = load(MINIMAL, &[], &[set]).unwrap_err().to_string();
+        assert!(e.contains(field), "{set}: {e}");
+    }
+}
+
+#[test]
 fn defaults_are_akkas() {
     let c = load(MINIMAL, &[], &[]).unwrap();
     assert_eq!(c.sharding_settings(), ShardingSettings::default());

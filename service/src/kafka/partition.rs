@@ -27,12 +27,15 @@
 use super::slots::{Outcome, Slots, Step};
 use super::{IngestSettings, RecordDecoder};
 use crate::entity::{Entity, EntityId};
+use crate::envelope::Origin;
 use crate::error::unanswered;
 use crate::error::TellError;
 use crate::metrics::KafkaMetrics;
 use crate::region::{PlacementError, Region};
 use colo_allocation::ShardId;
-use colo_connectors::{DeadLetters, Gate, Record, TopicPartition};
+use colo_connectors::{Ack, DeadLetters, Gate, Record, TopicPartition};
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
@@ -43,6 +46,11 @@ use tokio::sync::{mpsc, oneshot};
 /// processor's caches when that bound is large, and is far more than the
 /// keys a partition has in flight at once.
 const WINDOW: usize = 256;
+
+/// A handled record waiting for its change to be durable (Sync: the task
+/// is shared by reference across its awaits).
+pub(super) type Unflushed =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Option<Ack>> + Send + Sync>>;
 
 /// One assigned partition's task.
 pub(super) struct PartitionTask<E: Entity> {
@@ -62,6 +70,14 @@ pub(super) struct PartitionTask<E: Entity> {
     pub(super) handled: metrics::Counter,
     /// Where its shard is, once hosting it was asked for.
     pub(super) shard: ShardPlace,
+    /// The topic, when the entity type's state is durable here: its records
+    /// carry their origin (so an entity skips what it applied already), and
+    /// each is acked only once the change it made is durable.
+    pub(super) durable_topic: Option<Arc<str>>,
+    /// Handled records waiting for their change to be durable before they
+    /// are acked: each gives its ack back once durable, or drops it (not
+    /// handled: consumed again) if its shard stopped first.
+    pub(super) unflushed: FuturesUnordered<Unflushed>,
 }
 
 /// Where a partition's shard is, which says how its records are routed.
@@ -120,6 +136,11 @@ impl<E: Entity> PartitionTask<E> {
             }
             tokio::select! {
                 biased;
+                Some(durable) = self.unflushed.next(), if !self.unflushed.is_empty() => {
+                    if let Some(ack) = durable {
+                        ack.handled();
+                    }
+                }
                 record = records.recv(), if open && slots.queue.len() < WINDOW => match record {
                     Some(record) => self.take(&mut slots, record).await,
                     None => open = false,
@@ -188,7 +209,7 @@ impl<E: Entity> PartitionTask<E> {
             let message = Box::new(message);
             return slots.push(record, Step::Held { id, message }, Some(key));
         }
-        let step = self.route(id, Some(shard), message, 0).await;
+        let step = self.route(id, Some(shard), message, record.offset, 0).await;
         slots.push(record, step, Some(key));
     }
 
@@ -212,12 +233,14 @@ impl<E: Entity> PartitionTask<E> {
         id: EntityId,
         shard: Option<ShardId>,
         message: E::Message,
+        offset: i64,
         failures: u32,
     ) -> Step<E> {
         let routed = match self.shard {
             ShardPlace::Here | ShardPlace::Unknown => {
                 let shard = shard.unwrap_or_else(|| self.region.shard_of(&id));
-                self.region.route_record(&id, shard, message).await
+                let origin = self.origin(shard, offset);
+                self.region.route_record(&id, shard, message, origin).await
             }
             ShardPlace::Elsewhere => self.region.route_tracked(&id, message).await,
         };
@@ -264,7 +287,8 @@ impl<E: Entity> PartitionTask<E> {
                         self.metrics
                             .first_record(&self.partition.topic, assigned_at.elapsed());
                     }
-                    self.ack_front(slots).await;
+                    let shard = self.region.shard_of(&id);
+                    self.ack_front(slots, Some(shard)).await;
                     return true;
                 }
                 Outcome::Failed(reason) => {
@@ -291,7 +315,8 @@ impl<E: Entity> PartitionTask<E> {
             (Step::Held { id, message }, _) => {
                 // Its key's earlier record settled before it reached the
                 // front (held records are routed then): route it now.
-                let step = self.route(id, None, *message, 0).await;
+                let offset = front.record.offset;
+                let step = self.route(id, None, *message, offset, 0).await;
                 if let Some(front) = slots.front_mut() {
                     front.step = step;
                 }
@@ -308,8 +333,9 @@ impl<E: Entity> PartitionTask<E> {
         let Some(front) = slots.front_mut() else {
             return true;
         };
+        let offset = front.record.offset;
         front.step = match (self.decode)(&front.record) {
-            Ok((_, message)) => self.route(id, None, message, failures).await,
+            Ok((_, message)) => self.route(id, None, message, offset, failures).await,
             // The decoder took it before: it is not pure. Dead-lettered
             // with its key's later records let go.
             Err(reason) => {
@@ -322,16 +348,55 @@ impl<E: Entity> PartitionTask<E> {
 
     /// The front record is settled: acked, and the next record of its key,
     /// if one is held, routed.
-    async fn ack_front(&mut self, slots: &mut Slots<E>) {
+    /// `shard`: where the handled record's entity lives (`None`: it changed
+    /// nothing, it was dead-lettered).
+    async fn ack_front(&mut self, slots: &mut Slots<E>, shard: Option<ShardId>) {
         let Some((record, next)) = slots.pop() else {
             return;
         };
-        record.ack.handled();
+        self.settle_ack(record.ack, shard);
         if let Some((number, id, message)) = next {
-            let step = self.route(id, None, *message, 0).await;
-            if let Some(slot) = slots.queue.get_mut((number - slots.front) as usize) {
+            let at = (number - slots.front) as usize;
+            let Some(offset) = slots.queue.get(at).map(|slot| slot.record.offset) else {
+                return;
+            };
+            let step = self.route(id, None, *message, offset, 0).await;
+            if let Some(slot) = slots.queue.get_mut(at) {
                 slot.step = step;
             }
+        }
+    }
+
+    /// A record's origin, for a durable entity type whose entity lives in
+    /// the record's partition: what lets the entity skip it if it applied
+    /// it already. A record in another partition than its key's carries
+    /// none (it is applied at least once; DEVELOPERS.md).
+    fn origin(&self, shard: ShardId, offset: i64) -> Option<Box<Origin>> {
+        let topic = self.durable_topic.as_ref()?;
+        let offset = u64::try_from(offset).ok()?;
+        (i64::from(shard.0) == i64::from(self.partition.partition)).then(|| {
+            Box::new(Origin {
+                topic: topic.clone(),
+                offset,
+            })
+        })
+    }
+
+    /// Acks a settled record: at once, or, for a durable entity type, once
+    /// what its shard changed so far is durable.
+    fn settle_ack(&mut self, ack: Ack, shard: Option<ShardId>) {
+        if self.durable_topic.is_none() {
+            return ack.handled();
+        }
+        let wait = shard.and_then(|shard| self.region.durable_wait(shard));
+        match wait {
+            Some(wait) if wait.is_durable() => ack.handled(),
+            Some(wait) => self
+                .unflushed
+                .push(Box::pin(async move { wait.durable().await.then_some(ack) })),
+            // Dead-lettered, or its shard is elsewhere (forwarded: the
+            // shard's node answered once durable).
+            None => ack.handled(),
         }
     }
 }
@@ -405,7 +470,7 @@ impl<E: Entity> PartitionTask<E> {
                 Ok(()) => {
                     tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, offset, dead_letter_topic = %self.dead_letters.topic(), %reason, "record dead-lettered");
                     self.metrics.record(&self.partition.topic, outcome);
-                    self.ack_front(slots).await;
+                    self.ack_front(slots, None).await;
                     return true;
                 }
                 Err(e) => {

@@ -87,6 +87,10 @@ impl<E: Entity> Rebalances<E> {
             self.partitions
                 .insert(partition.partition.clone(), Running { give_up, ended });
             let handled = self.metrics.records(&partition.partition.topic, "handled");
+            let durable_topic = self
+                .region
+                .is_durable()
+                .then(|| Arc::from(partition.partition.topic.as_str()));
             let task = PartitionTask {
                 region: self.region.clone(),
                 settings: self.settings.clone(),
@@ -98,6 +102,8 @@ impl<E: Entity> Rebalances<E> {
                 assigned_at: Some(assigned_at),
                 handled,
                 shard: ShardPlace::Unknown,
+                durable_topic,
+                unflushed: futures::stream::FuturesUnordered::new(),
             };
             self.region.context().tasks.spawn(async move {
                 task.run(partition.gate, partition.records, given_up).await;

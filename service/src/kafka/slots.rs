@@ -117,7 +117,7 @@ pub(super) enum Outcome {
 impl Outcome {
     pub(super) fn of(result: Result<(), AskError>) -> Self {
         match result {
-            Ok(()) => Outcome::Handled,
+            Ok(()) | Err(AskError::AlreadyApplied) => Outcome::Handled,
             Err(e @ (AskError::EntityFailed(_) | AskError::Codec(_))) => {
                 Outcome::Failed(e.to_string())
             }

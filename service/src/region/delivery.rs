@@ -47,7 +47,8 @@ impl<R> From<Result<R, AskError>> for Delivery<R> {
             Err(e @ (AskError::EntityFailed(_) | AskError::Codec(_))) => {
                 Delivery::Failed(e.to_string())
             }
-            Err(e @ (AskError::Tell(_) | AskError::Dropped(_))) => {
+            // Only a Kafka record's own delivery sees it.
+            Err(e @ (AskError::Tell(_) | AskError::Dropped(_) | AskError::AlreadyApplied)) => {
                 Delivery::NotDelivered(e.to_string())
             }
             Err(e @ (AskError::Timeout(_) | AskError::Unconfirmed(_))) => {

@@ -20,14 +20,25 @@
 //! share of the region's active-entity limit. A passivation waits for the
 //! message in hand, at most `handoff_timeout`, then drops the entity.
 //!
+//! A durable entity type's shard also reads each entity's state when it
+//! starts (its messages wait meanwhile), keeps its state after each message
+//! and writes it behind, answers once what an answer covers is durable, and
+//! ends a hand-off only once everything it changed is written.
+//!
 //! This file has the shard's intake and its poll loop (mail taken in turn
-//! with running handlers and timers); `lifecycle.rs` an entity's start,
-//! runs, passivation and stop; `handoff.rs` the hand-off and the stop;
-//! `runs.rs` the handler futures in flight.
+//! with running handlers, timers and the state's reads and writes);
+//! `lifecycle.rs` an entity's start, runs, passivation and stop;
+//! `stateful.rs` what a durable entity adds to that, `durable.rs` the
+//! state kept and written behind; `handoff.rs` the hand-off and the stop;
+//! `runs.rs` the handler futures in flight; `signals.rs` what the region
+//! sends outside the mailbox's order.
 
+mod durable;
 mod handoff;
 mod lifecycle;
 mod runs;
+mod signals;
+mod stateful;
 
 use crate::entity::{Entity, EntityId, EntityType};
 use crate::envelope::{Envelope, Reply};
@@ -38,13 +49,17 @@ use crate::node_context::NodeContext;
 use crate::region::activity::{Activity, ShardActivity, FLUSH_EVERY};
 use crate::region::lease::Generation;
 use crate::region::mail::{Mail, IN_SHARD};
+use crate::region::shared::Shared;
 use colo_allocation::ShardId;
 use colo_passivation::{PassivationReason, ReplacementPolicy};
+use durable::DurableShard;
+use lifecycle::Activation;
 use runs::{Cancel, Done, Job, Kind, Outcome, Runs};
+pub(crate) use signals::ShardSignals;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::sync::oneshot;
@@ -124,40 +139,6 @@ pub(crate) struct ShardHandle<E: Entity> {
     pub signals: Arc<ShardSignals>,
 }
 
-/// What the region sends a shard that must not pile up in its mailbox
-/// when the shard is slow or stuck: at most one idle tick and one query
-/// mail wait there at a time.
-#[derive(Default)]
-pub(crate) struct ShardSignals {
-    idle_tick: AtomicBool,
-    query_mail: AtomicBool,
-    queries: parking_lot::Mutex<Vec<oneshot::Sender<Vec<EntityId>>>>,
-}
-
-impl ShardSignals {
-    /// Whether an idle tick should be sent: none is waiting already.
-    pub fn claim_idle_tick(&self) -> bool {
-        !self.idle_tick.swap(true, Ordering::AcqRel)
-    }
-
-    /// Adds a query for the live entity ids; whether a query mail should be
-    /// sent (none is waiting already).
-    pub fn add_query(&self, reply: oneshot::Sender<Vec<EntityId>>) -> bool {
-        let mut queries = self.queries.lock();
-        queries.retain(|q| !q.is_closed());
-        queries.push(reply);
-        drop(queries);
-        !self.query_mail.swap(true, Ordering::AcqRel)
-    }
-
-    fn answer_queries(&self, ids: &[EntityId]) {
-        self.query_mail.store(false, Ordering::Release);
-        for query in std::mem::take(&mut *self.queries.lock()) {
-            let _ = query.send(ids.to_vec());
-        }
-    }
-}
-
 /// A shard task's state; `F` is the type of its handler runs.
 pub(crate) struct Shard<E: Entity, F> {
     id: ShardId,
@@ -204,19 +185,30 @@ pub(crate) struct Shard<E: Entity, F> {
     signals: Arc<ShardSignals>,
     /// Live entities of this shard, as a metric.
     entities_gauge: metrics::Gauge,
+    /// The state of a durable entity type's entities (`durable.rs`).
+    durable: Option<DurableShard<E>>,
 }
 
 impl<E: Entity> Shard<E, ()> {
-    /// Starts a shard task.
+    /// Starts a shard task of `region`.
     pub fn spawn(
         id: ShardId,
-        entity_type: Arc<EntityType<E>>,
-        node: Arc<NodeContext>,
-        metrics: RegionMetrics,
+        region: &Shared<E>,
         policy: Option<Box<dyn ReplacementPolicy<EntityId>>>,
-        activity: Arc<Activity>,
         lease: Arc<Generation>,
     ) -> ShardHandle<E> {
+        let (entity_type, node) = (region.entity_type.clone(), region.node.clone());
+        let (metrics, activity) = (region.metrics.clone(), region.activity.clone());
+        let durable = match (entity_type.state, &node.store) {
+            (Some(codec), Some(store)) => Some(DurableShard::new(
+                codec,
+                store.clone(),
+                &entity_type.name,
+                id,
+                &region.durable,
+            )),
+            _ => None,
+        };
         let settings = &entity_type.settings;
         let sink = Arc::new(Mailbox::new(settings.shard_mailbox_capacity));
         let mailbox = Consumer(sink.clone());
@@ -251,6 +243,7 @@ impl<E: Entity> Shard<E, ()> {
             serving: false,
             signals: signals.clone(),
             entities_gauge,
+            durable,
         };
         node.tasks.spawn_shard(IN_SHARD.scope((), async move {
             let leftovers = shard.run(mailbox).await;
@@ -294,6 +287,9 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                     progressed = true;
                 }
             }
+            if self.poll_durable(cx) {
+                progressed = true;
+            }
             // Only runs that waited are polled here: most shards have none,
             // and then their set of runs is not touched at all.
             while self.running > 0 {
@@ -319,8 +315,12 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                         }
                     }
                 }
-                Phase::HandingOff { leftovers, .. } => {
-                    if self.busy.is_empty() && self.running == 0 {
+                Phase::HandingOff { .. } => {
+                    // A durable shard ends once its state is written.
+                    if self.busy.is_empty() && self.running == 0 && self.durable_settled(cx) {
+                        let Phase::HandingOff { leftovers, .. } = &mut self.phase else {
+                            unreachable!("still handing off")
+                        };
                         let leftovers = std::mem::take(leftovers);
                         self.entities.clear();
                         return Poll::Ready(leftovers);
@@ -406,6 +406,9 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             self.enqueue(env);
             return;
         }
+        // A durable entity's messages take the queue's path, where what
+        // they change is kept.
+        let durable = self.durable.is_some();
         let after = {
             let Self {
                 entities,
@@ -427,7 +430,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                         policy.on_access(&env.entity_id);
                     }
                     active.touched = *clock;
-                    if active.busy || *running >= *concurrency {
+                    if active.busy || *running >= *concurrency || durable {
                         After::Queue(env)
                     } else {
                         let Some(entity) = active.entity.take() else {
@@ -500,10 +503,17 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             self.enqueue(env);
             return;
         }
-        if let Err(reason) = self.activate(&env.entity_id) {
-            let error = self.entity_failed(&env.entity_id, reason);
-            self.node.reply(env.reply, Err(error));
+        let Some(env) = self.refuse_if_broken(env) else {
             return;
+        };
+        match self.activate(&env.entity_id) {
+            Ok(Activation::Ready) => {}
+            Ok(Activation::Loading) => return self.enqueue(env),
+            Err(reason) => {
+                let error = self.entity_failed(&env.entity_id, reason);
+                self.node.reply(env.reply, Err(error));
+                return;
+            }
         }
         if self.running < self.concurrency {
             let entity = self.take_entity(&env.entity_id);

@@ -28,6 +28,8 @@ pub(crate) struct Shared<E: Entity> {
     /// What the region's contact with its coordinator lets senders know,
     /// published by the region task.
     pub contact: PublishedContact,
+    /// How far each local durable shard's changes are durable.
+    pub durable: Arc<crate::store::DurableShards>,
 }
 
 impl<E: Entity> Shared<E> {

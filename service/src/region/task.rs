@@ -257,15 +257,7 @@ impl<E: Entity> RegionTask<E> {
                 let policy = passivation
                     .shard_limit(self.shards.local().count() + 1)
                     .and_then(|limit| passivation.policy(limit));
-                let handle = Shard::spawn(
-                    shard,
-                    self.shared.entity_type.clone(),
-                    self.shared.node.clone(),
-                    self.shared.metrics.clone(),
-                    policy,
-                    self.shared.activity.clone(),
-                    self.shared.lease.current(),
-                );
+                let handle = Shard::spawn(shard, &self.shared, policy, self.shared.lease.current());
                 let sink = handle.sink.clone();
                 self.shards.put(shard, ShardPhase::Hosted(handle));
                 self.shards_changed();

@@ -119,6 +119,9 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             self.metrics.passivated(PassivationReason::HandOff);
         }
         self.drop_entities();
+        if let Some(durable) = self.durable.as_mut() {
+            durable.abandon(&self.node);
+        }
     }
 
     /// Keeps the timer at the earliest instant the shard must act at.
@@ -152,6 +155,9 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         self.runnable.clear();
         self.queued = 0;
         self.drop_entities();
+        if let Some(durable) = self.durable.as_mut() {
+            durable.abandon(&self.node);
+        }
         VecDeque::new()
     }
 

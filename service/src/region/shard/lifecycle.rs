@@ -1,11 +1,19 @@
 //! An entity's life in its shard: created for its first message (and told
 //! to the replacement policy), its messages run one at a time, passivated
 //! (explicitly, when idle, or when the policy picks it) after the message in
-//! hand, dropped when its handler fails. Where durable state will be loaded
-//! (at creation) and flushed (at a stop).
+//! hand, dropped when its handler fails. A durable entity's state is read
+//! when it starts and kept after each message (`durable.rs`).
 
+/// Whether a started entity can take its message now.
+pub(super) enum Activation {
+    Ready,
+    /// Its state is being read; its messages wait in its queue.
+    Loading,
+}
+
+use super::durable::Start;
 use super::runs::{Cancel, Done, Ended, Job, Kind, Outcome};
-use super::{dropped, Active, Busy, Phase, Shard, Stop, LIFECYCLE};
+use super::{dropped, Busy, Phase, Shard, Stop, LIFECYCLE};
 use crate::entity::{Entity, EntityContext, EntityId};
 use crate::envelope::Envelope;
 use crate::error::AskError;
@@ -25,6 +33,19 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
     }
 
     pub(super) fn start_message(&mut self, entity: E, env: Envelope<E>, cx: &mut Context<'_>) {
+        let replayed = self
+            .durable
+            .as_ref()
+            .is_some_and(|d| d.applied_already(&env.entity_id, env.origin()));
+        if replayed {
+            if let Some(active) = self.entities.get_mut(&env.entity_id) {
+                active.entity = Some(entity);
+            }
+            let id = env.entity_id.clone();
+            self.node.reply(env.reply, Err(AskError::AlreadyApplied));
+            self.after_run(&id);
+            return;
+        }
         let (entity_id, job, kind) = Job::message(entity, env, self.id);
         self.start(entity_id, job, kind, None, cx);
     }
@@ -66,33 +87,37 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
     }
 
     /// Creates the entity for its first message and tells the policy, which
-    /// may pick others to passivate (done once this message is handled).
+    /// may pick others to passivate (done once this message is handled). A
+    /// durable entity whose state must be read first is `Loading`: its
+    /// messages wait in its queue (marked as running) until it is read.
     ///
     /// # Errors
     /// The factory panicked; the reason.
-    pub(super) fn activate(&mut self, id: &EntityId) -> Result<(), String> {
+    pub(super) fn activate(&mut self, id: &EntityId) -> Result<Activation, String> {
+        let entity = match self.durable.as_mut().map(|d| d.start(id)) {
+            None => self.make_entity(id)?,
+            Some(Ok(Start::Fresh)) => self.make_fresh(id)?,
+            Some(Ok(Start::Entity(entity))) => entity,
+            Some(Ok(Start::Loading)) => {
+                self.busy.entry(id.clone()).or_default().running = Some(None);
+                return Ok(Activation::Loading);
+            }
+            Some(Err(reason)) => return Err(reason),
+        };
+        self.insert_active(id, entity);
+        Ok(Activation::Ready)
+    }
+
+    /// A new entity from the factory.
+    ///
+    /// # Errors
+    /// The factory panicked; the reason.
+    pub(super) fn make_entity(&self, id: &EntityId) -> Result<E, String> {
         // The factory sees the entity id, which comes from outside: a panic
         // in it fails this message only, not the whole shard.
         let factory = &self.entity_type.factory;
-        let entity = std::panic::catch_unwind(AssertUnwindSafe(|| factory(id)))
-            .map_err(|panic| format!("factory {}", super::runs::panic_message(&panic)))?;
-        self.count_entities(1.0);
-        self.metrics.activations.increment(1);
-        self.counts.activations += 1;
-        tracing::debug!(target: LIFECYCLE, entity_type = %self.entity_type.name, shard = %self.id, entity_id = %id, "entity started");
-        let busy = self.busy.contains_key(id);
-        self.entities.insert(
-            id.clone(),
-            Active {
-                entity: Some(entity),
-                touched: self.clock,
-                busy,
-            },
-        );
-        if let Some(policy) = &mut self.policy {
-            policy.on_activate(id.clone(), &mut self.evicted);
-        }
-        Ok(())
+        std::panic::catch_unwind(AssertUnwindSafe(|| factory(id)))
+            .map_err(|panic| format!("factory {}", super::runs::panic_message(&panic)))
     }
 
     /// A run ended after waiting.
@@ -141,22 +166,34 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                 }
                 let result = match outcome {
                     Outcome::Replied(r) => {
-                        if let Some(active) = self.entities.get_mut(id) {
-                            active.entity = Some(entity);
+                        let deleted = ctx.deletion_requested();
+                        match self.keep(id, entity, deleted, reply.origin()) {
+                            Ok(entity) => {
+                                if let Some(active) = self.entities.get_mut(id) {
+                                    active.entity = Some(entity);
+                                }
+                                Ok(r)
+                            }
+                            Err(reason) => Err(self.entity_failed(id, reason)),
                         }
-                        Ok(r)
                     }
                     Outcome::Failed(reason) => {
                         drop(entity);
                         Err(self.entity_failed(id, reason))
                     }
                 };
-                self.node.reply(reply, result);
+                self.answer(id, reply, result);
                 if ctx.passivation_requested() && self.entities.contains_key(id) {
                     self.request_stop(id, PassivationReason::Explicit, cx);
                 }
             }
             Kind::Stop(reason) => {
+                if let (Some(durable), Outcome::Replied(_)) = (self.durable.as_mut(), &outcome) {
+                    // What its stop message changed is kept too.
+                    if let Err(e) = durable.changed(id, Some(&entity), None) {
+                        tracing::warn!(entity_type = %self.entity_type.name, shard = %self.id, entity_id = %id, reason = %e, "what the entity's stop message changed is not kept");
+                    }
+                }
                 drop((entity, outcome));
                 self.gone(id, reason);
             }
@@ -254,15 +291,29 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             }
             Next::Message(env) => {
                 self.queued -= 1;
+                let Some(env) = self.refuse_if_broken(env) else {
+                    self.after_run(&id);
+                    return;
+                };
                 let has_entity = self.entities.get(&id).is_some_and(|a| a.entity.is_some());
                 if !has_entity {
                     // Its last incarnation stopped: this message starts the
                     // next one.
-                    if let Err(reason) = self.activate(&id) {
-                        let error = self.entity_failed(&id, reason);
-                        self.node.reply(env.reply, Err(error));
-                        self.after_run(&id);
-                        return;
+                    match self.activate(&id) {
+                        Ok(Activation::Ready) => {}
+                        Ok(Activation::Loading) => {
+                            if let Some(busy) = self.busy.get_mut(&id) {
+                                busy.waiting.push_front(env);
+                                self.queued += 1;
+                            }
+                            return;
+                        }
+                        Err(reason) => {
+                            let error = self.entity_failed(&id, reason);
+                            self.node.reply(env.reply, Err(error));
+                            self.after_run(&id);
+                            return;
+                        }
                     }
                 }
                 let entity = self.take_entity(&id);
@@ -360,6 +411,9 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
 
     /// An entity was stopped (its value is already dropped).
     pub(super) fn gone(&mut self, id: &EntityId, reason: PassivationReason) {
+        if let Some(durable) = self.durable.as_mut() {
+            durable.forget(id);
+        }
         if self.entities.remove(id).is_some() {
             tracing::debug!(target: LIFECYCLE, entity_type = %self.entity_type.name, shard = %self.id, entity_id = %id, reason = reason.as_str(), "entity stopped");
             self.count_entities(-1.0);
@@ -390,6 +444,10 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             "entity failed and was dropped"
         );
         self.metrics.entity_failures.increment(1);
+        if let Some(durable) = self.durable.as_mut() {
+            // Its next message starts it from its last kept state.
+            durable.forget(id);
+        }
         if self.entities.remove(id).is_some() {
             tracing::debug!(target: LIFECYCLE, entity_type = %self.entity_type.name, shard = %self.id, entity_id = %id, reason = "failed", "entity stopped");
             self.count_entities(-1.0);

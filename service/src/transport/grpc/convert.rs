@@ -84,6 +84,8 @@ pub fn reply_to_pb(reply: WireReply) -> pb::Reply {
                 AskError::Dropped(m) => failure(Kind::Dropped, m),
                 AskError::Codec(m) => failure(Kind::Codec, m),
                 AskError::Unconfirmed(m) => failure(Kind::Unconfirmed, m),
+                // Only a record's own node sees it; never sent.
+                AskError::AlreadyApplied => failure(Kind::Dropped, message),
             }
         }
     };

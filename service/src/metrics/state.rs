@@ -1,0 +1,83 @@
+//! The metrics of durable entity state: writes behind, loads, records a
+//! durable entity had applied already, states that no longer decode.
+
+use metrics::{Counter, Histogram, Unit};
+
+pub const STATE_WRITES: &str = "colo_state_writes_total";
+pub const STATE_WRITE_DURATION: &str = "colo_state_write_seconds";
+pub const STATE_WRITTEN_ENTITIES: &str = "colo_state_written_entities_total";
+pub const STATE_LOADS: &str = "colo_state_loads_total";
+pub const STATE_SKIPPED_RECORDS: &str = "colo_state_skipped_records_total";
+pub const STATE_UNDECODABLE: &str = "colo_state_undecodable_total";
+
+pub(super) fn describe() {
+    use metrics::{describe_counter, describe_histogram};
+    describe_counter!(
+        STATE_WRITES,
+        "Writes of durable entity state to the node's store, by outcome (ok, failed: retried, nothing acknowledged meanwhile)"
+    );
+    describe_histogram!(
+        STATE_WRITE_DURATION,
+        Unit::Seconds,
+        "How long one durable write of a shard's changed entities took"
+    );
+    describe_counter!(
+        STATE_WRITTEN_ENTITIES,
+        "Entity states written to the node's store"
+    );
+    describe_counter!(
+        STATE_LOADS,
+        "Durable entities started again from stored state, by where it came from: store, memory (changed and not written yet), or none (a new entity)"
+    );
+    describe_counter!(
+        STATE_SKIPPED_RECORDS,
+        "Kafka records skipped because their durable entity had applied them already (consumed again after a crash or a rebalance)"
+    );
+    describe_counter!(
+        STATE_UNDECODABLE,
+        "Stored entity states that could not be decoded: their shard stops taking messages until the program can read them"
+    );
+}
+
+/// A durable entity type's metric handles.
+#[derive(Clone)]
+pub(crate) struct StateMetrics {
+    pub writes_ok: Counter,
+    pub writes_failed: Counter,
+    pub write_duration: Histogram,
+    pub written: Counter,
+    pub loaded_store: Counter,
+    pub loaded_memory: Counter,
+    pub loaded_none: Counter,
+    pub skipped: Counter,
+    pub undecodable: Counter,
+}
+
+impl StateMetrics {
+    pub fn new(entity_type: &str) -> Self {
+        super::describe();
+        let et = || entity_type.to_string();
+        let loads = |from: &'static str| metrics::counter!(STATE_LOADS, "entity_type" => et(), "from" => from);
+        let handles = Self {
+            writes_ok: metrics::counter!(STATE_WRITES, "entity_type" => et(), "outcome" => "ok"),
+            writes_failed: metrics::counter!(STATE_WRITES, "entity_type" => et(), "outcome" => "failed"),
+            write_duration: metrics::histogram!(STATE_WRITE_DURATION, "entity_type" => et()),
+            written: metrics::counter!(STATE_WRITTEN_ENTITIES, "entity_type" => et()),
+            loaded_store: loads("store"),
+            loaded_memory: loads("memory"),
+            loaded_none: loads("none"),
+            skipped: metrics::counter!(STATE_SKIPPED_RECORDS, "entity_type" => et()),
+            undecodable: metrics::counter!(STATE_UNDECODABLE, "entity_type" => et()),
+        };
+        for counter in [
+            &handles.writes_ok,
+            &handles.writes_failed,
+            &handles.written,
+            &handles.skipped,
+            &handles.undecodable,
+        ] {
+            counter.increment(0);
+        }
+        handles
+    }
+}

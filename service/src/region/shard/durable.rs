@@ -1,0 +1,405 @@
+//! A durable entity type's side of a shard: state loaded when an entity
+//! starts, encoded after each message it handles, written behind in
+//! batches, and replies held until what they answer is durable.
+//!
+//! After each message the entity's whole state is encoded (with the source
+//! offsets it has applied) into the shard's set of changed entities. So a
+//! write never waits for a handler that is running, and an entity dropped
+//! before its state was written (passivated, or its handler failed) starts
+//! again from its last handled message, out of that set, not from the
+//! store's older copy or from nothing.
+//!
+//! Writes: every `flush_interval` after a change, or at once with
+//! `max_dirty` changed entities, one write at a time. While a write runs,
+//! its states are still read from here. A write that fails keeps
+//! everything: its states go back under the newer ones, its held replies
+//! wait on, and it is tried again. What waits for a write: asks from
+//! clients and other entities (their replies are held here), and Kafka
+//! records (their partition acks them once [`ShardDurability`] says so).
+//!
+//! A stored state that does not decode stops the shard: every message is
+//! refused from then on with the error (naming the entity type, the entity
+//! and both state versions), records are left uncommitted, and it is
+//! counted. It is never reset.
+
+use super::Map;
+use crate::entity::{Entity, EntityId, StateCodec};
+use crate::envelope::{Origin, Reply};
+use crate::error::AskError;
+use crate::metrics::StateMetrics;
+use crate::node_context::NodeContext;
+use crate::store::{DurableShards, NodeStore, ShardDurability};
+use colo_allocation::ShardId;
+use colo_state::{StateRecord, StoreError, WriteBatch};
+use futures::stream::FuturesUnordered;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, Sleep};
+
+/// A load from the store: the entity, and its stored record if any.
+pub(super) type Loaded = (EntityId, Result<Option<Vec<u8>>, StoreError>);
+
+/// A reply that waits for the write that makes its change durable.
+type Held<R> = (Reply<R>, Result<R, AskError>);
+
+/// Where an entity's state comes from when it starts.
+pub(super) enum Start<E> {
+    /// Its state, decoded.
+    Entity(E),
+    /// No state (or it deleted itself): the factory makes it.
+    Fresh,
+    /// Being read from the store: its messages wait.
+    Loading,
+}
+
+/// The write under way.
+pub(super) struct Writing<R> {
+    /// Its number (see [`ShardDurability`]).
+    seq: u64,
+    /// Its states, read by entities that start while it runs.
+    states: Arc<Map<Vec<u8>>>,
+    /// The replies it answers.
+    held: Vec<Held<R>>,
+    task: JoinHandle<Result<(), StoreError>>,
+    started: Instant,
+}
+
+/// What an active durable entity keeps beside its value.
+#[derive(Default)]
+struct Kept {
+    /// Per source topic, the offset of the last record applied.
+    applied: Vec<(String, u64)>,
+    /// The 128-bit hash of its state as last kept: a message that changed
+    /// nothing (a query) writes nothing and waits for nothing.
+    state: Option<u128>,
+}
+
+fn state_hash(state: Option<&[u8]>) -> u128 {
+    match state {
+        Some(state) => xxhash_rust::xxh3::xxh3_128(state),
+        // Not a hash of any state: a deletion is always a change.
+        None => 0,
+    }
+}
+
+pub(super) struct DurableShard<E: Entity> {
+    codec: StateCodec<E>,
+    store: Arc<NodeStore>,
+    entity_type: Arc<str>,
+    shard: ShardId,
+    /// The epoch of this start of the shard, in every record it writes.
+    epoch: u64,
+    kept: Map<Kept>,
+    /// Changed since the last write began: each entity's encoded record.
+    pub(super) dirty: Map<Vec<u8>>,
+    /// Replies waiting for the next write.
+    held: Vec<Held<E::Reply>>,
+    pub(super) writing: Option<Writing<E::Reply>>,
+    /// The number of the next write.
+    seq: u64,
+    timer: Option<Pin<Box<Sleep>>>,
+    pub(super) loads: FuturesUnordered<JoinHandle<Loaded>>,
+    /// Why the shard takes no more messages, once a state did not decode.
+    pub(super) broken: Option<String>,
+    durability: Arc<ShardDurability>,
+    shards: Arc<DurableShards>,
+    pub(super) metrics: StateMetrics,
+}
+
+impl<E: Entity> DurableShard<E> {
+    pub fn new(
+        codec: StateCodec<E>,
+        store: Arc<NodeStore>,
+        entity_type: &str,
+        shard: ShardId,
+        shards: &Arc<DurableShards>,
+    ) -> Self {
+        Self {
+            codec,
+            store,
+            entity_type: Arc::from(entity_type),
+            shard,
+            epoch: 0,
+            kept: Map::default(),
+            dirty: Map::default(),
+            held: Vec::new(),
+            writing: None,
+            seq: 1,
+            timer: None,
+            loads: FuturesUnordered::new(),
+            broken: None,
+            durability: shards.started(shard),
+            shards: shards.clone(),
+            metrics: StateMetrics::new(entity_type),
+        }
+    }
+
+    /// Why the shard refuses messages, once a state did not decode.
+    pub fn broken(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
+
+    /// Whether a record is one its entity applied already: skipped, and
+    /// counted. Only an active entity is asked.
+    pub fn applied_already(&self, id: &EntityId, origin: Option<&Origin>) -> bool {
+        let Some(origin) = origin else {
+            return false;
+        };
+        let applied = self.kept.get(id).is_some_and(|kept| {
+            kept.applied
+                .iter()
+                .any(|(topic, last)| **topic == *origin.topic && origin.offset <= *last)
+        });
+        if applied {
+            self.metrics.skipped.increment(1);
+        }
+        applied
+    }
+
+    /// Where a starting entity's state comes from: what changed here and is
+    /// not written yet, or a read from the store (started here).
+    pub fn start(&mut self, id: &EntityId) -> Result<Start<E>, String> {
+        let unwritten = self.dirty.get(id).or_else(|| {
+            self.writing
+                .as_ref()
+                .and_then(|writing| writing.states.get(id))
+        });
+        if let Some(value) = unwritten {
+            let value = value.clone();
+            self.metrics.loaded_memory.increment(1);
+            return self.decode(id, &value);
+        }
+        let store = self.store.store();
+        let (entity_type, shard, id) = (self.entity_type.clone(), self.shard, id.clone());
+        self.loads.push(tokio::task::spawn_blocking(move || {
+            let loaded = store.load(&entity_type, shard, &id);
+            (id, loaded)
+        }));
+        Ok(Start::Loading)
+    }
+
+    /// A stored record read back: the entity, or why it cannot be.
+    pub(super) fn decode(&mut self, id: &EntityId, value: &[u8]) -> Result<Start<E>, String> {
+        let record = StateRecord::decode(value).map_err(|e| {
+            format!(
+                "the stored state of entity {id:?} of entity type {:?} is unreadable: {e}",
+                self.entity_type
+            )
+        })?;
+        let hash = record.state.as_deref().map(|s| state_hash(Some(s)));
+        let start = match &record.state {
+            None => Start::Fresh,
+            Some(state) => Start::Entity((self.codec.decode)(state).map_err(|e| {
+                format!(
+                    "the stored state of entity {id:?} of entity type {:?} (state version {}; this program's is {}) cannot be decoded: {e}",
+                    self.entity_type, record.version, self.codec.version
+                )
+            })?),
+        };
+        self.kept.insert(
+            id.clone(),
+            Kept {
+                applied: record.applied,
+                state: hash,
+            },
+        );
+        Ok(start)
+    }
+
+    /// A new entity (no state, or deleted) starts as the factory made it:
+    /// what it is now is what a message that changes nothing leaves.
+    pub fn fresh(&mut self, id: &EntityId, entity: &E) {
+        let state = (self.codec.encode)(entity).ok();
+        let kept = self.kept.entry(id.clone()).or_default();
+        kept.state = state.as_deref().map(|s| state_hash(Some(s)));
+    }
+
+    /// An entity handled a message (`origin`: the record it came from):
+    /// its state, or its deletion, goes into the next write.
+    ///
+    /// # Errors
+    /// The state cannot be encoded: the entity is dropped as failed.
+    pub fn changed(
+        &mut self,
+        id: &EntityId,
+        entity: Option<&E>,
+        origin: Option<&Origin>,
+    ) -> Result<(), String> {
+        let state = match entity {
+            Some(entity) => Some(
+                (self.codec.encode)(entity)
+                    .map_err(|e| format!("its state cannot be encoded: {e}"))?,
+            ),
+            None => None,
+        };
+        let kept = self.kept.entry(id.clone()).or_default();
+        let hash = state_hash(state.as_deref());
+        if origin.is_none() && kept.state == Some(hash) {
+            return Ok(());
+        }
+        kept.state = Some(hash);
+        if let Some(origin) = origin {
+            match kept.applied.iter_mut().find(|(t, _)| **t == *origin.topic) {
+                Some((_, last)) => *last = (*last).max(origin.offset),
+                None => kept.applied.push((origin.topic.to_string(), origin.offset)),
+            }
+        }
+        let value = StateRecord::encode_parts(
+            self.epoch,
+            self.codec.version,
+            &kept.applied,
+            state.as_deref(),
+        );
+        self.dirty.insert(id.clone(), value);
+        self.durability.changed(self.seq);
+        Ok(())
+    }
+
+    /// The entity is gone from memory (its unwritten state stays here).
+    pub fn forget(&mut self, id: &EntityId) {
+        self.kept.remove(id);
+    }
+
+    /// Answers a message to entity `id`: at once when none of its state
+    /// waits to be written, else once the write that holds it is durable.
+    /// A record's reply goes at once: its partition waits for the write
+    /// itself (it must know the outcome to go on with the record's key).
+    pub fn answer(
+        &mut self,
+        node: &NodeContext,
+        id: &EntityId,
+        reply: Reply<E::Reply>,
+        result: Result<E::Reply, AskError>,
+    ) {
+        let unwritten = self.dirty.contains_key(id)
+            || self
+                .writing
+                .as_ref()
+                .is_some_and(|w| w.states.contains_key(id));
+        let waits =
+            matches!(reply, Reply::Local(_) | Reply::Remote(_)) && result.is_ok() && unwritten;
+        if waits {
+            self.held.push((reply, result));
+        } else {
+            node.reply(reply, result);
+        }
+    }
+
+    /// Starts a write when one is due and none runs.
+    pub(super) fn write_if_due(&mut self, cx: &mut Context<'_>, now: bool) -> bool {
+        if self.writing.is_some() || self.dirty.is_empty() {
+            return false;
+        }
+        let due = now
+            || self.dirty.len() >= self.store.settings().max_dirty
+            || match &mut self.timer {
+                None => {
+                    let interval = self.store.settings().flush_interval;
+                    let mut timer = Box::pin(tokio::time::sleep(interval));
+                    let fired = timer.as_mut().poll(cx).is_ready();
+                    self.timer = Some(timer);
+                    fired
+                }
+                Some(timer) => timer.as_mut().poll(cx).is_ready(),
+            };
+        if !due {
+            return false;
+        }
+        self.timer = None;
+        let states = Arc::new(std::mem::take(&mut self.dirty));
+        let seq = self.seq;
+        self.seq += 1;
+        let store = self.store.store();
+        let (entity_type, shard, batch_states) =
+            (self.entity_type.clone(), self.shard, states.clone());
+        let task = tokio::task::spawn_blocking(move || {
+            let mut batch = WriteBatch::new(&*entity_type);
+            for (id, value) in batch_states.iter() {
+                batch.put(shard, id.as_str(), value.clone());
+            }
+            store.write(&batch)
+        });
+        self.writing = Some(Writing {
+            seq,
+            states,
+            held: std::mem::take(&mut self.held),
+            task,
+            started: Instant::now(),
+        });
+        true
+    }
+
+    /// Polls the write under way: done, its replies go; failed, it is kept
+    /// for the next one.
+    pub(super) fn poll_write(&mut self, node: &NodeContext, cx: &mut Context<'_>) -> bool {
+        let Some(writing) = self.writing.as_mut() else {
+            return false;
+        };
+        let result = match Pin::new(&mut writing.task).poll(cx) {
+            Poll::Pending => return false,
+            Poll::Ready(Ok(result)) => result,
+            Poll::Ready(Err(e)) => Err(StoreError::Io {
+                engine: self.store.store().engine().name(),
+                entity_type: self.entity_type.to_string(),
+                reason: format!("the write's thread failed: {e}"),
+            }),
+        };
+        let Some(writing) = self.writing.take() else {
+            return false;
+        };
+        self.metrics
+            .write_duration
+            .record(writing.started.elapsed().as_secs_f64());
+        match result {
+            Ok(()) => {
+                self.metrics.writes_ok.increment(1);
+                self.metrics.written.increment(writing.states.len() as u64);
+                self.durability.flushed(writing.seq);
+                for (reply, result) in writing.held {
+                    node.reply(reply, result);
+                }
+            }
+            Err(e) => {
+                self.metrics.writes_failed.increment(1);
+                tracing::error!(entity_type = %self.entity_type, shard = %self.shard, entities = writing.states.len(), error = %e, "entity state could not be written; nothing it covers is acknowledged, and it is tried again");
+                let states = Arc::try_unwrap(writing.states).unwrap_or_else(|s| (*s).clone());
+                for (id, value) in states {
+                    self.dirty.entry(id).or_insert(value);
+                }
+                let mut held = writing.held;
+                held.append(&mut self.held);
+                self.held = held;
+                // Its number is taken by the next write, which holds it all.
+                self.durability.changed(self.seq);
+            }
+        }
+        true
+    }
+
+    /// Nothing more is written (the shard was fenced, or its hand-off or
+    /// region gave up): whatever waits learns that it was not made durable.
+    pub fn abandon(&mut self, node: &NodeContext) {
+        if !self.dirty.is_empty() || self.writing.is_some() {
+            tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, entities = self.dirty.len(), "entity state not written (the shard stopped without it): what it covers was not acknowledged and is done again");
+        }
+        self.dirty.clear();
+        let writing = self.writing.take().map(|w| w.held).unwrap_or_default();
+        for (reply, _) in writing.into_iter().chain(self.held.drain(..)) {
+            node.reply(
+                reply,
+                Err(AskError::Dropped(
+                    "its change was not made durable (its shard stopped)".into(),
+                )),
+            );
+        }
+    }
+}
+
+impl<E: Entity> Drop for DurableShard<E> {
+    fn drop(&mut self) {
+        self.shards.stopped(self.shard, &self.durability);
+    }
+}

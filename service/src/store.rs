@@ -1,0 +1,201 @@
+//! The node's state store as the runtime uses it: the store of the node's
+//! data directory (colo-state), the write-behind settings, and how a
+//! shard's flushes are seen from outside it.
+//!
+//! Every store call blocks on disk, so the runtime makes them on blocking
+//! threads only (`tokio::task::spawn_blocking`), the store's last drop
+//! included: an engine's drop waits for its own threads.
+
+use colo_allocation::ShardId;
+use colo_state::{Engine, StateStore, StoreError};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How durable entity types write their state behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateSettings {
+    /// A shard writes its changed entities at least this often. An ask to
+    /// a durable entity waits up to this long for its answer, so it is
+    /// short; each write is one durable batch (an fsync), so not shorter
+    /// than the disk can take.
+    pub flush_interval: Duration,
+    /// A shard writes at once when this many of its entities have changed
+    /// since its last write, which bounds the memory their encoded states
+    /// take.
+    pub max_dirty: usize,
+}
+
+impl Default for StateSettings {
+    fn default() -> Self {
+        Self {
+            flush_interval: Duration::from_millis(100),
+            max_dirty: 10_000,
+        }
+    }
+}
+
+/// A node's state store and how its shards write to it.
+pub struct NodeStore {
+    store: Option<Arc<dyn StateStore>>,
+    settings: StateSettings,
+}
+
+impl std::fmt::Debug for NodeStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeStore")
+            .field("engine", &self.store.as_ref().map(|s| s.engine()))
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl NodeStore {
+    /// The store of `data_dir` with `engine`. Blocks on disk: call it from
+    /// a blocking thread (or before the runtime starts).
+    ///
+    /// # Errors
+    /// The store cannot be opened (see [`colo_state::open`]).
+    pub fn open(
+        data_dir: &Path,
+        engine: Engine,
+        settings: StateSettings,
+    ) -> Result<Self, StoreError> {
+        let store = colo_state::open(data_dir, engine)?;
+        Ok(Self::new(Arc::from(store), settings))
+    }
+
+    /// A store opened elsewhere.
+    pub fn new(store: Arc<dyn StateStore>, settings: StateSettings) -> Self {
+        Self {
+            store: Some(store),
+            settings,
+        }
+    }
+
+    pub fn settings(&self) -> StateSettings {
+        self.settings
+    }
+
+    /// The store itself, for a blocking thread.
+    pub(crate) fn store(&self) -> Arc<dyn StateStore> {
+        match &self.store {
+            Some(store) => store.clone(),
+            None => unreachable!("the store is taken only by drop"),
+        }
+    }
+}
+
+impl Drop for NodeStore {
+    fn drop(&mut self) {
+        // An engine's drop joins its threads: not on a runtime thread.
+        if let (Some(store), Ok(runtime)) =
+            (self.store.take(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn_blocking(move || drop(store));
+        }
+    }
+}
+
+/// How far a shard's changes are durable, for those who must wait for it
+/// (a Kafka partition commits a record's offset only once the change the
+/// record made is durable).
+///
+/// Changes are numbered by the write they go into: `changed` is the
+/// number of the last write that took a change, `flushed` the last write
+/// that is durable. A change made before a reader looks at `changed` is
+/// durable once `flushed` reaches what it saw.
+#[derive(Debug)]
+pub(crate) struct ShardDurability {
+    changed: AtomicU64,
+    flushed: watch::Sender<u64>,
+}
+
+impl ShardDurability {
+    pub fn new() -> Self {
+        Self {
+            changed: AtomicU64::new(0),
+            flushed: watch::Sender::new(0),
+        }
+    }
+
+    /// A change went into write `seq`.
+    pub fn changed(&self, seq: u64) {
+        self.changed.fetch_max(seq, Ordering::AcqRel);
+    }
+
+    /// Write `seq` is durable.
+    pub fn flushed(&self, seq: u64) {
+        self.flushed.send_if_modified(|f| {
+            let newer = seq > *f;
+            if newer {
+                *f = seq;
+            }
+            newer
+        });
+    }
+
+    /// What covers every change made so far.
+    pub fn wait(&self) -> DurableWait {
+        DurableWait {
+            seq: self.changed.load(Ordering::Acquire),
+            flushed: self.flushed.subscribe(),
+        }
+    }
+}
+
+/// Waits until the changes made before it was taken are durable.
+#[derive(Debug)]
+pub(crate) struct DurableWait {
+    seq: u64,
+    flushed: watch::Receiver<u64>,
+}
+
+impl DurableWait {
+    /// Durable already.
+    pub fn is_durable(&self) -> bool {
+        *self.flushed.borrow() >= self.seq
+    }
+
+    /// True once durable; false if the shard stopped before (its last
+    /// changes were not written: whatever waited is done again).
+    pub async fn durable(mut self) -> bool {
+        let seq = self.seq;
+        let waited = self.flushed.wait_for(|f| *f >= seq).await.is_ok();
+        waited || *self.flushed.borrow() >= seq
+    }
+}
+
+/// The durability of a region's local shards, by shard: the shard task
+/// puts its own in when it starts.
+#[derive(Debug, Default)]
+pub(crate) struct DurableShards(Mutex<HashMap<ShardId, Arc<ShardDurability>>>);
+
+impl DurableShards {
+    pub fn started(&self, shard: ShardId) -> Arc<ShardDurability> {
+        let durability = Arc::new(ShardDurability::new());
+        self.0.lock().insert(shard, durability.clone());
+        durability
+    }
+
+    /// The shard's task has ended: waiters whose changes were not written
+    /// learn it (unless the shard started here again meanwhile).
+    pub fn stopped(&self, shard: ShardId, durability: &Arc<ShardDurability>) {
+        let mut shards = self.0.lock();
+        if shards
+            .get(&shard)
+            .is_some_and(|d| Arc::ptr_eq(d, durability))
+        {
+            shards.remove(&shard);
+        }
+    }
+
+    /// What covers the changes made so far in `shard`, if it runs here.
+    pub fn wait(&self, shard: ShardId) -> Option<DurableWait> {
+        self.0.lock().get(&shard).map(|d| d.wait())
+    }
+}

@@ -1,0 +1,367 @@
+//! Durable entity types on one in-process node: state written behind to the
+//! node's store, read back when an entity starts again, replies held until
+//! what they answer is durable, deletions, and a state that no longer
+//! decodes. Each node of a test shares one store opened in a temp dir, as
+//! a node restarted on its data directory would find it.
+
+use colo::allocation::{HashExtractor, LeastShardAllocationStrategy, LeastShardSettings};
+use colo::state::{Engine, StateRecord, StateStore, WriteBatch};
+use colo::{
+    AskError, CoordinatorHandle, Entity, EntityContext, EntityError, EntityType, InMemoryNetwork,
+    InMemoryStore, Node, NodeStore, Region, RegistrationError, ShardingSettings, StateSettings,
+};
+use colo_allocation::MessageExtractor;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Duration;
+
+const LEDGER: &str = "ledger";
+const SHARDS: u32 = 8;
+const ASK: Duration = Duration::from_secs(10);
+
+/// An account's balance: the entity's whole value is its state.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Ledger {
+    balance: i64,
+    entries: u32,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum LedgerMsg {
+    Add(i64),
+    /// Adds, then fails: the change must not be kept.
+    AddThenFail(i64),
+    Get,
+    Passivate,
+    Delete,
+}
+
+impl Entity for Ledger {
+    type Message = LedgerMsg;
+    type Reply = (i64, u32);
+
+    async fn handle(
+        &mut self,
+        ctx: &EntityContext,
+        message: LedgerMsg,
+    ) -> Result<(i64, u32), EntityError> {
+        match message {
+            LedgerMsg::Add(n) => {
+                self.balance += n;
+                self.entries += 1;
+            }
+            LedgerMsg::AddThenFail(n) => {
+                self.balance += n;
+                return Err(EntityError::new("refused after adding"));
+            }
+            LedgerMsg::Get => {}
+            LedgerMsg::Passivate => ctx.passivate(),
+            LedgerMsg::Delete => ctx.delete(),
+        }
+        Ok((self.balance, self.entries))
+    }
+}
+
+fn settings() -> ShardingSettings {
+    ShardingSettings {
+        number_of_shards: SHARDS,
+        retry_interval: Duration::from_millis(50),
+        ..ShardingSettings::default()
+    }
+}
+
+fn ledger(version: u32) -> EntityType<Ledger> {
+    EntityType::new(LEDGER, |_| Ledger::default())
+        .with_settings(settings())
+        .durable(version)
+}
+
+/// A node on its own network with its coordinator, its durable ledger
+/// region writing to `store`.
+struct OneNode {
+    node: Arc<Node>,
+    region: Region<Ledger>,
+    _coordinator: CoordinatorHandle,
+}
+
+fn start(store: &Arc<dyn StateStore>, state: StateSettings, version: u32) -> OneNode {
+    let network = InMemoryNetwork::new();
+    let strategy = LeastShardAllocationStrategy::new(LeastShardSettings::default())
+        .expect("least-shard settings");
+    let coordinator = CoordinatorHandle::spawn(
+        LEDGER,
+        settings(),
+        Box::new(strategy),
+        Arc::new(InMemoryStore::new()),
+    )
+    .expect("coordinator settings");
+    network.host_coordinator(coordinator.clone());
+    let node = Arc::new(Node::with_state_store(
+        network.transport("a"),
+        NodeStore::new(store.clone(), state),
+    ));
+    let region = node
+        .start_region(ledger(version))
+        .expect("ledger registers");
+    OneNode {
+        node,
+        region,
+        _coordinator: coordinator,
+    }
+}
+
+fn open(dir: &tempfile::TempDir) -> Arc<dyn StateStore> {
+    Arc::from(colo::state::open(dir.path(), Engine::Fjall).expect("store opens"))
+}
+
+/// Writes at once, whatever changed: a reply then says its change is in
+/// the store.
+fn at_once() -> StateSettings {
+    StateSettings {
+        flush_interval: Duration::from_secs(3600),
+        max_dirty: 1,
+    }
+}
+
+fn shard_of(id: &str) -> colo::ShardId {
+    HashExtractor::new(SHARDS).expect("shards").shard_id(id)
+}
+
+/// What the store holds for `id`, decoded.
+async fn stored(store: &Arc<dyn StateStore>, id: &str) -> Option<StateRecord> {
+    let store = store.clone();
+    let id = id.to_string();
+    tokio::task::spawn_blocking(move || {
+        store
+            .load(LEDGER, shard_of(&id), &id)
+            .expect("load")
+            .map(|value| StateRecord::decode(&value).expect("a record"))
+    })
+    .await
+    .expect("load thread")
+}
+
+#[tokio::test]
+async fn an_ask_is_answered_once_its_change_is_in_the_store() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir);
+    let a = start(&store, at_once(), 1);
+    for n in [5, 7] {
+        a.region
+            .ask("acct-1", LedgerMsg::Add(n), ASK)
+            .await
+            .expect("added");
+        let record = stored(&store, "acct-1")
+            .await
+            .expect("stored when answered");
+        let ledger: Ledger =
+            colo::codec::decode(record.state.as_deref().expect("state")).expect("decodes");
+        assert_eq!(ledger.balance, if n == 5 { 5 } else { 12 });
+        assert_eq!(record.version, 1);
+    }
+}
+
+#[tokio::test]
+async fn state_survives_a_new_node_on_the_same_store_and_writes_go_behind_in_batches() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir);
+    let behind = StateSettings {
+        flush_interval: Duration::from_millis(20),
+        max_dirty: 10_000,
+    };
+    let a = start(&store, behind, 1);
+    let asks = (0..50).map(|i| {
+        let region = a.region.clone();
+        async move {
+            region
+                .ask(&format!("acct-{}", i % 5), LedgerMsg::Add(1), ASK)
+                .await
+        }
+    });
+    for answered in futures::future::join_all(asks).await {
+        answered.expect("added");
+    }
+    a.node.kill().await;
+    let b = start(&store, behind, 1);
+    for i in 0..5 {
+        let got = b
+            .region
+            .ask(&format!("acct-{i}"), LedgerMsg::Get, ASK)
+            .await
+            .expect("got");
+        assert_eq!(got, (10, 10), "acct-{i}: every acknowledged change is back");
+    }
+}
+
+#[tokio::test]
+async fn a_passivated_entity_comes_back_with_its_state() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir);
+    let a = start(&store, StateSettings::default(), 1);
+    a.region
+        .ask("acct-p", LedgerMsg::Add(3), ASK)
+        .await
+        .expect("added");
+    a.region
+        .ask("acct-p", LedgerMsg::Passivate, ASK)
+        .await
+        .expect("passivates");
+    let ids = wait_until_gone(&a.region, "acct-p").await;
+    assert!(!ids.contains(&"acct-p".to_string()));
+    let got = a
+        .region
+        .ask("acct-p", LedgerMsg::Get, ASK)
+        .await
+        .expect("got");
+    assert_eq!(got, (3, 1));
+}
+
+/// Waits (bounded) until `id` is no longer among the region's entities.
+async fn wait_until_gone(region: &Region<Ledger>, id: &str) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + ASK;
+    loop {
+        let state = region
+            .state(Duration::from_secs(2))
+            .await
+            .expect("region state");
+        let ids: Vec<String> = state
+            .shards
+            .values()
+            .flat_map(|ids| ids.iter().map(|e| e.to_string()))
+            .collect();
+        if !ids.iter().any(|e| e == id) {
+            return ids;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{id} still active: {ids:?}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn a_failed_handler_leaves_the_state_of_the_last_message_handled() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir);
+    let a = start(&store, StateSettings::default(), 1);
+    a.region
+        .ask("acct-f", LedgerMsg::Add(5), ASK)
+        .await
+        .expect("added");
+    let failed = a
+        .region
+        .ask("acct-f", LedgerMsg::AddThenFail(100), ASK)
+        .await;
+    assert!(
+        matches!(failed, Err(AskError::EntityFailed(_))),
+        "{failed:?}"
+    );
+    let got = a
+        .region
+        .ask("acct-f", LedgerMsg::Get, ASK)
+        .await
+        .expect("got");
+    assert_eq!(got, (5, 1), "the failed message's change is not kept");
+}
+
+#[tokio::test]
+async fn a_deleted_entity_starts_anew_and_stays_deleted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir);
+    let a = start(&store, at_once(), 1);
+    a.region
+        .ask("acct-d", LedgerMsg::Add(9), ASK)
+        .await
+        .expect("added");
+    let after = a
+        .region
+        .ask("acct-d", LedgerMsg::Delete, ASK)
+        .await
+        .expect("deleted");
+    assert_eq!(
+        after,
+        (9, 1),
+        "the deleting message sees the state it deletes"
+    );
+    assert_eq!(
+        a.region
+            .ask("acct-d", LedgerMsg::Get, ASK)
+            .await
+            .expect("got"),
+        (0, 0)
+    );
+    let record = stored(&store, "acct-d")
+        .await
+        .expect("a deletion is stored");
+    assert_eq!(record.state, None);
+    a.node.kill().await;
+    let b = start(&store, at_once(), 1);
+    assert_eq!(
+        b.region
+            .ask("acct-d", LedgerMsg::Get, ASK)
+            .await
+            .expect("got"),
+        (0, 0),
+        "still deleted on the next node"
+    );
+}
+
+#[tokio::test]
+async fn a_state_that_does_not_decode_stops_its_shard_with_the_reason() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir);
+    // Written by an older program whose state had another shape.
+    let old = StateRecord::new(0, 1, Some(vec![0xff])).encode();
+    let mut batch = WriteBatch::new(LEDGER);
+    batch.put(shard_of("acct-old"), "acct-old", old);
+    let writer = store.clone();
+    tokio::task::spawn_blocking(move || writer.write(&batch))
+        .await
+        .expect("write thread")
+        .expect("written");
+    let a = start(&store, StateSettings::default(), 2);
+    let refused = a.region.ask("acct-old", LedgerMsg::Get, ASK).await;
+    let Err(AskError::Dropped(reason)) = refused else {
+        panic!("an undecodable state is refused, never reset: {refused:?}");
+    };
+    for part in [
+        "acct-old",
+        "ledger",
+        "state version 1",
+        "this program's is 2",
+    ] {
+        assert!(reason.contains(part), "{part:?} missing from: {reason}");
+    }
+    // Its shard takes nothing more; another shard goes on.
+    let neighbour = (0..1000)
+        .map(|i| format!("acct-{i}"))
+        .find(|id| shard_of(id) == shard_of("acct-old"))
+        .expect("an id in the same shard");
+    let elsewhere = (0..1000)
+        .map(|i| format!("acct-{i}"))
+        .find(|id| shard_of(id) != shard_of("acct-old"))
+        .expect("an id in another shard");
+    let stopped = a.region.ask(&neighbour, LedgerMsg::Add(1), ASK).await;
+    assert!(matches!(stopped, Err(AskError::Dropped(_))), "{stopped:?}");
+    assert_eq!(
+        a.region
+            .ask(&elsewhere, LedgerMsg::Add(1), ASK)
+            .await
+            .expect("added"),
+        (1, 1)
+    );
+}
+
+#[tokio::test]
+async fn a_durable_entity_type_needs_a_node_with_a_store() {
+    let network = InMemoryNetwork::new();
+    let node = Node::new(network.transport("a"));
+    let refused = node.start_region(ledger(1)).map(drop);
+    assert_eq!(
+        refused,
+        Err(RegistrationError::NoStateStore(LEDGER.to_string()))
+    );
+    node.start_proxy(ledger(1))
+        .expect("a proxy routes only: it needs no store");
+}
