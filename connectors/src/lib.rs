@@ -7,6 +7,8 @@
 //!   rebalances as [`SourceEvent`]s the service answers inside the
 //!   rebalance; an [`Ack`] per record, committed in offset order.
 //! - [`SourceObserver`]: the partitions' state and the commits, for metrics.
+//! - [`Changelog`]: a durable entity type's compacted changelog topic,
+//!   written per shard partition in order and read back between offsets.
 //! - [`DeadLetters`]: the dead-letter topic's producer, with the reason and
 //!   the record's origin as headers.
 //! - [`KeyedProducer`]: records sent to their key's murmur2 partition (the
@@ -20,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 mod ack;
+mod changelog;
 mod client;
 mod dead_letters;
 mod error;
@@ -31,6 +34,7 @@ mod source;
 mod topics;
 
 pub use ack::Ack;
+pub use changelog::{Changelog, ChangelogError, ChangelogRecord, CHANGELOG_CONFIG};
 pub use colo_allocation::MessageExtractor;
 pub use dead_letters::{
     DeadLetters, REASON_HEADER, SOURCE_OFFSET_HEADER, SOURCE_PARTITION_HEADER, SOURCE_TOPIC_HEADER,

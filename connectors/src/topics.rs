@@ -125,6 +125,8 @@ pub struct NewTopicSpec {
     pub name: String,
     pub partitions: i32,
     pub replication_factor: i32,
+    /// Topic configs, e.g. `cleanup.policy = compact`.
+    pub config: Vec<(String, String)>,
 }
 
 /// Creates those of `topics` that do not exist; one that exists is left as
@@ -153,10 +155,13 @@ pub async fn create_missing_topics(
     let new: Vec<NewTopic<'_>> = topics
         .iter()
         .map(|t| {
-            NewTopic::new(
-                &t.name,
-                t.partitions,
-                TopicReplication::Fixed(t.replication_factor),
+            t.config.iter().fold(
+                NewTopic::new(
+                    &t.name,
+                    t.partitions,
+                    TopicReplication::Fixed(t.replication_factor),
+                ),
+                |topic, (key, value)| topic.set(key, value),
             )
         })
         .collect();

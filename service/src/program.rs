@@ -355,10 +355,23 @@ async fn open_store(
     let dir = config.data_dir();
     let engine = config.state.engine.engine();
     let settings = config.state.settings();
-    let opened = tokio::task::spawn_blocking(move || NodeStore::open(&dir, engine, settings))
-        .await
-        .map_err(|e| ProgramError::Settings(format!("opening the state store: {e}")))??;
-    tracing::info!(data_dir = %config.data_dir().display(), %engine, flush_interval = ?settings.flush_interval, max_dirty = settings.max_dirty, "state store open");
+    let durable: Vec<(String, u32)> = entity_types
+        .iter()
+        .filter(|t| t.is_durable())
+        .map(|t| (t.name().to_string(), t.settings().number_of_shards))
+        .collect();
+    let changelog_config = config.clone();
+    let opened = tokio::task::spawn_blocking(move || {
+        let changelogs = ingest::changelogs(&changelog_config, &durable)?;
+        let mut store = NodeStore::open(&dir, engine, settings)?;
+        for (name, changelog) in changelogs {
+            store = store.with_changelog(&name, changelog);
+        }
+        Ok::<_, ProgramError>(store)
+    })
+    .await
+    .map_err(|e| ProgramError::Settings(format!("opening the state store: {e}")))??;
+    tracing::info!(data_dir = %config.data_dir().display(), %engine, flush_interval = ?settings.flush_interval, max_dirty = settings.max_dirty, store = ?opened, "state store open");
     Ok(Some(opened))
 }
 

@@ -295,6 +295,12 @@ impl<E: Entity> Region<E> {
         self.shared.durable.wait(shard)
     }
 
+    /// Waits until `shard`'s state is restored, if it is durable and runs
+    /// here; false if its task ended first.
+    pub(crate) async fn restored(&self, shard: ShardId) -> bool {
+        self.shared.durable.restored(shard).await
+    }
+
     /// The node this region runs on, for the tasks that serve it.
     pub(crate) fn context(&self) -> &Arc<NodeContext> {
         &self.shared.node

@@ -5,8 +5,16 @@
 //! Every store call blocks on disk, so the runtime makes them on blocking
 //! threads only (`tokio::task::spawn_blocking`), the store's last drop
 //! included: an engine's drop waits for its own threads.
+//!
+//! `restore.rs`: a shard's start with a changelog: its epoch, and its state
+//! brought up to date before its entities run.
+
+mod restore;
+
+pub(crate) use restore::{restore_until_done, Restore, Restored};
 
 use colo_allocation::ShardId;
+use colo_connectors::Changelog;
 use colo_state::{Engine, StateStore, StoreError};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -39,10 +47,12 @@ impl Default for StateSettings {
     }
 }
 
-/// A node's state store and how its shards write to it.
+/// A node's state store, how its shards write to it, and the changelog of
+/// each durable entity type that has one.
 pub struct NodeStore {
     store: Option<Arc<dyn StateStore>>,
     settings: StateSettings,
+    changelogs: HashMap<String, Arc<Changelog>>,
 }
 
 impl std::fmt::Debug for NodeStore {
@@ -50,6 +60,7 @@ impl std::fmt::Debug for NodeStore {
         f.debug_struct("NodeStore")
             .field("engine", &self.store.as_ref().map(|s| s.engine()))
             .field("settings", &self.settings)
+            .field("changelogs", &self.changelogs.keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -74,7 +85,22 @@ impl NodeStore {
         Self {
             store: Some(store),
             settings,
+            changelogs: HashMap::new(),
         }
+    }
+
+    /// Gives a durable entity type a changelog: each write of a shard's
+    /// changed entities goes there first, and a shard that starts (here or
+    /// on another node) restores from it. Without one, an entity type's
+    /// state stays on the node that wrote it.
+    pub fn with_changelog(mut self, entity_type: &str, changelog: Changelog) -> Self {
+        self.changelogs
+            .insert(entity_type.to_string(), Arc::new(changelog));
+        self
+    }
+
+    pub(crate) fn changelog(&self, entity_type: &str) -> Option<Arc<Changelog>> {
+        self.changelogs.get(entity_type).cloned()
     }
 
     pub fn settings(&self) -> StateSettings {
@@ -113,14 +139,23 @@ impl Drop for NodeStore {
 pub(crate) struct ShardDurability {
     changed: AtomicU64,
     flushed: watch::Sender<u64>,
+    /// Its state is restored: its entities may run, its records be
+    /// consumed.
+    restored: watch::Sender<bool>,
 }
 
 impl ShardDurability {
-    pub fn new() -> Self {
+    pub fn new(restored: bool) -> Self {
         Self {
             changed: AtomicU64::new(0),
             flushed: watch::Sender::new(0),
+            restored: watch::Sender::new(restored),
         }
+    }
+
+    /// Its state is restored.
+    pub fn restored(&self) {
+        self.restored.send_replace(true);
     }
 
     /// A change went into write `seq`.
@@ -176,8 +211,9 @@ impl DurableWait {
 pub(crate) struct DurableShards(Mutex<HashMap<ShardId, Arc<ShardDurability>>>);
 
 impl DurableShards {
-    pub fn started(&self, shard: ShardId) -> Arc<ShardDurability> {
-        let durability = Arc::new(ShardDurability::new());
+    /// A shard's task starts (`restored`: it has nothing to restore).
+    pub fn started(&self, shard: ShardId, restored: bool) -> Arc<ShardDurability> {
+        let durability = Arc::new(ShardDurability::new(restored));
         self.0.lock().insert(shard, durability.clone());
         durability
     }
@@ -192,6 +228,16 @@ impl DurableShards {
         {
             shards.remove(&shard);
         }
+    }
+
+    /// Waits until `shard`'s state is restored, if it runs here (false if
+    /// its task ended first).
+    pub async fn restored(&self, shard: ShardId) -> bool {
+        let Some(mut restored) = self.0.lock().get(&shard).map(|d| d.restored.subscribe()) else {
+            return true;
+        };
+        let done = restored.wait_for(|r| *r).await.is_ok();
+        done
     }
 
     /// What covers the changes made so far in `shard`, if it runs here.

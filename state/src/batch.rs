@@ -4,6 +4,17 @@
 
 use colo_allocation::ShardId;
 
+/// How far a shard's changelog partition is reflected in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The next changelog offset a restore reads.
+    pub offset: u64,
+    /// The epoch of the shard's start that wrote the store's copy last: a
+    /// restore here checks that no other start came between (see the
+    /// runtime's restore).
+    pub epoch: u64,
+}
+
 /// One change to an entity type's state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
@@ -16,9 +27,11 @@ pub enum Op {
     },
     /// The entity deleted itself: its state is gone.
     Delete { shard: ShardId, entity_id: String },
-    /// The shard's changelog is reflected here up to `offset` (the next
-    /// changelog offset a restore reads).
-    Checkpoint { shard: ShardId, offset: u64 },
+    /// How far the shard's changelog is reflected here.
+    Checkpoint {
+        shard: ShardId,
+        checkpoint: Checkpoint,
+    },
     /// Every state and the checkpoint of a shard go: the shard is restored
     /// from the changelog alone.
     ClearShard { shard: ShardId },
@@ -54,8 +67,8 @@ impl WriteBatch {
         });
     }
 
-    pub fn checkpoint(&mut self, shard: ShardId, offset: u64) {
-        self.ops.push(Op::Checkpoint { shard, offset });
+    pub fn checkpoint(&mut self, shard: ShardId, checkpoint: Checkpoint) {
+        self.ops.push(Op::Checkpoint { shard, checkpoint });
     }
 
     pub fn clear_shard(&mut self, shard: ShardId) {

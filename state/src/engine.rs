@@ -1,6 +1,6 @@
 //! The store trait every engine implements, and the engines' names.
 
-use crate::batch::WriteBatch;
+use crate::batch::{Checkpoint, WriteBatch};
 use crate::error::StoreError;
 use crate::keys;
 use colo_allocation::ShardId;
@@ -42,7 +42,11 @@ pub trait StateStore: Send + Sync + std::fmt::Debug {
     ///
     /// # Errors
     /// The read failed.
-    fn checkpoint(&self, entity_type: &str, shard: ShardId) -> Result<Option<u64>, StoreError>;
+    fn checkpoint(
+        &self,
+        entity_type: &str,
+        shard: ShardId,
+    ) -> Result<Option<Checkpoint>, StoreError>;
 
     /// The engine's name, for logs and metrics.
     fn engine(&self) -> Engine;

@@ -3,7 +3,7 @@
 //! `write` returns. Writes are sequential whatever keys a flush touches,
 //! which is what write-behind of randomly chosen entities needs.
 
-use crate::batch::{Op, WriteBatch};
+use crate::batch::{Checkpoint, Op, WriteBatch};
 use crate::engine::{visit_entities, Engine, StateStore};
 use crate::error::StoreError;
 use crate::keys;
@@ -88,10 +88,10 @@ impl StateStore for FjallStore {
                 Op::Delete { shard, entity_id } => {
                     b.remove(&keyspace, keys::entity(*shard, entity_id));
                 }
-                Op::Checkpoint { shard, offset } => b.insert(
+                Op::Checkpoint { shard, checkpoint } => b.insert(
                     &keyspace,
                     keys::checkpoint(*shard).as_slice(),
-                    keys::encode_offset(*offset).as_slice(),
+                    keys::encode_checkpoint(*checkpoint).as_slice(),
                 ),
                 Op::ClearShard { shard } => {
                     // Read before the batch, applied with it: the removes and
@@ -138,14 +138,18 @@ impl StateStore for FjallStore {
         visit_entities(entity_type, shard, entries, visit)
     }
 
-    fn checkpoint(&self, entity_type: &str, shard: ShardId) -> Result<Option<u64>, StoreError> {
+    fn checkpoint(
+        &self,
+        entity_type: &str,
+        shard: ShardId,
+    ) -> Result<Option<Checkpoint>, StoreError> {
         let Some(keyspace) = self.keyspace(entity_type, false)? else {
             return Ok(None);
         };
         let value = keyspace
             .get(keys::checkpoint(shard))
             .map_err(|e| io(entity_type, e))?;
-        Ok(value.and_then(|v| keys::decode_offset(&v)))
+        Ok(value.and_then(|v| keys::decode_checkpoint(&v)))
     }
 
     fn engine(&self) -> Engine {

@@ -6,6 +6,7 @@
 //! `shard (u32, big-endian) | tag (1 byte) | entity id (UTF-8)`, with tag 0
 //! for the checkpoint (no id) and tag 1 for an entity.
 
+use crate::batch::Checkpoint;
 use colo_allocation::ShardId;
 
 const CHECKPOINT: u8 = 0;
@@ -41,12 +42,20 @@ pub fn entity_id(key: &[u8]) -> Option<&str> {
     key.get(5..).and_then(|id| std::str::from_utf8(id).ok())
 }
 
-pub fn encode_offset(offset: u64) -> [u8; 8] {
-    offset.to_be_bytes()
+/// A checkpoint's value: its offset, then its epoch, both big-endian.
+pub fn encode_checkpoint(checkpoint: Checkpoint) -> [u8; 16] {
+    let mut value = [0; 16];
+    value[..8].copy_from_slice(&checkpoint.offset.to_be_bytes());
+    value[8..].copy_from_slice(&checkpoint.epoch.to_be_bytes());
+    value
 }
 
-pub fn decode_offset(value: &[u8]) -> Option<u64> {
-    Some(u64::from_be_bytes(value.try_into().ok()?))
+pub fn decode_checkpoint(value: &[u8]) -> Option<Checkpoint> {
+    let (offset, epoch) = value.split_at_checked(8)?;
+    Some(Checkpoint {
+        offset: u64::from_be_bytes(offset.try_into().ok()?),
+        epoch: u64::from_be_bytes(epoch.try_into().ok()?),
+    })
 }
 
 /// Refuses an entity type name that cannot name a table (see

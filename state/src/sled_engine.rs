@@ -2,7 +2,7 @@
 //! entity type; a batch is one atomic `apply_batch`, flushed to disk before
 //! `write` returns.
 
-use crate::batch::{Op, WriteBatch};
+use crate::batch::{Checkpoint, Op, WriteBatch};
 use crate::engine::{visit_entities, Engine, StateStore};
 use crate::error::StoreError;
 use crate::keys;
@@ -52,9 +52,9 @@ impl StateStore for SledStore {
                     value,
                 } => b.insert(keys::entity(*shard, entity_id), value.as_slice()),
                 Op::Delete { shard, entity_id } => b.remove(keys::entity(*shard, entity_id)),
-                Op::Checkpoint { shard, offset } => b.insert(
+                Op::Checkpoint { shard, checkpoint } => b.insert(
                     keys::checkpoint(*shard).as_slice(),
-                    keys::encode_offset(*offset).as_slice(),
+                    keys::encode_checkpoint(*checkpoint).as_slice(),
                 ),
                 Op::ClearShard { shard } => {
                     // Read in the batch's own tree: a batch is applied
@@ -99,12 +99,16 @@ impl StateStore for SledStore {
         visit_entities(entity_type, shard, entries, visit)
     }
 
-    fn checkpoint(&self, entity_type: &str, shard: ShardId) -> Result<Option<u64>, StoreError> {
+    fn checkpoint(
+        &self,
+        entity_type: &str,
+        shard: ShardId,
+    ) -> Result<Option<Checkpoint>, StoreError> {
         let value = self
             .tree(entity_type)?
             .get(keys::checkpoint(shard))
             .map_err(|e| io(entity_type, e))?;
-        Ok(value.and_then(|v| keys::decode_offset(&v)))
+        Ok(value.and_then(|v| keys::decode_checkpoint(&v)))
     }
 
     fn engine(&self) -> Engine {

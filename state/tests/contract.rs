@@ -1,7 +1,7 @@
 //! What the runtime relies on from either engine, run against both.
 
 use colo_allocation::ShardId;
-use colo_state::{open, Engine, StoreError, WriteBatch};
+use colo_state::{open, Checkpoint, Engine, StoreError, WriteBatch};
 use std::ops::ControlFlow;
 
 fn scan_all(
@@ -29,7 +29,13 @@ fn a_written_batch_is_loaded_scanned_by_shard_and_checkpointed_after_a_reopen() 
             batch.put(ShardId(1), "alice", b"a1".to_vec());
             batch.put(ShardId(1), "bob", b"b1".to_vec());
             batch.put(ShardId(2), "carol", b"c1".to_vec());
-            batch.checkpoint(ShardId(1), 42);
+            batch.checkpoint(
+                ShardId(1),
+                Checkpoint {
+                    offset: 42,
+                    epoch: 7,
+                },
+            );
             store.write(&batch).expect("write");
             let mut other = WriteBatch::new("device");
             other.put(ShardId(1), "alice", b"not a user".to_vec());
@@ -55,7 +61,13 @@ fn a_written_batch_is_loaded_scanned_by_shard_and_checkpointed_after_a_reopen() 
             ],
             "{engine}: a shard's scan sees its entities only, in id order, not its checkpoint"
         );
-        assert_eq!(store.checkpoint("user", ShardId(1)).expect("cp"), Some(42));
+        assert_eq!(
+            store.checkpoint("user", ShardId(1)).expect("cp"),
+            Some(Checkpoint {
+                offset: 42,
+                epoch: 7
+            })
+        );
         assert_eq!(store.checkpoint("user", ShardId(2)).expect("cp"), None);
         assert_eq!(store.checkpoint("order", ShardId(2)).expect("cp"), None);
     }
@@ -71,7 +83,13 @@ fn deletes_and_a_cleared_shard_are_gone_and_other_shards_stay() {
             for id in ["a", "b", "c"] {
                 batch.put(ShardId(shard), id, vec![shard as u8]);
             }
-            batch.checkpoint(ShardId(shard), 10);
+            batch.checkpoint(
+                ShardId(shard),
+                Checkpoint {
+                    offset: 10,
+                    epoch: 1,
+                },
+            );
         }
         store.write(&batch).expect("write");
         let mut batch = WriteBatch::new("user");
@@ -90,7 +108,13 @@ fn deletes_and_a_cleared_shard_are_gone_and_other_shards_stay() {
         assert_eq!(ids(1), ["z"], "{engine}");
         assert_eq!(ids(2), ["a", "b", "c"], "{engine}");
         assert_eq!(store.checkpoint("user", ShardId(1)).expect("cp"), None);
-        assert_eq!(store.checkpoint("user", ShardId(2)).expect("cp"), Some(10));
+        assert_eq!(
+            store.checkpoint("user", ShardId(2)).expect("cp"),
+            Some(Checkpoint {
+                offset: 10,
+                epoch: 1
+            })
+        );
     }
 }
 

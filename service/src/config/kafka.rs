@@ -114,6 +114,11 @@ impl KafkaSection {
             .unwrap_or_else(|| format!("{}.{entity_type}.dlq", self.cluster))
     }
 
+    /// The changelog topic of a durable `entity_type`.
+    pub fn changelog_topic(&self, entity_type: &str) -> String {
+        format!("{}.{entity_type}.changelog", self.cluster)
+    }
+
     /// The client properties as the connectors take them.
     pub fn client_properties(&self) -> Vec<(String, String)> {
         self.client

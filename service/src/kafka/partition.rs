@@ -116,6 +116,17 @@ impl<E: Entity> PartitionTask<E> {
             // the gate being closed.
             None = records.recv() => return,
         }
+        if self.durable_topic.is_some() && self.shard == ShardPlace::Here {
+            // Consumed only once the shard's state is restored.
+            let shard = ShardId(u32::try_from(self.partition.partition).unwrap_or(u32::MAX));
+            tokio::select! {
+                biased;
+                _ = &mut give_up => return,
+                restored = self.region.restored(shard) => if !restored {
+                    return;
+                },
+            }
+        }
         gate.open();
         tokio::select! {
             biased;

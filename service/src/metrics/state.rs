@@ -9,6 +9,9 @@ pub const STATE_WRITTEN_ENTITIES: &str = "colo_state_written_entities_total";
 pub const STATE_LOADS: &str = "colo_state_loads_total";
 pub const STATE_SKIPPED_RECORDS: &str = "colo_state_skipped_records_total";
 pub const STATE_UNDECODABLE: &str = "colo_state_undecodable_total";
+pub const STATE_RESTORES: &str = "colo_state_restores_total";
+pub const STATE_RESTORE_DURATION: &str = "colo_state_restore_seconds";
+pub const STATE_RESTORED_RECORDS: &str = "colo_state_restore_records_total";
 
 pub(super) fn describe() {
     use metrics::{describe_counter, describe_histogram};
@@ -37,6 +40,19 @@ pub(super) fn describe() {
         STATE_UNDECODABLE,
         "Stored entity states that could not be decoded: their shard stops taking messages until the program can read them"
     );
+    describe_counter!(
+        STATE_RESTORES,
+        "Shard starts of durable entity types, by how their state was restored: checkpoint (the node's store kept, the changelog's tail read), changelog (the whole partition read), or failed (tried again)"
+    );
+    describe_histogram!(
+        STATE_RESTORE_DURATION,
+        Unit::Seconds,
+        "How long a shard's state restore took, its epoch marker included, by how (checkpoint, changelog)"
+    );
+    describe_counter!(
+        STATE_RESTORED_RECORDS,
+        "Changelog records read by shard restores"
+    );
 }
 
 /// A durable entity type's metric handles.
@@ -51,6 +67,10 @@ pub(crate) struct StateMetrics {
     pub loaded_none: Counter,
     pub skipped: Counter,
     pub undecodable: Counter,
+    pub restore_failures: Counter,
+    restores: [Counter; 2],
+    restore_duration: [Histogram; 2],
+    restored_records: Counter,
 }
 
 impl StateMetrics {
@@ -68,6 +88,13 @@ impl StateMetrics {
             loaded_none: loads("none"),
             skipped: metrics::counter!(STATE_SKIPPED_RECORDS, "entity_type" => et()),
             undecodable: metrics::counter!(STATE_UNDECODABLE, "entity_type" => et()),
+            restore_failures: metrics::counter!(STATE_RESTORES, "entity_type" => et(), "from" => "failed"),
+            restores: ["checkpoint", "changelog"]
+                .map(|from| metrics::counter!(STATE_RESTORES, "entity_type" => et(), "from" => from)),
+            restore_duration: ["checkpoint", "changelog"].map(
+                |from| metrics::histogram!(STATE_RESTORE_DURATION, "entity_type" => et(), "from" => from),
+            ),
+            restored_records: metrics::counter!(STATE_RESTORED_RECORDS, "entity_type" => et()),
         };
         for counter in [
             &handles.writes_ok,
@@ -75,9 +102,21 @@ impl StateMetrics {
             &handles.written,
             &handles.skipped,
             &handles.undecodable,
+            &handles.restore_failures,
+            &handles.restores[0],
+            &handles.restores[1],
+            &handles.restored_records,
         ] {
             counter.increment(0);
         }
         handles
+    }
+
+    /// A shard's state was restored.
+    pub fn restored(&self, restored: &crate::store::Restored) {
+        let how = usize::from(!restored.from_checkpoint);
+        self.restores[how].increment(1);
+        self.restore_duration[how].record(restored.took.as_secs_f64());
+        self.restored_records.increment(restored.read);
     }
 }

@@ -7,6 +7,41 @@ use colo_connectors::NewTopicSpec;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+/// How long a changelog write (every record acknowledged) or a restore's
+/// wait for its next record may take before it is tried again.
+const CHANGELOG_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The changelog of each durable entity type when the node has `[kafka]`:
+/// checked to exist with one partition per shard (created before, when
+/// `kafka.create_topics` is set). Blocking: call it off the runtime.
+pub(super) fn changelogs(
+    config: &NodeConfig,
+    durable: &[(String, u32)],
+) -> Result<Vec<(String, colo_connectors::Changelog)>, ProgramError> {
+    let Some(kafka) = &config.kafka else {
+        return Ok(Vec::new());
+    };
+    durable
+        .iter()
+        .map(|(name, number_of_shards)| {
+            let topic = kafka.changelog_topic(name);
+            let changelog = colo_connectors::Changelog::new(
+                &kafka.bootstrap_servers,
+                &kafka.client_properties(),
+                &topic,
+                CHANGELOG_TIMEOUT,
+            )
+            .and_then(|c| c.check(*number_of_shards).map(|()| c))
+            .map_err(|e| {
+                ProgramError::Settings(format!(
+                    "entity type {name:?} is durable, and its changelog cannot be used: {e} (kafka.create_topics = true creates it)"
+                ))
+            })?;
+            Ok((name.clone(), changelog))
+        })
+        .collect()
+}
+
 /// How long topic creation may take.
 const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -42,7 +77,8 @@ pub(super) fn check(
 
 /// Creates the missing topics of the Kafka-driven entity types when
 /// `kafka.create_topics` is set: their topics with `number_of_shards`
-/// partitions, their dead-letter topics with one.
+/// partitions, their dead-letter topics with one; and the changelog of each
+/// durable entity type (compacted, `number_of_shards` partitions).
 pub(super) async fn create_topics(
     config: &NodeConfig,
     entity_types: &[Box<dyn Registration>],
@@ -52,25 +88,38 @@ pub(super) async fn create_topics(
     };
     let mut specs = Vec::new();
     for entity_type in entity_types {
-        let Some(topics) = kafka.topics.get(entity_type.name()) else {
-            continue;
-        };
         let partitions = i32::try_from(entity_type.settings().number_of_shards).map_err(|_| {
             ProgramError::Settings(
                 "sharding.number_of_shards: too many for Kafka partitions".into(),
             )
         })?;
+        if entity_type.is_durable() {
+            specs.push(NewTopicSpec {
+                name: kafka.changelog_topic(entity_type.name()),
+                partitions,
+                replication_factor: kafka.replication_factor,
+                config: colo_connectors::CHANGELOG_CONFIG
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            });
+        }
+        let Some(topics) = kafka.topics.get(entity_type.name()) else {
+            continue;
+        };
         for topic in topics {
             specs.push(NewTopicSpec {
                 name: topic.clone(),
                 partitions,
                 replication_factor: kafka.replication_factor,
+                config: Vec::new(),
             });
         }
         specs.push(NewTopicSpec {
             name: kafka.dead_letter_topic(entity_type.name()),
             partitions: 1,
             replication_factor: kafka.replication_factor,
+            config: Vec::new(),
         });
     }
     let created = colo_connectors::create_missing_topics(

@@ -206,6 +206,7 @@ impl<E: Entity> Shard<E, ()> {
                 &entity_type.name,
                 id,
                 &region.durable,
+                region.id.as_str(),
             )),
             _ => None,
         };
@@ -303,7 +304,9 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             }
             match &mut self.phase {
                 Phase::Active => {
-                    if self.queued < self.custody {
+                    // A durable shard takes mail once its state is restored.
+                    let restoring = self.durable.as_ref().is_some_and(|d| d.restoring());
+                    if self.queued < self.custody && !restoring {
                         match mailbox.poll_recv_all(batch, cx) {
                             Poll::Ready(true) => {
                                 self.take_mail(batch, mailbox, cx);

@@ -37,11 +37,13 @@ async fn broker_world(test: &str, settings: ShardingSettings) -> BrokerWorld {
             name: topic.clone(),
             partitions: PARTITIONS as i32,
             replication_factor: 1,
+            config: Vec::new(),
         },
         NewTopicSpec {
             name: format!("{topic}.dlq"),
             partitions: 1,
             replication_factor: 1,
+            config: Vec::new(),
         },
     ];
     colo_connectors::create_missing_topics(

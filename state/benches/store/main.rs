@@ -10,7 +10,7 @@
 //! figures (BENCHMARKS.md, "State store engines").
 
 use colo_allocation::ShardId;
-use colo_state::{Engine, StateStore, WriteBatch};
+use colo_state::{Checkpoint, Engine, StateStore, WriteBatch};
 use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -104,7 +104,13 @@ fn flush_all(store: &dyn Workload, ids: impl Iterator<Item = u64>, round: u64) -
     let write = |batch: &mut WriteBatch, flushes: &mut u64| {
         *flushes += 1;
         for shard in 0..SHARDS {
-            batch.checkpoint(ShardId(shard), *flushes);
+            batch.checkpoint(
+                ShardId(shard),
+                Checkpoint {
+                    offset: *flushes,
+                    epoch: 1,
+                },
+            );
         }
         store.flush(batch);
         batch.ops.clear();
@@ -171,7 +177,13 @@ fn main() {
                 let (shard, id) = entity(i);
                 batch.put(shard, id, value(i, 2));
             }
-            batch.checkpoint(ShardId(0), 1);
+            batch.checkpoint(
+                ShardId(0),
+                Checkpoint {
+                    offset: 1,
+                    epoch: 1,
+                },
+            );
             store.flush(&batch);
         }
         let small = started.elapsed();

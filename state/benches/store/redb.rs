@@ -36,11 +36,11 @@ impl Workload for Redb {
                             .insert(k.as_slice(), value.as_slice())
                             .expect("insert");
                     }
-                    Op::Checkpoint { shard, offset } => {
+                    Op::Checkpoint { shard, checkpoint } => {
                         let mut k = shard.0.to_be_bytes().to_vec();
                         k.push(0);
                         table
-                            .insert(k.as_slice(), offset.to_be_bytes().as_slice())
+                            .insert(k.as_slice(), checkpoint.offset.to_be_bytes().as_slice())
                             .expect("insert");
                     }
                     _ => unreachable!("the workload only puts and checkpoints"),

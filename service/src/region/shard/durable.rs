@@ -28,9 +28,11 @@ use crate::envelope::{Origin, Reply};
 use crate::error::AskError;
 use crate::metrics::StateMetrics;
 use crate::node_context::NodeContext;
+use crate::store::{restore_until_done, Restore, Restored};
 use crate::store::{DurableShards, NodeStore, ShardDurability};
 use colo_allocation::ShardId;
-use colo_state::{StateRecord, StoreError, WriteBatch};
+use colo_connectors::Changelog;
+use colo_state::{Checkpoint, StateRecord, StateStore, StoreError, WriteBatch};
 use futures::stream::FuturesUnordered;
 use std::future::Future;
 use std::pin::Pin;
@@ -63,9 +65,16 @@ pub(super) struct Writing<R> {
     states: Arc<Map<Vec<u8>>>,
     /// The replies it answers.
     held: Vec<Held<R>>,
-    task: JoinHandle<Result<(), StoreError>>,
+    task: WriteTask,
     started: Instant,
 }
+
+/// A write: to the changelog first (if the entity type has one), then to
+/// the node's store with the changelog's new checkpoint.
+type WriteTask = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// A shard's restore, while it runs.
+type Restoring = Pin<Box<dyn Future<Output = Restored> + Send>>;
 
 /// What an active durable entity keeps beside its value.
 #[derive(Default)]
@@ -92,6 +101,9 @@ pub(super) struct DurableShard<E: Entity> {
     shard: ShardId,
     /// The epoch of this start of the shard, in every record it writes.
     epoch: u64,
+    changelog: Option<Arc<Changelog>>,
+    /// Until it is done, the shard takes no mail.
+    restoring: Option<Restoring>,
     kept: Map<Kept>,
     /// Changed since the last write began: each entity's encoded record.
     pub(super) dirty: Map<Vec<u8>>,
@@ -110,19 +122,36 @@ pub(super) struct DurableShard<E: Entity> {
 }
 
 impl<E: Entity> DurableShard<E> {
+    /// A durable shard's start: with a changelog, it restores first.
     pub fn new(
         codec: StateCodec<E>,
         store: Arc<NodeStore>,
         entity_type: &str,
         shard: ShardId,
         shards: &Arc<DurableShards>,
+        node: &str,
     ) -> Self {
+        let metrics = StateMetrics::new(entity_type);
+        let changelog = store.changelog(entity_type);
+        let restoring = changelog.as_ref().map(|changelog| {
+            let restore = Arc::new(Restore {
+                store: store.store(),
+                changelog: changelog.clone(),
+                entity_type: Arc::from(entity_type),
+                shard,
+                node: node.to_string(),
+            });
+            Box::pin(restore_until_done(restore, metrics.clone())) as Restoring
+        });
+        let durability = shards.started(shard, restoring.is_none());
         Self {
             codec,
             store,
             entity_type: Arc::from(entity_type),
             shard,
             epoch: 0,
+            changelog,
+            restoring,
             kept: Map::default(),
             dirty: Map::default(),
             held: Vec::new(),
@@ -131,10 +160,29 @@ impl<E: Entity> DurableShard<E> {
             timer: None,
             loads: FuturesUnordered::new(),
             broken: None,
-            durability: shards.started(shard),
+            durability,
             shards: shards.clone(),
-            metrics: StateMetrics::new(entity_type),
+            metrics,
         }
+    }
+
+    /// Whether its state is still being restored: it takes no mail.
+    pub fn restoring(&self) -> bool {
+        self.restoring.is_some()
+    }
+
+    /// Polls the restore, if one runs: true once it is done.
+    pub fn poll_restore(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(restoring) = self.restoring.as_mut() else {
+            return false;
+        };
+        let Poll::Ready(restored) = restoring.as_mut().poll(cx) else {
+            return false;
+        };
+        self.restoring = None;
+        self.epoch = restored.epoch;
+        self.durability.restored();
+        true
     }
 
     /// Why the shard refuses messages, once a state did not decode.
@@ -288,9 +336,11 @@ impl<E: Entity> DurableShard<E> {
         }
     }
 
-    /// Starts a write when one is due and none runs.
-    pub(super) fn write_if_due(&mut self, cx: &mut Context<'_>, now: bool) -> bool {
-        if self.writing.is_some() || self.dirty.is_empty() {
+    /// Starts a write when one is due and none runs. A shard that does not
+    /// serve (its lease ran out: another node may own it now) writes
+    /// nothing.
+    pub(super) fn write_if_due(&mut self, cx: &mut Context<'_>, now: bool, serving: bool) -> bool {
+        if self.writing.is_some() || self.dirty.is_empty() || !serving {
             return false;
         }
         let due = now
@@ -312,16 +362,14 @@ impl<E: Entity> DurableShard<E> {
         let states = Arc::new(std::mem::take(&mut self.dirty));
         let seq = self.seq;
         self.seq += 1;
-        let store = self.store.store();
-        let (entity_type, shard, batch_states) =
-            (self.entity_type.clone(), self.shard, states.clone());
-        let task = tokio::task::spawn_blocking(move || {
-            let mut batch = WriteBatch::new(&*entity_type);
-            for (id, value) in batch_states.iter() {
-                batch.put(shard, id.as_str(), value.clone());
-            }
-            store.write(&batch)
-        });
+        let task = Box::pin(write(
+            self.store.store(),
+            self.changelog.clone(),
+            self.entity_type.clone(),
+            self.shard,
+            self.epoch,
+            states.clone(),
+        ));
         self.writing = Some(Writing {
             seq,
             states,
@@ -338,14 +386,8 @@ impl<E: Entity> DurableShard<E> {
         let Some(writing) = self.writing.as_mut() else {
             return false;
         };
-        let result = match Pin::new(&mut writing.task).poll(cx) {
-            Poll::Pending => return false,
-            Poll::Ready(Ok(result)) => result,
-            Poll::Ready(Err(e)) => Err(StoreError::Io {
-                engine: self.store.store().engine().name(),
-                entity_type: self.entity_type.to_string(),
-                reason: format!("the write's thread failed: {e}"),
-            }),
+        let Poll::Ready(result) = writing.task.as_mut().poll(cx) else {
+            return false;
         };
         let Some(writing) = self.writing.take() else {
             return false;
@@ -395,6 +437,50 @@ impl<E: Entity> DurableShard<E> {
                 )),
             );
         }
+    }
+}
+
+/// Writes a shard's changed states: to its changelog partition first, so
+/// that the store's checkpoint never runs ahead of the changelog, then to
+/// the store with that checkpoint, all in one durable batch.
+async fn write(
+    store: Arc<dyn StateStore>,
+    changelog: Option<Arc<Changelog>>,
+    entity_type: Arc<str>,
+    shard: ShardId,
+    epoch: u64,
+    states: Arc<Map<Vec<u8>>>,
+) -> Result<(), String> {
+    let mut checkpoint = None;
+    if let Some(changelog) = changelog {
+        let records: Vec<(Vec<u8>, Vec<u8>)> = states
+            .iter()
+            .map(|(id, value)| (id.as_bytes().to_vec(), value.clone()))
+            .collect();
+        let partition = i32::try_from(shard.0).unwrap_or(i32::MAX);
+        let offsets = changelog
+            .write(partition, &records)
+            .await
+            .map_err(|e| e.to_string())?;
+        checkpoint = offsets.iter().max().map(|last| Checkpoint {
+            offset: u64::try_from(*last).unwrap_or(0) + 1,
+            epoch,
+        });
+    }
+    let stored = tokio::task::spawn_blocking(move || {
+        let mut batch = WriteBatch::new(&*entity_type);
+        for (id, value) in states.iter() {
+            batch.put(shard, id.as_str(), value.clone());
+        }
+        if let Some(checkpoint) = checkpoint {
+            batch.checkpoint(shard, checkpoint);
+        }
+        store.write(&batch)
+    })
+    .await;
+    match stored {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(e) => Err(format!("the write's thread failed: {e}")),
     }
 }
 

@@ -20,11 +20,13 @@ use tokio::task::JoinHandle;
 impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
     /// Loads that came back, and the write: whether anything happened.
     pub(super) fn poll_durable(&mut self, cx: &mut Context<'_>) -> bool {
+        let serving = self.serving;
         let Some(durable) = self.durable.as_mut() else {
             return false;
         };
-        let mut progressed = durable.poll_write(&self.node, cx);
-        progressed |= durable.write_if_due(cx, false);
+        let mut progressed = durable.poll_restore(cx);
+        progressed |= durable.poll_write(&self.node, cx);
+        progressed |= durable.write_if_due(cx, false, serving);
         while let Poll::Ready(Some(loaded)) = self.durable_loads().poll_next_unpin(cx) {
             progressed = true;
             match loaded {
@@ -219,7 +221,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         if durable.dirty.is_empty() {
             return true;
         }
-        durable.write_if_due(cx, true);
+        durable.write_if_due(cx, true, serving);
         false
     }
 }

@@ -1,0 +1,310 @@
+//! A durable entity type's changelog topic, `<cluster>.<entity type>.changelog`:
+//! compacted, one partition per shard, keyed by entity id. It is what lets
+//! a shard's state follow the shard to another node: each write of a
+//! shard's changed entities goes here before the node's own store, and a
+//! shard that starts reads its partition back.
+//!
+//! This module only moves bytes: what the keys and values mean (entity
+//! records, epoch markers) is the runtime's.
+
+use crate::client::{client_config, consumer_only};
+use crate::error::SourceError;
+use futures::future::join_all;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+use std::ops::ControlFlow;
+use std::time::{Duration, Instant};
+
+/// The topic config every changelog is created with: compacted, so that
+/// it keeps each entity's last state, however long it lives.
+pub const CHANGELOG_CONFIG: [(&str, &str); 1] = [("cleanup.policy", "compact")];
+
+/// One record read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangelogRecord<'a> {
+    pub offset: i64,
+    pub key: &'a [u8],
+    /// `None` for a tombstone.
+    pub value: Option<&'a [u8]>,
+}
+
+/// Why a changelog could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangelogError {
+    #[error("changelog {topic}: {source}")]
+    Kafka { topic: String, source: KafkaError },
+    #[error("changelog {topic}, partition {partition}: no record for {0:?} while reading up to offset {until}", .stalled)]
+    Stalled {
+        topic: String,
+        partition: i32,
+        until: i64,
+        stalled: Duration,
+    },
+}
+
+/// Writes and reads one entity type's changelog.
+pub struct Changelog {
+    producer: FutureProducer,
+    topic: String,
+    bootstrap_servers: String,
+    client: Vec<(String, String)>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Changelog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Changelog")
+            .field("topic", &self.topic)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Changelog {
+    /// A changelog on `topic`; `client` are the source's pass-through
+    /// properties (security and the like). `timeout` bounds a write (the
+    /// broker's acknowledgement of every record) and a read's wait for its
+    /// next record.
+    ///
+    /// # Errors
+    /// librdkafka refuses the configuration.
+    pub fn new(
+        bootstrap_servers: &str,
+        client: &[(String, String)],
+        topic: &str,
+        timeout: Duration,
+    ) -> Result<Self, SourceError> {
+        let producer = client_config(client.iter().filter(|(key, _)| !consumer_only(key)))
+            .set("bootstrap.servers", bootstrap_servers)
+            // A shard's records keep their order even when the broker
+            // answers late and librdkafka sends again: a state must never
+            // land after a newer one of the same entity.
+            .set("enable.idempotence", "true")
+            .set("message.timeout.ms", timeout.as_millis().max(1).to_string())
+            .create()?;
+        Ok(Self {
+            producer,
+            topic: topic.to_string(),
+            bootstrap_servers: bootstrap_servers.to_string(),
+            client: client.to_vec(),
+            timeout,
+        })
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    fn error(&self, source: KafkaError) -> ChangelogError {
+        ChangelogError::Kafka {
+            topic: self.topic.clone(),
+            source,
+        }
+    }
+
+    /// Checks that the topic exists with one partition per shard: a
+    /// changelog with another count would put shards' states in other
+    /// shards' partitions. Blocking.
+    ///
+    /// # Errors
+    /// The topic is missing, has another partition count, or its metadata
+    /// cannot be read.
+    pub fn check(&self, number_of_shards: u32) -> Result<(), SourceError> {
+        use rdkafka::producer::Producer;
+        let metadata = self
+            .producer
+            .client()
+            .fetch_metadata(Some(&self.topic), self.timeout)?;
+        let found = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == self.topic && t.error().is_none())
+            .map(|t| t.partitions().len())
+            .filter(|&n| n > 0);
+        let counts = std::collections::BTreeMap::from([(self.topic.clone(), found)]);
+        crate::topics::check_partition_counts(&counts, number_of_shards)?;
+        Ok(())
+    }
+
+    /// Writes `records` (key, value) to `partition`, in order; returns the
+    /// offset of each once the broker has them all.
+    ///
+    /// # Errors
+    /// A record was not acknowledged within the timeout (none of the batch
+    /// counts as written then: the caller writes it all again).
+    pub async fn write(
+        &self,
+        partition: i32,
+        records: &[(Vec<u8>, Vec<u8>)],
+    ) -> Result<Vec<i64>, ChangelogError> {
+        let mut pending = Vec::with_capacity(records.len());
+        for (key, value) in records {
+            let mut record = FutureRecord::to(&self.topic)
+                .partition(partition)
+                .key(key.as_slice())
+                .payload(value.as_slice());
+            loop {
+                match self.producer.send_result(record) {
+                    Ok(delivery) => {
+                        pending.push(delivery);
+                        break;
+                    }
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), again)) => {
+                        // librdkafka's queue is full: what is in it must go
+                        // out first.
+                        record = again;
+                        tokio::task::yield_now().await;
+                    }
+                    Err((e, _)) => return Err(self.error(e)),
+                }
+            }
+        }
+        let mut offsets = Vec::with_capacity(pending.len());
+        for delivered in join_all(pending).await {
+            match delivered {
+                Ok(Ok(delivery)) => offsets.push(delivery.offset),
+                Ok(Err((e, _))) => return Err(self.error(e)),
+                Err(_) => return Err(self.error(KafkaError::Canceled)),
+            }
+        }
+        Ok(offsets)
+    }
+
+    /// Reads `partition` from `from` (`None`: its first record) up to
+    /// `until`, exclusive, handing each record to `visit` until it breaks.
+    /// Blocking: call it from a blocking thread. Returns the records read.
+    ///
+    /// # Errors
+    /// The partition cannot be read, or no record came for the timeout
+    /// before `until` was reached.
+    pub fn read(
+        &self,
+        partition: i32,
+        from: Option<i64>,
+        until: i64,
+        visit: &mut dyn FnMut(ChangelogRecord<'_>) -> ControlFlow<()>,
+    ) -> Result<u64, ChangelogError> {
+        let start = from.map_or(Offset::Beginning, Offset::Offset);
+        if from.is_some_and(|from| from >= until) {
+            return Ok(0);
+        }
+        let consumer: BaseConsumer = client_config(&self.client)
+            .set("bootstrap.servers", &self.bootstrap_servers)
+            // librdkafka assigns only with a group id; this one never
+            // joins (no subscription) and never commits.
+            .set("group.id", format!("{}.reader", self.topic))
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "true")
+            // At the partition's end the broker answers at once rather
+            // than waiting for more: a restore ends there.
+            .set("fetch.wait.max.ms", "10")
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .map_err(|e| self.error(e))?;
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(&self.topic, partition, start)
+            .map_err(|e| self.error(e))?;
+        consumer.assign(&assignment).map_err(|e| self.error(e))?;
+        let mut read = 0;
+        let mut heard = Instant::now();
+        loop {
+            match consumer.poll(Duration::from_millis(100)) {
+                None => {
+                    if heard.elapsed() >= self.timeout {
+                        return Err(ChangelogError::Stalled {
+                            topic: self.topic.clone(),
+                            partition,
+                            until,
+                            stalled: self.timeout,
+                        });
+                    }
+                }
+                // The end of the partition: nothing more up to `until`.
+                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(read),
+                Some(Err(e)) => return Err(self.error(e)),
+                Some(Ok(message)) => {
+                    heard = Instant::now();
+                    if message.offset() >= until {
+                        return Ok(read);
+                    }
+                    read += 1;
+                    let record = ChangelogRecord {
+                        offset: message.offset(),
+                        key: message.key().unwrap_or_default(),
+                        value: message.payload(),
+                    };
+                    if visit(record).is_break() {
+                        return Ok(read);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::mocking::MockCluster;
+
+    const TIMEOUT: Duration = Duration::from_secs(10);
+
+    fn read_all(
+        log: &Changelog,
+        partition: i32,
+        from: Option<i64>,
+        until: i64,
+    ) -> Vec<(i64, String)> {
+        let mut seen = Vec::new();
+        log.read(partition, from, until, &mut |r| {
+            seen.push((r.offset, String::from_utf8_lossy(r.key).into_owned()));
+            ControlFlow::Continue(())
+        })
+        .expect("read");
+        seen
+    }
+
+    /// A shard's writes land in its partition, in order, and read back from
+    /// any offset up to any other.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_land_in_their_partition_in_order_and_read_back_between_offsets() {
+        let broker = MockCluster::new(1).expect("mock cluster");
+        broker.create_topic("t.e.changelog", 4, 1).expect("topic");
+        let log = Changelog::new(&broker.bootstrap_servers(), &[], "t.e.changelog", TIMEOUT)
+            .expect("changelog");
+        let batch: Vec<(Vec<u8>, Vec<u8>)> = (0..5)
+            .map(|i| (format!("e{i}").into_bytes(), vec![i]))
+            .collect();
+        let offsets = log.write(2, &batch).await.expect("written");
+        assert_eq!(offsets, vec![0, 1, 2, 3, 4]);
+        let more = log.write(2, &batch[..1]).await.expect("written");
+        assert_eq!(more, vec![5]);
+        let log = std::sync::Arc::new(log);
+        let reader = log.clone();
+        let (all, tail, none) = tokio::task::spawn_blocking(move || {
+            (
+                read_all(&reader, 2, None, 6),
+                read_all(&reader, 2, Some(3), 5),
+                read_all(&reader, 1, None, 10),
+            )
+        })
+        .await
+        .expect("reader");
+        let keys: Vec<&str> = all.iter().map(|(_, k)| k.as_str()).collect();
+        assert_eq!(keys, ["e0", "e1", "e2", "e3", "e4", "e0"]);
+        assert_eq!(tail, vec![(3, "e3".to_string()), (4, "e4".to_string())]);
+        assert!(none.is_empty(), "another partition holds nothing: {none:?}");
+        let checker = log.clone();
+        let (right, wrong) =
+            tokio::task::spawn_blocking(move || (checker.check(4), checker.check(8)))
+                .await
+                .expect("checker");
+        right.expect("4 partitions for 4 shards");
+        let wrong = wrong.expect_err("4 partitions for 8 shards");
+        assert!(wrong.to_string().contains("t.e.changelog"), "{wrong}");
+    }
+}

@@ -1,0 +1,305 @@
+//! A durable shard's start where its entity type has a changelog: its
+//! epoch taken, and its state brought up to date in the node's store
+//! before any of its entities runs.
+//!
+//! Epochs: a shard's start writes an epoch marker (a record with the empty
+//! key, which no entity has) to its changelog partition, and the marker's
+//! offset is the start's epoch. Offsets only grow and are never shared, so
+//! epochs grow across the cluster with each start of the shard, without
+//! asking anyone, and two starts racing for one shard (a node paused past
+//! its lease, a partition assigned twice for a while) get different ones:
+//! the later marker wins. Every state record carries the epoch of the start
+//! that wrote it, and a restore ignores a record whose epoch is older than
+//! one it has seen before it (a marker, or a newer record): that is a node
+//! that had lost the shard and wrote anyway.
+//!
+//! What is read: with a checkpoint in the node's store (this node had the
+//! shard before), only the changelog after it, like Kafka Streams'
+//! checkpoint file. But first the records between this node's own last
+//! marker and its checkpoint are looked through for another start's marker:
+//! one there means another node owned the shard while this one still wrote
+//! (it was deposed unknowingly), so its copy may hold writes a restore must
+//! ignore; it is dropped and the whole partition read instead. Without a
+//! checkpoint, the whole partition is read into an empty shard.
+
+use crate::metrics::StateMetrics;
+use colo_allocation::ShardId;
+use colo_connectors::{Changelog, ChangelogError, ChangelogRecord};
+use colo_state::{Checkpoint, RecordError, StateRecord, StateStore, StoreError, WriteBatch};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The key of an epoch marker: no entity has the empty id.
+pub(crate) const MARKER_KEY: &[u8] = b"";
+
+/// Records applied to the store at most per write while restoring.
+const BATCH: usize = 10_000;
+
+/// Progress is logged every this many records read.
+const PROGRESS_EVERY: u64 = 100_000;
+
+/// Why a restore failed (it is tried again; the shard serves nothing
+/// meanwhile).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RestoreError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Changelog(#[from] ChangelogError),
+    #[error("changelog record at offset {offset} cannot be read: {error}")]
+    Record { offset: i64, error: String },
+    #[error("the restore's thread failed: {0}")]
+    Thread(String),
+}
+
+/// A finished restore.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Restored {
+    /// This start's epoch: every state it writes carries it.
+    pub epoch: u64,
+    /// Changelog records read and applied or ignored (markers included;
+    /// not those looked through for another start's marker).
+    pub read: u64,
+    /// States written to the store.
+    pub applied: u64,
+    /// States of a deposed owner, ignored.
+    pub ignored: u64,
+    /// Whether the store's own copy was kept (only the tail read).
+    pub from_checkpoint: bool,
+    pub took: Duration,
+}
+
+/// What a shard's restore works on.
+pub(crate) struct Restore {
+    pub store: Arc<dyn StateStore>,
+    pub changelog: Arc<Changelog>,
+    pub entity_type: Arc<str>,
+    pub shard: ShardId,
+    /// Named in the marker, for whoever reads the changelog.
+    pub node: String,
+}
+
+impl Restore {
+    fn partition(&self) -> i32 {
+        i32::try_from(self.shard.0).unwrap_or(i32::MAX)
+    }
+
+    /// Takes the epoch and restores.
+    ///
+    /// # Errors
+    /// The store or the changelog failed, or a record cannot be read.
+    pub async fn run(self: Arc<Self>) -> Result<Restored, RestoreError> {
+        let started = Instant::now();
+        let this = self.clone();
+        let local = blocking(move || {
+            this.store
+                .checkpoint(&this.entity_type, this.shard)
+                .map_err(RestoreError::from)
+        })
+        .await?;
+        let marker = format!(
+            "epoch marker: a start of shard {} on {}",
+            self.shard, self.node
+        );
+        let offsets = self
+            .changelog
+            .write(
+                self.partition(),
+                &[(MARKER_KEY.to_vec(), marker.into_bytes())],
+            )
+            .await?;
+        let Some(&epoch) = offsets.first() else {
+            return Err(RestoreError::Thread("the marker got no offset".into()));
+        };
+        let this = self.clone();
+        let (read, applied, ignored, from_checkpoint) =
+            blocking(move || this.apply(local, epoch)).await?;
+        Ok(Restored {
+            epoch: u64::try_from(epoch).unwrap_or(0),
+            read,
+            applied,
+            ignored,
+            from_checkpoint,
+            took: started.elapsed(),
+        })
+    }
+
+    /// Brings the store's copy of the shard up to the marker at `epoch`.
+    fn apply(
+        &self,
+        local: Option<Checkpoint>,
+        epoch: i64,
+    ) -> Result<(u64, u64, u64, bool), RestoreError> {
+        let until = epoch;
+        if let Some(checkpoint) =
+            local.filter(|c| i64::try_from(c.offset).is_ok_and(|o| o <= until))
+        {
+            let mine = i64::try_from(checkpoint.epoch).unwrap_or(i64::MAX);
+            let from = i64::try_from(checkpoint.offset).unwrap_or(i64::MAX);
+            let mut applier =
+                Applier::new(self, checkpoint.epoch, WriteBatch::new(&*self.entity_type));
+            let mut foreign = false;
+            self.changelog
+                .read(self.partition(), Some(mine), until, &mut |r| {
+                    if r.offset < from {
+                        // In the store already, unless another start came.
+                        if r.key == MARKER_KEY && r.offset > mine {
+                            foreign = true;
+                            return ControlFlow::Break(());
+                        }
+                        return ControlFlow::Continue(());
+                    }
+                    applier.visit(r)
+                })?;
+            if !foreign {
+                let (read, applied, ignored) = applier.finish(until)?;
+                return Ok((read, applied, ignored, true));
+            }
+            tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, "another start of the shard came while this node still wrote it: its copy here is dropped and the whole changelog partition read");
+        } else if local.is_some() {
+            tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, "the store's checkpoint is past the changelog's end (a changelog topic made anew?): its copy here is dropped and the changelog partition read");
+        }
+        let mut batch = WriteBatch::new(&*self.entity_type);
+        batch.clear_shard(self.shard);
+        let mut applier = Applier::new(self, 0, batch);
+        self.changelog
+            .read(self.partition(), None, until, &mut |r| applier.visit(r))?;
+        let (read, applied, ignored) = applier.finish(until)?;
+        Ok((read, applied, ignored, false))
+    }
+}
+
+/// Applies changelog records to the store, in batches, by the epoch rule.
+struct Applier<'a> {
+    restore: &'a Restore,
+    /// The newest epoch seen so far.
+    current: u64,
+    batch: WriteBatch,
+    read: u64,
+    applied: u64,
+    ignored: u64,
+    failed: Option<RestoreError>,
+}
+
+impl<'a> Applier<'a> {
+    fn new(restore: &'a Restore, current: u64, batch: WriteBatch) -> Self {
+        Self {
+            restore,
+            current,
+            batch,
+            read: 0,
+            applied: 0,
+            ignored: 0,
+            failed: None,
+        }
+    }
+
+    fn visit(&mut self, record: ChangelogRecord<'_>) -> ControlFlow<()> {
+        match self.take(record) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                self.failed = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    }
+
+    fn take(&mut self, record: ChangelogRecord<'_>) -> Result<(), RestoreError> {
+        self.read += 1;
+        if self.read.is_multiple_of(PROGRESS_EVERY) {
+            tracing::info!(entity_type = %self.restore.entity_type, shard = %self.restore.shard, read = self.read, offset = record.offset, "restoring");
+        }
+        let offset = u64::try_from(record.offset).unwrap_or(0);
+        if record.key == MARKER_KEY {
+            self.current = self.current.max(offset);
+            return Ok(());
+        }
+        let bad = |error: String| RestoreError::Record {
+            offset: record.offset,
+            error,
+        };
+        let id = std::str::from_utf8(record.key)
+            .map_err(|_| bad("its key is not an entity id (UTF-8)".into()))?;
+        let shard = self.restore.shard;
+        match record.value {
+            // Not written by colo, but a tombstone means the entity is gone.
+            None => self.batch.delete(shard, id),
+            Some(value) => {
+                let state =
+                    StateRecord::decode(value).map_err(|e: RecordError| bad(e.to_string()))?;
+                if state.epoch < self.current {
+                    self.ignored += 1;
+                    return Ok(());
+                }
+                self.current = state.epoch;
+                self.batch.put(shard, id, value.to_vec());
+            }
+        }
+        self.applied += 1;
+        if self.batch.ops.len() >= BATCH {
+            let full =
+                std::mem::replace(&mut self.batch, WriteBatch::new(&*self.restore.entity_type));
+            self.restore.store.write(&full)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the rest with the checkpoint of the start at `epoch`: what
+    /// was read, applied and ignored.
+    fn finish(mut self, epoch: i64) -> Result<(u64, u64, u64), RestoreError> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        let epoch = u64::try_from(epoch).unwrap_or(0);
+        self.batch.checkpoint(
+            self.restore.shard,
+            Checkpoint {
+                offset: epoch + 1,
+                epoch,
+            },
+        );
+        self.restore.store.write(&self.batch)?;
+        Ok((self.read, self.applied, self.ignored))
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, RestoreError> + Send + 'static,
+) -> Result<T, RestoreError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| RestoreError::Thread(e.to_string()))?
+}
+
+/// Restores until it works: a shard that cannot restore serves nothing
+/// (its messages wait), and says why each time.
+pub(crate) async fn restore_until_done(restore: Arc<Restore>, metrics: StateMetrics) -> Restored {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        tracing::info!(entity_type = %restore.entity_type, shard = %restore.shard, "restoring shard state");
+        match restore.clone().run().await {
+            Ok(restored) => {
+                metrics.restored(&restored);
+                tracing::info!(
+                    entity_type = %restore.entity_type,
+                    shard = %restore.shard,
+                    epoch = restored.epoch,
+                    read = restored.read,
+                    applied = restored.applied,
+                    ignored = restored.ignored,
+                    from_checkpoint = restored.from_checkpoint,
+                    took = ?restored.took,
+                    "shard state restored"
+                );
+                return restored;
+            }
+            Err(e) => {
+                metrics.restore_failures.increment(1);
+                tracing::error!(entity_type = %restore.entity_type, shard = %restore.shard, error = %e, retry_in = ?backoff, "shard state cannot be restored; the shard serves nothing until it is");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}

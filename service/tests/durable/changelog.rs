@@ -1,0 +1,265 @@
+//! State carried between nodes by the changelog: a shard that starts on a
+//! node restores its partition (all of it into an empty store, only the
+//! tail after the store's checkpoint otherwise), and an epoch marker first,
+//! so that what a deposed owner writes afterwards is ignored.
+//!
+//! The broker is librdkafka's in-process mock cluster: these scenarios need
+//! a partitioned log that keeps what is written, in order, and nothing of
+//! the broker's consumer groups.
+
+use crate::ledger::*;
+use colo::state::{StateRecord, StateStore};
+use colo::{NodeStore, StateSettings};
+use colo_connectors::Changelog;
+use colo_tests::rdkafka::mocking::MockCluster;
+use colo_tests::rdkafka::producer::DefaultProducerContext;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// The test binary's metrics recorder, installed once. Tests keep apart by
+/// the entity type label.
+fn snapshotter() -> &'static Snapshotter {
+    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+    SNAPSHOTTER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("no other recorder in this test binary");
+        snapshotter
+    })
+}
+
+/// Counter totals by (name, entity type, from), accumulated across reads
+/// (a snapshot resets what it reads).
+fn counter(name: &str, entity_type: &str, from: Option<&str>) -> u64 {
+    type Totals = HashMap<(String, String, String), u64>;
+    static TOTALS: OnceLock<parking_lot::Mutex<Totals>> = OnceLock::new();
+    let mut totals = TOTALS.get_or_init(Default::default).lock();
+    for (key, _, _, value) in snapshotter().snapshot().into_vec() {
+        let DebugValue::Counter(n) = value else {
+            continue;
+        };
+        let label = |l: &str| {
+            key.key()
+                .labels()
+                .find(|x| x.key() == l)
+                .map(|x| x.value().to_string())
+                .unwrap_or_default()
+        };
+        let id = (
+            key.key().name().to_string(),
+            label("entity_type"),
+            label("from"),
+        );
+        *totals.entry(id).or_default() += n;
+    }
+    let id = (
+        name.to_string(),
+        entity_type.to_string(),
+        from.unwrap_or_default().to_string(),
+    );
+    totals.get(&id).copied().unwrap_or(0)
+}
+
+type Broker = MockCluster<'static, DefaultProducerContext>;
+
+/// A mock broker with `entity_type`'s changelog.
+fn broker(entity_type: &str) -> Broker {
+    let broker = MockCluster::new(1).expect("mock cluster");
+    broker
+        .create_topic(&topic(entity_type), SHARDS as i32, 1)
+        .expect("changelog topic");
+    broker
+}
+
+fn topic(entity_type: &str) -> String {
+    format!("{entity_type}.changelog")
+}
+
+/// A node's store (in `dir`) with `entity_type`'s changelog.
+fn store(broker: &Broker, entity_type: &str, store: &Arc<dyn StateStore>) -> NodeStore {
+    let changelog = Changelog::new(
+        &broker.bootstrap_servers(),
+        &[],
+        &topic(entity_type),
+        Duration::from_secs(10),
+    )
+    .expect("changelog");
+    NodeStore::new(store.clone(), behind()).with_changelog(entity_type, changelog)
+}
+
+fn behind() -> StateSettings {
+    StateSettings {
+        flush_interval: Duration::from_millis(20),
+        max_dirty: 10_000,
+    }
+}
+
+/// Waits (bounded) until the node's region has registered with the
+/// coordinator: shards handed off by a leaving node can go there.
+async fn ready(node: &OneNode) {
+    let deadline = tokio::time::Instant::now() + ASK;
+    while !node.node.not_ready().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            node.node.not_ready()
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+fn accounts() -> Vec<String> {
+    (0..40).map(|i| format!("acct-{i}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_shard_serves_the_state_it_had_and_a_node_back_with_its_store_reads_only_the_tail()
+{
+    snapshotter();
+    let name = "ledger-moves";
+    let broker = broker(name);
+    let cluster = cluster(name);
+    let (dir_a, dir_b) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let (store_a, store_b) = (open(&dir_a), open(&dir_b));
+    let a = cluster.node("a", store(&broker, name, &store_a), 1);
+    for (i, id) in accounts().iter().enumerate() {
+        let got = a.region.ask(id, LedgerMsg::Add(i as i64), ASK).await;
+        assert_eq!(got.expect("added"), (i as i64, 1));
+    }
+    assert_eq!(
+        counter(colo::metrics::STATE_RESTORES, name, Some("changelog")),
+        u64::from(SHARDS),
+        "each shard's first start reads its (empty) partition"
+    );
+
+    // b starts on an empty data directory: a's shards restore there from
+    // the changelog alone.
+    let b = cluster.node("b", store(&broker, name, &store_b), 1);
+    ready(&b).await;
+    a.node.shutdown().await;
+    for (i, id) in accounts().iter().enumerate() {
+        let got = b.region.ask(id, LedgerMsg::Get, ASK).await;
+        assert_eq!(got.expect("got"), (i as i64, 1), "{id} as it was on a");
+    }
+    for id in accounts() {
+        b.region
+            .ask(&id, LedgerMsg::Add(100), ASK)
+            .await
+            .expect("added");
+    }
+    assert_eq!(
+        counter(colo::metrics::STATE_RESTORES, name, Some("changelog")),
+        2 * u64::from(SHARDS)
+    );
+
+    // a comes back on its data directory and b leaves: a reads only what
+    // came after its checkpoints, b's markers and b's writes.
+    let read_before = counter(colo::metrics::STATE_RESTORED_RECORDS, name, None);
+    let a = cluster.node("a2", store(&broker, name, &store_a), 1);
+    ready(&a).await;
+    b.node.shutdown().await;
+    for (i, id) in accounts().iter().enumerate() {
+        let got = a.region.ask(id, LedgerMsg::Get, ASK).await;
+        assert_eq!(got.expect("got"), (i as i64 + 100, 2), "{id} as b left it");
+    }
+    assert_eq!(
+        counter(colo::metrics::STATE_RESTORES, name, Some("checkpoint")),
+        u64::from(SHARDS),
+        "every shard kept a's copy"
+    );
+    let tail = counter(colo::metrics::STATE_RESTORED_RECORDS, name, None) - read_before;
+    assert_eq!(
+        tail,
+        u64::from(SHARDS) + accounts().len() as u64,
+        "one marker per shard from b, and b's one write of each account"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_deposed_owner_writes_after_a_newer_start_is_ignored_by_a_restore() {
+    let name = "ledger-deposed";
+    let broker = broker(name);
+    let changelog = Arc::new(
+        Changelog::new(
+            &broker.bootstrap_servers(),
+            &[],
+            &topic(name),
+            Duration::from_secs(10),
+        )
+        .expect("changelog"),
+    );
+    let id = "acct-1";
+    let partition = shard_of(id).0 as i32;
+    let state = |epoch: u64, balance: i64| {
+        let ledger = Ledger {
+            balance,
+            entries: 1,
+        };
+        let bytes = colo::codec::encode(&ledger).expect("encodes");
+        (
+            id.as_bytes().to_vec(),
+            StateRecord::new(epoch, 1, Some(bytes.to_vec())).encode(),
+        )
+    };
+    // The old owner's start and write; then a newer start; then the old
+    // owner, paused through it, writes once more.
+    let old = changelog
+        .write(partition, &[(Vec::new(), b"old start".to_vec())])
+        .await
+        .expect("marker")[0] as u64;
+    changelog
+        .write(partition, &[state(old, 10)])
+        .await
+        .expect("written");
+    let new = changelog
+        .write(partition, &[(Vec::new(), b"new start".to_vec())])
+        .await
+        .expect("marker")[0] as u64;
+    changelog
+        .write(partition, &[state(new, 20)])
+        .await
+        .expect("written");
+    changelog
+        .write(partition, &[state(old, 999)])
+        .await
+        .expect("written");
+
+    let dir = tempfile::tempdir().expect("dir");
+    let cluster = cluster(name);
+    let c = cluster.node("c", store(&broker, name, &open(&dir)), 1);
+    let got = c.region.ask(id, LedgerMsg::Get, ASK).await.expect("got");
+    assert_eq!(
+        got,
+        (20, 1),
+        "the newer owner's state, not the deposed one's"
+    );
+    let mut keys = Vec::new();
+    let reader = changelog.clone();
+    tokio::task::spawn_blocking(move || {
+        reader
+            .read(partition, None, i64::MAX, &mut |r| {
+                keys.push(r.key.to_vec());
+                if keys.len() == 6 {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })
+            .expect("read");
+        assert_eq!(
+            keys[5],
+            Vec::<u8>::new(),
+            "c's start wrote its own marker last"
+        );
+    })
+    .await
+    .expect("reader");
+}

@@ -1,0 +1,7 @@
+//! Durable entity types: state kept in each node's store, written behind,
+//! carried between nodes by a changelog, restored where a shard starts.
+
+mod ledger;
+
+mod changelog;
+mod local;
