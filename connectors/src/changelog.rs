@@ -210,6 +210,7 @@ impl Changelog {
             .map_err(|e| self.error(e))?;
         consumer.assign(&assignment).map_err(|e| self.error(e))?;
         let mut read = 0;
+        let mut last = None;
         let mut heard = Instant::now();
         loop {
             match consumer.poll(Duration::from_millis(100)) {
@@ -231,6 +232,13 @@ impl Changelog {
                     if message.offset() >= until {
                         return Ok(read);
                     }
+                    // Offsets only grow in a partition: one at or below the
+                    // last is the same record again (a broker serving a
+                    // compacted batch more than once; DEVELOPERS.md).
+                    if last.is_some_and(|last| message.offset() <= last) {
+                        continue;
+                    }
+                    last = Some(message.offset());
                     read += 1;
                     let record = ChangelogRecord {
                         offset: message.offset(),

@@ -151,13 +151,13 @@ impl KafkaIngest {
                 settings.source.rebalance_timeout,
             )));
         }
-        if region.passivates() {
+        if region.passivates() && !region.is_durable() {
             // Found by trying it as a new user would: a temperature
             // aggregator's devices answered empty figures minutes after
             // their last reading, their records long committed.
             tracing::warn!(
                 %entity_type,
-                "entity state is kept in memory only: a passivated entity's state is gone, and the records that built it are committed and not read again; turn passivation off (sharding.passivation.strategy = \"none\", or PassivationStrategy::none() in code) to keep every entity while its shard runs on this node"
+                "entity state is kept in memory only: a passivated entity's state is gone, and the records that built it are committed and not read again; make the entity type durable (EntityType::durable) to keep its state, or turn passivation off (sharding.passivation.strategy = \"none\", or PassivationStrategy::none() in code) to keep every entity while its shard runs on this node"
             );
         }
         let counts =

@@ -106,8 +106,14 @@ impl Node {
         proxy: bool,
     ) -> Result<Region<E>, RegistrationError> {
         let entity_type = entity_type.validated()?;
-        if entity_type.is_durable() && self.context.store.is_none() && !proxy {
-            return Err(RegistrationError::NoStateStore(entity_type.name));
+        if entity_type.is_durable() && !proxy {
+            match &self.context.store {
+                None => return Err(RegistrationError::NoStateStore(entity_type.name)),
+                Some(store) if store.changelog(&entity_type.name).is_none() => {
+                    tracing::warn!(entity_type = %entity_type.name, "durable entity type without a changelog: its state stays in this node's store; a shard that moves to another node starts there without it, and finds an older copy if it comes back (a node program gives every durable type a changelog when it has [kafka])");
+                }
+                Some(_) => {}
+            }
         }
         let mut regions = self.inbound.regions.write();
         if regions.contains_key(&entity_type.name) {

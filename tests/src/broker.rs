@@ -39,6 +39,18 @@ impl Broker {
         Self::start_with(|_| "sqlite://tansu.db".to_string())
     }
 
+    /// Starts tansu on SQLite with a maintenance tick every `every`: on
+    /// it, topics with `cleanup.policy=compact` are compacted (only the
+    /// newest record of each key kept). Its `memory://` storage never
+    /// compacts.
+    ///
+    /// # Panics
+    /// As [`Broker::start`].
+    pub fn start_compacting(every: &str) -> Self {
+        let url = format!("sqlite://tansu.db?maintenance_interval={every}");
+        Self::start_with(|_| url)
+    }
+
     fn start_with(storage: impl FnOnce(&std::path::Path) -> String) -> Self {
         let port = crate::process::free_port();
         let dir = tempfile::tempdir().expect("broker directory");

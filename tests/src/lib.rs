@@ -12,6 +12,9 @@
 //! - [`lifecycle`]: the at-most-one checker across processes, from logs.
 //! - [`purchases`]: `colo produce` as a process, and the purchases the
 //!   nodes handled checked against what was produced.
+//! - [`user_nodes`]: nodes of the sample's user entity type on a broker:
+//!   their settings, metrics and logs, and waiting for their shards and
+//!   for every purchase handled.
 //! - [`proxy`]: a TCP proxy that forwards, holds (a partition) or breaks
 //!   connections.
 //! - [`wait`]: waiting for a condition with a deadline.
@@ -28,6 +31,7 @@ pub mod lifecycle;
 pub mod process;
 pub mod proxy;
 pub mod purchases;
+pub mod user_nodes;
 pub mod wait;
 
 pub use rdkafka;

@@ -221,6 +221,17 @@ level = "info,colo=debug"
         self.child = Some(child);
     }
 
+    /// Removes the node's data directory (its state store, what it
+    /// remembers of the coordinator), while it is stopped: the node starts
+    /// again as on a new machine.
+    pub fn clear_data_dir(&self) {
+        assert!(self.child.is_none(), "node still running");
+        let data = self._dir.path().join("data");
+        if data.exists() {
+            std::fs::remove_dir_all(&data).expect("remove the data directory");
+        }
+    }
+
     /// Starts the node again with the same config, after it stopped.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "node still running");

@@ -73,6 +73,11 @@ impl Producer {
         }
     }
 
+    /// The file it writes each user's expected totals to (once finished).
+    pub fn expected_file(&self) -> PathBuf {
+        self.expected.clone()
+    }
+
     /// Waits for it to finish (within `deadline`) and returns the last
     /// sequence number of every user.
     pub async fn finished(mut self, deadline: std::time::Duration) -> BTreeMap<String, u64> {
@@ -116,6 +121,32 @@ impl Drop for Producer {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// Runs `colo verify` against the node at `addr`: every user's totals
+/// asked and compared with `expected` (what `colo produce --expected`
+/// wrote). Its output, or why it failed (its output with the mismatches).
+pub async fn verify(expected: &Path, addr: &str) -> Result<String, String> {
+    let mut command = Command::new(colo_binary());
+    command
+        .args(["verify", "--expected"])
+        .arg(expected)
+        .args(["--addr", addr])
+        .stdin(Stdio::null());
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("colo verify thread")
+        .expect("run colo verify");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    if output.status.success() {
+        Ok(text)
+    } else {
+        Err(text)
     }
 }
 

@@ -6,103 +6,13 @@
 //! user's sequence number), so the guarantees are checked per user.
 
 use colo_tests::broker::Broker;
-use colo_tests::lifecycle::{Lifecycle, JSON_LOGS};
-use colo_tests::process::NodeProcess;
+use colo_tests::lifecycle::Lifecycle;
 use colo_tests::purchases::{
-    all_handled, at_least_once_in_order_problems, exactly_once_problems, handled, Producer,
+    at_least_once_in_order_problems, exactly_once_problems, handled, verify, Producer,
 };
+use colo_tests::user_nodes::*;
 use colo_tests::{http, wait};
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
-
-const READY: Duration = Duration::from_secs(30);
-const ALL_HANDLED: Duration = Duration::from_secs(90);
-
-/// A topic and a cluster name no other test uses.
-fn unique(test: &str) -> (String, String) {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let id = format!("{test}-{}-{n}", std::process::id());
-    (format!("{id}.user-events"), id)
-}
-
-/// A node of the user entity type consuming `topic` (created by the first
-/// node, with one partition per shard), logging each handled purchase.
-fn kafka_sets(bootstrap: &str, topic: &str, cluster: &str) -> Vec<String> {
-    let mut sets = vec![
-        r#"node.entity_types=["user"]"#.to_string(),
-        format!(r#"kafka.bootstrap_servers="{bootstrap}""#),
-        format!(r#"kafka.cluster="{cluster}""#),
-        format!(r#"kafka.topics.user=["{topic}"]"#),
-        "kafka.create_topics=true".to_string(),
-        r#"kafka.commit_interval="200ms""#.to_string(),
-        r#"kafka.client={"session.timeout.ms"="6000","heartbeat.interval.ms"="500"}"#.to_string(),
-    ];
-    sets.extend(JSON_LOGS.iter().map(|s| s.to_string()));
-    sets
-}
-
-fn start(coordinator: Option<&str>, sets: &[String]) -> NodeProcess {
-    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
-    NodeProcess::start(coordinator, &sets)
-}
-
-/// The sum of a metric's series of the user entity type on `node`.
-async fn metric(node: &NodeProcess, name: &str) -> f64 {
-    let (_, body) = http::get(&node.admin, "/metrics").await.expect("metrics");
-    body.lines()
-        .filter(|l| l.starts_with(name) && l.contains("entity_type=\"user\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// The nodes' Kafka log lines (the source and the ingest), for a failure.
-fn kafka_logs(nodes: &[&NodeProcess]) -> String {
-    let mut out = String::new();
-    for node in nodes {
-        out.push_str(&format!("--- {} ---\n", node.grpc));
-        for line in node.logs().lines() {
-            if line.contains("colo_connectors") || line.contains("colo::kafka") {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-    }
-    out
-}
-
-/// How long a node may take to host its first shards: a joining node's
-/// shards wait until their previous owner released them, which on tansu
-/// may take a few rebalance rounds (DEVELOPERS.md).
-const FIRST_SHARDS: Duration = Duration::from_secs(90);
-
-/// Waits until `node` hosts shards of the user entity type: its consumer
-/// was assigned partitions and their shards started there.
-async fn await_hosting(node: &NodeProcess) {
-    wait::until(
-        &format!("{} hosts shards", node.grpc),
-        FIRST_SHARDS,
-        || async { metric(node, "colo_region_hosted_shards{").await > 0.0 },
-    )
-    .await;
-}
-
-async fn await_all_handled(nodes: &[&NodeProcess], expected: &BTreeMap<String, u64>) {
-    let done = wait::held_within(ALL_HANDLED, || {
-        std::future::ready(all_handled(&handled(nodes), expected))
-    })
-    .await;
-    if !done {
-        let problems = at_least_once_in_order_problems(&handled(nodes), expected);
-        let logs: Vec<String> = nodes.iter().map(|n| n.logs()).collect();
-        let tails: Vec<&str> = logs
-            .iter()
-            .map(|l| &l[l.len().saturating_sub(6000)..])
-            .collect();
-        panic!("not every purchase was handled within {ALL_HANDLED:?}: {problems:?}\nlogs:\n{tails:#?}");
-    }
-}
 
 /// Graceful changes only (a node joins, one stops on SIGTERM) while
 /// records flow: every purchase is handled exactly once, in order; no user
@@ -202,8 +112,8 @@ async fn with_graceful_changes_every_record_is_handled_exactly_once_in_order() {
 /// A node killed with SIGKILL while records flow: its partitions go to the
 /// other node once the broker notices, which replays from the committed
 /// offsets: every purchase is handled at least once, each user's in order
-/// (a replay goes back, never skips), and no user lives on two nodes at
-/// once.
+/// (a replay goes back, never skips), no user lives on two nodes at once,
+/// and every user's totals count each purchase exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_s_records_are_replayed_from_the_committed_offset_never_skipped() {
     let broker = Broker::start();
@@ -219,6 +129,7 @@ async fn a_killed_node_s_records_are_replayed_from_the_committed_offset_never_sk
     b.kill();
     let killed_at = humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string();
 
+    let expected_file = producer.expected_file();
     let expected = producer.finished(Duration::from_secs(60)).await;
     await_all_handled(&[&a, &b], &expected).await;
     let problems = at_least_once_in_order_problems(&handled(&[&a, &b]), &expected);
@@ -227,11 +138,14 @@ async fn a_killed_node_s_records_are_replayed_from_the_committed_offset_never_sk
     lifecycle.killed(&b.grpc, &killed_at);
     let overlaps = lifecycle.overlaps();
     assert!(overlaps.is_empty(), "{overlaps:#?}");
+    // The user entity type is durable: what b handled and had not made
+    // durable counted nowhere, and a's replay counted it once.
+    verify(&expected_file, &a.grpc).await.expect("totals exact");
 }
 
 /// The whole cluster stopped and started again resumes from the committed
 /// offsets: what was handled before is not handled again, and what was
-/// produced meanwhile is.
+/// produced meanwhile is; every user's totals (durable) are intact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_cluster_resumes_from_the_committed_offsets() {
     let broker = Broker::start();
@@ -250,9 +164,9 @@ async fn a_restarted_cluster_resumes_from_the_committed_offsets() {
         20,
         800,
         None,
-    )
-    .finished(Duration::from_secs(60))
-    .await;
+    );
+    let before_file = before.expected_file();
+    let before = before.finished(Duration::from_secs(60)).await;
     await_all_handled(&[&a, &b], &before).await;
     b.terminate();
     assert!(
@@ -275,9 +189,9 @@ async fn a_restarted_cluster_resumes_from_the_committed_offsets() {
         20,
         800,
         None,
-    )
-    .finished(Duration::from_secs(60))
-    .await;
+    );
+    let after_file = after.expected_file();
+    let after = after.finished(Duration::from_secs(60)).await;
     a.restart();
     b.restart();
     a.await_ready(READY).await;
@@ -289,6 +203,10 @@ async fn a_restarted_cluster_resumes_from_the_committed_offsets() {
     for (expected, when) in [(&before, "before"), (&after, "after")] {
         let problems = exactly_once_problems(&all, expected);
         assert!(problems.is_empty(), "{when} the restart: {problems:#?}");
+    }
+    // The totals of before kept through the restart, the ones after added.
+    for file in [&before_file, &after_file] {
+        verify(file, &b.grpc).await.expect("totals exact");
     }
 }
 
@@ -556,8 +474,8 @@ async fn after_a_broker_restart_mid_load_nothing_is_skipped() {
 
 /// The issue's whole sequence while records flow: two nodes, a third
 /// joins, one stops on SIGTERM, another is killed with SIGKILL. Every
-/// purchase is handled at least once, each user's in order, and no user
-/// lives on two nodes at once.
+/// purchase is handled at least once, each user's in order, no user lives
+/// on two nodes at once, and every user's totals are exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joins_stops_and_a_kill_while_records_flow_keep_at_least_once_in_order() {
     let broker = Broker::start();
@@ -583,6 +501,7 @@ async fn joins_stops_and_a_kill_while_records_flow_keep_at_least_once_in_order()
     c.kill();
     let killed_at = humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string();
 
+    let expected_file = producer.expected_file();
     let expected = producer.finished(Duration::from_secs(90)).await;
     await_all_handled(&[&a, &b, &c], &expected).await;
     let problems = at_least_once_in_order_problems(&handled(&[&a, &b, &c]), &expected);
@@ -595,15 +514,19 @@ async fn joins_stops_and_a_kill_while_records_flow_keep_at_least_once_in_order()
     lifecycle.killed(&c.grpc, &killed_at);
     let overlaps = lifecycle.overlaps();
     assert!(overlaps.is_empty(), "{overlaps:#?}");
+    verify(&expected_file, &a.grpc).await.expect("totals exact");
 }
 
 /// Node b frozen (SIGSTOP) past its session timeout while records flow:
 /// the broker gives its partitions to a, which replays them from the
 /// committed offsets. When b goes on, its consumer learns the partitions
 /// were lost, and what b had in hand (polled before the freeze, or in its
-/// entities' mailboxes) is dropped, never handled on a behind a's replay:
-/// on every node, each user's purchases only go forward, and overall each
-/// user's are handled at least once, in order.
+/// entities' mailboxes, or handled and not yet durable) is dropped: b,
+/// fenced, writes none of it. Overall each user's events are handled at
+/// least once, in order, and every user's totals count each event exactly
+/// once. (A node may handle a user's events again from an earlier one,
+/// b included once its partitions come back: what it handled before was
+/// never made durable, so it never counted.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_session_expiry_the_next_owner_handles_each_user_in_order() {
     let broker = Broker::start();
@@ -612,7 +535,11 @@ async fn after_a_session_expiry_the_next_owner_handles_each_user_in_order() {
     let sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
     let a = start(None, &sets);
     a.await_ready(READY).await;
-    let b = start(Some(&a.grpc), &sets);
+    // b writes its state behind only every 5 s: it freezes about a second
+    // after its first records, so it holds state not durable yet then.
+    let mut b_sets = sets.clone();
+    b_sets.push(r#"state.flush_interval="5s""#.to_string());
+    let b = start(Some(&a.grpc), &b_sets);
     b.await_ready(READY).await;
     let producer = Producer::start(dir.path(), broker.bootstrap(), &topic, 40, 4000, Some(400));
     await_hosting(&a).await;
@@ -635,6 +562,7 @@ async fn after_a_session_expiry_the_next_owner_handles_each_user_in_order() {
     })
     .await;
 
+    let expected_file = producer.expected_file();
     let expected = producer.finished(Duration::from_secs(90)).await;
     await_all_handled(&[&a, &b], &expected).await;
     let all = handled(&[&a, &b]);
@@ -644,15 +572,14 @@ async fn after_a_session_expiry_the_next_owner_handles_each_user_in_order() {
         "{problems:#?}\n{}",
         kafka_logs(&[&a, &b])
     );
-    for node in [&a, &b] {
-        for (user, list) in handled(&[node]) {
-            let back = list.windows(2).find(|w| w[1].sequence <= w[0].sequence);
-            assert!(
-                back.is_none(),
-                "{user} went back on {}: {back:?}\n{}",
-                node.grpc,
-                kafka_logs(&[&a, &b])
-            );
-        }
+    assert!(
+        b.logs().contains("entity state not written"),
+        "b, fenced when it went on, wrote nothing of what it held"
+    );
+    if let Err(mismatch) = verify(&expected_file, &a.grpc).await {
+        panic!(
+            "totals differ from the events produced: {mismatch}\n{}",
+            kafka_logs(&[&a, &b])
+        );
     }
 }

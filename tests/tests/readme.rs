@@ -1,8 +1,10 @@
 //! README's shell blocks run as a new user runs them: the three-node
 //! cluster and the client commands, exactly as written, from the project's
-//! root (the nodes' data directory goes to a temporary one, through the
-//! documented environment override, so that an earlier run's coordinator
-//! marker does not make this cluster wait).
+//! root. Each node keeps its data in its default directory,
+//! `colo-data/<address>` under the root (ignored by git); the test removes
+//! the directories of the addresses its blocks use before and after, so
+//! that an earlier run's coordinator marker or entity state does not change
+//! what this one sees.
 
 use colo_tests::{http, wait};
 use std::path::{Path, PathBuf};
@@ -30,12 +32,12 @@ fn block_after(readme: &str, marker: &str) -> Vec<String> {
 }
 
 /// The nodes the block started, stopped by their PIDs however the test
-/// ends.
-struct Started(Vec<u32>);
+/// ends, then their data directories removed.
+struct Started(Vec<PathBuf>, Vec<u32>);
 
 impl Started {
     fn signal(&self, signal: &str) {
-        for pid in &self.0 {
+        for pid in &self.1 {
             let _ = Command::new("kill")
                 .arg(signal)
                 .arg(pid.to_string())
@@ -44,7 +46,7 @@ impl Started {
     }
 
     fn running(&self) -> bool {
-        self.0
+        self.1
             .iter()
             .any(|pid| Path::new(&format!("/proc/{pid}")).exists() && !zombie(*pid))
     }
@@ -58,15 +60,39 @@ fn zombie(pid: u32) -> bool {
     })
 }
 
+/// The default data directories of the nodes `lines` start (`--listen
+/// host:port` becomes `colo-data/host_port` under the root).
+fn data_dirs(root: &Path, lines: &[String]) -> Vec<PathBuf> {
+    lines
+        .iter()
+        .filter_map(|l| l.split("--listen ").nth(1)?.split_whitespace().next())
+        .map(|address| {
+            root.join("colo-data")
+                .join(address.replace([':', '/'], "_"))
+        })
+        .collect()
+}
+
+/// Removes the nodes' default data directories (see [`data_dirs`]).
+fn remove(dirs: &[PathBuf]) {
+    for dir in dirs {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).expect("remove a node's data directory");
+        }
+    }
+}
+
 /// Runs README `lines` that start nodes, as a user does (in the background
-/// of a shell, which prints their PIDs and leaves them running), with the
-/// nodes' data in `data`; their output goes to `data/block.err`.
+/// of a shell, which prints their PIDs and leaves them running), from
+/// fresh data directories; their output goes to `data/block.err`.
 fn start_block(
     root: &Path,
     lines: &[String],
     data: &Path,
 ) -> (std::process::ExitStatus, String, Started) {
     let out = data.join("block.out");
+    let dirs = data_dirs(root, lines);
+    remove(&dirs);
     let status = Command::new("bash")
         .arg("-c")
         .arg(format!(
@@ -74,13 +100,13 @@ fn start_block(
             lines.join("\n")
         ))
         .current_dir(root)
-        .env("COLO_NODE__DATA_DIR", data)
         .stdout(std::fs::File::create(&out).expect("stdout file"))
         .stderr(std::fs::File::create(data.join("block.err")).expect("stderr file"))
         .status()
         .expect("run bash");
     let printed = std::fs::read_to_string(&out).unwrap_or_default();
     let started = Started(
+        dirs,
         printed
             .lines()
             .find_map(|l| l.strip_prefix("PIDS "))
@@ -95,6 +121,11 @@ fn start_block(
 impl Drop for Started {
     fn drop(&mut self) {
         self.signal("-KILL");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while self.running() && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        remove(&self.0);
     }
 }
 
@@ -112,7 +143,7 @@ async fn the_three_node_cluster_and_the_client_commands_run_as_shown() {
     let (status, printed, started) = start_block(&root, &nodes, data.path());
     let logs = || std::fs::read_to_string(data.path().join("block.err")).unwrap_or_default();
     assert!(status.success(), "{printed}\n{}", logs());
-    assert_eq!(started.0.len(), 3, "{printed}");
+    assert_eq!(started.1.len(), 3, "{printed}");
     for admin in ["127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"] {
         let ready = wait::held_within(Duration::from_secs(60), || async {
             matches!(http::get(admin, "/health/ready").await, Ok((200, _)))
@@ -191,7 +222,7 @@ async fn the_kafka_sample_commands_run_as_shown() {
     let (status, printed, started) = start_block(&root, &node, data.path());
     let logs = || std::fs::read_to_string(data.path().join("block.err")).unwrap_or_default();
     assert!(status.success(), "{printed}\n{}", logs());
-    assert_eq!(started.0.len(), 1, "{printed}");
+    assert_eq!(started.1.len(), 1, "{printed}");
     let ready = wait::held_within(Duration::from_secs(60), || async {
         matches!(
             http::get("127.0.0.1:9011", "/health/ready").await,

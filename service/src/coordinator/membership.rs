@@ -58,6 +58,7 @@ impl Coordinator {
         if !proxy {
             if first_on_link {
                 self.forget_unreported(&region, &hosted).await?;
+                self.claims_ended_but(&region, &hosted).await?;
             }
             self.adopt(&region, hosted).await?;
         }

@@ -272,10 +272,25 @@ impl Coordinator {
 
     /// The locations that waited for `region`'s claims go ahead: it left.
     pub(super) async fn claims_ended(&mut self, region: &RegionId) -> Result<(), StoreError> {
+        self.claims_ended_but(region, &[]).await
+    }
+
+    /// `region`'s claims end but those of the shards in `kept`: it
+    /// registered anew, on a new link, running only `kept`. A restarted
+    /// node (the same address, a new process) claims again what its new
+    /// assignment gives it; a node whose link only broke asks again for a
+    /// shard it still waits for. Its old claims would otherwise keep
+    /// another node's location waiting for good.
+    pub(super) async fn claims_ended_but(
+        &mut self,
+        region: &RegionId,
+        kept: &[ShardId],
+    ) -> Result<(), StoreError> {
         let claims: Vec<(ShardId, String)> = self
             .placements
             .claims
             .iter()
+            .filter(|(shard, _)| !kept.contains(shard))
             .flat_map(|(shard, claims)| {
                 claims
                     .iter()

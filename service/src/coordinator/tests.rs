@@ -294,3 +294,25 @@ async fn a_claim_waits_for_the_same_topics_stale_owner_but_not_for_another_topic
     answered.sort_unstable();
     assert_eq!(answered, [1, 2, 3], "every ask of b is answered once");
 }
+
+/// A node killed and started again at once (the same address, a new
+/// process) registers on a new link running nothing: the claims of its
+/// earlier process end, and a location that waited for one goes ahead.
+/// Its new process claims again what its new assignment gives it.
+#[tokio::test]
+async fn a_region_back_on_a_new_link_keeps_no_claim_of_a_shard_it_does_not_run() {
+    let coordinator = external_coordinator();
+    let (a, b) = (RegionId::new("a"), RegionId::new("b"));
+    let mut region_a = answering(&coordinator, &a).await;
+    let mut region_b = answering(&coordinator, &b).await;
+    region_a.to_coordinator.send(host(1, 3, &a, "t1")).unwrap();
+    assert_eq!(placed(&mut region_a).await, (1, vec![], vec![]));
+    region_b.to_coordinator.send(host(1, 3, &b, "t1")).unwrap();
+
+    let _restarted = answering(&coordinator, &a).await;
+    assert_eq!(
+        placed(&mut region_b).await,
+        (1, vec![], vec![]),
+        "b's location no longer waits for a claim of a's earlier process"
+    );
+}

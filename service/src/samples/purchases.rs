@@ -30,6 +30,10 @@ pub const USER: &str = "user";
 /// The log target of each handled purchase (debug level).
 pub const PURCHASES_LOG: &str = "colo::purchases";
 
+/// The state version of a durable [`User`]: raise it when its fields
+/// change.
+pub const USER_STATE_VERSION: u32 = 1;
+
 /// The sample's topic.
 pub const USER_EVENTS: &str = "user-events";
 
@@ -72,8 +76,8 @@ pub struct UserStats {
 
 impl UserStats {
     /// Adds a purchase. The first event an entity sees may have any
-    /// sequence number: its state is in memory only, so an entity created
-    /// again (after a hand-off) starts from zero.
+    /// sequence number (a user kept in memory only starts from zero again
+    /// when it is created anew).
     pub fn add(&mut self, purchase: &Purchase) -> Result<(), EntityError> {
         if self.last_sequence != 0 && purchase.sequence != self.last_sequence + 1 {
             self.out_of_sequence += 1;
@@ -91,8 +95,10 @@ impl UserStats {
     }
 }
 
-/// A user: running totals, in memory only until the state store lands.
-#[derive(Debug, Default, Clone)]
+/// A user: running totals. `colo run` registers it durable
+/// ([`USER_STATE_VERSION`]): its totals survive hand-offs, passivation and
+/// restarts, and each purchase event counts once.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct User {
     stats: UserStats,
 }

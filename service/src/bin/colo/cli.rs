@@ -4,6 +4,9 @@
 //! - [`client`]: tell, ask and the inspection queries against a node.
 //! - [`produce`]: records sent to Kafka on their shards' partitions: the
 //!   sample's purchase events, or one's own.
+//! - [`verify`]: the sample's users asked for their totals, compared with
+//!   what `produce --expected` wrote.
 
 pub mod client;
 pub mod produce;
+pub mod verify;

@@ -69,6 +69,10 @@ enum Command {
     /// totals each user must reach), or records of one's own from a file
     /// (--records) or a template (--payload).
     Produce(cli::produce::ProduceArgs),
+    /// Asks every user of the sample for its totals and compares them with
+    /// the file `colo produce --expected` wrote: how many match, and each
+    /// that does not. Exits non-zero unless all match.
+    Verify(cli::verify::VerifyArgs),
     #[command(flatten)]
     Client(cli::client::ClientCommand),
 }
@@ -151,6 +155,9 @@ fn main() -> ExitCode {
         Command::Simulate(args) => run_simulation(args),
         Command::Run(args) => run_node(&args),
         Command::Produce(args) => cli::produce::run(&args).map_err(|e| e.to_string()),
+        Command::Verify(args) => {
+            block_on(async { cli::verify::run(args).await.map_err(|e| e.to_string()) })
+        }
         Command::Client(command) => {
             block_on(async { cli::client::run(command).await.map_err(|e| e.to_string()) })
         }
@@ -172,7 +179,7 @@ fn block_on<T>(f: impl std::future::Future<Output = Result<T, String>>) -> Resul
 
 fn run_node(args: &colo::config::RunArgs) -> Result<(), String> {
     use colo::samples::counter::{Counter, COUNTER};
-    use colo::samples::purchases::{purchase_records, User, USER};
+    use colo::samples::purchases::{purchase_records, User, USER, USER_STATE_VERSION};
     // The config is read before anything starts, so a bad one stops the
     // process with the field's name and nothing half-started.
     let program = colo::NodeProgram::from_run_args(args).map_err(|e| e.to_string())?;
@@ -184,7 +191,11 @@ fn run_node(args: &colo::config::RunArgs) -> Result<(), String> {
             colo::kafka::json_records(),
         )
         .entity_type_with_records(
-            |settings| colo::EntityType::new(USER, |_| User::default()).with_settings(settings),
+            |settings| {
+                colo::EntityType::new(USER, |_| User::default())
+                    .with_settings(settings)
+                    .durable(USER_STATE_VERSION)
+            },
             purchase_records(),
         );
     block_on(async { program.run().await.map_err(|e| e.to_string()) })

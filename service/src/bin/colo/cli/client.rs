@@ -265,7 +265,11 @@ pub fn normalize_addr(addr: &str) -> Result<String, ClientCliError> {
     Ok(uri)
 }
 
-async fn connect(addr: &str) -> Result<ShardingClient<Channel>, ClientCliError> {
+/// A client of the node at `addr`.
+///
+/// # Errors
+/// The address is invalid or the node cannot be reached.
+pub async fn connect(addr: &str) -> Result<ShardingClient<Channel>, ClientCliError> {
     let uri = normalize_addr(addr)?;
     let endpoint = Endpoint::from_shared(uri.clone())
         .map_err(|e| ClientCliError::Address {

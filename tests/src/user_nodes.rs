@@ -1,0 +1,100 @@
+//! Nodes of the sample's `user` entity type driven by Kafka, as the broker
+//! tests start and watch them: unique topics and clusters, the nodes'
+//! `--set`s, their metrics and logs, and waiting for their shards and for
+//! every purchase to be handled.
+
+use crate::lifecycle::JSON_LOGS;
+use crate::process::NodeProcess;
+use crate::purchases::{all_handled, at_least_once_in_order_problems, handled};
+use crate::{http, wait};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+pub const READY: Duration = Duration::from_secs(30);
+pub const ALL_HANDLED: Duration = Duration::from_secs(90);
+
+/// A topic and a cluster name no other test uses.
+pub fn unique(test: &str) -> (String, String) {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let id = format!("{test}-{}-{n}", std::process::id());
+    (format!("{id}.user-events"), id)
+}
+
+/// A node of the user entity type consuming `topic` (created by the first
+/// node, with one partition per shard), logging each handled purchase.
+pub fn kafka_sets(bootstrap: &str, topic: &str, cluster: &str) -> Vec<String> {
+    let mut sets = vec![
+        r#"node.entity_types=["user"]"#.to_string(),
+        format!(r#"kafka.bootstrap_servers="{bootstrap}""#),
+        format!(r#"kafka.cluster="{cluster}""#),
+        format!(r#"kafka.topics.user=["{topic}"]"#),
+        "kafka.create_topics=true".to_string(),
+        r#"kafka.commit_interval="200ms""#.to_string(),
+        r#"kafka.client={"session.timeout.ms"="6000","heartbeat.interval.ms"="500"}"#.to_string(),
+    ];
+    sets.extend(JSON_LOGS.iter().map(|s| s.to_string()));
+    sets
+}
+
+pub fn start(coordinator: Option<&str>, sets: &[String]) -> NodeProcess {
+    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+    NodeProcess::start(coordinator, &sets)
+}
+
+/// The sum of a metric's series of the user entity type on `node`.
+pub async fn metric(node: &NodeProcess, name: &str) -> f64 {
+    let (_, body) = http::get(&node.admin, "/metrics").await.expect("metrics");
+    body.lines()
+        .filter(|l| l.starts_with(name) && l.contains("entity_type=\"user\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The nodes' Kafka log lines (the source and the ingest), for a failure.
+pub fn kafka_logs(nodes: &[&NodeProcess]) -> String {
+    let mut out = String::new();
+    for node in nodes {
+        out.push_str(&format!("--- {} ---\n", node.grpc));
+        for line in node.logs().lines() {
+            if line.contains("colo_connectors") || line.contains("colo::kafka") {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// How long a node may take to host its first shards: a joining node's
+/// shards wait until their previous owner released them, which on tansu
+/// may take a few rebalance rounds (DEVELOPERS.md).
+pub const FIRST_SHARDS: Duration = Duration::from_secs(90);
+
+/// Waits until `node` hosts shards of the user entity type: its consumer
+/// was assigned partitions and their shards started there.
+pub async fn await_hosting(node: &NodeProcess) {
+    wait::until(
+        &format!("{} hosts shards", node.grpc),
+        FIRST_SHARDS,
+        || async { metric(node, "colo_region_hosted_shards{").await > 0.0 },
+    )
+    .await;
+}
+
+pub async fn await_all_handled(nodes: &[&NodeProcess], expected: &BTreeMap<String, u64>) {
+    let done = wait::held_within(ALL_HANDLED, || {
+        std::future::ready(all_handled(&handled(nodes), expected))
+    })
+    .await;
+    if !done {
+        let problems = at_least_once_in_order_problems(&handled(nodes), expected);
+        let logs: Vec<String> = nodes.iter().map(|n| n.logs()).collect();
+        let tails: Vec<&str> = logs
+            .iter()
+            .map(|l| &l[l.len().saturating_sub(6000)..])
+            .collect();
+        panic!("not every purchase was handled within {ALL_HANDLED:?}: {problems:?}\nlogs:\n{tails:#?}");
+    }
+}

@@ -1,0 +1,191 @@
+//! Durable entity state end to end: `colo run` nodes of the sample's user
+//! entity type (durable: its totals kept in each node's store and the
+//! changelog) on tansu, while records flow and nodes join, are killed and
+//! restarted, or stop. What counts is every user's totals, asked of the
+//! cluster with `colo verify` and compared with what was produced: each
+//! purchase counted exactly once, whatever happened.
+
+use colo_connectors::Changelog;
+use colo_tests::broker::Broker;
+use colo_tests::lifecycle::Lifecycle;
+use colo_tests::process::NodeProcess;
+use colo_tests::purchases::{handled, verify, Producer};
+use colo_tests::user_nodes::*;
+use colo_tests::{http, wait};
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+/// Purchases handled so far across `nodes` (a purchase handled twice, its
+/// first effect never made durable, counts twice).
+fn handled_so_far(nodes: &[&NodeProcess]) -> usize {
+    handled(nodes).values().map(Vec::len).sum()
+}
+
+async fn until_handled(nodes: &[&NodeProcess], count: usize) {
+    wait::until(&format!("{count} purchases handled"), ALL_HANDLED, || {
+        std::future::ready(handled_so_far(nodes) >= count)
+    })
+    .await;
+}
+
+/// A series of a user metric on `node` whose labels include `label`.
+async fn series(node: &NodeProcess, name: &str, label: &str) -> f64 {
+    let (_, body) = http::get(&node.admin, "/metrics").await.expect("metrics");
+    body.lines()
+        .filter(|l| l.starts_with(name) && l.contains("entity_type=\"user\"") && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Two nodes, a third joining midway; one killed (kill -9) midway and
+/// started again (on its data directory, or on an empty one), another
+/// stopped with SIGTERM; records flowing throughout.
+async fn through_a_join_a_kill_and_a_stop(test: &str, empty_data_dir: bool) {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let (topic, cluster) = unique(test);
+    let sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
+    let a = start(None, &sets);
+    a.await_ready(READY).await;
+    let mut b = start(Some(&a.grpc), &sets);
+    b.await_ready(READY).await;
+    let producer = Producer::start(dir.path(), broker.bootstrap(), &topic, 60, 6000, Some(300));
+    await_hosting(&a).await;
+    await_hosting(&b).await;
+    until_handled(&[&a, &b], 1500).await;
+
+    let mut c = start(Some(&a.grpc), &sets);
+    c.await_ready(READY).await;
+    await_hosting(&c).await;
+    until_handled(&[&a, &b, &c], 3000).await;
+
+    b.kill();
+    let killed_at = humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string();
+    if empty_data_dir {
+        b.clear_data_dir();
+    }
+    b.restart();
+    b.await_ready(READY).await;
+    until_handled(&[&a, &b, &c], 4500).await;
+
+    c.terminate();
+    assert!(
+        c.exited(Duration::from_secs(60)).await.success(),
+        "{}",
+        c.logs()
+    );
+    let expected_file = producer.expected_file();
+    let expected = producer.finished(Duration::from_secs(90)).await;
+    await_all_handled(&[&a, &b, &c], &expected).await;
+    if let Err(mismatch) = verify(&expected_file, &a.grpc).await {
+        panic!(
+            "totals differ from the purchases produced: {mismatch}\n{}",
+            kafka_logs(&[&a, &b, &c])
+        );
+    }
+    let mut lifecycle = Lifecycle::read(&[&a, &b, &c], "user");
+    lifecycle.killed(&b.grpc, &killed_at);
+    let overlaps = lifecycle.overlaps();
+    assert!(overlaps.is_empty(), "{overlaps:#?}");
+    if empty_data_dir {
+        await_hosting(&b).await;
+        assert!(
+            series(&b, "colo_state_restores_total{", "from=\"changelog\"").await >= 1.0,
+            "b, on an empty data directory, restored its shards from the changelog alone"
+        );
+    }
+}
+
+/// The totals test: every user's totals equal the ones produced,
+/// exactly, and no user was live on two nodes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn totals_are_exact_through_a_join_a_kill_9_and_restart_and_a_sigterm() {
+    through_a_join_a_kill_and_a_stop("totals", false).await;
+}
+
+/// The same with the killed node started again on an empty data directory:
+/// the shards it gets restore from the changelog alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn totals_are_exact_when_the_killed_node_comes_back_without_its_data() {
+    through_a_join_a_kill_and_a_stop("empty-dir", true).await;
+}
+
+/// The changelog's records per partition and key (entity ids, and the
+/// epoch markers under the empty key).
+fn changelog_keys(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<(i32, Vec<u8>), usize> {
+    let changelog =
+        Changelog::new(bootstrap, &[], topic, Duration::from_secs(10)).expect("changelog");
+    let mut keys = BTreeMap::new();
+    for partition in 0..partitions {
+        changelog
+            .read(partition, None, i64::MAX, &mut |r| {
+                *keys.entry((partition, r.key.to_vec())).or_default() += 1;
+                ControlFlow::Continue(())
+            })
+            .expect("read the changelog");
+    }
+    keys
+}
+
+/// tansu compacts only on its SQLite storage: once the changelog is
+/// compacted (each user's newest state left), a node on an empty data
+/// directory restores from it the same totals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_after_compaction_gives_the_same_totals() {
+    let broker = Broker::start_compacting("1s");
+    let dir = tempfile::tempdir().expect("dir");
+    let (topic, cluster) = unique("compacted");
+    let sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
+    let mut a = start(None, &sets);
+    a.await_ready(READY).await;
+    // Ten users, many writes each: a flush every 100 ms while they come.
+    let producer = Producer::start(dir.path(), broker.bootstrap(), &topic, 10, 1500, Some(300));
+    let expected_file = producer.expected_file();
+    let expected = producer.finished(Duration::from_secs(90)).await;
+    await_all_handled(&[&a], &expected).await;
+    verify(&expected_file, &a.grpc)
+        .await
+        .expect("totals exact on a");
+    let written = series(&a, "colo_state_written_entities_total{", "").await;
+    assert!(
+        written > 10.0,
+        "the ten users' states were written several times each: {written}"
+    );
+    a.terminate();
+    assert!(
+        a.exited(Duration::from_secs(60)).await.success(),
+        "{}",
+        a.logs()
+    );
+
+    let changelog = format!("{cluster}.user.changelog");
+    wait::until(
+        "the changelog is compacted",
+        Duration::from_secs(60),
+        || {
+            let (bootstrap, topic) = (broker.bootstrap().to_string(), changelog.clone());
+            async move {
+                let keys =
+                    tokio::task::spawn_blocking(move || changelog_keys(&bootstrap, &topic, 12))
+                        .await
+                        .expect("reader");
+                keys.values().all(|&n| n == 1)
+            }
+        },
+    )
+    .await;
+
+    // The same node, as a new machine: its shards restore from the
+    // compacted changelog alone.
+    a.clear_data_dir();
+    a.restart();
+    a.await_ready(READY).await;
+    verify(&expected_file, &a.grpc)
+        .await
+        .expect("totals exact after a restore from the compacted changelog");
+}
