@@ -111,6 +111,7 @@ async fn the_kafka_demo_runs_hands_off_and_handles_every_record() {
         "summary:",
         "produced 9000 purchase events",
         "every record was handled, each user's in order",
+        "every user's totals equal what was produced",
     ] {
         assert!(out.contains(expected), "no {expected:?} in:\n{out}");
     }

@@ -212,9 +212,13 @@ async fn the_kafka_sample_commands_run_as_shown() {
     };
     let node = at_broker(block_after(&readme, "one node that consumes the topic"));
     let sample = at_broker(block_after(&readme, "Then some purchase events"));
-    let (produce, ask) = match sample.as_slice() {
-        [produce, ask] if produce.contains(" produce ") && ask.contains(" ask ") => {
-            (produce.clone(), ask.clone())
+    let (produce, ask, verify) = match sample.as_slice() {
+        [produce, ask, verify]
+            if produce.contains(" produce ")
+                && ask.contains(" ask ")
+                && verify.contains(" verify ") =>
+        {
+            (produce.clone(), ask.clone(), verify.clone())
         }
         other => panic!("README's sample block changed: {other:?}"),
     };
@@ -277,6 +281,24 @@ async fn the_kafka_sample_commands_run_as_shown() {
     assert!(
         reached,
         "user-7 never reached {wanted} purchases; last answer: {last}\nlogs:\n{}",
+        logs()
+    );
+    // Every user's totals, once every purchase is handled.
+    let verify = verify.replace("$colo", &absolute.display().to_string());
+    let mut last = String::new();
+    let matched = wait::held_within(Duration::from_secs(60), || {
+        let checked = shell(&verify);
+        last = format!(
+            "{}{}",
+            String::from_utf8_lossy(&checked.stdout),
+            String::from_utf8_lossy(&checked.stderr)
+        );
+        std::future::ready(checked.status.success())
+    })
+    .await;
+    assert!(
+        matched && last.contains("100 of 100 users match"),
+        "colo verify: {last}\nlogs:\n{}",
         logs()
     );
     started.signal("-TERM");

@@ -2,8 +2,11 @@
 //! (librdkafka's in-process mock cluster, so it needs nothing but cargo)
 //! into a cluster of three in-process nodes; a fourth node joins and one
 //! leaves while records flow, so shards hand off inside the consumer
-//! group's rebalances. A progress line every few seconds, `/metrics` served
-//! all along, and a summary that checks every record was handled.
+//! group's rebalances. The users are durable: each node keeps them in a
+//! store of its own (in a temporary directory) and the changelog on the
+//! in-process Kafka carries them between nodes. A progress line every few
+//! seconds, `/metrics` served all along, and a summary that checks every
+//! record was handled and every user's totals equal what was produced.
 
 mod membership;
 
@@ -14,7 +17,7 @@ use colo::allocation::{
 use colo::entity::{Entity, EntityContext, EntityError};
 use colo::kafka::{IngestSettings, KafkaIngest};
 use colo::samples::purchases::{
-    self, ProduceSettings, User, UserMsg, UserStats, USER, USER_EVENTS,
+    self, ProduceSettings, User, UserMsg, UserStats, USER, USER_EVENTS, USER_STATE_VERSION,
 };
 use colo::{
     ClusterShardingStats, CoordinatorHandle, EntityType, InMemoryNetwork, InMemoryStore, Node,
@@ -22,10 +25,11 @@ use colo::{
 };
 use colo_connectors::{MockKafka, SourceSettings};
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use membership::{Membership, NodeStarter};
@@ -73,7 +77,11 @@ fn step<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> DemoError {
 }
 
 /// What the users' entities handled, across nodes: the demo's own view,
-/// to check the summary against what was produced.
+/// for its progress lines and to know when every record was handled. One
+/// per process (the demo runs once): a durable entity is read back from
+/// its stored state, which holds the user's totals only.
+static TALLY: LazyLock<Tally> = LazyLock::new(Tally::default);
+
 #[derive(Debug, Default)]
 struct Tally {
     handled: AtomicU64,
@@ -84,10 +92,11 @@ struct Tally {
     last: Mutex<HashMap<String, u64>>,
 }
 
-/// The sample's user, counted in the tally.
+/// The sample's user, counted in the tally; stored as the user alone.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(transparent)]
 struct TalliedUser {
     user: User,
-    tally: Arc<Tally>,
 }
 
 impl Entity for TalliedUser {
@@ -100,13 +109,14 @@ impl Entity for TalliedUser {
         message: UserMsg,
     ) -> Result<UserStats, EntityError> {
         if let UserMsg::Purchase(purchase) = &message {
-            self.tally.handled.fetch_add(1, Ordering::Relaxed);
-            let mut last = self.tally.last.lock();
+            let tally = &*TALLY;
+            tally.handled.fetch_add(1, Ordering::Relaxed);
+            let mut last = tally.last.lock();
             let seen = last.entry(ctx.entity_id().to_string()).or_default();
             if purchase.sequence <= *seen {
-                self.tally.again.fetch_add(1, Ordering::Relaxed);
+                tally.again.fetch_add(1, Ordering::Relaxed);
             } else if purchase.sequence > *seen + 1 {
-                self.tally.ahead.fetch_add(1, Ordering::Relaxed);
+                tally.ahead.fetch_add(1, Ordering::Relaxed);
             }
             *seen = (*seen).max(purchase.sequence);
         }
@@ -136,6 +146,10 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     broker
         .create_topic("demo.user.dlq", 1)
         .map_err(step("create the dead-letter topic"))?;
+    broker
+        .create_topic(&changelog_topic(USER), partitions)
+        .map_err(step("create the changelog"))?;
+    let data = std::env::temp_dir().join(format!("colo-demo-{}", std::process::id()));
     let bootstrap = broker.bootstrap_servers();
 
     let metrics = admin::install_recorder().map_err(step("metrics recorder"))?;
@@ -156,9 +170,6 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
         number_of_shards: options.partitions,
         retry_interval: Duration::from_millis(200),
         handoff_timeout: Duration::from_secs(10),
-        // The users' totals live in memory: none is passivated while the
-        // demo runs (its summary counts every record a user handled).
-        passivation: colo::passivation::PassivationStrategy::none(),
         ..ShardingSettings::default()
     };
     let network = InMemoryNetwork::new();
@@ -172,20 +183,16 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     )
     .map_err(step("coordinator settings"))?;
     network.host_coordinator(coordinator);
-    let tally = Arc::new(Tally::default());
-    let entity_type = {
-        let tally = tally.clone();
-        EntityType::new(USER, move |_| TalliedUser {
-            user: User::default(),
-            tally: tally.clone(),
-        })
+    let tally = &*TALLY;
+    let entity_type = EntityType::new(USER, |_| TalliedUser::default())
         .with_settings(settings.clone())
         .with_extractor(KafkaMurmur2Extractor::new(options.partitions).map_err(step("extractor"))?)
-    };
+        .durable(USER_STATE_VERSION);
     let starter = NodeStarter {
         network: network.clone(),
         entity_type,
         ingest: ingest_settings(&bootstrap, &settings),
+        data: data.clone(),
     };
 
     println!(
@@ -230,7 +237,7 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     while !producer.is_finished() {
         tokio::select! {
             _ = tick.tick() => {
-                progress(started, &sent, &tally, &nodes, stats_wait).await;
+                progress(started, &sent, tally, &nodes, stats_wait).await;
                 let share = sent.load(Ordering::Relaxed) as f64 / options.records.max(1) as f64;
                 membership.due(share, true, &mut nodes);
             }
@@ -244,13 +251,13 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     let expected = produced.totals;
 
     let deadline = Instant::now() + Duration::from_secs(120);
-    while !membership.settled() || !all_handled(&tally, &expected) {
+    while !membership.settled() || !all_handled(tally, &expected) {
         if Instant::now() > deadline {
             break;
         }
         tokio::select! {
             _ = tick.tick() => {
-                progress(started, &sent, &tally, &nodes, stats_wait).await;
+                progress(started, &sent, tally, &nodes, stats_wait).await;
                 membership.due(1.0, false, &mut nodes);
             }
             Some(change) = membership.changes.recv() => membership.changed(change?, &mut nodes),
@@ -259,9 +266,9 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     // Nothing is left to run in it but a change stuck past the deadline,
     // which the summary reports as records not handled.
     membership.tasks.abort_all().await;
-    progress(started, &sent, &tally, &nodes, stats_wait).await;
+    progress(started, &sent, tally, &nodes, stats_wait).await;
 
-    let missing = missing(&tally, &expected);
+    let missing = missing(tally, &expected);
     let handled = tally.handled.load(Ordering::Relaxed);
     let again = tally.again.load(Ordering::Relaxed);
     let ahead = tally.ahead.load(Ordering::Relaxed);
@@ -276,29 +283,68 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     );
     let stats = cluster_stats(&nodes[0].region, Duration::from_secs(5)).await?;
     print_placement(&stats);
+    let differing = differing_totals(&nodes[0].region, &expected).await;
     for node in nodes {
         node.ingest.shutdown().await;
         node.node.shutdown().await;
     }
     let _ = stop_admin.send(());
     let _ = admin.await;
+    let _ = std::fs::remove_dir_all(&data);
     if ahead > 0 {
         return Err(DemoError::Step(format!(
             "{ahead} events were handled before an earlier event of their user"
         )));
     }
-    if missing.is_empty() {
-        println!(
-            "  every record was handled, each user's in order; all nodes shut down gracefully"
-        );
-        Ok(())
-    } else {
-        Err(DemoError::Step(format!(
+    if !missing.is_empty() {
+        return Err(DemoError::Step(format!(
             "{} users' last events were not handled, e.g. {:?}",
             missing.len(),
             missing.iter().take(3).collect::<Vec<_>>()
-        )))
+        )));
     }
+    println!("  every record was handled, each user's in order; all nodes shut down gracefully");
+    if !differing.is_empty() {
+        return Err(DemoError::Step(format!(
+            "{} of {} users' totals differ from what was produced, e.g. {:?}",
+            differing.len(),
+            expected.users.len(),
+            differing.iter().take(3).collect::<Vec<_>>()
+        )));
+    }
+    println!(
+        "  every user's totals equal what was produced ({} users), each purchase counted once through the joins and leaves",
+        expected.users.len()
+    );
+    Ok(())
+}
+
+/// The users whose totals, asked of the cluster, differ from what was
+/// produced (or who did not answer), with what they answered.
+async fn differing_totals(
+    region: &Region<TalliedUser>,
+    expected: &purchases::Totals,
+) -> Vec<(String, Result<UserStats, String>)> {
+    use futures::stream::{self, StreamExt};
+    stream::iter(expected.users.iter())
+        .map(|(user, wanted)| async move {
+            let got = region
+                .ask(user, UserMsg::UserStats, Duration::from_secs(10))
+                .await
+                .map_err(|e| e.to_string());
+            (user.clone(), got, wanted)
+        })
+        .buffer_unordered(64)
+        .filter_map(|(user, got, wanted)| async move {
+            (got.as_ref() != Ok(wanted)).then_some((user, got))
+        })
+        .collect()
+        .await
+}
+
+/// The changelog topic of the demo's durable users.
+pub(super) fn changelog_topic(entity_type: &str) -> String {
+    format!("demo.{entity_type}.changelog")
 }
 
 /// How long a commit at a revoke may take.

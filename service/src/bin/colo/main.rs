@@ -36,7 +36,7 @@ enum Command {
     /// The Kafka demo: purchase events through an in-process Kafka cluster
     /// into three in-process nodes; a fourth joins and one leaves while
     /// records flow; progress lines, /metrics, and a summary that checks
-    /// every record was handled.
+    /// every record was handled and every (durable) user's totals.
     Demo {
         /// Purchase events to produce.
         #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]

@@ -4,8 +4,10 @@
 use super::{step, DemoError, DemoNode, TalliedUser};
 use colo::kafka::{IngestSettings, KafkaIngest};
 use colo::samples::purchases;
+use colo::state::Engine;
 use colo::TaskSet;
-use colo::{EntityType, InMemoryNetwork, Node, Region};
+use colo::{EntityType, InMemoryNetwork, Node, NodeStore, Region, StateSettings};
+use colo_connectors::Changelog;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
@@ -27,11 +29,32 @@ pub(super) struct NodeStarter {
     pub(super) network: InMemoryNetwork,
     pub(super) entity_type: EntityType<TalliedUser>,
     pub(super) ingest: IngestSettings,
+    /// Each node's data directory goes under it.
+    pub(super) data: std::path::PathBuf,
 }
 
 impl NodeStarter {
     pub(super) async fn start(&self, name: &str) -> Result<DemoNode, DemoError> {
-        let node = Node::new(self.network.transport(name));
+        let store = {
+            let dir = self.data.join(name);
+            let settings = self.ingest.source.clone();
+            let entity_type = self.entity_type.name().to_string();
+            tokio::task::spawn_blocking(move || {
+                let store = NodeStore::open(&dir, Engine::default(), StateSettings::default())
+                    .map_err(step("open the node's state store"))?;
+                let changelog = Changelog::new(
+                    &settings.bootstrap_servers,
+                    &settings.client,
+                    &super::changelog_topic(&entity_type),
+                    std::time::Duration::from_secs(30),
+                )
+                .map_err(step("the changelog"))?;
+                Ok::<_, DemoError>(store.with_changelog(&entity_type, changelog))
+            })
+            .await
+            .map_err(step("open the node's state store"))??
+        };
+        let node = Node::with_state_store(self.network.transport(name), store);
         let region = node
             .start_region(self.entity_type.clone())
             .map_err(step("start region"))?;
