@@ -31,7 +31,7 @@ pub use passivation::{PassivationSection, StrategyName};
 pub use state::{EngineName, StateSection};
 
 use crate::logging::LogFormat;
-use crate::settings::ShardingSettings;
+use crate::settings::{EntityRecovery, ShardingSettings};
 use colo_allocation::{LeastShardSettings, RegionId};
 use overrides::Override;
 use serde::{Deserialize, Serialize};
@@ -170,6 +170,24 @@ pub struct ShardingSection {
     pub ask_timeout: Duration,
     /// `[sharding.passivation]`.
     pub passivation: PassivationSection,
+    /// See [`ShardingSettings::remember_entities`]: durable entity types
+    /// only.
+    pub remember_entities: bool,
+    /// How remembered entities start again: `all` at once, or `constant`
+    /// (`entity_recovery_number` every `entity_recovery_frequency`).
+    pub entity_recovery_strategy: RecoveryStrategy,
+    #[serde(with = "humantime_serde")]
+    pub entity_recovery_frequency: Duration,
+    pub entity_recovery_number: usize,
+}
+
+/// `sharding.entity_recovery_strategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecoveryStrategy {
+    #[default]
+    All,
+    Constant,
 }
 
 impl Default for ShardingSection {
@@ -188,6 +206,11 @@ impl Default for ShardingSection {
             handler_tell_timeout: s.handler_tell_timeout,
             ask_timeout: Duration::from_secs(5),
             passivation: PassivationSection::default(),
+            remember_entities: false,
+            entity_recovery_strategy: RecoveryStrategy::All,
+            // Akka's constant-rate defaults.
+            entity_recovery_frequency: Duration::from_millis(100),
+            entity_recovery_number: 5,
         }
     }
 }
@@ -301,6 +324,15 @@ impl NodeConfig {
             shard_mailbox_capacity: s.shard_mailbox_capacity,
             shard_concurrency: s.shard_concurrency,
             handler_tell_timeout: s.handler_tell_timeout,
+            remember_entities: s
+                .remember_entities
+                .then_some(match s.entity_recovery_strategy {
+                    RecoveryStrategy::All => EntityRecovery::All,
+                    RecoveryStrategy::Constant => EntityRecovery::Constant {
+                        frequency: s.entity_recovery_frequency,
+                        number: s.entity_recovery_number,
+                    },
+                }),
         }
     }
 

@@ -296,6 +296,12 @@ impl<E: Entity> EntityType<E> {
             return Err(RegistrationError::InvalidName(self.name));
         }
         self.settings.validate()?;
+        if self.settings.remember_entities.is_some() && self.state.is_none() {
+            return Err(RegistrationError::Settings(SettingsError {
+                field: "remember_entities",
+                reason: "it remembers the entities that have state: the entity type must be durable (EntityType::durable)".into(),
+            }));
+        }
         let extractor = match self.extractor.take() {
             Some(extractor) => extractor,
             None => Arc::new(

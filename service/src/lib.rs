@@ -103,7 +103,7 @@ pub use inspection::{ClusterShardingStats, CurrentRegionState, RegionStats};
 pub use node::Node;
 pub use program::{NodeProgram, ProgramError};
 pub use region::{Delivery, ErasedError, ErasedRegion, PlacementError, Region, Told};
-pub use settings::{SettingsError, ShardingSettings};
+pub use settings::{EntityRecovery, SettingsError, ShardingSettings};
 pub use store::{NodeStore, StateSettings};
 pub use tasks::TaskSet;
 pub use transport::{memory::InMemoryNetwork, Transport, TransportError};

@@ -164,14 +164,20 @@ impl<E: Entity> Registration for Registered<E> {
         ingest: Option<crate::kafka::IngestSettings>,
     ) -> Result<Option<Started>, ProgramError> {
         let name = self.entity_type.name().to_string();
+        let mut this = self;
+        if !this.entity_type.is_durable() && this.entity_type.settings.remember_entities.is_some() {
+            // `[sharding]` applies to every entity type of the node.
+            tracing::warn!(entity_type = %name, "sharding.remember_entities applies to durable entity types only; not to this one");
+            this.entity_type.settings.remember_entities = None;
+        }
         let refused =
             |e: RegistrationError| ProgramError::Settings(format!("entity type {name:?}: {e}"));
         if proxy {
-            node.start_proxy(self.entity_type).map_err(refused)?;
+            node.start_proxy(this.entity_type).map_err(refused)?;
             return Ok(None);
         }
-        let region = node.start_region(self.entity_type).map_err(refused)?;
-        match (ingest, self.records) {
+        let region = node.start_region(this.entity_type).map_err(refused)?;
+        match (ingest, this.records) {
             (Some(settings), Some(decode)) => Ok(Some(tokio::task::spawn_blocking(move || {
                 KafkaIngest::start(region, settings, decode)
             }))),

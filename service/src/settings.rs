@@ -56,6 +56,25 @@ pub struct ShardingSettings {
     ///
     /// [`TellError::MailboxFull`]: crate::TellError::MailboxFull
     pub handler_tell_timeout: Duration,
+    /// Remember entities (Akka's remember-entities; off by default, as in
+    /// Akka): a durable entity type's entities with state in a shard are
+    /// started again when the shard starts (after a hand-off, a crash or a
+    /// restart), without waiting for a message, at the given rate; and
+    /// they are not passivated automatically (no idle timeout, no limit),
+    /// only when they ask for it.
+    #[serde(default)]
+    pub remember_entities: Option<EntityRecovery>,
+}
+
+/// How remembered entities start again with their shard (Akka's
+/// entity-recovery-strategy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EntityRecovery {
+    /// All at once.
+    All,
+    /// `number` of them every `frequency`, so that a shard of many
+    /// entities does not load them all in one burst.
+    Constant { frequency: Duration, number: usize },
 }
 
 impl Default for ShardingSettings {
@@ -75,6 +94,7 @@ impl Default for ShardingSettings {
             shard_mailbox_capacity: 1024,
             shard_concurrency: 256,
             handler_tell_timeout: Duration::from_secs(1),
+            remember_entities: None,
         }
     }
 }
@@ -126,6 +146,14 @@ impl ShardingSettings {
         };
         if self.number_of_shards == 0 {
             return err("number_of_shards", "must be at least 1");
+        }
+        if let Some(EntityRecovery::Constant { frequency, number }) = self.remember_entities {
+            if frequency.is_zero() || number == 0 {
+                return err(
+                    "entity_recovery",
+                    "a constant rate needs a frequency longer than zero and at least 1 entity",
+                );
+            }
         }
         for (field, value) in [
             ("retry_interval", self.retry_interval),

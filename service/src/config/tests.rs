@@ -151,6 +151,42 @@ fn the_state_section_sets_the_engine_and_the_write_behind() {
 }
 
 #[test]
+fn remember_entities_is_off_by_default_and_takes_its_recovery_rate() {
+    let c = load(MINIMAL, &[], &[]).unwrap();
+    assert_eq!(c.sharding_settings().remember_entities, None);
+    let c = load(
+        MINIMAL,
+        &[],
+        &[
+            "sharding.remember_entities=true",
+            "sharding.entity_recovery_strategy=\"constant\"",
+            "sharding.entity_recovery_frequency=\"50ms\"",
+            "sharding.entity_recovery_number=3",
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        c.sharding_settings().remember_entities,
+        Some(crate::EntityRecovery::Constant {
+            frequency: Duration::from_millis(50),
+            number: 3
+        })
+    );
+    let e = load(
+        MINIMAL,
+        &[],
+        &[
+            "sharding.remember_entities=true",
+            "sharding.entity_recovery_strategy=\"constant\"",
+            "sharding.entity_recovery_number=0",
+        ],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("entity_recovery"), "{e}");
+}
+
+#[test]
 fn defaults_are_akkas() {
     let c = load(MINIMAL, &[], &[]).unwrap();
     assert_eq!(c.sharding_settings(), ShardingSettings::default());

@@ -29,13 +29,15 @@
 //! with running handlers, timers and the state's reads and writes);
 //! `lifecycle.rs` an entity's start, runs, passivation and stop;
 //! `stateful.rs` what a durable entity adds to that, `durable.rs` the
-//! state kept and written behind; `handoff.rs` the hand-off and the stop;
+//! state kept and written behind, `recovery.rs` remembered entities
+//! started again; `handoff.rs` the hand-off and the stop;
 //! `runs.rs` the handler futures in flight; `signals.rs` what the region
 //! sends outside the mailbox's order.
 
 mod durable;
 mod handoff;
 mod lifecycle;
+mod recovery;
 mod runs;
 mod signals;
 mod stateful;
@@ -207,6 +209,7 @@ impl<E: Entity> Shard<E, ()> {
                 id,
                 &region.durable,
                 region.id.as_str(),
+                entity_type.settings.remember_entities,
             )),
             _ => None,
         };
@@ -216,9 +219,16 @@ impl<E: Entity> Shard<E, ()> {
         let (done, stopped) = oneshot::channel();
         let signals = Arc::new(ShardSignals::default());
         let entities_gauge = metrics.shard_entities(&entity_type.name, id);
+        // Remembered entities are not passivated automatically.
+        let remembers = settings.remember_entities.is_some() && durable.is_some();
+        let policy = policy.filter(|_| !remembers);
         let shard = Shard {
             id,
-            idle_ticks: settings.passivation.idle_check().map(|c| c.ticks),
+            idle_ticks: settings
+                .passivation
+                .idle_check()
+                .filter(|_| !remembers)
+                .map(|c| c.ticks),
             concurrency: settings.shard_concurrency.max(1),
             custody: settings.shard_mailbox_capacity.max(1),
             entity_type,

@@ -108,9 +108,20 @@ pub fn cluster(entity_type: &str) -> Cluster {
 impl Cluster {
     /// Node `name`, its ledger region writing to `store`.
     pub fn node(&self, name: &str, store: NodeStore, version: u32) -> OneNode {
+        self.node_with(name, store, settings(), version)
+    }
+
+    /// [`Cluster::node`] with other sharding settings.
+    pub fn node_with(
+        &self,
+        name: &str,
+        store: NodeStore,
+        settings: ShardingSettings,
+        version: u32,
+    ) -> OneNode {
         let node = Arc::new(Node::with_state_store(self.network.transport(name), store));
         let entity_type = EntityType::new(self.entity_type.clone(), |_| Ledger::default())
-            .with_settings(settings())
+            .with_settings(settings)
             .durable(version);
         let region = node.start_region(entity_type).expect("ledger registers");
         OneNode {

@@ -5,3 +5,4 @@ mod ledger;
 
 mod changelog;
 mod local;
+mod remember;

@@ -22,12 +22,14 @@
 //! and both state versions), records are left uncommitted, and it is
 //! counted. It is never reset.
 
+use super::recovery::Recovery;
 use super::Map;
 use crate::entity::{Entity, EntityId, StateCodec};
 use crate::envelope::{Origin, Reply};
 use crate::error::AskError;
 use crate::metrics::StateMetrics;
 use crate::node_context::NodeContext;
+use crate::settings::EntityRecovery;
 use crate::store::{restore_until_done, Restore, Restored};
 use crate::store::{DurableShards, NodeStore, ShardDurability};
 use colo_allocation::ShardId;
@@ -38,6 +40,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, Sleep};
 
@@ -96,14 +99,16 @@ fn state_hash(state: Option<&[u8]>) -> u128 {
 
 pub(super) struct DurableShard<E: Entity> {
     codec: StateCodec<E>,
-    store: Arc<NodeStore>,
-    entity_type: Arc<str>,
-    shard: ShardId,
+    pub(super) store: Arc<NodeStore>,
+    pub(super) entity_type: Arc<str>,
+    pub(super) shard: ShardId,
     /// The epoch of this start of the shard, in every record it writes.
     epoch: u64,
     changelog: Option<Arc<Changelog>>,
     /// Until it is done, the shard takes no mail.
-    restoring: Option<Restoring>,
+    pub(super) restoring: Option<Restoring>,
+    /// Remembered entities still to start, once restored.
+    pub(super) recovery: Option<Recovery>,
     kept: Map<Kept>,
     /// Changed since the last write began: each entity's encoded record.
     pub(super) dirty: Map<Vec<u8>>,
@@ -130,6 +135,7 @@ impl<E: Entity> DurableShard<E> {
         shard: ShardId,
         shards: &Arc<DurableShards>,
         node: &str,
+        remember: Option<EntityRecovery>,
     ) -> Self {
         let metrics = StateMetrics::new(entity_type);
         let changelog = store.changelog(entity_type);
@@ -152,6 +158,7 @@ impl<E: Entity> DurableShard<E> {
             epoch: 0,
             changelog,
             restoring,
+            recovery: remember.map(Recovery::new),
             kept: Map::default(),
             dirty: Map::default(),
             held: Vec::new(),

@@ -6,7 +6,7 @@
 
 use super::durable::{Loaded, Start};
 use super::runs::Done;
-use super::{Active, Shard, LIFECYCLE};
+use super::{Active, Phase, Shard, LIFECYCLE};
 use crate::entity::{Entity, EntityId};
 use crate::envelope::{Envelope, Origin, Reply};
 use crate::error::AskError;
@@ -27,6 +27,16 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         let mut progressed = durable.poll_restore(cx);
         progressed |= durable.poll_write(&self.node, cx);
         progressed |= durable.write_if_due(cx, false, serving);
+        if serving && matches!(self.phase, Phase::Active) {
+            let remembered = match self.durable.as_mut() {
+                Some(durable) => durable.remembered(cx),
+                None => Vec::new(),
+            };
+            progressed |= !remembered.is_empty();
+            for (id, value) in remembered {
+                self.remember(id, &value);
+            }
+        }
         while let Poll::Ready(Some(loaded)) = self.durable_loads().poll_next_unpin(cx) {
             progressed = true;
             match loaded {
@@ -99,6 +109,25 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             busy.running = None;
         }
         self.after_run(&id);
+    }
+
+    /// Starts a remembered entity, unless a message started it already (or
+    /// it deleted itself: nothing of it is remembered then).
+    fn remember(&mut self, id: EntityId, value: &[u8]) {
+        if self.entities.contains_key(&id) || self.busy.contains_key(&id) {
+            return;
+        }
+        let Some(durable) = self.durable.as_mut() else {
+            return;
+        };
+        match durable.decode(&id, value) {
+            Ok(Start::Entity(entity)) => {
+                durable.metrics.loaded_store.increment(1);
+                self.insert_active(&id, entity);
+            }
+            Ok(Start::Fresh | Start::Loading) => durable.forget(&id),
+            Err(reason) => self.stop_broken(&id, reason),
+        }
     }
 
     /// A state that cannot be read stops the shard: nothing it holds or is

@@ -1,0 +1,117 @@
+//! Remember entities (Akka's remember-entities): once a durable shard is
+//! restored, the entities with state in the node's store are read in one
+//! scan of the shard and started without a message, all at once or a
+//! number every interval (Akka's entity-recovery-strategy), so that a
+//! shard of many entities does not load them in one burst.
+
+use super::durable::DurableShard;
+use crate::entity::{Entity, EntityId};
+use crate::settings::EntityRecovery;
+use colo_state::StoreError;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, Sleep};
+
+/// Remember entities: the shard's stored entities, read once it is
+/// restored and started at the recovery strategy's rate.
+pub(super) struct Recovery {
+    strategy: EntityRecovery,
+    phase: RecoveryPhase,
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+/// A shard's stored entities: id and stored record.
+type Stored = Vec<(EntityId, Vec<u8>)>;
+
+enum RecoveryPhase {
+    /// Not read yet.
+    Unread,
+    Reading(JoinHandle<Result<Stored, StoreError>>),
+    /// Read: those not started yet.
+    Starting(VecDeque<(EntityId, Vec<u8>)>),
+    Done,
+}
+
+impl Recovery {
+    pub(super) fn new(strategy: EntityRecovery) -> Self {
+        Self {
+            strategy,
+            phase: RecoveryPhase::Unread,
+            timer: None,
+        }
+    }
+}
+
+impl<E: Entity> DurableShard<E> {
+    /// The remembered entities to start now (after their shard restored):
+    /// all, or the next ones of the constant rate; none while the store is
+    /// read or the rate's timer runs.
+    pub fn remembered(&mut self, cx: &mut Context<'_>) -> Stored {
+        if self.restoring.is_some() {
+            return Vec::new();
+        }
+        let Some(recovery) = self.recovery.as_mut() else {
+            return Vec::new();
+        };
+        loop {
+            match &mut recovery.phase {
+                RecoveryPhase::Unread => {
+                    let store = self.store.store();
+                    let (entity_type, shard) = (self.entity_type.clone(), self.shard);
+                    recovery.phase =
+                        RecoveryPhase::Reading(tokio::task::spawn_blocking(move || {
+                            let mut found = Vec::new();
+                            store.scan(&entity_type, shard, &mut |id, value| {
+                                found.push((EntityId::from(id), value.to_vec()));
+                                std::ops::ControlFlow::Continue(())
+                            })?;
+                            Ok(found)
+                        }));
+                }
+                RecoveryPhase::Reading(task) => match Pin::new(task).poll(cx) {
+                    Poll::Pending => return Vec::new(),
+                    Poll::Ready(Ok(Ok(found))) => {
+                        tracing::info!(entity_type = %self.entity_type, shard = %self.shard, entities = found.len(), "starting the shard's remembered entities");
+                        recovery.phase = RecoveryPhase::Starting(found.into());
+                    }
+                    Poll::Ready(Ok(Err(e))) => {
+                        tracing::error!(entity_type = %self.entity_type, shard = %self.shard, error = %e, "the shard's remembered entities cannot be read; they start on their next message");
+                        recovery.phase = RecoveryPhase::Done;
+                    }
+                    Poll::Ready(Err(e)) => {
+                        tracing::error!(entity_type = %self.entity_type, shard = %self.shard, error = %e, "the read of the remembered entities failed; they start on their next message");
+                        recovery.phase = RecoveryPhase::Done;
+                    }
+                },
+                RecoveryPhase::Starting(pending) => {
+                    let number = match recovery.strategy {
+                        EntityRecovery::All => pending.len(),
+                        EntityRecovery::Constant { frequency, number } => {
+                            let timer = recovery.timer.get_or_insert_with(|| {
+                                Box::pin(tokio::time::sleep(Duration::ZERO))
+                            });
+                            if timer.as_mut().poll(cx).is_pending() {
+                                return Vec::new();
+                            }
+                            timer.as_mut().reset(Instant::now() + frequency);
+                            // Registers the next wake-up.
+                            let _ = timer.as_mut().poll(cx);
+                            number
+                        }
+                    };
+                    let batch: Vec<_> = pending.drain(..number.min(pending.len())).collect();
+                    if pending.is_empty() {
+                        recovery.phase = RecoveryPhase::Done;
+                        recovery.timer = None;
+                    }
+                    return batch;
+                }
+                RecoveryPhase::Done => return Vec::new(),
+            }
+        }
+    }
+}

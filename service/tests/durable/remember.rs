@@ -1,0 +1,93 @@
+//! Remember entities: a durable entity type's entities with state start
+//! again with their shard, at the recovery strategy's rate, without a
+//! message; a type must be durable to remember.
+
+use crate::ledger::*;
+use colo::{EntityRecovery, EntityType, InMemoryNetwork, Node, NodeStore, RegistrationError};
+use colo::{ShardingSettings, StateSettings};
+use std::time::Duration;
+
+/// Ids of one shard, the first being `acct-r0`'s.
+fn ids_in_one_shard(count: usize) -> Vec<String> {
+    let shard = shard_of("acct-r0");
+    (0..10_000)
+        .map(|i| format!("acct-r{i}"))
+        .filter(|id| shard_of(id) == shard)
+        .take(count)
+        .collect()
+}
+
+#[tokio::test]
+async fn remembered_entities_start_with_their_shard_at_the_constant_rate() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = open(&dir);
+    let ids = ids_in_one_shard(6);
+    let a = start(&store, at_once(), 1);
+    for (n, id) in ids.iter().enumerate() {
+        a.region
+            .ask(id, LedgerMsg::Add(n as i64 + 1), ASK)
+            .await
+            .expect("added");
+    }
+    a.node.kill().await;
+
+    let remembering = ShardingSettings {
+        remember_entities: Some(EntityRecovery::Constant {
+            frequency: Duration::from_millis(20),
+            number: 2,
+        }),
+        ..settings()
+    };
+    let b = cluster(LEDGER).node_with(
+        "b",
+        NodeStore::new(store.clone(), StateSettings::default()),
+        remembering,
+        1,
+    );
+    // One message starts the shard; its other entities come without one.
+    let first = b
+        .region
+        .ask(&ids[0], LedgerMsg::Get, ASK)
+        .await
+        .expect("got");
+    assert_eq!(first, (1, 1));
+    let deadline = tokio::time::Instant::now() + ASK;
+    loop {
+        let state = b.region.state(Duration::from_secs(2)).await.expect("state");
+        let active: Vec<String> = state
+            .shards
+            .values()
+            .flat_map(|ids| ids.iter().map(|e| e.to_string()))
+            .collect();
+        if ids.iter().all(|id| active.contains(id)) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "remembered {ids:?}, active {active:?}"
+        );
+        tokio::task::yield_now().await;
+    }
+    for (n, id) in ids.iter().enumerate() {
+        let got = b.region.ask(id, LedgerMsg::Get, ASK).await.expect("got");
+        assert_eq!(got, (n as i64 + 1, 1), "{id} started with its state");
+    }
+}
+
+#[tokio::test]
+async fn only_a_durable_entity_type_remembers_its_entities() {
+    let network = InMemoryNetwork::new();
+    let node = Node::new(network.transport("a"));
+    let remembering = ShardingSettings {
+        remember_entities: Some(EntityRecovery::All),
+        ..settings()
+    };
+    let refused = node
+        .start_region(EntityType::new(LEDGER, |_| Ledger::default()).with_settings(remembering))
+        .map(drop)
+        .expect_err("not durable");
+    assert!(
+        matches!(&refused, RegistrationError::Settings(e) if e.field == "remember_entities"),
+        "{refused}"
+    );
+}
