@@ -112,11 +112,13 @@ impl StateMetrics {
         handles
     }
 
-    /// A shard's state was restored.
-    pub fn restored(&self, restored: &crate::store::Restored) {
-        let how = usize::from(!restored.from_checkpoint);
+    /// A shard's state was restored: from the node's checkpoint (only the
+    /// changelog's tail read) or the whole changelog, in `took`, reading
+    /// `records`.
+    pub fn restored(&self, from_checkpoint: bool, took: std::time::Duration, records: u64) {
+        let how = usize::from(!from_checkpoint);
         self.restores[how].increment(1);
-        self.restore_duration[how].record(restored.took.as_secs_f64());
-        self.restored_records.increment(restored.read);
+        self.restore_duration[how].record(took.as_secs_f64());
+        self.restored_records.increment(records);
     }
 }

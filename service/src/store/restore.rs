@@ -280,7 +280,7 @@ pub(crate) async fn restore_until_done(restore: Arc<Restore>, metrics: StateMetr
         tracing::info!(entity_type = %restore.entity_type, shard = %restore.shard, "restoring shard state");
         match restore.clone().run().await {
             Ok(restored) => {
-                metrics.restored(&restored);
+                metrics.restored(restored.from_checkpoint, restored.took, restored.read);
                 tracing::info!(
                     entity_type = %restore.entity_type,
                     shard = %restore.shard,

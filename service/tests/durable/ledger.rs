@@ -83,6 +83,11 @@ pub struct Cluster {
 /// metrics use a name of their own). Shards are never rebalanced: they
 /// move only when a node leaves, when a test says so.
 pub fn cluster(entity_type: &str) -> Cluster {
+    // What the nodes log, shown with a failing test's output.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+        .with_test_writer()
+        .try_init();
     let network = InMemoryNetwork::new();
     let strategy = LeastShardAllocationStrategy::new(LeastShardSettings::default())
         .expect("least-shard settings");

@@ -22,7 +22,7 @@
 //! and both state versions), records are left uncommitted, and it is
 //! counted. It is never reset.
 
-use super::recovery::Recovery;
+use super::recovery::{Recovery, Stored};
 use super::Map;
 use crate::entity::{Entity, EntityId, StateCodec};
 use crate::envelope::{Origin, Reply};
@@ -99,16 +99,16 @@ fn state_hash(state: Option<&[u8]>) -> u128 {
 
 pub(super) struct DurableShard<E: Entity> {
     codec: StateCodec<E>,
-    pub(super) store: Arc<NodeStore>,
-    pub(super) entity_type: Arc<str>,
-    pub(super) shard: ShardId,
+    store: Arc<NodeStore>,
+    entity_type: Arc<str>,
+    shard: ShardId,
     /// The epoch of this start of the shard, in every record it writes.
     epoch: u64,
     changelog: Option<Arc<Changelog>>,
     /// Until it is done, the shard takes no mail.
-    pub(super) restoring: Option<Restoring>,
+    restoring: Option<Restoring>,
     /// Remembered entities still to start, once restored.
-    pub(super) recovery: Option<Recovery>,
+    recovery: Option<Recovery>,
     kept: Map<Kept>,
     /// Changed since the last write began: each entity's encoded record.
     pub(super) dirty: Map<Vec<u8>>,
@@ -170,6 +170,17 @@ impl<E: Entity> DurableShard<E> {
             durability,
             shards: shards.clone(),
             metrics,
+        }
+    }
+
+    /// The remembered entities to start now, once the shard is restored
+    /// (see `recovery.rs`).
+    pub fn remembered(&mut self, cx: &mut Context<'_>) -> Stored {
+        match self.recovery.as_mut() {
+            Some(recovery) if self.restoring.is_none() => {
+                recovery.next(&self.store, &self.entity_type, self.shard, cx)
+            }
+            _ => Vec::new(),
         }
     }
 

@@ -4,13 +4,15 @@
 //! number every interval (Akka's entity-recovery-strategy), so that a
 //! shard of many entities does not load them in one burst.
 
-use super::durable::DurableShard;
-use crate::entity::{Entity, EntityId};
+use crate::entity::EntityId;
 use crate::settings::EntityRecovery;
+use crate::store::NodeStore;
+use colo_allocation::ShardId;
 use colo_state::StoreError;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -25,7 +27,7 @@ pub(super) struct Recovery {
 }
 
 /// A shard's stored entities: id and stored record.
-type Stored = Vec<(EntityId, Vec<u8>)>;
+pub(super) type Stored = Vec<(EntityId, Vec<u8>)>;
 
 enum RecoveryPhase {
     /// Not read yet.
@@ -46,22 +48,23 @@ impl Recovery {
     }
 }
 
-impl<E: Entity> DurableShard<E> {
-    /// The remembered entities to start now (after their shard restored):
-    /// all, or the next ones of the constant rate; none while the store is
-    /// read or the rate's timer runs.
-    pub fn remembered(&mut self, cx: &mut Context<'_>) -> Stored {
-        if self.restoring.is_some() {
-            return Vec::new();
-        }
-        let Some(recovery) = self.recovery.as_mut() else {
-            return Vec::new();
-        };
+impl Recovery {
+    /// The remembered entities of `shard` to start now: all, or the next
+    /// ones of the constant rate; none while the store is read or the
+    /// rate's timer runs.
+    pub(super) fn next(
+        &mut self,
+        store: &NodeStore,
+        entity_type: &Arc<str>,
+        shard: ShardId,
+        cx: &mut Context<'_>,
+    ) -> Stored {
+        let recovery = self;
         loop {
             match &mut recovery.phase {
                 RecoveryPhase::Unread => {
-                    let store = self.store.store();
-                    let (entity_type, shard) = (self.entity_type.clone(), self.shard);
+                    let store = store.store();
+                    let entity_type = entity_type.clone();
                     recovery.phase =
                         RecoveryPhase::Reading(tokio::task::spawn_blocking(move || {
                             let mut found = Vec::new();
@@ -75,15 +78,15 @@ impl<E: Entity> DurableShard<E> {
                 RecoveryPhase::Reading(task) => match Pin::new(task).poll(cx) {
                     Poll::Pending => return Vec::new(),
                     Poll::Ready(Ok(Ok(found))) => {
-                        tracing::info!(entity_type = %self.entity_type, shard = %self.shard, entities = found.len(), "starting the shard's remembered entities");
+                        tracing::info!(entity_type = %entity_type, %shard, entities = found.len(), "starting the shard's remembered entities");
                         recovery.phase = RecoveryPhase::Starting(found.into());
                     }
                     Poll::Ready(Ok(Err(e))) => {
-                        tracing::error!(entity_type = %self.entity_type, shard = %self.shard, error = %e, "the shard's remembered entities cannot be read; they start on their next message");
+                        tracing::error!(entity_type = %entity_type, %shard, error = %e, "the shard's remembered entities cannot be read; they start on their next message");
                         recovery.phase = RecoveryPhase::Done;
                     }
                     Poll::Ready(Err(e)) => {
-                        tracing::error!(entity_type = %self.entity_type, shard = %self.shard, error = %e, "the read of the remembered entities failed; they start on their next message");
+                        tracing::error!(entity_type = %entity_type, %shard, error = %e, "the read of the remembered entities failed; they start on their next message");
                         recovery.phase = RecoveryPhase::Done;
                     }
                 },
