@@ -289,10 +289,10 @@ impl<E: Entity> Region<E> {
         self.shared.entity_type.is_durable() && self.shared.node.store.is_some()
     }
 
-    /// What covers every change made so far in `shard`, if it runs here
-    /// and is durable.
-    pub(crate) fn durable_wait(&self, shard: ShardId) -> Option<crate::store::DurableWait> {
-        self.shared.durable.wait(shard)
+    /// How far `shard`'s changes are durable, if it runs here and is
+    /// durable.
+    pub(crate) fn durability(&self, shard: ShardId) -> Option<Arc<crate::store::ShardDurability>> {
+        self.shared.durable.get(shard)
     }
 
     /// Waits until `shard`'s state is restored, if it is durable and runs

@@ -174,34 +174,19 @@ impl ShardDurability {
         });
     }
 
-    /// What covers every change made so far.
-    pub fn wait(&self) -> DurableWait {
-        DurableWait {
-            seq: self.changed.load(Ordering::Acquire),
-            flushed: self.flushed.subscribe(),
-        }
-    }
-}
-
-/// Waits until the changes made before it was taken are durable.
-#[derive(Debug)]
-pub(crate) struct DurableWait {
-    seq: u64,
-    flushed: watch::Receiver<u64>,
-}
-
-impl DurableWait {
-    /// Durable already.
-    pub fn is_durable(&self) -> bool {
-        *self.flushed.borrow() >= self.seq
+    /// The number of the last write that took a change.
+    pub fn changed_seq(&self) -> u64 {
+        self.changed.load(Ordering::Acquire)
     }
 
-    /// True once durable; false if the shard stopped before (its last
-    /// changes were not written: whatever waited is done again).
-    pub async fn durable(mut self) -> bool {
-        let seq = self.seq;
-        let waited = self.flushed.wait_for(|f| *f >= seq).await.is_ok();
-        waited || *self.flushed.borrow() >= seq
+    /// The number of the last durable write.
+    pub fn flushed_seq(&self) -> u64 {
+        *self.flushed.borrow()
+    }
+
+    /// The number of the last durable write, and how it moves.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.flushed.subscribe()
     }
 }
 
@@ -240,8 +225,8 @@ impl DurableShards {
         done
     }
 
-    /// What covers the changes made so far in `shard`, if it runs here.
-    pub fn wait(&self, shard: ShardId) -> Option<DurableWait> {
-        self.0.lock().get(&shard).map(|d| d.wait())
+    /// The durability of `shard`, if it runs here.
+    pub fn get(&self, shard: ShardId) -> Option<Arc<ShardDurability>> {
+        self.0.lock().get(&shard).cloned()
     }
 }

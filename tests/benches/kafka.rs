@@ -1,8 +1,11 @@
 //! Kafka end to end, against the test broker (tansu on loopback):
 //!
 //! 1. throughput: records per second through a `colo run` node (consume,
-//!    decode, route, handle, commit) next to a bare rdkafka consumer that
-//!    reads the same topic from the same broker, in one run, as a ratio;
+//!    decode, route, handle, write the users' state behind to the node's
+//!    store and the changelog, commit) next to a bare rdkafka consumer that
+//!    reads the same topic from the same broker, and next to the same node
+//!    program with its users in memory only (the `users_in_memory`
+//!    example), in one run, as ratios;
 //! 2. hand-off pause: a node joins and leaves a group whose moving shards
 //!    hold live entities while records flow; each pause is from the old
 //!    owner's revoke to the first record handled on the new owner, with the
@@ -12,14 +15,14 @@
 //! `COLO_BENCH_RECORDS` (default 1000000) sizes the throughput run,
 //! `COLO_BENCH_USERS` (default 20000) the live entities and
 //! `COLO_BENCH_CYCLES` (default 5) the join-and-leave cycles;
-//! `COLO_BENCH_RUNS` (default 5) is how many times the throughput of each
+//! `COLO_BENCH_RUNS` (default 3) is how many times the throughput of each
 //! consumer is measured: single runs spread by about 0.15 on two cores the
 //! broker shares, so the median is what to read.
 
 use colo_tests::broker::Broker;
 use colo_tests::http;
 use colo_tests::lifecycle::JSON_LOGS;
-use colo_tests::process::NodeProcess;
+use colo_tests::process::{NodeProcess, Program};
 use colo_tests::purchases::Producer;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::time::{Duration, Instant};
@@ -69,6 +72,13 @@ fn start(coordinator: Option<&str>, sets: &[String]) -> NodeProcess {
     NodeProcess::start(coordinator, &sets)
 }
 
+/// Durable users (`colo run`) or users in memory only.
+#[derive(Debug, Clone, Copy)]
+enum Users {
+    Durable,
+    InMemory,
+}
+
 async fn handled(node: &NodeProcess) -> f64 {
     let Ok((_, body)) = http::get(&node.admin, "/metrics").await else {
         return 0.0;
@@ -115,8 +125,20 @@ fn bare(bootstrap: &str, topic: &str, group: &str, count: u64) -> f64 {
 
 /// A `colo run` node in a group of its own: records per second from its
 /// first handled record to the `count`-th.
-async fn through_colo(bootstrap: &str, topic: &str, cluster: &str, count: u64) -> f64 {
-    let node = start(None, &node_sets(bootstrap, topic, cluster, false));
+async fn through_colo(
+    bootstrap: &str,
+    topic: &str,
+    cluster: &str,
+    count: u64,
+    users: Users,
+) -> f64 {
+    let sets = node_sets(bootstrap, topic, cluster, false);
+    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let program = match users {
+        Users::Durable => Program::Colo,
+        Users::InMemory => Program::Example("users_in_memory"),
+    };
+    let node = NodeProcess::start_program(program, None, &sets);
     node.await_ready(Duration::from_secs(30)).await;
     let mut first = None;
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -159,27 +181,47 @@ async fn throughput(broker: &Broker) {
         .finished(Duration::from_secs(600))
         .await;
     println!("throughput: {records} records of {users} users, {PARTITIONS} partitions, one node");
-    println!("| run | bare rdkafka consumer records/s | colo run records/s | ratio |");
-    println!("|---|---:|---:|---:|");
+    println!("| run | bare rdkafka consumer records/s | colo, users in memory, records/s | colo run, durable users, records/s | durable/bare | durable/in memory |");
+    println!("|---|---:|---:|---:|---:|---:|");
     let mut ratios = Vec::new();
-    for run in 1..=env("COLO_BENCH_RUNS", 5) {
+    let mut costs = Vec::new();
+    for run in 1..=env("COLO_BENCH_RUNS", 3) {
         let bootstrap = broker.bootstrap().to_string();
         let (t, group) = (topic.clone(), format!("bench-bare-{run}"));
         let bare = tokio::task::spawn_blocking(move || bare(&bootstrap, &t, &group, records))
             .await
             .expect("bare consumer");
+        let memory = through_colo(
+            broker.bootstrap(),
+            &topic,
+            &format!("bench-memory-{run}"),
+            records,
+            Users::InMemory,
+        )
+        .await;
         let colo = through_colo(
             broker.bootstrap(),
             &topic,
             &format!("bench-colo-{run}"),
             records,
+            Users::Durable,
         )
         .await;
         ratios.push(colo / bare);
-        println!("| {run} | {bare:.0} | {colo:.0} | {:.2} |", colo / bare);
+        costs.push(colo / memory);
+        println!(
+            "| {run} | {bare:.0} | {memory:.0} | {colo:.0} | {:.2} | {:.2} |",
+            colo / bare,
+            colo / memory
+        );
     }
     ratios.sort_by(f64::total_cmp);
-    println!("median ratio colo/bare: {:.2}", ratios[ratios.len() / 2]);
+    costs.sort_by(f64::total_cmp);
+    println!(
+        "median ratios: durable/bare {:.2}, durable/in memory {:.2}",
+        ratios[ratios.len() / 2],
+        costs[costs.len() / 2]
+    );
 }
 
 /// Log lines with `message` (JSON logs): their time (seconds since the

@@ -24,6 +24,7 @@
 //! (see `Reply::Record`), left uncommitted, and consumed again by the
 //! partition's next owner.
 
+use super::durable_acks::DurableAcks;
 use super::slots::{Outcome, Slots, Step};
 use super::{IngestSettings, RecordDecoder};
 use crate::entity::{Entity, EntityId};
@@ -34,8 +35,6 @@ use crate::metrics::KafkaMetrics;
 use crate::region::{PlacementError, Region};
 use colo_allocation::ShardId;
 use colo_connectors::{Ack, DeadLetters, Gate, Record, TopicPartition};
-use futures::stream::FuturesUnordered;
-use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
@@ -46,11 +45,6 @@ use tokio::sync::{mpsc, oneshot};
 /// processor's caches when that bound is large, and is far more than the
 /// keys a partition has in flight at once.
 const WINDOW: usize = 256;
-
-/// A handled record waiting for its change to be durable (Sync: the task
-/// is shared by reference across its awaits).
-pub(super) type Unflushed =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Option<Ack>> + Send + Sync>>;
 
 /// One assigned partition's task.
 pub(super) struct PartitionTask<E: Entity> {
@@ -75,9 +69,8 @@ pub(super) struct PartitionTask<E: Entity> {
     /// each is acked only once the change it made is durable.
     pub(super) durable_topic: Option<Arc<str>>,
     /// Handled records waiting for their change to be durable before they
-    /// are acked: each gives its ack back once durable, or drops it (not
-    /// handled: consumed again) if its shard stopped first.
-    pub(super) unflushed: FuturesUnordered<Unflushed>,
+    /// are acked (see `durable_acks.rs`).
+    pub(super) unflushed: DurableAcks,
 }
 
 /// Where a partition's shard is, which says how its records are routed.
@@ -147,11 +140,8 @@ impl<E: Entity> PartitionTask<E> {
             }
             tokio::select! {
                 biased;
-                Some(durable) = self.unflushed.next(), if !self.unflushed.is_empty() => {
-                    if let Some(ack) = durable {
-                        ack.handled();
-                    }
-                }
+                () = std::future::poll_fn(|cx| self.unflushed.poll_settled(cx)),
+                    if !self.unflushed.is_empty() => {}
                 record = records.recv(), if open && slots.queue.len() < WINDOW => match record {
                     Some(record) => self.take(&mut slots, record).await,
                     None => open = false,
@@ -396,18 +386,13 @@ impl<E: Entity> PartitionTask<E> {
     /// Acks a settled record: at once, or, for a durable entity type, once
     /// what its shard changed so far is durable.
     fn settle_ack(&mut self, ack: Ack, shard: Option<ShardId>) {
-        if self.durable_topic.is_none() {
-            return ack.handled();
-        }
-        let wait = shard.and_then(|shard| self.region.durable_wait(shard));
-        match wait {
-            Some(wait) if wait.is_durable() => ack.handled(),
-            Some(wait) => self
-                .unflushed
-                .push(Box::pin(async move { wait.durable().await.then_some(ack) })),
-            // Dead-lettered, or its shard is elsewhere (forwarded: the
-            // shard's node answered once durable).
-            None => ack.handled(),
+        match shard {
+            Some(shard) if self.durable_topic.is_some() => {
+                let region = &self.region;
+                self.unflushed.push(shard, ack, || region.durability(shard));
+            }
+            // Dead-lettered (it changed nothing), or not durable.
+            _ => ack.handled(),
         }
     }
 }

@@ -103,7 +103,7 @@ impl<E: Entity> Rebalances<E> {
                 handled,
                 shard: ShardPlace::Unknown,
                 durable_topic,
-                unflushed: futures::stream::FuturesUnordered::new(),
+                unflushed: Default::default(),
             };
             self.region.context().tasks.spawn(async move {
                 task.run(partition.gate, partition.records, given_up).await;

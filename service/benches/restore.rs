@@ -1,0 +1,144 @@
+//! Restore rate of durable state: a shard that starts on a node with an
+//! empty store reads its changelog partition (`COLO_BENCH_ENTITIES`
+//! entity states, default 200000) into the node's store before its first
+//! message is answered; entities restored per second, for each engine, in
+//! one run. The changelog is on the test broker (tansu, memory storage, on
+//! loopback, sharing the machine's two cores with the node).
+//!
+//! `cargo bench -p colo --bench restore`
+
+use colo::allocation::{LeastShardAllocationStrategy, LeastShardSettings};
+use colo::state::{Engine, StateRecord};
+use colo::{
+    CoordinatorHandle, Entity, EntityContext, EntityError, EntityType, InMemoryNetwork,
+    InMemoryStore, Node, NodeStore, ShardingSettings, StateSettings,
+};
+use colo_connectors::Changelog;
+use colo_tests::broker::Broker;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Counter {
+    value: i64,
+}
+
+impl Entity for Counter {
+    type Message = ();
+    type Reply = i64;
+
+    async fn handle(&mut self, _: &EntityContext, (): ()) -> Result<i64, EntityError> {
+        Ok(self.value)
+    }
+}
+
+const TYPE: &str = "restored";
+
+async fn restore_once(
+    broker: &Broker,
+    run: usize,
+    engine: Engine,
+    entities: u64,
+) -> (f64, Duration) {
+    let entity_type = format!("{TYPE}-{run}-{engine}");
+    let topic = format!("{entity_type}.changelog");
+    colo_connectors::create_missing_topics(
+        broker.bootstrap(),
+        &[],
+        &[colo_connectors::NewTopicSpec {
+            name: topic.clone(),
+            partitions: 1,
+            replication_factor: 1,
+            config: Vec::new(),
+        }],
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("topic");
+    let changelog = Changelog::new(broker.bootstrap(), &[], &topic, Duration::from_secs(60))
+        .expect("changelog");
+    for chunk in (0..entities).collect::<Vec<_>>().chunks(10_000) {
+        let records: Vec<(Vec<u8>, Vec<u8>)> = chunk
+            .iter()
+            .map(|i| {
+                let state = postcard::to_stdvec(&Counter { value: *i as i64 }).expect("state");
+                let mut record = StateRecord::new(0, 1, Some(state));
+                record.mark_applied("events", *i);
+                (format!("counter-{i}").into_bytes(), record.encode())
+            })
+            .collect();
+        changelog.write(0, &records).await.expect("written");
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let store = {
+        let path = dir.path().to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            NodeStore::open(&path, engine, StateSettings::default()).expect("store")
+        })
+        .await
+        .expect("open")
+    };
+    let settings = ShardingSettings {
+        number_of_shards: 1,
+        ..ShardingSettings::default()
+    };
+    let network = InMemoryNetwork::new();
+    network.host_coordinator(
+        CoordinatorHandle::spawn(
+            &entity_type,
+            settings.clone(),
+            Box::new(
+                LeastShardAllocationStrategy::new(LeastShardSettings::default()).expect("settings"),
+            ),
+            Arc::new(InMemoryStore::new()),
+        )
+        .expect("coordinator"),
+    );
+    let node = Node::with_state_store(
+        network.transport("a"),
+        store.with_changelog(&entity_type, changelog),
+    );
+    let region = node
+        .start_region(
+            EntityType::new(entity_type.clone(), |_| Counter::default())
+                .with_settings(settings)
+                .durable(1),
+        )
+        .expect("region");
+    let started = Instant::now();
+    let last = entities - 1;
+    let value = region
+        .ask(&format!("counter-{last}"), (), Duration::from_secs(600))
+        .await
+        .expect("answered after the restore");
+    assert_eq!(value, last as i64);
+    let took = started.elapsed();
+    node.shutdown().await;
+    (entities as f64 / took.as_secs_f64(), took)
+}
+
+fn main() {
+    let entities: u64 = std::env::var("COLO_BENCH_ENTITIES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let broker = Broker::start();
+    println!("restore of one shard from its changelog into an empty store: {entities} entities");
+    println!("| engine | run | restore, first message answered | entities/s |");
+    println!("|---|---:|---:|---:|");
+    for run in 1..=2 {
+        for engine in Engine::ALL {
+            let (rate, took) = runtime.block_on(restore_once(&broker, run, engine, entities));
+            println!(
+                "| {engine} | {run} | {:.2} s | {rate:.0} |",
+                took.as_secs_f64()
+            );
+        }
+    }
+}

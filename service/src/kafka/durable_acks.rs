@@ -1,0 +1,149 @@
+//! Handled records of a durable entity type, waiting for the state they
+//! changed to be written before they are acked (and their offsets may be
+//! committed).
+//!
+//! A record's change goes into the write its shard numbers next; the
+//! record is acked once that write is durable ([`ShardDurability`]). All
+//! records handled between two writes wait for the same number, so the
+//! partition keeps them in order and one wait per shard, not one per
+//! record: a record costs a queue push, and a write acks them all at once.
+//! If the shard stops before its write (its node fenced, a hand-off that
+//! gave up), the acks are dropped: not handled, consumed again.
+
+use crate::store::ShardDurability;
+use colo_allocation::ShardId;
+use colo_connectors::Ack;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
+
+/// The durable write a shard waits for: resolves with the number of its
+/// last durable write, and whether the shard has stopped.
+type Flushed = Pin<Box<dyn Future<Output = (u64, bool)> + Send + Sync>>;
+
+/// One shard's acks waiting for its writes.
+struct ShardAcks {
+    shard: ShardId,
+    durability: Weak<ShardDurability>,
+    /// (write number, ack), in the order handled.
+    acks: VecDeque<(u64, Ack)>,
+    waiting: Option<Flushed>,
+}
+
+/// Every shard's acks waiting in one partition (usually one shard: the
+/// partition's own).
+#[derive(Default)]
+pub(super) struct DurableAcks {
+    shards: Vec<ShardAcks>,
+}
+
+impl DurableAcks {
+    pub fn is_empty(&self) -> bool {
+        self.shards.iter().all(|s| s.acks.is_empty())
+    }
+
+    /// `ack`'s record changed state in `shard`: acked at once if that is
+    /// durable already, else once it is. `current` finds the shard's
+    /// durability when it is not known here yet (or the shard restarted);
+    /// without one (the shard does not run here) the ack is settled at
+    /// once: the shard's node answered only once durable.
+    pub fn push(
+        &mut self,
+        shard: ShardId,
+        ack: Ack,
+        current: impl FnOnce() -> Option<Arc<ShardDurability>>,
+    ) {
+        let known = self
+            .shards
+            .iter()
+            .position(|s| s.shard == shard)
+            .and_then(|at| Some((at, self.shards[at].durability.upgrade()?)));
+        let (at, durability) = match known {
+            Some(found) => found,
+            None => {
+                let Some(durability) = current() else {
+                    return ack.handled();
+                };
+                let at = match self.shards.iter().position(|s| s.shard == shard) {
+                    Some(at) => {
+                        // A new start of the shard: its earlier waits end
+                        // with the old one's writes.
+                        self.shards[at].durability = Arc::downgrade(&durability);
+                        at
+                    }
+                    None => {
+                        self.shards.push(ShardAcks {
+                            shard,
+                            durability: Arc::downgrade(&durability),
+                            acks: VecDeque::new(),
+                            waiting: None,
+                        });
+                        self.shards.len() - 1
+                    }
+                };
+                (at, durability)
+            }
+        };
+        let seq = durability.changed_seq();
+        let entry = &mut self.shards[at];
+        if entry.acks.is_empty() && durability.flushed_seq() >= seq {
+            return ack.handled();
+        }
+        entry.acks.push_back((seq, ack));
+        if entry.waiting.is_none() {
+            entry.waiting = Some(wait_for(&durability, seq));
+        }
+    }
+
+    /// Acks what became durable; drops what its shard will never write.
+    /// Ready once something was settled.
+    pub fn poll_settled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut settled = false;
+        for entry in &mut self.shards {
+            let Some(waiting) = entry.waiting.as_mut() else {
+                continue;
+            };
+            let Poll::Ready((flushed, stopped)) = waiting.as_mut().poll(cx) else {
+                continue;
+            };
+            entry.waiting = None;
+            settled = true;
+            while entry.acks.front().is_some_and(|(seq, _)| *seq <= flushed) {
+                if let Some((_, ack)) = entry.acks.pop_front() {
+                    ack.handled();
+                }
+            }
+            if stopped {
+                // Dropped unacked: consumed again by whoever runs the shard.
+                entry.acks.clear();
+                continue;
+            }
+            if let (Some((next, _)), Some(durability)) =
+                (entry.acks.front(), entry.durability.upgrade())
+            {
+                entry.waiting = Some(wait_for(&durability, *next));
+            } else if !entry.acks.is_empty() {
+                entry.acks.clear();
+            }
+        }
+        self.shards
+            .retain(|s| !s.acks.is_empty() || s.durability.strong_count() > 0);
+        if settled {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+/// Waits until write `seq` of the shard is durable, or the shard stops.
+fn wait_for(durability: &ShardDurability, seq: u64) -> Flushed {
+    let mut flushed = durability.subscribe();
+    Box::pin(async move {
+        let done = flushed.wait_for(|f| *f >= seq).await.is_ok();
+        let last = *flushed.borrow();
+        (last, !done && last < seq)
+    })
+}
