@@ -141,15 +141,22 @@ impl Node {
 
     /// Why the node is not ready for traffic, per entity type whose region
     /// is not: never registered with a coordinator (with the coordinator's
-    /// refusal, if any), or leaving. Empty when the node is ready.
+    /// refusal, if any), leaving, or a durable type whose state writes fail
+    /// now. Empty when the node is ready.
     pub fn not_ready(&self) -> Vec<String> {
         self.by_name
             .read()
             .iter()
-            .filter(|(_, region)| !region.is_ready())
-            .map(|(name, region)| match region.refused() {
-                Some(reason) => format!("{name} refused: {reason}"),
-                None => format!("{name} not registered"),
+            .filter_map(|(name, region)| {
+                if !region.is_ready() {
+                    return Some(match region.refused() {
+                        Some(reason) => format!("{name} refused: {reason}"),
+                        None => format!("{name} not registered"),
+                    });
+                }
+                region
+                    .state_failing()
+                    .map(|reason| format!("{name}: {reason}"))
             })
             .collect()
     }

@@ -155,6 +155,13 @@ impl<E: Entity> Region<E> {
         self.shared.contact.refused()
     }
 
+    /// Why a durable entity type's state is not being written now (a shard
+    /// whose writes fail: a disk full, the changelog's broker away), if so.
+    /// Nothing such a write covers is acknowledged meanwhile.
+    pub fn state_failing(&self) -> Option<String> {
+        self.shared.durable.failing()
+    }
+
     /// The shard an entity belongs to.
     pub fn shard_of(&self, entity_id: &str) -> ShardId {
         self.shared.extractor.shard_id(entity_id)

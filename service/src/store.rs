@@ -191,11 +191,36 @@ impl ShardDurability {
 }
 
 /// The durability of a region's local shards, by shard: the shard task
-/// puts its own in when it starts.
+/// puts its own in when it starts; and the shards whose writes fail now,
+/// with the last reason, which make the node unready.
 #[derive(Debug, Default)]
-pub(crate) struct DurableShards(Mutex<HashMap<ShardId, Arc<ShardDurability>>>);
+pub(crate) struct DurableShards(
+    Mutex<HashMap<ShardId, Arc<ShardDurability>>>,
+    Mutex<std::collections::BTreeMap<ShardId, String>>,
+);
 
 impl DurableShards {
+    /// A write of `shard` failed (it is tried again).
+    pub fn write_failed(&self, shard: ShardId, reason: String) {
+        self.1.lock().insert(shard, reason);
+    }
+
+    /// A write of `shard` succeeded, or the shard stopped.
+    pub fn write_settled(&self, shard: ShardId) {
+        self.1.lock().remove(&shard);
+    }
+
+    /// Why state is not being written, if a shard's writes fail now.
+    pub fn failing(&self) -> Option<String> {
+        let failing = self.1.lock();
+        let (_, reason) = failing.iter().next_back()?;
+        let shards: Vec<String> = failing.keys().map(ToString::to_string).collect();
+        Some(format!(
+            "state writes of shard(s) {} failing (retried; nothing they cover is acknowledged): {reason}",
+            shards.join(", ")
+        ))
+    }
+
     /// A shard's task starts (`restored`: it has nothing to restore).
     pub fn started(&self, shard: ShardId, restored: bool) -> Arc<ShardDurability> {
         let durability = Arc::new(ShardDurability::new(restored));

@@ -88,6 +88,9 @@ pub trait ErasedRegion: Send + Sync + 'static {
     /// See [`Region::refused`].
     fn refused(&self) -> Option<String>;
 
+    /// See [`Region::state_failing`].
+    fn state_failing(&self) -> Option<String>;
+
     /// The shard an entity belongs to.
     fn shard_of(&self, entity_id: &str) -> ShardId;
 
@@ -165,6 +168,10 @@ impl<E: Entity> ErasedRegion for Region<E> {
 
     fn refused(&self) -> Option<String> {
         Region::refused(self)
+    }
+
+    fn state_failing(&self) -> Option<String> {
+        Region::state_failing(self)
     }
 
     fn shard_of(&self, entity_id: &str) -> ShardId {

@@ -269,3 +269,63 @@ async fn what_a_deposed_owner_writes_after_a_newer_start_is_ignored_by_a_restore
     .await
     .expect("reader");
 }
+
+/// The changelog's broker goes away: the write fails and is tried again,
+/// the node says it is not ready and why, the ask whose change it holds
+/// gets no acknowledgement, and what was acknowledged before stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_fails_holds_its_acknowledgement_and_makes_the_node_unready() {
+    let name = "ledger-failing";
+    let broker = broker(name);
+    let changelog = Changelog::new(
+        &broker.bootstrap_servers(),
+        &[],
+        &topic(name),
+        Duration::from_secs(1),
+    )
+    .expect("changelog");
+    let dir = tempfile::tempdir().expect("dir");
+    let store = open(&dir);
+    let node_store = NodeStore::new(store.clone(), behind()).with_changelog(name, changelog);
+    let cluster = cluster(name);
+    let a = cluster.node("a", node_store, 1);
+    let id = "acct-1";
+    a.region
+        .ask(id, LedgerMsg::Add(1), ASK)
+        .await
+        .expect("acknowledged while the broker is there");
+    drop(broker);
+
+    let region = a.region.clone();
+    let held = tokio::spawn(async move {
+        region
+            .ask(id, LedgerMsg::Add(5), Duration::from_secs(5))
+            .await
+    });
+    let deadline = tokio::time::Instant::now() + ASK;
+    loop {
+        let reasons = a.node.not_ready();
+        if reasons
+            .iter()
+            .any(|r| r.contains("state writes") && r.contains(name))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the node does not say its writes fail: {reasons:?}"
+        );
+        tokio::task::yield_now().await;
+    }
+    let answer = held.await.expect("ask task");
+    assert!(
+        answer.is_err(),
+        "a change that was not written is not acknowledged: {answer:?}"
+    );
+    let kept = stored_as(&store, name, id)
+        .await
+        .expect("the acknowledged state");
+    let ledger: Ledger =
+        colo::codec::decode(kept.state.as_deref().expect("state")).expect("decodes");
+    assert_eq!(ledger.balance, 1, "what was acknowledged stays");
+}

@@ -168,11 +168,20 @@ pub fn shard_of(id: &str) -> colo::ShardId {
 
 /// What the store holds for `id`, decoded.
 pub async fn stored(store: &Arc<dyn StateStore>, id: &str) -> Option<StateRecord> {
+    stored_as(store, LEDGER, id).await
+}
+
+/// What the store holds for `id` of `entity_type`, decoded.
+pub async fn stored_as(
+    store: &Arc<dyn StateStore>,
+    entity_type: &str,
+    id: &str,
+) -> Option<StateRecord> {
     let store = store.clone();
-    let id = id.to_string();
+    let (entity_type, id) = (entity_type.to_string(), id.to_string());
     tokio::task::spawn_blocking(move || {
         store
-            .load(LEDGER, shard_of(&id), &id)
+            .load(&entity_type, shard_of(&id), &id)
             .expect("load")
             .map(|value| StateRecord::decode(&value).expect("a record"))
     })

@@ -415,6 +415,7 @@ impl<E: Entity> DurableShard<E> {
             .record(writing.started.elapsed().as_secs_f64());
         match result {
             Ok(()) => {
+                self.shards.write_settled(self.shard);
                 self.metrics.writes_ok.increment(1);
                 self.metrics.written.increment(writing.states.len() as u64);
                 self.durability.flushed(writing.seq);
@@ -423,6 +424,7 @@ impl<E: Entity> DurableShard<E> {
                 }
             }
             Err(e) => {
+                self.shards.write_failed(self.shard, e.clone());
                 self.metrics.writes_failed.increment(1);
                 tracing::error!(entity_type = %self.entity_type, shard = %self.shard, entities = writing.states.len(), error = %e, "entity state could not be written; nothing it covers is acknowledged, and it is tried again");
                 let states = Arc::try_unwrap(writing.states).unwrap_or_else(|s| (*s).clone());
@@ -505,5 +507,6 @@ async fn write(
 impl<E: Entity> Drop for DurableShard<E> {
     fn drop(&mut self) {
         self.shards.stopped(self.shard, &self.durability);
+        self.shards.write_settled(self.shard);
     }
 }
