@@ -50,15 +50,15 @@ async fn through_a_join_a_kill_and_a_stop(test: &str, empty_data_dir: bool) {
     a.await_ready(READY).await;
     let mut b = start(Some(&a.grpc), &sets);
     b.await_ready(READY).await;
-    let producer = Producer::start(dir.path(), broker.bootstrap(), &topic, 60, 6000, Some(300));
+    let producer = Producer::start(dir.path(), broker.bootstrap(), &topic, 40, 3600, Some(300));
     await_hosting(&a).await;
     await_hosting(&b).await;
-    until_handled(&[&a, &b], 1500).await;
+    until_handled(&[&a, &b], 900).await;
 
     let mut c = start(Some(&a.grpc), &sets);
     c.await_ready(READY).await;
     await_hosting(&c).await;
-    until_handled(&[&a, &b, &c], 3000).await;
+    until_handled(&[&a, &b, &c], 1800).await;
 
     b.kill();
     let killed_at = humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string();
@@ -67,7 +67,7 @@ async fn through_a_join_a_kill_and_a_stop(test: &str, empty_data_dir: bool) {
     }
     b.restart();
     b.await_ready(READY).await;
-    until_handled(&[&a, &b, &c], 4500).await;
+    until_handled(&[&a, &b, &c], 2700).await;
 
     c.terminate();
     assert!(

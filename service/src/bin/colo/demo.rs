@@ -305,11 +305,19 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     }
     println!("  every record was handled, each user's in order; all nodes shut down gracefully");
     if !differing.is_empty() {
-        return Err(DemoError::Step(format!(
-            "{} of {} users' totals differ from what was produced, e.g. {:?}",
+        println!(
+            "  {} of {} users' totals differ from what was produced, e.g.:",
             differing.len(),
-            expected.users.len(),
-            differing.iter().take(3).collect::<Vec<_>>()
+            expected.users.len()
+        );
+        for (user, got) in differing.iter().take(5) {
+            let wanted = expected.users.get(user);
+            println!("    {user}: expected {wanted:?}, got {got:?}");
+        }
+        return Err(DemoError::Step(format!(
+            "{} of {} users' totals differ from what was produced",
+            differing.len(),
+            expected.users.len()
         )));
     }
     println!(
@@ -329,12 +337,12 @@ async fn differing_totals(
     stream::iter(expected.users.iter())
         .map(|(user, wanted)| async move {
             let got = region
-                .ask(user, UserMsg::UserStats, Duration::from_secs(10))
+                .ask(user, UserMsg::UserStats, Duration::from_secs(30))
                 .await
                 .map_err(|e| e.to_string());
             (user.clone(), got, wanted)
         })
-        .buffer_unordered(64)
+        .buffer_unordered(16)
         .filter_map(|(user, got, wanted)| async move {
             (got.as_ref() != Ok(wanted)).then_some((user, got))
         })
