@@ -23,6 +23,7 @@
 
 mod coordinators;
 mod ingest;
+mod state;
 
 use crate::admin::{self, Admin, Readiness};
 use crate::api::ShardingApi;
@@ -32,7 +33,6 @@ use crate::entity::{Entity, EntityType, RegistrationError};
 use crate::kafka::{IngestHealth, KafkaIngest, RecordDecoder};
 use crate::node::Node;
 use crate::settings::ShardingSettings;
-use crate::store::NodeStore;
 use crate::transport::grpc::{GrpcSettings, GrpcTransport};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -349,38 +349,6 @@ fn kafka_not_ready(ingests: &[Ingesting]) -> Vec<String> {
         .collect()
 }
 
-/// The node's state store, when an entity type it hosts is durable: one
-/// per node, under `node.data_dir`, opened on a blocking thread.
-async fn open_store(
-    config: &NodeConfig,
-    entity_types: &[Box<dyn Registration>],
-) -> Result<Option<NodeStore>, ProgramError> {
-    if config.node.proxy || !entity_types.iter().any(|t| t.is_durable()) {
-        return Ok(None);
-    }
-    let dir = config.data_dir();
-    let engine = config.state.engine.engine();
-    let settings = config.state.settings();
-    let durable: Vec<(String, u32)> = entity_types
-        .iter()
-        .filter(|t| t.is_durable())
-        .map(|t| (t.name().to_string(), t.settings().number_of_shards))
-        .collect();
-    let changelog_config = config.clone();
-    let opened = tokio::task::spawn_blocking(move || {
-        let changelogs = ingest::changelogs(&changelog_config, &durable)?;
-        let mut store = NodeStore::open(&dir, engine, settings)?;
-        for (name, changelog) in changelogs {
-            store = store.with_changelog(&name, changelog);
-        }
-        Ok::<_, ProgramError>(store)
-    })
-    .await
-    .map_err(|e| ProgramError::Settings(format!("opening the state store: {e}")))??;
-    tracing::info!(data_dir = %config.data_dir().display(), %engine, flush_interval = ?settings.flush_interval, max_dirty = settings.max_dirty, store = ?opened, "state store open");
-    Ok(Some(opened))
-}
-
 /// Runs the node until it is asked to stop.
 async fn run(
     config: NodeConfig,
@@ -416,7 +384,7 @@ async fn run(
         ..GrpcSettings::default()
     };
     let transport = GrpcTransport::new(&advertised, grpc_settings, hosting);
-    let node = Arc::new(match open_store(&config, &entity_types).await? {
+    let node = Arc::new(match state::open_store(&config, &entity_types).await? {
         Some(store) => Node::with_state_store(transport.clone(), store),
         None => Node::new(transport.clone()),
     });

@@ -1,0 +1,38 @@
+//! The node's state store, opened when an entity type it runs is durable,
+//! with the changelog of each durable type when the node has `[kafka]`.
+
+use super::{ingest, ProgramError, Registration};
+use crate::config::NodeConfig;
+use crate::store::NodeStore;
+
+/// The node's state store, when an entity type it hosts is durable: one
+/// per node, under `node.data_dir`, opened on a blocking thread.
+pub(super) async fn open_store(
+    config: &NodeConfig,
+    entity_types: &[Box<dyn Registration>],
+) -> Result<Option<NodeStore>, ProgramError> {
+    if config.node.proxy || !entity_types.iter().any(|t| t.is_durable()) {
+        return Ok(None);
+    }
+    let dir = config.data_dir();
+    let engine = config.state.engine.engine();
+    let settings = config.state.settings();
+    let durable: Vec<(String, u32)> = entity_types
+        .iter()
+        .filter(|t| t.is_durable())
+        .map(|t| (t.name().to_string(), t.settings().number_of_shards))
+        .collect();
+    let changelog_config = config.clone();
+    let opened = tokio::task::spawn_blocking(move || {
+        let changelogs = ingest::changelogs(&changelog_config, &durable)?;
+        let mut store = NodeStore::open(&dir, engine, settings)?;
+        for (name, changelog) in changelogs {
+            store = store.with_changelog(&name, changelog);
+        }
+        Ok::<_, ProgramError>(store)
+    })
+    .await
+    .map_err(|e| ProgramError::Settings(format!("opening the state store: {e}")))??;
+    tracing::info!(data_dir = %config.data_dir().display(), %engine, flush_interval = ?settings.flush_interval, max_dirty = settings.max_dirty, store = ?opened, "state store open");
+    Ok(Some(opened))
+}
