@@ -44,46 +44,40 @@ impl DurableAcks {
         self.shards.iter().all(|s| s.acks.is_empty())
     }
 
-    /// `ack`'s record changed state in `shard`: acked at once if that is
-    /// durable already, else once it is. `current` finds the shard's
-    /// durability when it is not known here yet (or the shard restarted);
-    /// without one (the shard does not run here) the ack is settled at
-    /// once: the shard's node answered only once durable.
+    /// `ack`'s record changed state in `shard`, which runs here: acked at
+    /// once if that is durable already, else once it is. `current` finds
+    /// the shard's durability when this start of the shard is not known
+    /// here yet. Without one (the shard stopped meanwhile: fenced, or its
+    /// hand-off gave up) nobody can say the change was written: the ack is
+    /// dropped, and the record consumed again.
     pub fn push(
         &mut self,
         shard: ShardId,
         ack: Ack,
         current: impl FnOnce() -> Option<Arc<ShardDurability>>,
     ) {
-        let known = self
+        // Each start of a shard numbers its writes anew: its acks wait in
+        // an entry of their own, never behind another start's numbers.
+        let live = self
             .shards
             .iter()
-            .position(|s| s.shard == shard)
-            .and_then(|at| Some((at, self.shards[at].durability.upgrade()?)));
-        let (at, durability) = match known {
+            .enumerate()
+            .find_map(|(at, s)| (s.shard == shard).then(|| Some((at, s.durability.upgrade()?))))
+            .flatten();
+        let (at, durability) = match live {
             Some(found) => found,
             None => {
                 let Some(durability) = current() else {
-                    return ack.handled();
+                    drop(ack);
+                    return;
                 };
-                let at = match self.shards.iter().position(|s| s.shard == shard) {
-                    Some(at) => {
-                        // A new start of the shard: its earlier waits end
-                        // with the old one's writes.
-                        self.shards[at].durability = Arc::downgrade(&durability);
-                        at
-                    }
-                    None => {
-                        self.shards.push(ShardAcks {
-                            shard,
-                            durability: Arc::downgrade(&durability),
-                            acks: VecDeque::new(),
-                            waiting: None,
-                        });
-                        self.shards.len() - 1
-                    }
-                };
-                (at, durability)
+                self.shards.push(ShardAcks {
+                    shard,
+                    durability: Arc::downgrade(&durability),
+                    acks: VecDeque::new(),
+                    waiting: None,
+                });
+                (self.shards.len() - 1, durability)
             }
         };
         let seq = durability.changed_seq();

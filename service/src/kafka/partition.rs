@@ -387,11 +387,15 @@ impl<E: Entity> PartitionTask<E> {
     /// what its shard changed so far is durable.
     fn settle_ack(&mut self, ack: Ack, shard: Option<ShardId>) {
         match shard {
-            Some(shard) if self.durable_topic.is_some() => {
+            // Handled by a shard here (`Reply::Record`): acked once its
+            // change is written.
+            Some(shard) if self.durable_topic.is_some() && self.shard != ShardPlace::Elsewhere => {
                 let region = &self.region;
                 self.unflushed.push(shard, ack, || region.durability(shard));
             }
-            // Dead-lettered (it changed nothing), or not durable.
+            // Dead-lettered (it changed nothing), not durable, or forwarded
+            // to the shard's node, which answered once its change was
+            // written.
             _ => ack.handled(),
         }
     }
