@@ -126,27 +126,34 @@ impl Drop for Producer {
 
 /// Runs `colo verify` against the node at `addr`: every user's totals
 /// asked and compared with `expected` (what `colo produce --expected`
-/// wrote). Its output, or why it failed (its output with the mismatches).
+/// wrote), again until they all match or a minute has passed (a shard that
+/// moves or restores meanwhile answers late; a wrong total never comes
+/// right). Its output, or why it failed (its last output, with the
+/// mismatches).
 pub async fn verify(expected: &Path, addr: &str) -> Result<String, String> {
-    let mut command = Command::new(colo_binary());
-    command
-        .args(["verify", "--expected"])
-        .arg(expected)
-        .args(["--addr", addr])
-        .stdin(Stdio::null());
-    let output = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .expect("colo verify thread")
-        .expect("run colo verify");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    if output.status.success() {
-        Ok(text)
-    } else {
-        Err(text)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let mut command = Command::new(colo_binary());
+        command
+            .args(["verify", "--timeout", "20s", "--expected"])
+            .arg(expected)
+            .args(["--addr", addr])
+            .stdin(Stdio::null());
+        let output = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .expect("colo verify thread")
+            .expect("run colo verify");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        if output.status.success() {
+            return Ok(text);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(text);
+        }
     }
 }
 
