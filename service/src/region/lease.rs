@@ -13,8 +13,16 @@
 //! it reads the clock itself. It reads a coarse monotonic clock (a few
 //! nanoseconds, millisecond resolution), once per turn of its task rather
 //! than per message; a lease is measured in seconds.
+//!
+//! A shard that found its lease run out holds what it is sent, and its
+//! unwritten state, until the lease holds again. A late answer can renew
+//! it without a fence (the region's fence timer had not fired yet), and
+//! then nothing may be sent to the shard again: so the renewal wakes every
+//! shard that saw it run out, rather than leaving their held asks to time
+//! out.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Waker;
 use tokio::time::Instant;
 
 /// A region's lease: its current generation.
@@ -53,6 +61,8 @@ pub(crate) struct Generation {
     /// In coarse clock ticks: when the coordinator may start the shards
     /// elsewhere. A stop message of a fenced region must end before it.
     hard_until: AtomicU64,
+    /// The shards that found it run out, woken when it is renewed.
+    waiting: parking_lot::Mutex<Vec<Waker>>,
 }
 
 /// A runtime instant as coarse clock ticks.
@@ -73,16 +83,43 @@ impl Generation {
             .store(to_ticks(hard_until), Ordering::Release);
         self.valid_until
             .store(to_ticks(valid_until), Ordering::Release);
+        self.wake_waiting();
     }
 
-    /// Ends the generation now; the hard deadline stays.
+    /// Ends the generation now; the hard deadline stays. The shards that
+    /// wait for it are woken to see that it ended.
     fn revoke(&self) {
         self.valid_until.store(0, Ordering::Release);
+        self.wake_waiting();
+    }
+
+    fn wake_waiting(&self) {
+        let waiting = std::mem::take(&mut *self.waiting.lock());
+        for waker in waiting {
+            waker.wake();
+        }
     }
 
     /// Whether shards may handle messages now.
     pub fn is_valid(&self) -> bool {
         coarsetime::Instant::now().as_ticks() < self.valid_until.load(Ordering::Acquire)
+    }
+
+    /// Whether shards may handle messages now; if not, `waker` is woken
+    /// when the generation is renewed or ends.
+    pub fn is_valid_or_wake(&self, waker: &Waker) -> bool {
+        if self.is_valid() {
+            return true;
+        }
+        {
+            let mut waiting = self.waiting.lock();
+            if !waiting.iter().any(|w| w.will_wake(waker)) {
+                waiting.push(waker.clone());
+            }
+        }
+        // Renewed between the first look and the registration: its wake
+        // may have gone before this waker was there.
+        self.is_valid()
     }
 
     /// Whether even a stop message is too late: the coordinator may have
@@ -127,6 +164,36 @@ mod tests {
         assert!(
             !second.is_valid(),
             "the coarse clock runs while nobody looks"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_shard_that_found_its_lease_run_out_is_woken_when_it_is_renewed() {
+        let lease = Lease::default();
+        let generation = lease.current();
+        let hour = Instant::now() + Duration::from_secs(3600);
+        // A shard that looks while the lease has run out waits, and is
+        // woken by the renewal alone: nothing else is sent to it.
+        let waiting = {
+            let generation = generation.clone();
+            tokio::spawn(std::future::poll_fn(move |cx| {
+                if generation.is_valid_or_wake(cx.waker()) {
+                    std::task::Poll::Ready(())
+                } else {
+                    std::task::Poll::Pending
+                }
+            }))
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        lease.renew(Instant::now() + Duration::from_secs(60), hour);
+        tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("the renewal woke the shard")
+            .expect("the shard's task ran");
+        assert!(
+            generation.waiting.lock().is_empty(),
+            "woken wakers are let go"
         );
     }
 }

@@ -287,8 +287,8 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             let mut progressed = false;
             // Once per turn, before any message is handled: a process that
             // was paused must not handle what arrived while its lease ran
-            // out.
-            self.serving = self.lease.is_valid();
+            // out. If it has, the renewal wakes the shard.
+            self.serving = self.lease.is_valid_or_wake(cx.waker());
             self.arm_timer();
             if let Some(timer) = self.timer.as_mut() {
                 if timer.as_mut().poll(cx).is_ready() {
