@@ -7,7 +7,7 @@
 //! This module only moves bytes: what the keys and values mean (entity
 //! records, epoch markers) is the runtime's.
 
-use crate::client::{client_config, consumer_only};
+use crate::client::{client_config, non_consumer_config};
 use crate::error::SourceError;
 use futures::future::join_all;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -77,8 +77,7 @@ impl Changelog {
         topic: &str,
         timeout: Duration,
     ) -> Result<Self, SourceError> {
-        let producer = client_config(client.iter().filter(|(key, _)| !consumer_only(key)))
-            .set("bootstrap.servers", bootstrap_servers)
+        let producer = non_consumer_config(bootstrap_servers, client)
             // A shard's records keep their order even when the broker
             // answers late and librdkafka sends again: a state must never
             // land after a newer one of the same entity.

@@ -37,6 +37,18 @@ pub(crate) fn client_config<'a>(
     config
 }
 
+/// The configuration of a client that is not a consumer (a producer or
+/// an admin client) of the cluster at `bootstrap_servers`: the
+/// pass-through properties without the consumers' own.
+pub(crate) fn non_consumer_config(
+    bootstrap_servers: &str,
+    client: &[(String, String)],
+) -> ClientConfig {
+    let mut config = client_config(client.iter().filter(|(key, _)| !consumer_only(key)));
+    config.set("bootstrap.servers", bootstrap_servers);
+    config
+}
+
 /// Properties of consumers only, which the source's pass-through list may
 /// hold and a producer (or an admin client) would warn about. `group.*`
 /// covers both group protocols' (`group.protocol`, `group.instance.id`,

@@ -3,7 +3,6 @@
 //! they came from, so a partition can go on without skipping anything
 //! unrecorded.
 
-use crate::client::consumer_only;
 use crate::error::SourceError;
 use crate::record::Record;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -45,14 +44,12 @@ impl DeadLetters {
         topic: &str,
         timeout: Duration,
     ) -> Result<Self, SourceError> {
-        let producer =
-            crate::client::client_config(client.iter().filter(|(key, _)| !consumer_only(key)))
-                .set("bootstrap.servers", bootstrap_servers)
-                // A dead letter is written once or retried by the caller, and
-                // must not be reordered behind a retry.
-                .set("enable.idempotence", "false")
-                .set("message.timeout.ms", timeout.as_millis().max(1).to_string())
-                .create()?;
+        let producer = crate::client::non_consumer_config(bootstrap_servers, client)
+            // A dead letter is written once or retried by the caller, and
+            // must not be reordered behind a retry.
+            .set("enable.idempotence", "false")
+            .set("message.timeout.ms", timeout.as_millis().max(1).to_string())
+            .create()?;
         Ok(Self {
             producer,
             topic: topic.to_string(),
@@ -112,6 +109,7 @@ impl DeadLetters {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::consumer_only;
 
     /// The source's pass-through properties of either group protocol reach
     /// the dead-letter producer without the consumer's: librdkafka would

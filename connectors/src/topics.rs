@@ -2,7 +2,7 @@
 //! entity type must exist with the entity type's number of shards as its
 //! partition count (shard = partition).
 
-use crate::client::{client_config, consumer_only};
+use crate::client::{client_config, non_consumer_config};
 use crate::error::{SourceError, TopicError};
 use crate::source::SourceSettings;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -149,9 +149,7 @@ pub async fn create_missing_topics(
         return Ok(Vec::new());
     }
     let admin: AdminClient<DefaultClientContext> =
-        client_config(client.iter().filter(|(key, _)| !consumer_only(key)))
-            .set("bootstrap.servers", bootstrap_servers)
-            .create()?;
+        non_consumer_config(bootstrap_servers, client).create()?;
     let new: Vec<NewTopic<'_>> = topics
         .iter()
         .map(|t| {

@@ -15,6 +15,8 @@
 //! - [`user_nodes`]: nodes of the sample's user entity type on a broker:
 //!   their settings, metrics and logs, and waiting for their shards and
 //!   for every purchase handled.
+//! - [`recorded`]: metrics recorded in a test process, read back by name
+//!   and labels.
 //! - [`proxy`]: a TCP proxy that forwards, holds (a partition) or breaks
 //!   connections.
 //! - [`wait`]: waiting for a condition with a deadline.
@@ -31,6 +33,7 @@ pub mod lifecycle;
 pub mod process;
 pub mod proxy;
 pub mod purchases;
+pub mod recorded;
 pub mod user_nodes;
 pub mod wait;
 

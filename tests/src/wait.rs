@@ -34,3 +34,24 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Polls `check` every 50 ms until it gives a value, and returns it;
+/// panics after `deadline` with what it said last (the state a test
+/// waited in vain to change).
+pub async fn until_ok<T, F, Fut>(deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let end = tokio::time::Instant::now() + deadline;
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(last) => assert!(
+                tokio::time::Instant::now() < end,
+                "timed out after {deadline:?}: {last}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

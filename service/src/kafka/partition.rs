@@ -64,10 +64,12 @@ pub(super) struct PartitionTask<E: Entity> {
     pub(super) handled: metrics::Counter,
     /// Where its shard is, once hosting it was asked for.
     pub(super) shard: ShardPlace,
-    /// The topic, when the entity type's state is durable here: its records
-    /// carry their origin (so an entity skips what it applied already), and
-    /// each is acked only once the change it made is durable.
-    pub(super) durable_topic: Option<Arc<str>>,
+    /// Whether the entity type's state is durable here: its records carry
+    /// their origin (so an entity skips what it applied already), and each
+    /// is acked only once the change it made is durable.
+    pub(super) durable: bool,
+    /// The partition's topic, shared by its records' origins.
+    pub(super) origin_topic: Arc<str>,
     /// Handled records waiting for their change to be durable before they
     /// are acked (see `durable_acks.rs`).
     pub(super) unflushed: DurableAcks,
@@ -109,7 +111,7 @@ impl<E: Entity> PartitionTask<E> {
             // the gate being closed.
             None = records.recv() => return,
         }
-        if self.durable_topic.is_some() && self.shard == ShardPlace::Here {
+        if self.durable && self.shard == ShardPlace::Here {
             // Consumed only once the shard's state is restored.
             let shard = ShardId(u32::try_from(self.partition.partition).unwrap_or(u32::MAX));
             tokio::select! {
@@ -373,11 +375,13 @@ impl<E: Entity> PartitionTask<E> {
     /// it already. A record in another partition than its key's carries
     /// none (it is applied at least once; DEVELOPERS.md).
     fn origin(&self, shard: ShardId, offset: i64) -> Option<Box<Origin>> {
-        let topic = self.durable_topic.as_ref()?;
+        if !self.durable {
+            return None;
+        }
         let offset = u64::try_from(offset).ok()?;
         (i64::from(shard.0) == i64::from(self.partition.partition)).then(|| {
             Box::new(Origin {
-                topic: topic.clone(),
+                topic: self.origin_topic.clone(),
                 offset,
             })
         })
@@ -389,7 +393,7 @@ impl<E: Entity> PartitionTask<E> {
         match shard {
             // Handled by a shard here (`Reply::Record`): acked once its
             // change is written.
-            Some(shard) if self.durable_topic.is_some() && self.shard != ShardPlace::Elsewhere => {
+            Some(shard) if self.durable && self.shard != ShardPlace::Elsewhere => {
                 let region = &self.region;
                 self.unflushed.push(shard, ack, || region.durability(shard));
             }

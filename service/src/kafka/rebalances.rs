@@ -87,10 +87,7 @@ impl<E: Entity> Rebalances<E> {
             self.partitions
                 .insert(partition.partition.clone(), Running { give_up, ended });
             let handled = self.metrics.records(&partition.partition.topic, "handled");
-            let durable_topic = self
-                .region
-                .is_durable()
-                .then(|| Arc::from(partition.partition.topic.as_str()));
+            let origin_topic = Arc::from(partition.partition.topic.as_str());
             let task = PartitionTask {
                 region: self.region.clone(),
                 settings: self.settings.clone(),
@@ -102,7 +99,8 @@ impl<E: Entity> Rebalances<E> {
                 assigned_at: Some(assigned_at),
                 handled,
                 shard: ShardPlace::Unknown,
-                durable_topic,
+                durable: self.region.is_durable(),
+                origin_topic,
                 unflushed: Default::default(),
             };
             self.region.context().tasks.spawn(async move {

@@ -7,14 +7,15 @@ use colo::{
     CoordinatorHandle, Entity, EntityContext, EntityError, EntityType, InMemoryNetwork,
     InMemoryStore, Node, Region, ShardId, ShardingSettings,
 };
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+pub use colo_tests::recorded::{counter, gauge, gauges, install as metrics};
+pub use colo_tests::wait::until as eventually;
 
 pub const ASK: Duration = Duration::from_secs(5);
 
@@ -518,87 +519,6 @@ impl Cluster {
     }
 }
 
-/// Polls `check` until it holds or `deadline` passes; panics with `what`.
-pub async fn eventually<F, Fut>(what: &str, deadline: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = tokio::time::Instant::now();
-    let mut poll = tokio::time::interval(Duration::from_millis(10));
-    loop {
-        poll.tick().await;
-        if check().await {
-            return;
-        }
-        assert!(
-            start.elapsed() < deadline,
-            "timed out after {deadline:?} waiting for: {what}"
-        );
-    }
-}
-
-/// The test binary's metrics recorder, installed once.
-pub fn metrics() -> &'static Snapshotter {
-    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
-    SNAPSHOTTER.get_or_init(|| {
-        let recorder = DebuggingRecorder::new();
-        let snapshotter = recorder.snapshotter();
-        recorder
-            .install()
-            .expect("no other recorder in this test binary");
-        snapshotter
-    })
-}
-
-type MetricKey = (String, BTreeSet<(String, String)>);
-
-/// Everything recorded so far: counters as running totals, gauges as their
-/// last value. The debugging recorder's snapshot resets what it reads, so
-/// every reader goes through here: tests that read metrics at the same time
-/// then never erase each other's values.
-fn ingest() -> parking_lot::MutexGuard<'static, (HashMap<MetricKey, u64>, HashMap<MetricKey, f64>)>
-{
-    type Seen = (HashMap<MetricKey, u64>, HashMap<MetricKey, f64>);
-    static SEEN: OnceLock<Mutex<Seen>> = OnceLock::new();
-    let mut seen = SEEN.get_or_init(Mutex::default).lock();
-    for (key, _, _, value) in metrics().snapshot().into_vec() {
-        let labels = key
-            .key()
-            .labels()
-            .map(|l| (l.key().to_string(), l.value().to_string()))
-            .collect();
-        let key = (key.key().name().to_string(), labels);
-        match value {
-            DebugValue::Counter(delta) => *seen.0.entry(key).or_default() += delta,
-            DebugValue::Gauge(g) => {
-                seen.1.insert(key, g.into_inner());
-            }
-            DebugValue::Histogram(_) => {}
-        }
-    }
-    seen
-}
-
-fn metric_key(name: &str, labels: &[(&str, &str)]) -> MetricKey {
-    (
-        name.to_string(),
-        labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    )
-}
-
-/// The value of a counter with the given labels (0 when absent).
-pub fn counter(name: &str, labels: &[(&str, &str)]) -> u64 {
-    ingest()
-        .0
-        .get(&metric_key(name, labels))
-        .copied()
-        .unwrap_or(0)
-}
-
 /// Tells `Record` messages round-robin over `ids` from one sender until
 /// stopped; returns how many each entity was sent.
 pub struct Sender {
@@ -689,30 +609,6 @@ pub fn balanced(counts: &BTreeMap<String, usize>, total: usize) -> bool {
     let max = counts.values().max().copied().unwrap_or(0);
     let min = counts.values().min().copied().unwrap_or(0);
     counts.values().sum::<usize>() == total && max - min <= 1
-}
-
-/// The value of a gauge with the given labels, once something set it to a
-/// value other than zero.
-/// Several gauges read from one snapshot of the recorder, which resets
-/// each gauge it reads: `gauge` for one, this for values set together.
-pub fn gauges(keys: &[(&str, &[(&str, &str)])]) -> Vec<f64> {
-    let seen = ingest();
-    keys.iter()
-        .map(|(name, labels)| {
-            seen.1
-                .get(&metric_key(name, labels))
-                .copied()
-                .unwrap_or(0.0)
-        })
-        .collect()
-}
-
-pub fn gauge(name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    ingest()
-        .1
-        .get(&metric_key(name, labels))
-        .copied()
-        .filter(|g| *g != 0.0)
 }
 
 /// What this test process logs, for scenarios that check what an operator

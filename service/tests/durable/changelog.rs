@@ -13,57 +13,10 @@ use colo::{NodeStore, StateSettings};
 use colo_connectors::Changelog;
 use colo_tests::rdkafka::mocking::MockCluster;
 use colo_tests::rdkafka::producer::DefaultProducerContext;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use std::collections::HashMap;
+use colo_tests::recorded::{self, counter};
 use std::ops::ControlFlow;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
-
-/// The test binary's metrics recorder, installed once. Tests keep apart by
-/// the entity type label.
-fn snapshotter() -> &'static Snapshotter {
-    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
-    SNAPSHOTTER.get_or_init(|| {
-        let recorder = DebuggingRecorder::new();
-        let snapshotter = recorder.snapshotter();
-        recorder
-            .install()
-            .expect("no other recorder in this test binary");
-        snapshotter
-    })
-}
-
-/// Counter totals by (name, entity type, from), accumulated across reads
-/// (a snapshot resets what it reads).
-fn counter(name: &str, entity_type: &str, from: Option<&str>) -> u64 {
-    type Totals = HashMap<(String, String, String), u64>;
-    static TOTALS: OnceLock<parking_lot::Mutex<Totals>> = OnceLock::new();
-    let mut totals = TOTALS.get_or_init(Default::default).lock();
-    for (key, _, _, value) in snapshotter().snapshot().into_vec() {
-        let DebugValue::Counter(n) = value else {
-            continue;
-        };
-        let label = |l: &str| {
-            key.key()
-                .labels()
-                .find(|x| x.key() == l)
-                .map(|x| x.value().to_string())
-                .unwrap_or_default()
-        };
-        let id = (
-            key.key().name().to_string(),
-            label("entity_type"),
-            label("from"),
-        );
-        *totals.entry(id).or_default() += n;
-    }
-    let id = (
-        name.to_string(),
-        entity_type.to_string(),
-        from.unwrap_or_default().to_string(),
-    );
-    totals.get(&id).copied().unwrap_or(0)
-}
 
 type Broker = MockCluster<'static, DefaultProducerContext>;
 
@@ -102,15 +55,14 @@ fn behind() -> StateSettings {
 /// Waits (bounded) until the node's region has registered with the
 /// coordinator: shards handed off by a leaving node can go there.
 async fn ready(node: &OneNode) {
-    let deadline = tokio::time::Instant::now() + ASK;
-    while !node.node.not_ready().is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{:?}",
-            node.node.not_ready()
-        );
-        tokio::task::yield_now().await;
-    }
+    colo_tests::wait::until_ok(ASK, || async {
+        let reasons = node.node.not_ready();
+        match reasons.is_empty() {
+            true => Ok(()),
+            false => Err(format!("not ready: {reasons:?}")),
+        }
+    })
+    .await;
 }
 
 /// How long an ask after a node left may take: a leave that races another
@@ -126,7 +78,7 @@ fn accounts() -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moved_shard_serves_the_state_it_had_and_a_node_back_with_its_store_reads_only_the_tail()
 {
-    snapshotter();
+    recorded::install();
     let name = "ledger-moves";
     let broker = broker(name);
     let cluster = cluster(name);
@@ -141,7 +93,10 @@ async fn a_moved_shard_serves_the_state_it_had_and_a_node_back_with_its_store_re
         assert_eq!(got.expect("added"), (i as i64, 1));
     }
     assert_eq!(
-        counter(colo::metrics::STATE_RESTORES, name, Some("changelog")),
+        counter(
+            colo::metrics::STATE_RESTORES,
+            &[("entity_type", name), ("from", "changelog")]
+        ),
         u64::from(SHARDS),
         "each shard's first start reads its (empty) partition"
     );
@@ -162,13 +117,19 @@ async fn a_moved_shard_serves_the_state_it_had_and_a_node_back_with_its_store_re
             .expect("added");
     }
     assert_eq!(
-        counter(colo::metrics::STATE_RESTORES, name, Some("changelog")),
+        counter(
+            colo::metrics::STATE_RESTORES,
+            &[("entity_type", name), ("from", "changelog")]
+        ),
         2 * u64::from(SHARDS)
     );
 
     // a comes back on its data directory and b leaves: a reads only what
     // came after its checkpoints, b's markers and b's writes.
-    let read_before = counter(colo::metrics::STATE_RESTORED_RECORDS, name, None);
+    let read_before = counter(
+        colo::metrics::STATE_RESTORED_RECORDS,
+        &[("entity_type", name)],
+    );
     let a = cluster.node("a2", store(&broker, name, &store_a), 1);
     ready(&a).await;
     b.node.shutdown().await;
@@ -177,11 +138,17 @@ async fn a_moved_shard_serves_the_state_it_had_and_a_node_back_with_its_store_re
         assert_eq!(got.expect("got"), (i as i64 + 100, 2), "{id} as b left it");
     }
     assert_eq!(
-        counter(colo::metrics::STATE_RESTORES, name, Some("checkpoint")),
+        counter(
+            colo::metrics::STATE_RESTORES,
+            &[("entity_type", name), ("from", "checkpoint")]
+        ),
         u64::from(SHARDS),
         "every shard kept a's copy"
     );
-    let tail = counter(colo::metrics::STATE_RESTORED_RECORDS, name, None) - read_before;
+    let tail = counter(
+        colo::metrics::STATE_RESTORED_RECORDS,
+        &[("entity_type", name)],
+    ) - read_before;
     assert_eq!(
         tail,
         u64::from(SHARDS) + accounts().len() as u64,
@@ -302,21 +269,19 @@ async fn a_write_that_fails_holds_its_acknowledgement_and_makes_the_node_unready
             .ask(id, LedgerMsg::Add(5), Duration::from_secs(5))
             .await
     });
-    let deadline = tokio::time::Instant::now() + ASK;
-    loop {
+    colo_tests::wait::until_ok(ASK, || async {
         let reasons = a.node.not_ready();
-        if reasons
+        match reasons
             .iter()
             .any(|r| r.contains("state writes") && r.contains(name))
         {
-            break;
+            true => Ok(()),
+            false => Err(format!(
+                "the node does not say its writes fail: {reasons:?}"
+            )),
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the node does not say its writes fail: {reasons:?}"
-        );
-        tokio::task::yield_now().await;
-    }
+    })
+    .await;
     let answer = held.await.expect("ask task");
     assert!(
         answer.is_err(),

@@ -87,8 +87,7 @@ async fn a_passivated_entity_comes_back_with_its_state() {
 
 /// Waits (bounded) until `id` is no longer among the region's entities.
 async fn wait_until_gone(region: &Region<Ledger>, id: &str) -> Vec<String> {
-    let deadline = tokio::time::Instant::now() + ASK;
-    loop {
+    colo_tests::wait::until_ok(ASK, || async {
         let state = region
             .state(Duration::from_secs(2))
             .await
@@ -98,15 +97,12 @@ async fn wait_until_gone(region: &Region<Ledger>, id: &str) -> Vec<String> {
             .values()
             .flat_map(|ids| ids.iter().map(|e| e.to_string()))
             .collect();
-        if !ids.iter().any(|e| e == id) {
-            return ids;
+        match ids.iter().any(|e| e == id) {
+            false => Ok(ids),
+            true => Err(format!("{id} still active: {ids:?}")),
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{id} still active: {ids:?}"
-        );
-        tokio::task::yield_now().await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]

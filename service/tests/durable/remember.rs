@@ -51,23 +51,19 @@ async fn remembered_entities_start_with_their_shard_at_the_constant_rate() {
         .await
         .expect("got");
     assert_eq!(first, (1, 1));
-    let deadline = tokio::time::Instant::now() + ASK;
-    loop {
+    colo_tests::wait::until_ok(ASK, || async {
         let state = b.region.state(Duration::from_secs(2)).await.expect("state");
         let active: Vec<String> = state
             .shards
             .values()
             .flat_map(|ids| ids.iter().map(|e| e.to_string()))
             .collect();
-        if ids.iter().all(|id| active.contains(id)) {
-            break;
+        match ids.iter().all(|id| active.contains(id)) {
+            true => Ok(()),
+            false => Err(format!("remembered {ids:?}, active {active:?}")),
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "remembered {ids:?}, active {active:?}"
-        );
-        tokio::task::yield_now().await;
-    }
+    })
+    .await;
     for (n, id) in ids.iter().enumerate() {
         let got = b.region.ask(id, LedgerMsg::Get, ASK).await.expect("got");
         assert_eq!(got, (n as i64 + 1, 1), "{id} started with its state");
