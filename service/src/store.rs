@@ -2,15 +2,20 @@
 //! data directory (colo-state), the write-behind settings, and how a
 //! shard's flushes are seen from outside it.
 //!
-//! Every store call blocks on disk, so the runtime makes them on blocking
-//! threads only (`tokio::task::spawn_blocking`), the store's last drop
-//! included: an engine's drop waits for its own threads.
+//! Every store call blocks on disk, so none runs on a runtime thread: the
+//! calls run on a fixed number of threads of the store's own (`calls.rs`),
+//! and its last drop on a blocking thread (an engine's drop waits for its
+//! own threads). The shards' writes of one moment go to disk in one commit
+//! (`commit.rs`).
 //!
 //! `restore.rs`: a shard's start with a changelog: its epoch, and its state
 //! brought up to date before its entities run.
 
+mod calls;
+mod commit;
 mod restore;
 
+pub(crate) use calls::StoreCalls;
 pub(crate) use restore::{restore_until_done, Restore, Restored};
 
 use colo_allocation::ShardId;
@@ -23,6 +28,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+
+/// How many threads a node's store calls run on (loads, scans and group
+/// commits). A few more than a machine's cores keep its disk busy: the
+/// engines serialize their durable commits anyway, and reads are short.
+pub(crate) const STORE_CALLS: usize = 8;
+
+/// How many shards of a node restore at once. A restore reads a changelog
+/// partition on a thread of its own for as long as it takes, so restores
+/// have threads of their own: a node that starts many shards does not keep
+/// the running ones' writes waiting.
+pub(crate) const RESTORES: usize = 4;
 
 /// How durable entity types write their state behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +69,9 @@ pub struct NodeStore {
     store: Option<Arc<dyn StateStore>>,
     settings: StateSettings,
     changelogs: HashMap<String, Arc<Changelog>>,
+    calls: StoreCalls,
+    restores: StoreCalls,
+    commits: commit::GroupCommit,
 }
 
 impl std::fmt::Debug for NodeStore {
@@ -86,6 +105,9 @@ impl NodeStore {
             store: Some(store),
             settings,
             changelogs: HashMap::new(),
+            calls: StoreCalls::new("colo-store", STORE_CALLS),
+            restores: StoreCalls::new("colo-restore", RESTORES),
+            commits: commit::GroupCommit::default(),
         }
     }
 
@@ -105,6 +127,25 @@ impl NodeStore {
 
     pub fn settings(&self) -> StateSettings {
         self.settings
+    }
+
+    /// How the node's store calls take their turns.
+    pub(crate) fn calls(&self) -> &StoreCalls {
+        &self.calls
+    }
+
+    /// Writes `batch` durably, in one commit with the other shards' writes
+    /// that wait meanwhile (see `commit.rs`).
+    ///
+    /// # Errors
+    /// The commit failed: nothing of `batch` is durable.
+    pub(crate) async fn commit(&self, batch: colo_state::WriteBatch) -> Result<(), String> {
+        self.commits.write(&self.calls, &self.store(), batch).await
+    }
+
+    /// How the node's shard restores take their turns.
+    pub(crate) fn restores(&self) -> &StoreCalls {
+        &self.restores
     }
 
     /// The store itself, for a blocking thread.

@@ -14,7 +14,20 @@ pub trait StateStore: Send + Sync + std::fmt::Debug {
     ///
     /// # Errors
     /// The write failed (disk full, I/O error); nothing of it was applied.
-    fn write(&self, batch: &WriteBatch) -> Result<(), StoreError>;
+    fn write(&self, batch: &WriteBatch) -> Result<(), StoreError> {
+        self.write_all(std::slice::from_ref(batch))
+    }
+
+    /// Applies several batches (of any entity types) with one durable
+    /// commit: a node's shards that write at the same time share one sync
+    /// to disk (group commit) instead of one each. Each batch is applied
+    /// all or nothing; once this returns `Ok`, all of them survive a crash.
+    ///
+    /// # Errors
+    /// The write failed; a batch may have been applied without being made
+    /// durable, so the caller writes all of them again (every op can be
+    /// applied twice to the same effect).
+    fn write_all(&self, batches: &[WriteBatch]) -> Result<(), StoreError>;
 
     /// An entity's stored value, if it has one.
     ///

@@ -69,15 +69,13 @@ impl FjallStore {
         open.insert(entity_type.to_string(), keyspace.clone());
         Ok(Some(keyspace))
     }
-}
 
-impl StateStore for FjallStore {
-    fn write(&self, batch: &WriteBatch) -> Result<(), StoreError> {
+    /// Adds `batch`'s ops to the commit `b`.
+    fn add(&self, b: &mut fjall::OwnedWriteBatch, batch: &WriteBatch) -> Result<(), StoreError> {
         let name = batch.entity_type.as_str();
         let Some(keyspace) = self.keyspace(name, true)? else {
             unreachable!("created when missing")
         };
-        let mut b = self.db.batch().durability(Some(PersistMode::SyncAll));
         for op in &batch.ops {
             match op {
                 Op::Put {
@@ -104,7 +102,18 @@ impl StateStore for FjallStore {
                 }
             }
         }
-        b.commit().map_err(|e| io(name, e))
+        Ok(())
+    }
+}
+
+impl StateStore for FjallStore {
+    fn write_all(&self, batches: &[WriteBatch]) -> Result<(), StoreError> {
+        let mut b = self.db.batch().durability(Some(PersistMode::SyncAll));
+        for batch in batches {
+            self.add(&mut b, batch)?;
+        }
+        let names: Vec<&str> = batches.iter().map(|b| b.entity_type.as_str()).collect();
+        b.commit().map_err(|e| io(&names.join(","), e))
     }
 
     fn load(

@@ -1,6 +1,6 @@
 //! The sled engine (0.34, the project's specified store): one tree per
-//! entity type; a batch is one atomic `apply_batch`, flushed to disk before
-//! `write` returns.
+//! entity type; a batch is one atomic `apply_batch`, and the batches of
+//! one write are flushed to disk together before it returns.
 
 use crate::batch::{Checkpoint, Op, WriteBatch};
 use crate::engine::{visit_entities, Engine, StateStore};
@@ -37,10 +37,9 @@ impl SledStore {
             .open_tree(entity_type)
             .map_err(|e| io(entity_type, e))
     }
-}
 
-impl StateStore for SledStore {
-    fn write(&self, batch: &WriteBatch) -> Result<(), StoreError> {
+    /// Applies `batch` to its tree, atomically, not yet durably.
+    fn apply(&self, batch: &WriteBatch) -> Result<(), StoreError> {
         let name = batch.entity_type.as_str();
         let tree = self.tree(name)?;
         let mut b = sled::Batch::default();
@@ -68,8 +67,22 @@ impl StateStore for SledStore {
                 }
             }
         }
-        tree.apply_batch(b).map_err(|e| io(name, e))?;
-        tree.flush().map(drop).map_err(|e| io(name, e))
+        tree.apply_batch(b).map_err(|e| io(name, e))
+    }
+}
+
+impl StateStore for SledStore {
+    fn write_all(&self, batches: &[WriteBatch]) -> Result<(), StoreError> {
+        // Each batch is atomic in its tree; one flush makes them all
+        // durable (sled flushes the whole database).
+        for batch in batches {
+            self.apply(batch)?;
+        }
+        let names: Vec<&str> = batches.iter().map(|b| b.entity_type.as_str()).collect();
+        self.db
+            .flush()
+            .map(drop)
+            .map_err(|e| io(&names.join(","), e))
     }
 
     fn load(

@@ -74,6 +74,56 @@ fn a_written_batch_is_loaded_scanned_by_shard_and_checkpointed_after_a_reopen() 
 }
 
 #[test]
+fn batches_of_several_shards_and_types_written_together_are_all_there_after_a_reopen() {
+    for engine in Engine::ALL {
+        let dir = tempfile::tempdir().expect("temp dir");
+        {
+            let store = open(dir.path(), engine).expect("open");
+            let mut first = WriteBatch::new("user");
+            first.put(ShardId(1), "alice", b"a1".to_vec());
+            first.checkpoint(
+                ShardId(1),
+                Checkpoint {
+                    offset: 3,
+                    epoch: 1,
+                },
+            );
+            let mut second = WriteBatch::new("user");
+            second.put(ShardId(2), "bob", b"b1".to_vec());
+            second.delete(ShardId(2), "gone");
+            let mut third = WriteBatch::new("device");
+            third.put(ShardId(1), "d", b"d1".to_vec());
+            store
+                .write_all(&[first, second, third])
+                .expect("one commit");
+        }
+        let store = open(dir.path(), engine).expect("reopen");
+        assert_eq!(
+            store.load("user", ShardId(1), "alice").expect("load"),
+            Some(b"a1".to_vec()),
+            "{engine}"
+        );
+        assert_eq!(
+            store.load("user", ShardId(2), "bob").expect("load"),
+            Some(b"b1".to_vec()),
+            "{engine}"
+        );
+        assert_eq!(
+            store.load("device", ShardId(1), "d").expect("load"),
+            Some(b"d1".to_vec()),
+            "{engine}"
+        );
+        assert_eq!(
+            store.checkpoint("user", ShardId(1)).expect("cp"),
+            Some(Checkpoint {
+                offset: 3,
+                epoch: 1
+            })
+        );
+    }
+}
+
+#[test]
 fn deletes_and_a_cleared_shard_are_gone_and_other_shards_stay() {
     for engine in Engine::ALL {
         let dir = tempfile::tempdir().expect("temp dir");

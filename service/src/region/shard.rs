@@ -37,6 +37,7 @@
 mod durable;
 mod handoff;
 mod lifecycle;
+mod loads;
 mod recovery;
 mod runs;
 mod signals;
@@ -341,6 +342,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                 }
             }
             self.fill_slots(cx);
+            progressed |= self.loads_to_start();
             if !progressed {
                 return Poll::Pending;
             }

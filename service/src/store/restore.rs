@@ -73,6 +73,8 @@ pub(crate) struct Restored {
 /// What a shard's restore works on.
 pub(crate) struct Restore {
     pub store: Arc<dyn StateStore>,
+    /// The node's restores' turns (see [`super::RESTORES`]).
+    pub turns: super::StoreCalls,
     pub changelog: Arc<Changelog>,
     pub entity_type: Arc<str>,
     pub shard: ShardId,
@@ -92,7 +94,7 @@ impl Restore {
     pub async fn run(self: Arc<Self>) -> Result<Restored, RestoreError> {
         let started = Instant::now();
         let this = self.clone();
-        let local = blocking(move || {
+        let local = blocking(&self.turns, move || {
             this.store
                 .checkpoint(&this.entity_type, this.shard)
                 .map_err(RestoreError::from)
@@ -114,7 +116,7 @@ impl Restore {
         };
         let this = self.clone();
         let (read, applied, ignored, from_checkpoint) =
-            blocking(move || this.apply(local, epoch)).await?;
+            blocking(&self.turns, move || this.apply(local, epoch)).await?;
         Ok(Restored {
             epoch: u64::try_from(epoch).unwrap_or(0),
             read,
@@ -265,11 +267,10 @@ impl<'a> Applier<'a> {
 }
 
 async fn blocking<T: Send + 'static>(
+    turns: &super::StoreCalls,
     work: impl FnOnce() -> Result<T, RestoreError> + Send + 'static,
 ) -> Result<T, RestoreError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| RestoreError::Thread(e.to_string()))?
+    turns.run(work).await.map_err(RestoreError::Thread)?
 }
 
 /// Restores until it works: a shard that cannot restore serves nothing

@@ -22,6 +22,7 @@
 //! and both state versions), records are left uncommitted, and it is
 //! counted. It is never reset.
 
+use super::loads::{Loaded, Loads};
 use super::recovery::{Recovery, Stored};
 use super::Map;
 use crate::entity::{Entity, EntityId, StateCodec};
@@ -34,18 +35,12 @@ use crate::store::{restore_until_done, Restore, Restored};
 use crate::store::{DurableShards, NodeStore, ShardDurability};
 use colo_allocation::ShardId;
 use colo_connectors::Changelog;
-use colo_state::{Checkpoint, StateRecord, StateStore, StoreError, WriteBatch};
-use futures::stream::FuturesUnordered;
+use colo_state::{Checkpoint, StateRecord, WriteBatch};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, Sleep};
-
-/// A load from the store: the entity, and its stored record if any.
-pub(super) type Loaded = (EntityId, Result<Option<Vec<u8>>, StoreError>);
 
 /// A reply that waits for the write that makes its change durable.
 type Held<R> = (Reply<R>, Result<R, AskError>);
@@ -118,7 +113,7 @@ pub(super) struct DurableShard<E: Entity> {
     /// The number of the next write.
     seq: u64,
     timer: Option<Pin<Box<Sleep>>>,
-    pub(super) loads: FuturesUnordered<JoinHandle<Loaded>>,
+    pub(super) loads: Loads,
     /// Why the shard takes no more messages, once a state did not decode.
     pub(super) broken: Option<String>,
     durability: Arc<ShardDurability>,
@@ -142,6 +137,7 @@ impl<E: Entity> DurableShard<E> {
         let restoring = changelog.as_ref().map(|changelog| {
             let restore = Arc::new(Restore {
                 store: store.store(),
+                turns: store.restores().clone(),
                 changelog: changelog.clone(),
                 entity_type: Arc::from(entity_type),
                 shard,
@@ -165,7 +161,7 @@ impl<E: Entity> DurableShard<E> {
             writing: None,
             seq: 1,
             timer: None,
-            loads: FuturesUnordered::new(),
+            loads: Loads::default(),
             broken: None,
             durability,
             shards: shards.clone(),
@@ -238,13 +234,14 @@ impl<E: Entity> DurableShard<E> {
             self.metrics.loaded_memory.increment(1);
             return self.decode(id, &value);
         }
-        let store = self.store.store();
-        let (entity_type, shard, id) = (self.entity_type.clone(), self.shard, id.clone());
-        self.loads.push(tokio::task::spawn_blocking(move || {
-            let loaded = store.load(&entity_type, shard, &id);
-            (id, loaded)
-        }));
+        self.loads.push(id.clone());
         Ok(Start::Loading)
+    }
+
+    /// The next entity whose state was read (see `loads.rs`).
+    pub fn poll_load(&mut self, cx: &mut Context<'_>) -> Poll<Option<Loaded>> {
+        self.loads
+            .poll_next(&self.store, &self.entity_type, self.shard, cx)
     }
 
     /// A stored record read back: the entity, or why it cannot be.
@@ -381,7 +378,7 @@ impl<E: Entity> DurableShard<E> {
         let seq = self.seq;
         self.seq += 1;
         let task = Box::pin(write(
-            self.store.store(),
+            self.store.clone(),
             self.changelog.clone(),
             self.entity_type.clone(),
             self.shard,
@@ -462,9 +459,10 @@ impl<E: Entity> DurableShard<E> {
 
 /// Writes a shard's changed states: to its changelog partition first, so
 /// that the store's checkpoint never runs ahead of the changelog, then to
-/// the store with that checkpoint, all in one durable batch.
+/// the store with that checkpoint, in one durable batch (committed with
+/// the other shards' writes of the moment, `store/commit.rs`).
 async fn write(
-    store: Arc<dyn StateStore>,
+    store: Arc<NodeStore>,
     changelog: Option<Arc<Changelog>>,
     entity_type: Arc<str>,
     shard: ShardId,
@@ -487,21 +485,14 @@ async fn write(
             epoch,
         });
     }
-    let stored = tokio::task::spawn_blocking(move || {
-        let mut batch = WriteBatch::new(&*entity_type);
-        for (id, value) in states.iter() {
-            batch.put(shard, id.as_str(), value.clone());
-        }
-        if let Some(checkpoint) = checkpoint {
-            batch.checkpoint(shard, checkpoint);
-        }
-        store.write(&batch)
-    })
-    .await;
-    match stored {
-        Ok(result) => result.map_err(|e| e.to_string()),
-        Err(e) => Err(format!("the write's thread failed: {e}")),
+    let mut batch = WriteBatch::new(&*entity_type);
+    for (id, value) in states.iter() {
+        batch.put(shard, id.as_str(), value.clone());
     }
+    if let Some(checkpoint) = checkpoint {
+        batch.checkpoint(shard, checkpoint);
+    }
+    store.commit(batch).await
 }
 
 impl<E: Entity> Drop for DurableShard<E> {

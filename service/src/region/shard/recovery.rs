@@ -15,7 +15,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, Sleep};
 
 /// Remember entities: the shard's stored entities, read once it is
@@ -29,10 +28,13 @@ pub(super) struct Recovery {
 /// A shard's stored entities: id and stored record.
 pub(super) type Stored = Vec<(EntityId, Vec<u8>)>;
 
+/// The shard's scan, on a store call (the outer error: its thread failed).
+type Scan = Pin<Box<dyn Future<Output = Result<Result<Stored, StoreError>, String>> + Send>>;
+
 enum RecoveryPhase {
     /// Not read yet.
     Unread,
-    Reading(JoinHandle<Result<Stored, StoreError>>),
+    Reading(Scan),
     /// Read: those not started yet.
     Starting(VecDeque<(EntityId, Vec<u8>)>),
     Done,
@@ -63,19 +65,22 @@ impl Recovery {
         loop {
             match &mut recovery.phase {
                 RecoveryPhase::Unread => {
-                    let store = store.store();
+                    let (calls, store) = (store.calls().clone(), store.store());
                     let entity_type = entity_type.clone();
-                    recovery.phase =
-                        RecoveryPhase::Reading(tokio::task::spawn_blocking(move || {
-                            let mut found = Vec::new();
-                            store.scan(&entity_type, shard, &mut |id, value| {
-                                found.push((EntityId::from(id), value.to_vec()));
-                                std::ops::ControlFlow::Continue(())
-                            })?;
-                            Ok(found)
-                        }));
+                    recovery.phase = RecoveryPhase::Reading(Box::pin(async move {
+                        calls
+                            .run(move || {
+                                let mut found = Vec::new();
+                                store.scan(&entity_type, shard, &mut |id, value| {
+                                    found.push((EntityId::from(id), value.to_vec()));
+                                    std::ops::ControlFlow::Continue(())
+                                })?;
+                                Ok(found)
+                            })
+                            .await
+                    }));
                 }
-                RecoveryPhase::Reading(task) => match Pin::new(task).poll(cx) {
+                RecoveryPhase::Reading(task) => match task.as_mut().poll(cx) {
                     Poll::Pending => return Vec::new(),
                     Poll::Ready(Ok(Ok(found))) => {
                         tracing::info!(entity_type = %entity_type, %shard, entities = found.len(), "starting the shard's remembered entities");

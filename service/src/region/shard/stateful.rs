@@ -4,18 +4,15 @@
 //! shard stopped by a state it cannot read. The state itself, and its
 //! writes, are `durable.rs`'s.
 
-use super::durable::{Loaded, Start};
+use super::durable::Start;
 use super::runs::Done;
 use super::{Active, Phase, Shard, LIFECYCLE};
 use crate::entity::{Entity, EntityId};
 use crate::envelope::{Envelope, Origin, Reply};
 use crate::error::AskError;
 use colo_state::StoreError;
-use futures::stream::FuturesUnordered;
-use futures::StreamExt;
 use std::future::Future;
 use std::task::{Context, Poll};
-use tokio::task::JoinHandle;
 
 impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
     /// Loads that came back, and the write: whether anything happened.
@@ -37,23 +34,21 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                 self.remember(id, &value);
             }
         }
-        while let Poll::Ready(Some(loaded)) = self.durable_loads().poll_next_unpin(cx) {
+        while let Some(Poll::Ready(Some((id, result)))) =
+            self.durable.as_mut().map(|durable| durable.poll_load(cx))
+        {
             progressed = true;
-            match loaded {
-                Ok((id, result)) => self.loaded(id, result),
-                Err(e) => {
-                    tracing::error!(entity_type = %self.entity_type.name, shard = %self.id, error = %e, "a state load's thread failed");
-                }
-            }
+            self.loaded(id, result);
         }
         progressed
     }
 
-    fn durable_loads(&mut self) -> &mut FuturesUnordered<JoinHandle<Loaded>> {
-        match self.durable.as_mut() {
-            Some(durable) => &mut durable.loads,
-            None => unreachable!("only a durable shard loads"),
-        }
+    /// Entities that started since the last poll wait for a read of their
+    /// state that has not begun: the shard's task goes round once more.
+    pub(super) fn loads_to_start(&self) -> bool {
+        self.durable
+            .as_ref()
+            .is_some_and(|durable| durable.loads.to_start())
     }
 
     /// An entity's stored state was read: it starts with its waiting
