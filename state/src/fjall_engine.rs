@@ -8,6 +8,7 @@ use crate::engine::{visit_entities, Engine, StateStore};
 use crate::error::StoreError;
 use crate::keys;
 use colo_allocation::ShardId;
+use fjall::config::PinningPolicy;
 use fjall::{KeyspaceCreateOptions, PersistMode};
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -30,6 +31,21 @@ impl std::fmt::Debug for FjallStore {
 
 fn io(entity_type: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::io(ENGINE, entity_type, e)
+}
+
+/// An entity type's keyspace: every table's filter and index blocks stay
+/// in memory. A starting entity is a point read, most often of an entity
+/// the store does not have yet; fjall's default keeps only the first
+/// levels' filters in memory and reads the others through its 32 MiB
+/// cache, so with millions of entities every such read fetched and
+/// checksummed a filter block of a megabyte or more from disk (measured:
+/// 10,000,000 entities passivated through a limit of 1,000,000 had not
+/// finished in 20 minutes, nearly all of it in reads of filter blocks;
+/// `benches/memory.rs`). Pinned, they take about 10 bits per key.
+fn keyspace_options() -> KeyspaceCreateOptions {
+    KeyspaceCreateOptions::default()
+        .filter_block_pinning_policy(PinningPolicy::all(true))
+        .index_block_pinning_policy(PinningPolicy::all(true))
 }
 
 impl FjallStore {
@@ -64,7 +80,7 @@ impl FjallStore {
         }
         let keyspace = self
             .db
-            .keyspace(entity_type, KeyspaceCreateOptions::default)
+            .keyspace(entity_type, keyspace_options)
             .map_err(|e| io(entity_type, e))?;
         open.insert(entity_type.to_string(), keyspace.clone());
         Ok(Some(keyspace))

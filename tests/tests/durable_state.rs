@@ -189,3 +189,101 @@ async fn a_restore_after_compaction_gives_the_same_totals() {
         .await
         .expect("totals exact after a restore from the compacted changelog");
 }
+
+/// Asks `user` on `node` (JSON), answered within `timeout`: the totals.
+async fn ask_user(
+    node: &NodeProcess,
+    user: &str,
+    message: &str,
+    timeout: Duration,
+) -> Result<serde_json::Value, String> {
+    use colo_tests::client::json;
+    let request = colo_proto::v1::AskRequest {
+        entity_type: "user".into(),
+        entity_id: user.into(),
+        payload: json(message),
+        timeout: Some(prost_types::Duration {
+            seconds: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+            nanos: 0,
+        }),
+    };
+    let reply = node
+        .client()
+        .await
+        .ask(request)
+        .await
+        .map_err(|status| status.to_string())?
+        .into_inner();
+    let data = reply.reply.map(|p| p.data).unwrap_or_default();
+    serde_json::from_slice(&data).map_err(|e| format!("not JSON totals: {e}"))
+}
+
+/// The users `node` hosts now.
+async fn users_on(node: &NodeProcess) -> Vec<String> {
+    let state = node
+        .client()
+        .await
+        .region_state(colo_proto::v1::RegionStateRequest {
+            entity_type: "user".into(),
+            timeout: None,
+        })
+        .await
+        .expect("region state")
+        .into_inner();
+    state
+        .shards
+        .into_iter()
+        .flat_map(|s| s.entity_ids)
+        .collect()
+}
+
+/// The issue's failover test: a change a client had acknowledged just
+/// before its entity's node was killed (kill -9) is there once the entity
+/// runs on the other node, restored from the changelog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_answered_just_before_its_node_is_killed_survives_the_failover() {
+    let broker = Broker::start();
+    let (topic, cluster) = unique("ask_before_kill");
+    let sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
+    let a = start(None, &sets);
+    a.await_ready(READY).await;
+    let mut b = start(Some(&a.grpc), &sets);
+    b.await_ready(READY).await;
+    await_hosting(&a).await;
+    await_hosting(&b).await;
+    // A user whose shard is on b, asked through a (which survives).
+    let purchase = |sequence: u64| {
+        format!(
+            r#"{{"Purchase":{{"product":"p","quantity":2,"price":150,"sequence":{sequence}}}}}"#
+        )
+    };
+    let mut on_b = None;
+    for n in 0..64 {
+        let user = format!("failover-{n}");
+        ask_user(&a, &user, &purchase(1), Duration::from_secs(10))
+            .await
+            .expect("the first purchase is answered");
+        if users_on(&b).await.contains(&user) {
+            on_b = Some(user);
+            break;
+        }
+    }
+    let user = on_b.expect("some user of 64 lives on b");
+    let answered = ask_user(&a, &user, &purchase(2), Duration::from_secs(10))
+        .await
+        .expect("the second purchase is answered");
+    assert_eq!(answered["purchases"], 2, "{answered}");
+    b.kill();
+    // b's partitions go to a once the group notices; the user's state
+    // comes back from the changelog.
+    let after = wait::until_ok(Duration::from_secs(90), || async {
+        ask_user(&a, &user, r#""UserStats""#, Duration::from_secs(5)).await
+    })
+    .await;
+    assert_eq!(
+        after["purchases"], 2,
+        "both acknowledged purchases survive the kill: {after}"
+    );
+    assert_eq!(after["items"], 4, "{after}");
+    assert!(users_on(&a).await.contains(&user), "the user runs on a now");
+}
