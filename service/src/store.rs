@@ -29,16 +29,19 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// How many threads a node's store calls run on (loads, scans and group
-/// commits). A few more than a machine's cores keep its disk busy: the
-/// engines serialize their durable commits anyway, and reads are short.
+/// How many threads a node's store reads run on (loads of starting
+/// entities, scans of remembered ones). Commits have a thread of their own
+/// (one runs at a time, `commit.rs`), so a read never waits behind a sync
+/// to disk.
 pub(crate) const STORE_CALLS: usize = 8;
 
 /// How many shards of a node restore at once. A restore reads a changelog
 /// partition on a thread of its own for as long as it takes, so restores
-/// have threads of their own: a node that starts many shards does not keep
-/// the running ones' writes waiting.
-pub(crate) const RESTORES: usize = 4;
+/// have threads of their own, and most of that time it waits for the
+/// broker, so many run at once: with 4, a node starting 24 shards handled
+/// 200,000 records at 64,000/s, with 32 at 304,000/s (the Kafka bench,
+/// BENCHMARKS.md), the last shards waiting for their turn to restore.
+pub(crate) const RESTORES: usize = 32;
 
 /// How durable entity types write their state behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +75,8 @@ pub struct NodeStore {
     calls: StoreCalls,
     restores: StoreCalls,
     commits: commit::GroupCommit,
+    /// The thread commits run on.
+    committer: StoreCalls,
 }
 
 impl std::fmt::Debug for NodeStore {
@@ -108,6 +113,7 @@ impl NodeStore {
             calls: StoreCalls::new("colo-store", STORE_CALLS),
             restores: StoreCalls::new("colo-restore", RESTORES),
             commits: commit::GroupCommit::default(),
+            committer: StoreCalls::new("colo-commit", 1),
         }
     }
 
@@ -129,7 +135,7 @@ impl NodeStore {
         self.settings
     }
 
-    /// How the node's store calls take their turns.
+    /// The threads of the node's store reads.
     pub(crate) fn calls(&self) -> &StoreCalls {
         &self.calls
     }
@@ -140,7 +146,9 @@ impl NodeStore {
     /// # Errors
     /// The commit failed: nothing of `batch` is durable.
     pub(crate) async fn commit(&self, batch: colo_state::WriteBatch) -> Result<(), String> {
-        self.commits.write(&self.calls, &self.store(), batch).await
+        self.commits
+            .write(&self.committer, &self.store(), batch)
+            .await
     }
 
     /// How the node's shard restores take their turns.
