@@ -3,7 +3,9 @@
 //! entity states, default 200000) into the node's store before its first
 //! message is answered; entities restored per second, for each engine, in
 //! one run. The changelog is on the test broker (tansu, memory storage, on
-//! loopback, sharing the machine's two cores with the node).
+//! loopback, sharing the machine's two cores with the node). The baseline,
+//! in the same run: a bare consumer reading the same partition from its
+//! first record to its last, with the changelog reader's fetch settings.
 //!
 //! `cargo bench -p colo --bench restore`
 
@@ -40,7 +42,7 @@ async fn restore_once(
     run: usize,
     engine: Engine,
     entities: u64,
-) -> (f64, Duration) {
+) -> (f64, Duration, f64) {
     let entity_type = format!("{TYPE}-{run}-{engine}");
     let topic = format!("{entity_type}.changelog");
     colo_connectors::create_missing_topics(
@@ -70,6 +72,12 @@ async fn restore_once(
             .collect();
         changelog.write(0, &records).await.expect("written");
     }
+    let bare = {
+        let (bootstrap, topic) = (broker.bootstrap().to_string(), topic.clone());
+        tokio::task::spawn_blocking(move || bare_read(&bootstrap, &topic, entities))
+            .await
+            .expect("bare read")
+    };
     let dir = tempfile::tempdir().expect("dir");
     let store = {
         let path = dir.path().to_path_buf();
@@ -115,7 +123,36 @@ async fn restore_once(
     assert_eq!(value, last as i64);
     let took = started.elapsed();
     node.shutdown().await;
-    (entities as f64 / took.as_secs_f64(), took)
+    (entities as f64 / took.as_secs_f64(), took, bare)
+}
+
+/// Records per second of a bare consumer reading `topic`'s partition 0
+/// from its first record until it has `count`.
+fn bare_read(bootstrap: &str, topic: &str, count: u64) -> f64 {
+    use colo_tests::rdkafka::consumer::{BaseConsumer, Consumer};
+    use colo_tests::rdkafka::{ClientConfig, Offset, TopicPartitionList};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("{topic}.bare"))
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .expect("consumer");
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, 0, Offset::Beginning)
+        .expect("partition");
+    consumer.assign(&assignment).expect("assign");
+    let started = Instant::now();
+    let mut seen = 0;
+    while seen < count {
+        match consumer.poll(Duration::from_secs(10)) {
+            Some(Ok(_)) => seen += 1,
+            Some(Err(e)) => panic!("bare read: {e}"),
+            None => panic!("bare read stalled at {seen} of {count}"),
+        }
+    }
+    count as f64 / started.elapsed().as_secs_f64()
 }
 
 fn main() {
@@ -130,14 +167,15 @@ fn main() {
         .expect("runtime");
     let broker = Broker::start();
     println!("restore of one shard from its changelog into an empty store: {entities} entities");
-    println!("| engine | run | restore, first message answered | entities/s |");
-    println!("|---|---:|---:|---:|");
+    println!("| engine | run | restore, first message answered | entities/s | bare read of the partition, records/s | restore/bare read |");
+    println!("|---|---:|---:|---:|---:|---:|");
     for run in 1..=2 {
         for engine in Engine::ALL {
-            let (rate, took) = runtime.block_on(restore_once(&broker, run, engine, entities));
+            let (rate, took, bare) = runtime.block_on(restore_once(&broker, run, engine, entities));
             println!(
-                "| {engine} | {run} | {:.2} s | {rate:.0} |",
-                took.as_secs_f64()
+                "| {engine} | {run} | {:.2} s | {rate:.0} | {bare:.0} | {:.2} |",
+                took.as_secs_f64(),
+                rate / bare
             );
         }
     }
