@@ -55,7 +55,9 @@ cargo run --release --locked -p colo -- demo | tail -n 8
 grep -qF "cargo bench -p colo-state --bench store" README.md
 cargo bench -p colo-state --locked --bench store | tail -n 4
 grep -qF "cargo bench -p colo-tests --bench kafka" README.md
-cargo bench -p colo-tests --locked --bench kafka | tail -n 6
+# One throughput run and two join-and-leave cycles instead of three and
+# five: the suite checks that it runs, and stays within its time.
+COLO_BENCH_RUNS=1 COLO_BENCH_CYCLES=2 cargo bench -p colo-tests --locked --bench kafka | tail -n 6
 # README's simulate command, as shown (it reads the traces in ../shared).
 simulate=$(awk '/^    cargo run --release -p colo -- simulate/ {on = 1}
   on {sub(/^    /, ""); print; if (!/\\$/) exit}' README.md)
