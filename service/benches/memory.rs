@@ -182,7 +182,13 @@ async fn run(case: Case, entities: u64, active: u64) {
         }
         region.tell(&format!("counter-{i}"), 1).await.expect("told");
     }
+    let deadline = Instant::now() + Duration::from_secs(1800);
     while handled() < entities {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {entities} handled after 30 minutes",
+            handled()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let took = started.elapsed();

@@ -75,8 +75,6 @@ pub struct NodeStore {
     calls: StoreCalls,
     restores: StoreCalls,
     commits: commit::GroupCommit,
-    /// The thread commits run on.
-    committer: StoreCalls,
 }
 
 impl std::fmt::Debug for NodeStore {
@@ -113,7 +111,6 @@ impl NodeStore {
             calls: StoreCalls::new("colo-store", STORE_CALLS),
             restores: StoreCalls::new("colo-restore", RESTORES),
             commits: commit::GroupCommit::default(),
-            committer: StoreCalls::new("colo-commit", 1),
         }
     }
 
@@ -146,9 +143,7 @@ impl NodeStore {
     /// # Errors
     /// The commit failed: nothing of `batch` is durable.
     pub(crate) async fn commit(&self, batch: colo_state::WriteBatch) -> Result<(), String> {
-        self.commits
-            .write(&self.committer, &self.store(), batch)
-            .await
+        self.commits.write(&self.store(), batch).await
     }
 
     /// How the node's shard restores take their turns.
@@ -243,25 +238,26 @@ impl ShardDurability {
 /// puts its own in when it starts; and the shards whose writes fail now,
 /// with the last reason, which make the node unready.
 #[derive(Debug, Default)]
-pub(crate) struct DurableShards(
-    Mutex<HashMap<ShardId, Arc<ShardDurability>>>,
-    Mutex<std::collections::BTreeMap<ShardId, String>>,
-);
+pub(crate) struct DurableShards {
+    running: Mutex<HashMap<ShardId, Arc<ShardDurability>>>,
+    /// The shards whose last write failed, with its reason.
+    failing: Mutex<std::collections::BTreeMap<ShardId, String>>,
+}
 
 impl DurableShards {
     /// A write of `shard` failed (it is tried again).
     pub fn write_failed(&self, shard: ShardId, reason: String) {
-        self.1.lock().insert(shard, reason);
+        self.failing.lock().insert(shard, reason);
     }
 
     /// A write of `shard` succeeded, or the shard stopped.
     pub fn write_settled(&self, shard: ShardId) {
-        self.1.lock().remove(&shard);
+        self.failing.lock().remove(&shard);
     }
 
     /// Why state is not being written, if a shard's writes fail now.
     pub fn failing(&self) -> Option<String> {
-        let failing = self.1.lock();
+        let failing = self.failing.lock();
         let (_, reason) = failing.iter().next_back()?;
         let shards: Vec<String> = failing.keys().map(ToString::to_string).collect();
         Some(format!(
@@ -273,14 +269,14 @@ impl DurableShards {
     /// A shard's task starts (`restored`: it has nothing to restore).
     pub fn started(&self, shard: ShardId, restored: bool) -> Arc<ShardDurability> {
         let durability = Arc::new(ShardDurability::new(restored));
-        self.0.lock().insert(shard, durability.clone());
+        self.running.lock().insert(shard, durability.clone());
         durability
     }
 
     /// The shard's task has ended: waiters whose changes were not written
     /// learn it (unless the shard started here again meanwhile).
     pub fn stopped(&self, shard: ShardId, durability: &Arc<ShardDurability>) {
-        let mut shards = self.0.lock();
+        let mut shards = self.running.lock();
         if shards
             .get(&shard)
             .is_some_and(|d| Arc::ptr_eq(d, durability))
@@ -292,7 +288,12 @@ impl DurableShards {
     /// Waits until `shard`'s state is restored, if it runs here (false if
     /// its task ended first).
     pub async fn restored(&self, shard: ShardId) -> bool {
-        let Some(mut restored) = self.0.lock().get(&shard).map(|d| d.restored.subscribe()) else {
+        let Some(mut restored) = self
+            .running
+            .lock()
+            .get(&shard)
+            .map(|d| d.restored.subscribe())
+        else {
             return true;
         };
         let done = restored.wait_for(|r| *r).await.is_ok();
@@ -301,6 +302,6 @@ impl DurableShards {
 
     /// The durability of `shard`, if it runs here.
     pub fn get(&self, shard: ShardId) -> Option<Arc<ShardDurability>> {
-        self.0.lock().get(&shard).cloned()
+        self.running.lock().get(&shard).cloned()
     }
 }

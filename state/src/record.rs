@@ -115,21 +115,6 @@ impl StateRecord {
         Ok(record)
     }
 
-    /// The epoch of an encoded record, read without decoding the rest (a
-    /// restore needs only it).
-    ///
-    /// # Errors
-    /// As [`StateRecord::decode`], for the part it reads.
-    pub fn epoch_of(value: &[u8]) -> Result<u64, RecordError> {
-        let (&format, rest) = value.split_first().ok_or(RecordError::Empty)?;
-        if format != FORMAT {
-            return Err(RecordError::Format(format));
-        }
-        postcard::take_from_bytes::<u64>(rest)
-            .map(|(epoch, _)| epoch)
-            .map_err(|e| RecordError::Malformed(e.to_string()))
-    }
-
     /// The offset of the last record of `topic` applied to this entity.
     pub fn applied(&self, topic: &str) -> Option<u64> {
         self.applied
@@ -164,7 +149,6 @@ mod tests {
         record.mark_applied("user-events", 41);
         record.mark_applied("refunds", 2);
         assert_eq!(StateRecord::decode(&record.encode()), Ok(record.clone()));
-        assert_eq!(StateRecord::epoch_of(&record.encode()), Ok(7));
         record.state = None;
         assert_eq!(
             StateRecord::decode(&record.encode()),

@@ -21,13 +21,23 @@ pub fn json(text: &str) -> Option<pb::Payload> {
 
 /// An ask to the counter `id` with a JSON message and a 10 s timeout.
 pub fn ask_request(id: &str, message: &str) -> pb::AskRequest {
+    ask_request_to("counter", id, message, Duration::from_secs(10))
+}
+
+/// An ask to entity `id` of `entity_type` with a JSON message.
+pub fn ask_request_to(
+    entity_type: &str,
+    id: &str,
+    message: &str,
+    timeout: Duration,
+) -> pb::AskRequest {
     pb::AskRequest {
-        entity_type: "counter".into(),
+        entity_type: entity_type.into(),
         entity_id: id.into(),
         payload: json(message),
         timeout: Some(prost_types::Duration {
-            seconds: 10,
-            nanos: 0,
+            seconds: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+            nanos: i32::try_from(timeout.subsec_nanos()).unwrap_or(0),
         }),
     }
 }
@@ -64,11 +74,7 @@ pub async fn ask_within(
     message: &str,
     timeout: Duration,
 ) -> Result<i64, tonic::Status> {
-    let mut request = ask_request(id, message);
-    request.timeout = Some(prost_types::Duration {
-        seconds: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
-        nanos: i32::try_from(timeout.subsec_nanos()).unwrap_or(0),
-    });
+    let request = ask_request_to("counter", id, message, timeout);
     let reply = client.ask(request).await?.into_inner();
     let data = reply.reply.map(|p| p.data).unwrap_or_default();
     let text = String::from_utf8(data).map_err(|e| tonic::Status::internal(e.to_string()))?;
@@ -84,24 +90,31 @@ pub async fn try_entities_by_node(
 ) -> Option<BTreeMap<String, BTreeSet<String>>> {
     let mut by_node = BTreeMap::new();
     for node in nodes {
-        let state = node
-            .client()
-            .await
-            .region_state(pb::RegionStateRequest {
-                entity_type: "counter".into(),
-                timeout: None,
-            })
-            .await
-            .ok()?
-            .into_inner();
-        let ids = state
+        by_node.insert(node.grpc.clone(), entities_on(node, "counter").await?);
+    }
+    Some(by_node)
+}
+
+/// The entities of `entity_type` active on `node`, from its RegionState;
+/// `None` when it does not answer.
+pub async fn entities_on(node: &NodeProcess, entity_type: &str) -> Option<BTreeSet<String>> {
+    let state = node
+        .client()
+        .await
+        .region_state(pb::RegionStateRequest {
+            entity_type: entity_type.into(),
+            timeout: None,
+        })
+        .await
+        .ok()?
+        .into_inner();
+    Some(
+        state
             .shards
             .into_iter()
             .flat_map(|s| s.entity_ids)
-            .collect();
-        by_node.insert(node.grpc.clone(), ids);
-    }
-    Some(by_node)
+            .collect(),
+    )
 }
 
 /// Entity ids per region, from each node's RegionState.

@@ -7,6 +7,7 @@
 
 use colo_connectors::Changelog;
 use colo_tests::broker::Broker;
+use colo_tests::client::entities_on;
 use colo_tests::lifecycle::Lifecycle;
 use colo_tests::process::NodeProcess;
 use colo_tests::purchases::{handled, verify, Producer};
@@ -197,16 +198,7 @@ async fn ask_user(
     message: &str,
     timeout: Duration,
 ) -> Result<serde_json::Value, String> {
-    use colo_tests::client::json;
-    let request = colo_proto::v1::AskRequest {
-        entity_type: "user".into(),
-        entity_id: user.into(),
-        payload: json(message),
-        timeout: Some(prost_types::Duration {
-            seconds: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
-            nanos: 0,
-        }),
-    };
+    let request = colo_tests::client::ask_request_to("user", user, message, timeout);
     let reply = node
         .client()
         .await
@@ -216,25 +208,6 @@ async fn ask_user(
         .into_inner();
     let data = reply.reply.map(|p| p.data).unwrap_or_default();
     serde_json::from_slice(&data).map_err(|e| format!("not JSON totals: {e}"))
-}
-
-/// The users `node` hosts now.
-async fn users_on(node: &NodeProcess) -> Vec<String> {
-    let state = node
-        .client()
-        .await
-        .region_state(colo_proto::v1::RegionStateRequest {
-            entity_type: "user".into(),
-            timeout: None,
-        })
-        .await
-        .expect("region state")
-        .into_inner();
-    state
-        .shards
-        .into_iter()
-        .flat_map(|s| s.entity_ids)
-        .collect()
 }
 
 /// The failover test: a change a client had acknowledged just
@@ -263,7 +236,11 @@ async fn an_ask_answered_just_before_its_node_is_killed_survives_the_failover() 
         ask_user(&a, &user, &purchase(1), Duration::from_secs(10))
             .await
             .expect("the first purchase is answered");
-        if users_on(&b).await.contains(&user) {
+        if entities_on(&b, "user")
+            .await
+            .expect("b answers")
+            .contains(&user)
+        {
             on_b = Some(user);
             break;
         }
@@ -285,5 +262,11 @@ async fn an_ask_answered_just_before_its_node_is_killed_survives_the_failover() 
         "both acknowledged purchases survive the kill: {after}"
     );
     assert_eq!(after["items"], 4, "{after}");
-    assert!(users_on(&a).await.contains(&user), "the user runs on a now");
+    assert!(
+        entities_on(&a, "user")
+            .await
+            .expect("a answers")
+            .contains(&user),
+        "the user runs on a now"
+    );
 }

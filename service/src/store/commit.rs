@@ -4,8 +4,10 @@
 //! shards writing every 100 ms would otherwise ask its disk for 10,000
 //! syncs a second, and its shards' writes would queue behind each other's.
 //!
-//! No task of its own: the first waiting shard whose turn comes commits
-//! for everyone waiting then, and the others are answered by it.
+//! Commits run one at a time on a thread of their own. Each write queues
+//! its batch and a commit job; a job takes every batch waiting when it
+//! runs, so the jobs queued behind a running commit find their batches in
+//! the next one, and those left empty do nothing.
 
 use super::StoreCalls;
 use colo_state::{StateStore, WriteBatch};
@@ -16,60 +18,57 @@ use tokio::sync::oneshot;
 /// A write's outcome: the reason it failed.
 type Outcome = Result<(), String>;
 
-#[derive(Debug, Default)]
+/// Writes not taken into a commit yet.
+type Waiting = Arc<Mutex<Vec<(WriteBatch, oneshot::Sender<Outcome>)>>>;
+
+#[derive(Debug)]
 pub(crate) struct GroupCommit {
-    /// Writes not taken into a commit yet.
-    waiting: Mutex<Vec<(WriteBatch, oneshot::Sender<Outcome>)>>,
-    /// Held while a commit runs: one at a time, so the writes that arrive
-    /// meanwhile gather for the next.
-    committing: tokio::sync::Mutex<()>,
+    waiting: Waiting,
+    /// The one thread commits run on, in turn.
+    thread: StoreCalls,
+}
+
+impl Default for GroupCommit {
+    fn default() -> Self {
+        Self {
+            waiting: Waiting::default(),
+            thread: StoreCalls::new("colo-commit", 1),
+        }
+    }
 }
 
 impl GroupCommit {
-    /// Writes `batch` durably with whatever other writes wait now.
+    /// Writes `batch` durably with whatever other writes wait when its
+    /// commit runs.
     ///
     /// # Errors
     /// The commit failed (none of its writes is durable), or its thread
     /// did.
-    pub async fn write(
-        &self,
-        calls: &StoreCalls,
-        store: &Arc<dyn StateStore>,
-        batch: WriteBatch,
-    ) -> Outcome {
-        let (done, mut outcome) = oneshot::channel();
+    pub async fn write(&self, store: &Arc<dyn StateStore>, batch: WriteBatch) -> Outcome {
+        let (done, outcome) = oneshot::channel();
         self.waiting.lock().push((batch, done));
-        tokio::select! {
-            biased;
-            // Committed by another writer meanwhile.
-            written = &mut outcome => return received(written),
-            turn = self.committing.lock() => {
-                let taken = std::mem::take(&mut *self.waiting.lock());
-                // Empty: a commit that ended as this one waited took this
-                // write, and its outcome is on its way.
-                if !taken.is_empty() {
-                    let store = store.clone();
-                    // Answered from the store call's thread: every writer
-                    // learns its outcome even if this one stops waiting.
-                    let _ = calls
-                        .run(move || {
-                            let (batches, dones): (Vec<_>, Vec<_>) = taken.into_iter().unzip();
-                            let written = store.write_all(&batches).map_err(|e| e.to_string());
-                            for done in dones {
-                                let _ = done.send(written.clone());
-                            }
-                        })
-                        .await;
+        let (waiting, store) = (self.waiting.clone(), store.clone());
+        // Answered from the commit's thread: every writer learns its
+        // outcome even if the one whose job commits stops waiting.
+        let _ = self
+            .thread
+            .run(move || {
+                let taken = std::mem::take(&mut *waiting.lock());
+                if taken.is_empty() {
+                    return;
                 }
-                drop(turn);
-            }
-        }
-        received(outcome.await)
+                let (batches, dones): (Vec<_>, Vec<_>) = taken.into_iter().unzip();
+                let written = store.write_all(&batches).map_err(|e| e.to_string());
+                for done in dones {
+                    let _ = done.send(written.clone());
+                }
+            })
+            .await;
+        // This write's batch went in this job's commit or an earlier one.
+        outcome
+            .await
+            .unwrap_or_else(|_| Err("the state store's commit thread failed".to_string()))
     }
-}
-
-fn received(outcome: Result<Outcome, oneshot::error::RecvError>) -> Outcome {
-    outcome.unwrap_or_else(|_| Err("the state store's commit thread failed".to_string()))
 }
 
 #[cfg(test)]
@@ -118,14 +117,13 @@ mod tests {
         let counting = Arc::new(Counting::default());
         let store: Arc<dyn StateStore> = counting.clone();
         let commit = Arc::new(GroupCommit::default());
-        let calls = StoreCalls::new("colo-test-commit", 4);
         let writers: Vec<_> = (0..100)
             .map(|shard| {
-                let (commit, calls, store) = (commit.clone(), calls.clone(), store.clone());
+                let (commit, store) = (commit.clone(), store.clone());
                 tokio::spawn(async move {
                     let mut batch = WriteBatch::new("t");
                     batch.put(ShardId(shard), "e", vec![1]);
-                    commit.write(&calls, &store, batch).await
+                    commit.write(&store, batch).await
                 })
             })
             .collect();
