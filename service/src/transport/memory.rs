@@ -157,12 +157,20 @@ impl InMemoryTransport {
                     message = down.recv() => match message {
                         Some(message) if !network.is_cut(&local) => {
                             if to_region.send(message).is_err() {
-                                return;
+                                break;
                             }
                         }
                         Some(_) => {}
                         None => return,
                     },
+                }
+            }
+            // The region left the link: what it sent before still goes up
+            // (its last ShardStopped, say), as a network link delivers
+            // what was sent before it closed.
+            while let Some(message) = from_region.recv().await {
+                if network.is_cut(&local) || up.send(message).is_err() {
+                    return;
                 }
             }
         });

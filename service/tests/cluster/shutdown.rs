@@ -60,3 +60,38 @@ async fn graceful_shutdown_moves_every_shard_away_with_no_message_lost() {
     )
     .await;
 }
+
+/// A leaving region's last messages (its shards' ShardStopped) reach the
+/// coordinator even when the coordinator talks to it meanwhile (the homes
+/// of the shards it already handed off). Lost, the coordinator would wait
+/// for the region timeout, here far beyond the test's waits, before it
+/// moved the shards whose stop it did not hear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaving_region_hands_every_shard_off_without_waiting_for_its_region_timeout() {
+    let settings = colo::ShardingSettings {
+        fence_timeout: Duration::from_secs(60),
+        region_timeout: Duration::from_secs(120),
+        ..fast_settings(12)
+    };
+    let mut cluster = Cluster::new("leave-at-once", settings);
+    cluster.start_coordinator(least_shard_new(100, 1.0));
+    cluster.add_node("n0");
+    for round in 1..=4 {
+        let (leaving, staying) = (format!("n{}", round - 1), format!("n{round}"));
+        cluster.add_node(&staying);
+        eventually(
+            &format!("{staying} registered"),
+            Duration::from_secs(5),
+            || async { cluster.shard_counts().contains_key(&staying) },
+        )
+        .await;
+        cluster.touch_all_shards(&leaving).await;
+        cluster.region(&leaving).shutdown().await;
+        eventually(
+            &format!("every shard homed on {staying} once {leaving} left"),
+            Duration::from_secs(5),
+            || async { cluster.shard_counts().get(&staying) == Some(&12) },
+        )
+        .await;
+    }
+}

@@ -65,12 +65,6 @@ async fn ready(node: &OneNode) {
     .await;
 }
 
-/// How long an ask after a node left may take: a leave that races another
-/// node's registration can leave a shard to the coordinator's
-/// `region_timeout` (10 s) before it moves (seen in-process; under
-/// investigation), and the shard's state must be there all the same.
-const AFTER_A_LEAVE: std::time::Duration = std::time::Duration::from_secs(30);
-
 fn accounts() -> Vec<String> {
     (0..40).map(|i| format!("acct-{i}")).collect()
 }
@@ -107,7 +101,7 @@ async fn a_moved_shard_serves_the_state_it_had_and_a_node_back_with_its_store_re
     ready(&b).await;
     a.node.shutdown().await;
     for (i, id) in accounts().iter().enumerate() {
-        let got = b.region.ask(id, LedgerMsg::Get, AFTER_A_LEAVE).await;
+        let got = b.region.ask(id, LedgerMsg::Get, ASK).await;
         assert_eq!(got.expect("got"), (i as i64, 1), "{id} as it was on a");
     }
     for id in accounts() {
@@ -134,7 +128,7 @@ async fn a_moved_shard_serves_the_state_it_had_and_a_node_back_with_its_store_re
     ready(&a).await;
     b.node.shutdown().await;
     for (i, id) in accounts().iter().enumerate() {
-        let got = a.region.ask(id, LedgerMsg::Get, AFTER_A_LEAVE).await;
+        let got = a.region.ask(id, LedgerMsg::Get, ASK).await;
         assert_eq!(got.expect("got"), (i as i64 + 100, 2), "{id} as b left it");
     }
     assert_eq!(

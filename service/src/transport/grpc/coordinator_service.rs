@@ -144,15 +144,21 @@ impl Session {
                 .await;
         }
         let up = self.pump_up(&entity_type, &region, frames, &to_coordinator);
-        tokio::select! {
-            silent = up => {
-                if silent {
-                    tracing::info!(%region, %entity_type, timeout = ?self.settings.region_timeout, "region stream silent; closing it");
-                }
-            }
-            // The coordinator dropped the link (it terminated the region):
-            // ending the stream tells the region.
-            () = pump_down(from_coordinator, self.down.clone(), epoch) => {}
+        tokio::pin!(up);
+        let silent = tokio::select! {
+            silent = &mut up => silent,
+            ended = pump_down(from_coordinator, self.down.clone(), epoch) => match ended {
+                // The coordinator dropped the link (it terminated the
+                // region): ending the stream tells the region.
+                DownEnded::Coordinator => false,
+                // The region left the link: what it sent before it left
+                // (its last ShardStopped, say) is still read, up to the
+                // end of its stream.
+                DownEnded::Region => up.await,
+            },
+        };
+        if silent {
+            tracing::info!(%region, %entity_type, timeout = ?self.settings.region_timeout, "region stream silent; closing it");
         }
         // Dropping `to_coordinator` here ends the link.
     }
@@ -199,15 +205,22 @@ impl Session {
 
 /// Coordinator to region, stamped with the epoch. Ends when the
 /// coordinator drops the link or the region's stream is gone.
+/// Which end stopped the coordinator-to-region half of a link.
+enum DownEnded {
+    Coordinator,
+    Region,
+}
+
 async fn pump_down(
     mut from_coordinator: mpsc::UnboundedReceiver<crate::protocol::CoordinatorToRegion>,
     down: Down,
     epoch: u64,
-) {
+) -> DownEnded {
     while let Some(message) = from_coordinator.recv().await {
         let frame = convert::coordinator_message_to_pb(epoch, message);
         if down.send(Ok(frame)).await.is_err() {
-            return;
+            return DownEnded::Region;
         }
     }
+    DownEnded::Coordinator
 }
