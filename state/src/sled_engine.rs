@@ -21,14 +21,34 @@ fn io(entity_type: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::io(ENGINE, entity_type, e)
 }
 
+/// How long an open waits for the database's lock (see [`SledStore::open`]).
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl SledStore {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let db = sled::open(path).map_err(|e| StoreError::Open {
-            path: path.to_path_buf(),
-            engine: ENGINE,
-            reason: e.to_string(),
-        })?;
-        Ok(Self { db })
+        // A handle to the same database dropped just before (a node
+        // restarted in the same process) may keep its file lock for a
+        // moment, while sled's own threads wind down: waited for, briefly.
+        // Another process holding it is still refused, after that wait.
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        loop {
+            match sled::open(path) {
+                Ok(db) => return Ok(Self { db }),
+                Err(sled::Error::Io(e))
+                    if e.to_string().contains("could not acquire lock")
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => {
+                    return Err(StoreError::Open {
+                        path: path.to_path_buf(),
+                        engine: ENGINE,
+                        reason: e.to_string(),
+                    })
+                }
+            }
+        }
     }
 
     fn tree(&self, entity_type: &str) -> Result<sled::Tree, StoreError> {
