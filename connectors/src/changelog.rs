@@ -134,17 +134,17 @@ impl Changelog {
     /// # Errors
     /// A record was not acknowledged within the timeout (none of the batch
     /// counts as written then: the caller writes it all again).
-    pub async fn write(
+    pub async fn write<K: AsRef<[u8]>, V: AsRef<[u8]>>(
         &self,
         partition: i32,
-        records: &[(Vec<u8>, Vec<u8>)],
+        records: &[(K, V)],
     ) -> Result<Vec<i64>, ChangelogError> {
         let mut pending = Vec::with_capacity(records.len());
         for (key, value) in records {
             let mut record = FutureRecord::to(&self.topic)
                 .partition(partition)
-                .key(key.as_slice())
-                .payload(value.as_slice());
+                .key(key.as_ref())
+                .payload(value.as_ref());
             loop {
                 match self.producer.send_result(record) {
                     Ok(delivery) => {

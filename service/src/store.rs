@@ -21,11 +21,13 @@ pub(crate) use restore::{restore_until_done, Restore, Restored};
 use colo_allocation::ShardId;
 use colo_connectors::Changelog;
 use colo_state::{Engine, StateStore, StoreError};
+use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Waker;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -186,6 +188,11 @@ pub(crate) struct ShardDurability {
     /// Its state is restored: its entities may run, its records be
     /// consumed.
     restored: watch::Sender<bool>,
+    /// A waiter cannot go on until the next write: the shard writes now
+    /// rather than at its flush interval.
+    hurry: AtomicBool,
+    /// The shard task, woken when hurried.
+    shard: AtomicWaker,
 }
 
 impl ShardDurability {
@@ -194,7 +201,24 @@ impl ShardDurability {
             changed: AtomicU64::new(0),
             flushed: watch::Sender::new(0),
             restored: watch::Sender::new(restored),
+            hurry: AtomicBool::new(false),
+            shard: AtomicWaker::new(),
         }
+    }
+
+    /// Asks for the next write now: a Kafka partition whose records wait
+    /// for it would otherwise reach its in-flight bound and stop taking
+    /// records until the flush interval.
+    pub fn hurry(&self) {
+        self.hurry.store(true, Ordering::Release);
+        self.shard.wake();
+    }
+
+    /// Whether a write was asked for since the last call; the shard task
+    /// (`waker`) is woken at the next ask.
+    pub fn hurried(&self, waker: &Waker) -> bool {
+        self.shard.register(waker);
+        self.hurry.swap(false, Ordering::AcqRel)
     }
 
     /// Its state is restored.

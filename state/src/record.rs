@@ -35,13 +35,22 @@ pub struct StateRecord {
 }
 
 /// The same record, borrowed: what the runtime encodes without copying the
-/// offsets it keeps per entity (postcard writes both alike).
+/// offsets it keeps per entity, whatever string type names their topics
+/// (postcard writes both alike).
 #[derive(Serialize)]
-struct RecordRef<'a> {
+struct RecordRef<'a, T: AsRef<str>> {
     epoch: u64,
     version: u32,
-    applied: &'a [(String, u64)],
+    #[serde(serialize_with = "topics_as_str")]
+    applied: &'a [(T, u64)],
     state: Option<&'a [u8]>,
+}
+
+fn topics_as_str<T: AsRef<str>, S: serde::Serializer>(
+    applied: &&[(T, u64)],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(applied.iter().map(|(topic, last)| (topic.as_ref(), *last)))
 }
 
 /// A stored value that is not a record this colo can read.
@@ -75,13 +84,25 @@ impl StateRecord {
     }
 
     /// Encodes a record from its parts, as [`StateRecord::encode`] would.
-    pub fn encode_parts(
+    pub fn encode_parts<T: AsRef<str>>(
         epoch: u64,
         version: u32,
-        applied: &[(String, u64)],
+        applied: &[(T, u64)],
         state: Option<&[u8]>,
     ) -> Vec<u8> {
-        let out = vec![FORMAT];
+        // Room for it all at once: a varint is at most 10 bytes.
+        let room = 1
+            + 10
+            + 5
+            + 5
+            + applied
+                .iter()
+                .map(|(topic, _)| 5 + topic.as_ref().len() + 10)
+                .sum::<usize>()
+            + 1
+            + state.map_or(0, |s| 5 + s.len());
+        let mut out = Vec::with_capacity(room);
+        out.push(FORMAT);
         let record = RecordRef {
             epoch,
             version,

@@ -30,16 +30,42 @@ struct ShardAcks {
     /// (write number, ack), in the order handled.
     acks: VecDeque<(u64, Ack)>,
     waiting: Option<Flushed>,
+    /// The last write asked for.
+    hurried: u64,
+}
+
+impl ShardAcks {
+    /// Asks for the write the newest acks wait for, once, when many wait.
+    fn hurry_if_many(&mut self, hurry_at: usize, durability: &ShardDurability) {
+        let Some(&(newest, _)) = self.acks.back() else {
+            return;
+        };
+        if self.acks.len() >= hurry_at && newest > self.hurried {
+            self.hurried = newest;
+            durability.hurry();
+        }
+    }
 }
 
 /// Every shard's acks waiting in one partition (usually one shard: the
 /// partition's own).
-#[derive(Default)]
 pub(super) struct DurableAcks {
     shards: Vec<ShardAcks>,
+    /// With this many acks waiting for one shard, it is asked to write
+    /// now: half the partition's in-flight bound, so that the write is
+    /// durable before the partition stops taking records.
+    hurry_at: usize,
 }
 
 impl DurableAcks {
+    /// For a partition of at most `max_in_flight` records in flight.
+    pub fn new(max_in_flight: usize) -> Self {
+        Self {
+            shards: Vec::new(),
+            hurry_at: (max_in_flight / 2).max(1),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.shards.iter().all(|s| s.acks.is_empty())
     }
@@ -76,6 +102,7 @@ impl DurableAcks {
                     durability: Arc::downgrade(&durability),
                     acks: VecDeque::new(),
                     waiting: None,
+                    hurried: 0,
                 });
                 (self.shards.len() - 1, durability)
             }
@@ -86,6 +113,7 @@ impl DurableAcks {
             return ack.handled();
         }
         entry.acks.push_back((seq, ack));
+        entry.hurry_if_many(self.hurry_at, &durability);
         if entry.waiting.is_none() {
             entry.waiting = Some(wait_for(&durability, seq));
         }
@@ -114,10 +142,11 @@ impl DurableAcks {
                 entry.acks.clear();
                 continue;
             }
-            if let (Some((next, _)), Some(durability)) =
+            if let (Some(&(next, _)), Some(durability)) =
                 (entry.acks.front(), entry.durability.upgrade())
             {
-                entry.waiting = Some(wait_for(&durability, *next));
+                entry.waiting = Some(wait_for(&durability, next));
+                entry.hurry_if_many(self.hurry_at, &durability);
             } else if !entry.acks.is_empty() {
                 entry.acks.clear();
             }

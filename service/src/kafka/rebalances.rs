@@ -2,6 +2,7 @@
 //! node: assigned partitions get a task each, revoked ones are settled,
 //! committed and their shards handed off, lost ones dropped.
 
+use super::durable_acks::DurableAcks;
 use super::partition::{PartitionTask, ShardPlace};
 use super::{IngestHealth, IngestSettings, RecordDecoder};
 use crate::entity::Entity;
@@ -101,7 +102,7 @@ impl<E: Entity> Rebalances<E> {
                 shard: ShardPlace::Unknown,
                 durable: self.region.is_durable(),
                 origin_topic,
-                unflushed: Default::default(),
+                unflushed: DurableAcks::new(self.settings.source.max_in_flight),
             };
             self.region.context().tasks.spawn(async move {
                 task.run(partition.gate, partition.records, given_up).await;

@@ -4,5 +4,6 @@
 mod ledger;
 
 mod changelog;
+mod kafka;
 mod local;
 mod remember;

@@ -10,7 +10,8 @@
 //! store's older copy or from nothing.
 //!
 //! Writes: every `flush_interval` after a change, or at once with
-//! `max_dirty` changed entities, one write at a time. While a write runs,
+//! `max_dirty` changed entities or when a Kafka partition waiting for the
+//! write is half way to its in-flight bound, one write at a time. While a write runs,
 //! its states are still read from here. A write that fails keeps
 //! everything: its states go back under the newer ones, its held replies
 //! wait on, and it is tried again. What waits for a write: asks from
@@ -36,6 +37,7 @@ use crate::store::{DurableShards, NodeStore, ShardDurability};
 use colo_allocation::ShardId;
 use colo_connectors::Changelog;
 use colo_state::{Checkpoint, StateRecord, WriteBatch};
+use smallvec::SmallVec;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -74,14 +76,22 @@ type WriteTask = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 /// A shard's restore, while it runs.
 type Restoring = Pin<Box<dyn Future<Output = Restored> + Send>>;
 
+/// Per source topic, the offset of the last record applied. Checked for
+/// every record: most entities read one topic, kept inline, and a topic
+/// is the shard's shared name, compared by pointer first.
+type Applied = SmallVec<[(Arc<str>, u64); 1]>;
+
 /// What an active durable entity keeps beside its value.
 #[derive(Default)]
 struct Kept {
-    /// Per source topic, the offset of the last record applied.
-    applied: Vec<(String, u64)>,
+    applied: Applied,
     /// The 128-bit hash of its state as last kept: a message that changed
     /// nothing (a query) writes nothing and waits for nothing.
     state: Option<u128>,
+}
+
+fn same_topic(kept: &Arc<str>, topic: &Arc<str>) -> bool {
+    Arc::ptr_eq(kept, topic) || **kept == **topic
 }
 
 fn state_hash(state: Option<&[u8]>) -> u128 {
@@ -105,6 +115,8 @@ pub(super) struct DurableShard<E: Entity> {
     /// Remembered entities still to start, once restored.
     recovery: Option<Recovery>,
     kept: Map<Kept>,
+    /// The source topics' names, shared by the entities' applied offsets.
+    topics: Vec<Arc<str>>,
     /// Changed since the last write began: each entity's encoded record.
     pub(super) dirty: Map<Vec<u8>>,
     /// Replies waiting for the next write.
@@ -156,6 +168,7 @@ impl<E: Entity> DurableShard<E> {
             restoring,
             recovery: remember.map(Recovery::new),
             kept: Map::default(),
+            topics: Vec::new(),
             dirty: Map::default(),
             held: Vec::new(),
             writing: None,
@@ -213,7 +226,7 @@ impl<E: Entity> DurableShard<E> {
         let applied = self.kept.get(id).is_some_and(|kept| {
             kept.applied
                 .iter()
-                .any(|(topic, last)| **topic == *origin.topic && origin.offset <= *last)
+                .any(|(topic, last)| same_topic(topic, &origin.topic) && origin.offset <= *last)
         });
         if applied {
             self.metrics.skipped.increment(1);
@@ -262,10 +275,15 @@ impl<E: Entity> DurableShard<E> {
                 )
             })?),
         };
+        let applied = record
+            .applied
+            .into_iter()
+            .map(|(topic, last)| (self.topic(&topic), last))
+            .collect();
         self.kept.insert(
             id.clone(),
             Kept {
-                applied: record.applied,
+                applied,
                 state: hash,
             },
         );
@@ -298,16 +316,29 @@ impl<E: Entity> DurableShard<E> {
             ),
             None => None,
         };
-        let kept = self.kept.entry(id.clone()).or_default();
+        let kept = match self.kept.get_mut(id) {
+            Some(kept) => kept,
+            None => self.kept.entry(id.clone()).or_default(),
+        };
         let hash = state_hash(state.as_deref());
         if origin.is_none() && kept.state == Some(hash) {
             return Ok(());
         }
         kept.state = Some(hash);
         if let Some(origin) = origin {
-            match kept.applied.iter_mut().find(|(t, _)| **t == *origin.topic) {
-                Some((_, last)) => *last = (*last).max(origin.offset),
-                None => kept.applied.push((origin.topic.to_string(), origin.offset)),
+            match kept
+                .applied
+                .iter_mut()
+                .find(|(topic, _)| same_topic(topic, &origin.topic))
+            {
+                Some((topic, last)) => {
+                    *last = (*last).max(origin.offset);
+                    if !Arc::ptr_eq(topic, &origin.topic) {
+                        // Compared by pointer from now on.
+                        *topic = origin.topic.clone();
+                    }
+                }
+                None => kept.applied.push((origin.topic.clone(), origin.offset)),
             }
         }
         let value = StateRecord::encode_parts(
@@ -319,6 +350,16 @@ impl<E: Entity> DurableShard<E> {
         self.dirty.insert(id.clone(), value);
         self.durability.changed(self.seq);
         Ok(())
+    }
+
+    /// A source topic's shared name, for offsets read back from a record.
+    fn topic(&mut self, name: &str) -> Arc<str> {
+        if let Some(topic) = self.topics.iter().find(|topic| ***topic == *name) {
+            return topic.clone();
+        }
+        let topic: Arc<str> = Arc::from(name);
+        self.topics.push(topic.clone());
+        topic
     }
 
     /// The entity is gone from memory (its unwritten state stays here).
@@ -358,7 +399,9 @@ impl<E: Entity> DurableShard<E> {
         if self.writing.is_some() || self.dirty.is_empty() || !serving {
             return false;
         }
+        let hurried = self.durability.hurried(cx.waker());
         let due = now
+            || hurried
             || self.dirty.len() >= self.store.settings().max_dirty
             || match &mut self.timer {
                 None => {
@@ -471,9 +514,9 @@ async fn write(
 ) -> Result<(), String> {
     let mut checkpoint = None;
     if let Some(changelog) = changelog {
-        let records: Vec<(Vec<u8>, Vec<u8>)> = states
+        let records: Vec<(&[u8], &[u8])> = states
             .iter()
-            .map(|(id, value)| (id.as_bytes().to_vec(), value.clone()))
+            .map(|(id, value)| (id.as_bytes(), value.as_slice()))
             .collect();
         let partition = i32::try_from(shard.0).unwrap_or(i32::MAX);
         let offsets = changelog
