@@ -7,13 +7,18 @@
 //! in the same run: a bare consumer reading the same partition from its
 //! first record to its last, with the changelog reader's fetch settings.
 //!
+//! Then from the local store: a node restarts on that store with
+//! remember-entities on; entities started per second from the region's
+//! start until every remembered entity has its state (the shard's restore
+//! reads only the changelog after the store's checkpoint: nothing).
+//!
 //! `cargo bench -p colo --bench restore`
 
 use colo::allocation::{LeastShardAllocationStrategy, LeastShardSettings};
 use colo::state::{Engine, StateRecord};
 use colo::{
-    CoordinatorHandle, Entity, EntityContext, EntityError, EntityType, InMemoryNetwork,
-    InMemoryStore, Node, NodeStore, ShardingSettings, StateSettings,
+    CoordinatorHandle, Entity, EntityContext, EntityError, EntityRecovery, EntityType,
+    InMemoryNetwork, InMemoryStore, Node, NodeStore, ShardingSettings, StateSettings,
 };
 use colo_connectors::Changelog;
 use colo_tests::broker::Broker;
@@ -42,7 +47,7 @@ async fn restore_once(
     run: usize,
     engine: Engine,
     entities: u64,
-) -> (f64, Duration, f64) {
+) -> (f64, Duration, f64, tempfile::TempDir) {
     let entity_type = format!("{TYPE}-{run}-{engine}");
     let topic = format!("{entity_type}.changelog");
     colo_connectors::create_missing_topics(
@@ -123,7 +128,85 @@ async fn restore_once(
     assert_eq!(value, last as i64);
     let took = started.elapsed();
     node.shutdown().await;
-    (entities as f64 / took.as_secs_f64(), took, bare)
+    drop((region, node));
+    (entities as f64 / took.as_secs_f64(), took, bare, dir)
+}
+
+/// The node restarted on the store `restore_once` filled, remembering its
+/// entities: entities per second until all of them have their state.
+async fn from_store(
+    broker: &Broker,
+    run: usize,
+    engine: Engine,
+    entities: u64,
+    dir: &tempfile::TempDir,
+) -> (f64, Duration) {
+    let entity_type = format!("{TYPE}-{run}-{engine}");
+    let topic = format!("{entity_type}.changelog");
+    let changelog = Changelog::new(broker.bootstrap(), &[], &topic, Duration::from_secs(60))
+        .expect("changelog");
+    let store = {
+        let path = dir.path().to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            NodeStore::open(&path, engine, StateSettings::default()).expect("store")
+        })
+        .await
+        .expect("open")
+    };
+    let settings = ShardingSettings {
+        number_of_shards: 1,
+        remember_entities: Some(EntityRecovery::All),
+        ..ShardingSettings::default()
+    };
+    let network = InMemoryNetwork::new();
+    network.host_coordinator(
+        CoordinatorHandle::spawn(
+            &entity_type,
+            settings.clone(),
+            Box::new(
+                LeastShardAllocationStrategy::new(LeastShardSettings::default()).expect("settings"),
+            ),
+            Arc::new(InMemoryStore::new()),
+        )
+        .expect("coordinator"),
+    );
+    let node = Node::with_state_store(
+        network.transport("b"),
+        store.with_changelog(&entity_type, changelog),
+    );
+    let loaded = || {
+        colo_tests::recorded::counter(
+            colo::metrics::STATE_LOADS,
+            &[("entity_type", &entity_type), ("from", "store")],
+        )
+    };
+    let before = loaded();
+    let started = Instant::now();
+    let region = node
+        .start_region(
+            EntityType::new(entity_type.clone(), |_| Counter::default())
+                .with_settings(settings)
+                .durable(1),
+        )
+        .expect("region");
+    // The shard starts with its first message; its remembered entities
+    // start with it.
+    region
+        .ask("counter-0", (), Duration::from_secs(600))
+        .await
+        .expect("answered");
+    let mut tick = tokio::time::interval(Duration::from_millis(5));
+    while loaded() - before < entities {
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "only {} of {entities} remembered entities started",
+            loaded() - before
+        );
+        tick.tick().await;
+    }
+    let took = started.elapsed();
+    node.shutdown().await;
+    (entities as f64 / took.as_secs_f64(), took)
 }
 
 /// Records per second of a bare consumer reading `topic`'s partition 0
@@ -166,16 +249,21 @@ fn main() {
         .build()
         .expect("runtime");
     let broker = Broker::start();
-    println!("restore of one shard from its changelog into an empty store: {entities} entities");
-    println!("| engine | run | restore, first message answered | entities/s | bare read of the partition, records/s | restore/bare read |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    colo_tests::recorded::install();
+    println!("restore of one shard from its changelog into an empty store, then from that store on a restart (remembered entities): {entities} entities");
+    println!("| engine | run | from the changelog, first message answered | entities/s | bare read of the partition, records/s | restore/bare read | from the local store, all remembered entities started | entities/s |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for run in 1..=2 {
         for engine in Engine::ALL {
-            let (rate, took, bare) = runtime.block_on(restore_once(&broker, run, engine, entities));
+            let (rate, took, bare, dir) =
+                runtime.block_on(restore_once(&broker, run, engine, entities));
+            let (local_rate, local_took) =
+                runtime.block_on(from_store(&broker, run, engine, entities, &dir));
             println!(
-                "| {engine} | {run} | {:.2} s | {rate:.0} | {bare:.0} | {:.2} |",
+                "| {engine} | {run} | {:.2} s | {rate:.0} | {bare:.0} | {:.2} | {:.2} s | {local_rate:.0} |",
                 took.as_secs_f64(),
-                rate / bare
+                rate / bare,
+                local_took.as_secs_f64(),
             );
         }
     }
