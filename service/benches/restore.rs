@@ -223,7 +223,7 @@ fn bare_read(bootstrap: &str, topic: &str, count: u64) -> f64 {
         .expect("consumer");
     let mut assignment = TopicPartitionList::new();
     assignment
-        .add_partition_offset(topic, 0, Offset::Beginning)
+        .add_partition_offset(topic, 0, Offset::Offset(0))
         .expect("partition");
     consumer.assign(&assignment).expect("assign");
     let started = Instant::now();
