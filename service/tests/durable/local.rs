@@ -230,3 +230,95 @@ async fn a_durable_entity_type_needs_a_node_with_a_store() {
     node.start_proxy(ledger(1))
         .expect("a proxy routes only: it needs no store");
 }
+
+/// What is written at an hour's interval and only then.
+fn hourly() -> StateSettings {
+    StateSettings {
+        flush_interval: Duration::from_secs(3600),
+        max_dirty: 10_000,
+    }
+}
+
+#[tokio::test]
+async fn an_ask_waiting_for_its_change_is_written_at_once_not_at_the_flush_interval() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir);
+    let a = start(&store, hourly(), 1);
+    let got = a
+        .region
+        .ask("acct-1", LedgerMsg::Add(3), ASK)
+        .await
+        .expect("answered before the flush interval");
+    assert_eq!(got, (3, 1));
+    assert!(
+        stored(&store, "acct-1").await.is_some(),
+        "answered once its change is in the store"
+    );
+}
+
+/// A store whose writes fail; reads go to the one underneath.
+#[derive(Debug)]
+struct Failing(std::sync::Arc<dyn colo::state::StateStore>);
+
+impl colo::state::StateStore for Failing {
+    fn write_all(&self, _: &[WriteBatch]) -> Result<(), colo::state::StoreError> {
+        Err(colo::state::StoreError::Io {
+            engine: "fjall",
+            entity_type: LEDGER.into(),
+            reason: "disk full".into(),
+        })
+    }
+
+    fn load(
+        &self,
+        entity_type: &str,
+        shard: colo::ShardId,
+        entity_id: &str,
+    ) -> Result<Option<Vec<u8>>, colo::state::StoreError> {
+        self.0.load(entity_type, shard, entity_id)
+    }
+
+    fn scan(
+        &self,
+        entity_type: &str,
+        shard: colo::ShardId,
+        visit: &mut dyn FnMut(&str, &[u8]) -> std::ops::ControlFlow<()>,
+    ) -> Result<(), colo::state::StoreError> {
+        self.0.scan(entity_type, shard, visit)
+    }
+
+    fn checkpoint(
+        &self,
+        entity_type: &str,
+        shard: colo::ShardId,
+    ) -> Result<Option<colo::state::Checkpoint>, colo::state::StoreError> {
+        self.0.checkpoint(entity_type, shard)
+    }
+
+    fn engine(&self) -> colo::state::Engine {
+        self.0.engine()
+    }
+}
+
+#[tokio::test]
+async fn a_failed_write_is_tried_again_a_flush_interval_later_even_with_an_answer_waiting() {
+    colo_tests::recorded::install();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let failing: std::sync::Arc<dyn colo::state::StateStore> =
+        std::sync::Arc::new(Failing(open(&dir)));
+    let name = "ledger-failing-store";
+    let a = crate::ledger::cluster(name).node("a", colo::NodeStore::new(failing, hourly()), 1);
+    let answer = a
+        .region
+        .ask("acct-1", LedgerMsg::Add(1), Duration::from_secs(2))
+        .await;
+    assert!(answer.is_err(), "not written, not acknowledged: {answer:?}");
+    assert_eq!(
+        colo_tests::recorded::counter(
+            colo::metrics::STATE_WRITES,
+            &[("entity_type", name), ("outcome", "failed")]
+        ),
+        1,
+        "the waiting answer started one write, and the next waits an hour"
+    );
+}

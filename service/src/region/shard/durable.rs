@@ -9,12 +9,13 @@
 //! again from its last handled message, out of that set, not from the
 //! store's older copy or from nothing.
 //!
-//! Writes: every `flush_interval` after a change, or at once with
-//! `max_dirty` changed entities or when a Kafka partition waiting for the
-//! write is half way to its in-flight bound, one write at a time. While a write runs,
-//! its states are still read from here. A write that fails keeps
-//! everything: its states go back under the newer ones, its held replies
-//! wait on, and it is tried again. What waits for a write: asks from
+//! Writes, one at a time: at once when an answer waits for one (what
+//! changes meanwhile goes into the next), with `max_dirty` changed
+//! entities, or when a Kafka partition waiting for one is half way to its
+//! in-flight bound; else every `flush_interval` after a change. While a
+//! write runs, its states are still read from here. A write that fails
+//! keeps everything: its states go back under the newer ones, its held
+//! replies wait on, and it is tried again a flush interval later. What waits for a write: asks from
 //! clients and other entities (their replies are held here), and Kafka
 //! records (their partition acks them once [`ShardDurability`] says so).
 //!
@@ -125,6 +126,9 @@ pub(super) struct DurableShard<E: Entity> {
     /// The number of the next write.
     seq: u64,
     timer: Option<Pin<Box<Sleep>>>,
+    /// After a failed write, the next waits a flush interval, whatever
+    /// asks for it sooner.
+    backoff: Option<Pin<Box<Sleep>>>,
     pub(super) loads: Loads,
     /// Why the shard takes no more messages, once a state did not decode.
     pub(super) broken: Option<String>,
@@ -174,6 +178,7 @@ impl<E: Entity> DurableShard<E> {
             writing: None,
             seq: 1,
             timer: None,
+            backoff: None,
             loads: Loads::default(),
             broken: None,
             durability,
@@ -399,9 +404,19 @@ impl<E: Entity> DurableShard<E> {
         if self.writing.is_some() || self.dirty.is_empty() || !serving {
             return false;
         }
+        if let Some(backoff) = self.backoff.as_mut() {
+            if backoff.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            self.backoff = None;
+        }
         let hurried = self.durability.hurried(cx.waker());
+        // An answer waits: written at once, and what changes meanwhile
+        // goes into the next write (a busy shard's writes follow one
+        // another, each taking all that changed while the last ran).
         let due = now
             || hurried
+            || !self.held.is_empty()
             || self.dirty.len() >= self.store.settings().max_dirty
             || match &mut self.timer {
                 None => {
@@ -476,6 +491,8 @@ impl<E: Entity> DurableShard<E> {
                 self.held = held;
                 // Its number is taken by the next write, which holds it all.
                 self.durability.changed(self.seq);
+                let interval = self.store.settings().flush_interval;
+                self.backoff = Some(Box::pin(tokio::time::sleep(interval)));
             }
         }
         true
