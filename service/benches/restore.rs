@@ -84,32 +84,14 @@ async fn restore_once(
             .expect("bare read")
     };
     let dir = tempfile::tempdir().expect("dir");
-    let store = {
-        let path = dir.path().to_path_buf();
-        tokio::task::spawn_blocking(move || {
-            NodeStore::open(&path, engine, StateSettings::default()).expect("store")
-        })
-        .await
-        .expect("open")
-    };
+    let store = open_store(&dir, engine).await;
     let settings = ShardingSettings {
         number_of_shards: 1,
         ..ShardingSettings::default()
     };
-    let network = InMemoryNetwork::new();
-    network.host_coordinator(
-        CoordinatorHandle::spawn(
-            &entity_type,
-            settings.clone(),
-            Box::new(
-                LeastShardAllocationStrategy::new(LeastShardSettings::default()).expect("settings"),
-            ),
-            Arc::new(InMemoryStore::new()),
-        )
-        .expect("coordinator"),
-    );
-    let node = Node::with_state_store(
-        network.transport("a"),
+    let node = node(
+        &entity_type,
+        &settings,
         store.with_changelog(&entity_type, changelog),
     );
     let region = node
@@ -145,33 +127,15 @@ async fn from_store(
     let topic = format!("{entity_type}.changelog");
     let changelog = Changelog::new(broker.bootstrap(), &[], &topic, Duration::from_secs(60))
         .expect("changelog");
-    let store = {
-        let path = dir.path().to_path_buf();
-        tokio::task::spawn_blocking(move || {
-            NodeStore::open(&path, engine, StateSettings::default()).expect("store")
-        })
-        .await
-        .expect("open")
-    };
+    let store = open_store(dir, engine).await;
     let settings = ShardingSettings {
         number_of_shards: 1,
         remember_entities: Some(EntityRecovery::All),
         ..ShardingSettings::default()
     };
-    let network = InMemoryNetwork::new();
-    network.host_coordinator(
-        CoordinatorHandle::spawn(
-            &entity_type,
-            settings.clone(),
-            Box::new(
-                LeastShardAllocationStrategy::new(LeastShardSettings::default()).expect("settings"),
-            ),
-            Arc::new(InMemoryStore::new()),
-        )
-        .expect("coordinator"),
-    );
-    let node = Node::with_state_store(
-        network.transport("b"),
+    let node = node(
+        &entity_type,
+        &settings,
         store.with_changelog(&entity_type, changelog),
     );
     let loaded = || {
@@ -207,6 +171,32 @@ async fn from_store(
     let took = started.elapsed();
     node.shutdown().await;
     (entities as f64 / took.as_secs_f64(), took)
+}
+
+async fn open_store(dir: &tempfile::TempDir, engine: Engine) -> NodeStore {
+    let path = dir.path().to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        NodeStore::open(&path, engine, StateSettings::default()).expect("store")
+    })
+    .await
+    .expect("open")
+}
+
+/// A node on a network of its own with `entity_type`'s coordinator.
+fn node(entity_type: &str, settings: &ShardingSettings, store: NodeStore) -> Node {
+    let network = InMemoryNetwork::new();
+    network.host_coordinator(
+        CoordinatorHandle::spawn(
+            entity_type,
+            settings.clone(),
+            Box::new(
+                LeastShardAllocationStrategy::new(LeastShardSettings::default()).expect("settings"),
+            ),
+            Arc::new(InMemoryStore::new()),
+        )
+        .expect("coordinator"),
+    );
+    Node::with_state_store(network.transport("a"), store)
 }
 
 /// Records per second of a bare consumer reading `topic`'s partition 0

@@ -108,18 +108,8 @@ async fn records_waiting_for_a_write_do_not_wait_for_the_flush_interval_at_the_i
         region.clone(),
         IngestSettings {
             source: SourceSettings {
-                bootstrap_servers: bootstrap.clone(),
-                group_id: format!("{topic}.ledger"),
-                topics: vec![topic.clone()],
-                client: vec![
-                    ("session.timeout.ms".into(), "6000".into()),
-                    ("heartbeat.interval.ms".into(), "500".into()),
-                ],
                 max_in_flight: MAX_IN_FLIGHT,
-                commit_interval: Duration::from_millis(200),
-                rebalance_timeout: Duration::from_secs(20),
-                commit_timeout: Duration::from_secs(5),
-                stall_timeout: Duration::from_secs(5),
+                ..colo_tests::kafka::source_settings(&bootstrap, &topic, &format!("{topic}.ledger"))
             },
             delivery_timeout: Duration::from_secs(5),
             placement_timeout: Duration::from_secs(10),
