@@ -8,14 +8,11 @@
 //! `cargo bench -p colo --bench durable_ask` prints, per case, asks per
 //! second and the median and 99th percentile of an ask's latency.
 
-use colo::allocation::{LeastShardAllocationStrategy, LeastShardSettings};
+mod support;
+
 use colo::state::Engine;
-use colo::{
-    CoordinatorHandle, Entity, EntityContext, EntityError, EntityType, InMemoryNetwork,
-    InMemoryStore, Node, NodeStore, Region, ShardingSettings, StateSettings,
-};
+use colo::{Entity, EntityContext, EntityError, EntityType, Node, Region, ShardingSettings};
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const ASKS: usize = 2_000;
@@ -46,29 +43,11 @@ fn settings() -> ShardingSettings {
 
 async fn region(durable: bool, dir: &tempfile::TempDir) -> (Node, Region<Tally>) {
     let name = if durable { "tally-durable" } else { "tally" };
-    let network = InMemoryNetwork::new();
-    network.host_coordinator(
-        CoordinatorHandle::spawn(
-            name,
-            settings(),
-            Box::new(
-                LeastShardAllocationStrategy::new(LeastShardSettings::default()).expect("settings"),
-            ),
-            Arc::new(InMemoryStore::new()),
-        )
-        .expect("coordinator"),
-    );
-    let node = if durable {
-        let path = dir.path().to_path_buf();
-        let store = tokio::task::spawn_blocking(move || {
-            NodeStore::open(&path, Engine::Fjall, StateSettings::default()).expect("store")
-        })
-        .await
-        .expect("open");
-        Node::with_state_store(network.transport("a"), store)
-    } else {
-        Node::new(network.transport("a"))
+    let store = match durable {
+        true => Some(support::open_store(dir.path(), Engine::Fjall).await),
+        false => None,
     };
+    let node = support::one_node(name, &settings(), store);
     let mut entity_type = EntityType::new(name, |_| Tally::default()).with_settings(settings());
     if durable {
         entity_type = entity_type.durable(1);

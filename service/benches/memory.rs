@@ -20,17 +20,14 @@
 //!
 //! `cargo bench -p colo --bench memory`
 
-use colo::allocation::{LeastShardAllocationStrategy, LeastShardSettings};
+mod support;
+
 use colo::passivation::{PassivationStrategy, ReplacementSettings};
 use colo::state::Engine;
-use colo::{
-    CoordinatorHandle, Entity, EntityContext, EntityError, EntityType, InMemoryNetwork,
-    InMemoryStore, Node, NodeStore, ShardingSettings, StateSettings,
-};
+use colo::{Entity, EntityContext, EntityError, EntityType, ShardingSettings};
 use serde::{Deserialize, Serialize};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What `colo run` allocates with.
@@ -127,31 +124,15 @@ async fn run(case: Case, entities: u64, active: u64) {
         passivation,
         ..ShardingSettings::default()
     };
-    let network = InMemoryNetwork::new();
-    network.host_coordinator(
-        CoordinatorHandle::spawn(
-            "counter",
-            settings.clone(),
-            Box::new(
-                LeastShardAllocationStrategy::new(LeastShardSettings::default()).expect("settings"),
-            ),
-            Arc::new(InMemoryStore::new()),
-        )
-        .expect("coordinator"),
-    );
-    let entity_type = EntityType::new("counter", |_| Counter::default()).with_settings(settings);
+    let entity_type =
+        EntityType::new("counter", |_| Counter::default()).with_settings(settings.clone());
     let (node, region) = if case == Case::InMemory {
-        let node = Node::new(network.transport("a"));
+        let node = support::one_node("counter", &settings, None);
         let region = node.start_region(entity_type).expect("region");
         (node, region)
     } else {
-        let path = dir.path().to_path_buf();
-        let store = tokio::task::spawn_blocking(move || {
-            NodeStore::open(&path, Engine::Fjall, StateSettings::default()).expect("store")
-        })
-        .await
-        .expect("open");
-        let node = Node::with_state_store(network.transport("a"), store);
+        let store = support::open_store(dir.path(), Engine::Fjall).await;
+        let node = support::one_node("counter", &settings, Some(store));
         let region = node.start_region(entity_type.durable(1)).expect("region");
         (node, region)
     };

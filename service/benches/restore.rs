@@ -14,16 +14,16 @@
 //!
 //! `cargo bench -p colo --bench restore`
 
-use colo::allocation::{LeastShardAllocationStrategy, LeastShardSettings};
+mod support;
+
 use colo::state::{Engine, StateRecord};
 use colo::{
-    CoordinatorHandle, Entity, EntityContext, EntityError, EntityRecovery, EntityType,
-    InMemoryNetwork, InMemoryStore, Node, NodeStore, ShardingSettings, StateSettings,
+    Entity, EntityContext, EntityError, EntityRecovery, EntityType, Node, NodeStore, Region,
+    ShardingSettings,
 };
 use colo_connectors::Changelog;
 use colo_tests::broker::Broker;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -84,23 +84,16 @@ async fn restore_once(
             .expect("bare read")
     };
     let dir = tempfile::tempdir().expect("dir");
-    let store = open_store(&dir, engine).await;
+    let store = support::open_store(dir.path(), engine).await;
     let settings = ShardingSettings {
         number_of_shards: 1,
         ..ShardingSettings::default()
     };
-    let node = node(
+    let (node, region) = start(
         &entity_type,
-        &settings,
+        settings,
         store.with_changelog(&entity_type, changelog),
     );
-    let region = node
-        .start_region(
-            EntityType::new(entity_type.clone(), |_| Counter::default())
-                .with_settings(settings)
-                .durable(1),
-        )
-        .expect("region");
     let started = Instant::now();
     let last = entities - 1;
     let value = region
@@ -127,17 +120,13 @@ async fn from_store(
     let topic = format!("{entity_type}.changelog");
     let changelog = Changelog::new(broker.bootstrap(), &[], &topic, Duration::from_secs(60))
         .expect("changelog");
-    let store = open_store(dir, engine).await;
+    let store = support::open_store(dir.path(), engine).await;
     let settings = ShardingSettings {
         number_of_shards: 1,
         remember_entities: Some(EntityRecovery::All),
         ..ShardingSettings::default()
     };
-    let node = node(
-        &entity_type,
-        &settings,
-        store.with_changelog(&entity_type, changelog),
-    );
+    let store = store.with_changelog(&entity_type, changelog);
     let loaded = || {
         colo_tests::recorded::counter(
             colo::metrics::STATE_LOADS,
@@ -146,13 +135,7 @@ async fn from_store(
     };
     let before = loaded();
     let started = Instant::now();
-    let region = node
-        .start_region(
-            EntityType::new(entity_type.clone(), |_| Counter::default())
-                .with_settings(settings)
-                .durable(1),
-        )
-        .expect("region");
+    let (node, region) = start(&entity_type, settings, store);
     // The shard starts with its first message; its remembered entities
     // start with it.
     region
@@ -173,30 +156,21 @@ async fn from_store(
     (entities as f64 / took.as_secs_f64(), took)
 }
 
-async fn open_store(dir: &tempfile::TempDir, engine: Engine) -> NodeStore {
-    let path = dir.path().to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        NodeStore::open(&path, engine, StateSettings::default()).expect("store")
-    })
-    .await
-    .expect("open")
-}
-
-/// A node on a network of its own with `entity_type`'s coordinator.
-fn node(entity_type: &str, settings: &ShardingSettings, store: NodeStore) -> Node {
-    let network = InMemoryNetwork::new();
-    network.host_coordinator(
-        CoordinatorHandle::spawn(
-            entity_type,
-            settings.clone(),
-            Box::new(
-                LeastShardAllocationStrategy::new(LeastShardSettings::default()).expect("settings"),
-            ),
-            Arc::new(InMemoryStore::new()),
+/// The node with the counter entity type on `store`.
+fn start(
+    entity_type: &str,
+    settings: ShardingSettings,
+    store: NodeStore,
+) -> (Node, Region<Counter>) {
+    let node = support::one_node(entity_type, &settings, Some(store));
+    let region = node
+        .start_region(
+            EntityType::new(entity_type, |_| Counter::default())
+                .with_settings(settings)
+                .durable(1),
         )
-        .expect("coordinator"),
-    );
-    Node::with_state_store(network.transport("a"), store)
+        .expect("region");
+    (node, region)
 }
 
 /// Records per second of a bare consumer reading `topic`'s partition 0

@@ -1,0 +1,44 @@
+//! What the benchmarks of one in-process node share: the node on a network
+//! of its own with its entity type's coordinator, and its store opened off
+//! the runtime.
+
+use colo::allocation::{LeastShardAllocationStrategy, LeastShardSettings};
+use colo::state::Engine;
+use colo::{
+    CoordinatorHandle, InMemoryNetwork, InMemoryStore, Node, NodeStore, ShardingSettings,
+    StateSettings,
+};
+use std::path::Path;
+use std::sync::Arc;
+
+/// A node for `entity_type` (least-shard allocation), with `store` if its
+/// type is durable.
+pub fn one_node(entity_type: &str, settings: &ShardingSettings, store: Option<NodeStore>) -> Node {
+    let network = InMemoryNetwork::new();
+    network.host_coordinator(
+        CoordinatorHandle::spawn(
+            entity_type,
+            settings.clone(),
+            Box::new(
+                LeastShardAllocationStrategy::new(LeastShardSettings::default()).expect("settings"),
+            ),
+            Arc::new(InMemoryStore::new()),
+        )
+        .expect("coordinator"),
+    );
+    match store {
+        Some(store) => Node::with_state_store(network.transport("a"), store),
+        None => Node::new(network.transport("a")),
+    }
+}
+
+/// The node's store under `dir`, default state settings, opened on a
+/// blocking thread (opening reads the disk).
+pub async fn open_store(dir: &Path, engine: Engine) -> NodeStore {
+    let path = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        NodeStore::open(&path, engine, StateSettings::default()).expect("store")
+    })
+    .await
+    .expect("open")
+}
