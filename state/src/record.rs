@@ -90,17 +90,15 @@ impl StateRecord {
         applied: &[(T, u64)],
         state: Option<&[u8]>,
     ) -> Vec<u8> {
-        // Room for it all at once: a varint is at most 10 bytes.
-        let room = 1
-            + 10
-            + 5
-            + 5
-            + applied
-                .iter()
-                .map(|(topic, _)| 5 + topic.as_ref().len() + 10)
-                .sum::<usize>()
-            + 1
-            + state.map_or(0, |s| 5 + s.len());
+        // Room for it all at once (a varint of a u64 takes at most 10
+        // bytes, of a u32 or a length 5): format, epoch, version, the
+        // offsets' count, each topic with its offset, the state's tag and
+        // the state.
+        let topics: usize = applied
+            .iter()
+            .map(|(topic, _)| 5 + topic.as_ref().len() + 10)
+            .sum();
+        let room = 1 + 10 + 5 + 5 + topics + 1 + state.map_or(0, |s| 5 + s.len());
         let mut out = Vec::with_capacity(room);
         out.push(FORMAT);
         let record = RecordRef {

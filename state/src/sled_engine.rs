@@ -9,6 +9,7 @@ use crate::keys;
 use colo_allocation::ShardId;
 use std::ops::ControlFlow;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 const ENGINE: &str = "sled";
 
@@ -22,7 +23,7 @@ fn io(entity_type: &str, e: impl std::fmt::Display) -> StoreError {
 }
 
 /// How long an open waits for the database's lock (see [`SledStore::open`]).
-const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 impl SledStore {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
@@ -30,15 +31,15 @@ impl SledStore {
         // restarted in the same process) may keep its file lock for a
         // moment, while sled's own threads wind down: waited for, briefly.
         // Another process holding it is still refused, after that wait.
-        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        let deadline = Instant::now() + LOCK_WAIT;
         loop {
             match sled::open(path) {
                 Ok(db) => return Ok(Self { db }),
                 Err(sled::Error::Io(e))
                     if e.to_string().contains("could not acquire lock")
-                        && std::time::Instant::now() < deadline =>
+                        && Instant::now() < deadline =>
                 {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    std::thread::sleep(Duration::from_millis(20));
                 }
                 Err(e) => {
                     return Err(StoreError::Open {

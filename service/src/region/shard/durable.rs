@@ -15,9 +15,10 @@
 //! in-flight bound; else every `flush_interval` after a change. While a
 //! write runs, its states are still read from here. A write that fails
 //! keeps everything: its states go back under the newer ones, its held
-//! replies wait on, and it is tried again a flush interval later. What waits for a write: asks from
-//! clients and other entities (their replies are held here), and Kafka
-//! records (their partition acks them once [`ShardDurability`] says so).
+//! replies wait on, and it is tried again a flush interval later. What
+//! waits for a write: asks from clients and other entities (their replies
+//! are held here), and Kafka records (their partition acks them once
+//! [`ShardDurability`] says so).
 //!
 //! A stored state that does not decode stops the shard: every message is
 //! refused from then on with the error (naming the entity type, the entity

@@ -203,14 +203,14 @@ impl Session {
     }
 }
 
-/// Coordinator to region, stamped with the epoch. Ends when the
-/// coordinator drops the link or the region's stream is gone.
 /// Which end stopped the coordinator-to-region half of a link.
 enum DownEnded {
     Coordinator,
     Region,
 }
 
+/// Coordinator to region, stamped with the epoch. Ends when the
+/// coordinator drops the link or the region's stream is gone.
 async fn pump_down(
     mut from_coordinator: mpsc::UnboundedReceiver<crate::protocol::CoordinatorToRegion>,
     down: Down,
