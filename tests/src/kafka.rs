@@ -5,6 +5,7 @@
 
 use colo_connectors::{AssignedPartition, Record, SourceEvent, SourceSettings, TopicPartition};
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -28,6 +29,25 @@ pub fn source_settings(bootstrap: &str, topic: &str, group: &str) -> SourceSetti
         commit_timeout: Duration::from_secs(5),
         stall_timeout: Duration::from_secs(10),
     }
+}
+
+/// Produces `seqs` (as text) for every key, partitioned as Kafka's Java
+/// client does (murmur2), which colo's Kafka extractor reproduces.
+pub fn produce(bootstrap: &str, topic: &str, keys: &[String], seqs: std::ops::Range<u64>) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("partitioner", "murmur2_random")
+        .create()
+        .expect("producer");
+    for seq in seqs {
+        for key in keys {
+            let payload = seq.to_string();
+            producer
+                .send(BaseRecord::to(topic).key(key).payload(&payload))
+                .expect("queued");
+        }
+    }
+    producer.flush(Duration::from_secs(10)).expect("flushed");
 }
 
 /// Each partition's assigned record stream.

@@ -44,24 +44,8 @@ pub fn probe_records() -> RecordDecoder<ProbeMsg> {
     })
 }
 
-/// Produces `seqs` for every key, partitioned as Kafka's Java client does
-/// (murmur2), which the entity type's extractor reproduces.
-pub fn produce(bootstrap: &str, topic: &str, keys: &[String], seqs: std::ops::Range<u64>) {
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("partitioner", "murmur2_random")
-        .create()
-        .expect("producer");
-    for seq in seqs {
-        for key in keys {
-            let payload = seq.to_string();
-            producer
-                .send(BaseRecord::to(topic).key(key).payload(&payload))
-                .expect("queued");
-        }
-    }
-    producer.flush(Duration::from_secs(10)).expect("flushed");
-}
+/// Records of the test's keys (see [`colo_tests::kafka::produce`]).
+pub use colo_tests::kafka::produce;
 
 pub fn ingest(region: &Region<Probe>, bootstrap: &str, topic: &str) -> KafkaIngest {
     KafkaIngest::start(

@@ -16,8 +16,6 @@ use colo::{
 };
 use colo_connectors::SourceSettings;
 use colo_tests::rdkafka::mocking::MockCluster;
-use colo_tests::rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use colo_tests::rdkafka::ClientConfig;
 use colo_tests::recorded::{self, counter};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +23,7 @@ use std::time::Duration;
 const PARTITIONS: u32 = 2;
 const MAX_IN_FLIGHT: usize = 10;
 
-/// Key: the account; payload: the amount added.
+/// Key: the account; payload: the amount added (the record's number).
 fn additions() -> RecordDecoder<LedgerMsg> {
     Arc::new(|record: &colo_connectors::Record| {
         let id = std::str::from_utf8(record.key.as_deref().ok_or("no key")?)
@@ -90,19 +88,7 @@ async fn records_waiting_for_a_write_do_not_wait_for_the_flush_interval_at_the_i
     // Many more records per partition than it may have in flight.
     let accounts: Vec<String> = (0..8).map(|i| format!("acct-{i}")).collect();
     let rounds = 25;
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("partitioner", "murmur2_random")
-        .create()
-        .expect("producer");
-    for _ in 0..rounds {
-        for account in &accounts {
-            producer
-                .send(BaseRecord::to(&topic).key(account).payload("1"))
-                .expect("queued");
-        }
-    }
-    producer.flush(Duration::from_secs(10)).expect("flushed");
+    colo_tests::kafka::produce(&bootstrap, &topic, &accounts, 0..rounds);
 
     let ingest = KafkaIngest::start(
         region.clone(),
