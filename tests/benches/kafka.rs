@@ -90,8 +90,9 @@ async fn handled(node: &NodeProcess) -> f64 {
 }
 
 /// A bare consumer in a group of its own: records per second from its
-/// first record to the `count`-th.
-fn bare(bootstrap: &str, topic: &str, group: &str, count: u64) -> f64 {
+/// first record to the `count`-th (its CPU time is this process's: nothing
+/// else in it runs meanwhile).
+fn bare(bootstrap: &str, topic: &str, group: &str, count: u64) -> Rate {
     let consumer: BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", group)
@@ -112,7 +113,7 @@ fn bare(bootstrap: &str, topic: &str, group: &str, count: u64) -> f64 {
     let deadline = Instant::now() + Duration::from_secs(300);
     while seen < count && Instant::now() < deadline {
         if let Some(Ok(_)) = consumer.poll(Duration::from_millis(100)) {
-            first.get_or_insert_with(Instant::now);
+            first.get_or_insert_with(|| (Instant::now(), cpu_seconds(Some(std::process::id()))));
             seen += 1;
         }
     }
@@ -120,7 +121,39 @@ fn bare(bootstrap: &str, topic: &str, group: &str, count: u64) -> f64 {
     consumer
         .commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
         .ok();
-    count as f64 / first.expect("a record").elapsed().as_secs_f64()
+    let (started, cpu) = first.expect("a record");
+    Rate {
+        records_per_second: count as f64 / started.elapsed().as_secs_f64(),
+        cpu_per_million: (cpu_seconds(Some(std::process::id())) - cpu) * 1e6 / count as f64,
+    }
+}
+
+/// The CPU time a process has used, user and system, in seconds: where a
+/// node's rate is bound by the two cores it shares, this says what each
+/// record costs it.
+fn cpu_seconds(pid: Option<u32>) -> f64 {
+    let Some(stat) = pid.and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+    else {
+        return f64::NAN;
+    };
+    // The fields after the command's closing parenthesis; utime and stime
+    // are the 14th and 15th of the line, in USER_HZ (100 on Linux).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+    match (ticks(11), ticks(12)) {
+        (Some(user), Some(system)) => (user + system) / 100.0,
+        _ => f64::NAN,
+    }
+}
+
+/// A node's rate: records per second from its first handled record to the
+/// last, and the CPU seconds it used meanwhile per million records.
+struct Rate {
+    records_per_second: f64,
+    cpu_per_million: f64,
 }
 
 /// A `colo run` node in a group of its own: records per second from its
@@ -131,7 +164,7 @@ async fn through_colo(
     cluster: &str,
     count: u64,
     users: Users,
-) -> f64 {
+) -> Rate {
     let sets = node_sets(bootstrap, topic, cluster, false);
     let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
     let program = match users {
@@ -146,8 +179,8 @@ async fn through_colo(
     loop {
         tick.tick().await;
         let done = handled(&node).await;
-        if done > 0.0 {
-            first.get_or_insert_with(Instant::now);
+        if done > 0.0 && first.is_none() {
+            first = Some((Instant::now(), cpu_seconds(node.pid())));
         }
         if done as u64 >= count {
             break;
@@ -161,7 +194,11 @@ async fn through_colo(
             panic!("colo handled only {done} of {count}:\n{}", kafka.join("\n"));
         }
     }
-    count as f64 / first.expect("a record").elapsed().as_secs_f64()
+    let (started, cpu) = first.expect("a record");
+    Rate {
+        records_per_second: count as f64 / started.elapsed().as_secs_f64(),
+        cpu_per_million: (cpu_seconds(node.pid()) - cpu) * 1e6 / count as f64,
+    }
 }
 
 async fn throughput(broker: &Broker) {
@@ -181,8 +218,8 @@ async fn throughput(broker: &Broker) {
         .finished(Duration::from_secs(600))
         .await;
     println!("throughput: {records} records of {users} users, {PARTITIONS} partitions, one node");
-    println!("| run | bare rdkafka consumer records/s | colo, users in memory, records/s | colo run, durable users, records/s | durable/bare | durable/in memory |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| run | bare rdkafka consumer records/s | colo, users in memory, records/s | colo run, durable users, records/s | durable/bare | durable/in memory | CPU s per million records: bare | in memory | durable |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut ratios = Vec::new();
     let mut costs = Vec::new();
     for run in 1..=env("COLO_BENCH_RUNS", 3) {
@@ -207,12 +244,25 @@ async fn throughput(broker: &Broker) {
             Users::Durable,
         )
         .await;
+        let cpu = [
+            bare.cpu_per_million,
+            memory.cpu_per_million,
+            colo.cpu_per_million,
+        ];
+        let (bare, memory, colo) = (
+            bare.records_per_second,
+            memory.records_per_second,
+            colo.records_per_second,
+        );
         ratios.push(colo / bare);
         costs.push(colo / memory);
         println!(
-            "| {run} | {bare:.0} | {memory:.0} | {colo:.0} | {:.2} | {:.2} |",
+            "| {run} | {bare:.0} | {memory:.0} | {colo:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
             colo / bare,
-            colo / memory
+            colo / memory,
+            cpu[0],
+            cpu[1],
+            cpu[2]
         );
     }
     ratios.sort_by(f64::total_cmp);
