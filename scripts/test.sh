@@ -23,6 +23,22 @@ if ! command -v tansu >/dev/null 2>&1 \
   cargo install tansu --locked --version 0.6.0 --features dynostore,libsql
 fi
 
+# The operations tests: a real Prometheus (and promtool) scraping test
+# nodes, docker-compose to resolve and validate the compose file (its
+# `config` needs no Docker engine), and headless Chromium for the cluster
+# map page. Debian's packages, installed once.
+missing=()
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo_if_needed=()
+  [ "$(id -u)" -eq 0 ] || sudo_if_needed=(sudo)
+  "${sudo_if_needed[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_if_needed[@]}" apt-get install -y -qq \
+    --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
 # librdkafka's TLS needs OpenSSL: the system's where its headers are
 # (Debian's libssl-dev), rather than one built from source for each build
 # profile (DEVELOPERS.md, "What the build needs").

@@ -1,13 +1,20 @@
 //! The admin HTTP server: `GET /metrics` for Prometheus, `GET /health/live`
-//! and `GET /health/ready` for orchestrators. It runs on its own port so
-//! that scrapes and probes never compete with gRPC traffic and can be
-//! firewalled separately.
+//! and `GET /health/ready` for orchestrators, and the cluster map for
+//! people (`GET /`, and `GET /api/cluster` that it polls:
+//! `admin/cluster_map.rs`). It runs on its own port so that scrapes and
+//! probes never compete with gRPC traffic and can be firewalled
+//! separately. Nothing on it changes state.
+
+mod cluster_map;
+
+pub use cluster_map::{ClusterMap, EntityTypeMap, NodeShards, ShardView};
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use cluster_map::ClusterMapSource;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use parking_lot::Mutex;
 use std::fmt;
@@ -67,6 +74,8 @@ where
 pub struct Admin {
     metrics: PrometheusHandle,
     readiness: Arc<dyn ReadinessProbe>,
+    /// The node whose cluster map `/` shows, if any.
+    map: Option<Arc<ClusterMapSource>>,
 }
 
 impl Admin {
@@ -76,7 +85,16 @@ impl Admin {
         Self {
             metrics,
             readiness: Arc::new(readiness),
+            map: None,
         }
+    }
+
+    /// Serves the cluster map of `node` too: the page at `/` and its JSON
+    /// at `/api/cluster`.
+    #[must_use]
+    pub fn with_cluster_map(mut self, node: Arc<crate::Node>) -> Self {
+        self.map = Some(Arc::new(ClusterMapSource::new(node)));
+        self
     }
 }
 
@@ -127,6 +145,8 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let upkeep = AbortOnDrop(tokio::spawn(upkeep(admin.metrics.clone())));
     let router = Router::new()
+        .route("/", get(page))
+        .route("/api/cluster", get(cluster))
         .route("/metrics", get(metrics))
         .route("/health/live", get(live))
         .route("/health/ready", get(ready))
@@ -164,6 +184,23 @@ async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
         [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
         admin.metrics.render(),
     )
+}
+
+async fn page(State(admin): State<Admin>) -> Response {
+    match admin.map {
+        Some(_) => Html(cluster_map::PAGE).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+async fn cluster(State(admin): State<Admin>) -> Response {
+    match admin.map {
+        Some(map) => match serde_json::to_string(&*map.map().await) {
+            Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+            Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+        },
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 /// Answers while the process can serve HTTP at all: a liveness probe

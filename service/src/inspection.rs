@@ -35,6 +35,13 @@ pub struct RegionStats {
     pub stats: BTreeMap<ShardId, usize>,
     /// Shards that did not answer in time.
     pub failed: Vec<ShardId>,
+    /// Shards whose entities are stopping here for a hand-off.
+    #[serde(default)]
+    pub handing_off: Vec<ShardId>,
+    /// Hosted shards whose durable state is still being restored: they
+    /// take no messages yet, so they are usually among `failed` too.
+    #[serde(default)]
+    pub restoring: Vec<ShardId>,
 }
 
 /// Every region's stats, as the coordinator gathered them.

@@ -180,7 +180,11 @@ impl KafkaIngest {
             topic: settings.dead_letter_topic.clone(),
             error: Box::new(error),
         })?;
-        let metrics = KafkaMetrics::new(&entity_type, &settings.source.topics);
+        let metrics = KafkaMetrics::new(
+            &entity_type,
+            &settings.source.topics,
+            region.context().kafka.clone(),
+        );
         let dead_letters = DeadLetters::new(
             &settings.source.bootstrap_servers,
             &settings.source.client,

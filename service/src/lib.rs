@@ -75,6 +75,7 @@ mod envelope;
 mod error;
 mod inspection;
 pub mod kafka;
+mod kafka_view;
 mod logging;
 mod mailbox;
 pub mod metrics;

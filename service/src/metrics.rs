@@ -13,9 +13,10 @@ pub use state::{
     STATE_WRITTEN_ENTITIES,
 };
 
+use crate::kafka_view::{KafkaView, PartitionView};
 use colo_passivation::PassivationReason;
 use metrics::{Counter, Gauge, Histogram, Unit};
-use std::sync::Once;
+use std::sync::{Arc, Once};
 use std::time::Duration;
 
 pub const HOSTED_SHARDS: &str = "colo_region_hosted_shards";
@@ -58,10 +59,12 @@ pub const KAFKA_GIVEN_UP: &str = "colo_kafka_partitions_given_up_total";
 #[derive(Clone, Debug)]
 pub(crate) struct KafkaMetrics {
     entity_type: String,
+    /// The same figures as one current picture, for the cluster map.
+    view: Arc<KafkaView>,
 }
 
 impl KafkaMetrics {
-    pub fn new(entity_type: &str, topics: &[String]) -> Self {
+    pub fn new(entity_type: &str, topics: &[String], view: Arc<KafkaView>) -> Self {
         describe();
         for topic in topics {
             for outcome in ["handled", "undecodable", "handler_failed", "refused"] {
@@ -80,6 +83,7 @@ impl KafkaMetrics {
         }
         Self {
             entity_type: entity_type.to_string(),
+            view,
         }
     }
 
@@ -112,9 +116,11 @@ impl KafkaMetrics {
         metrics::counter!(KAFKA_GIVEN_UP, "entity_type" => self.entity_type.clone(), "topic" => topic.to_string(), "reason" => reason).increment(1);
     }
 
-    /// A rebalance of `kind` (assigned, revoked, lost) and how long this
-    /// node's part in it took.
-    pub fn rebalance(&self, kind: &'static str, took: Duration) {
+    /// A rebalance of `kind` (assigned, revoked, lost) of `partitions`
+    /// partitions, and how long this node's part in it took.
+    pub fn rebalance(&self, kind: &'static str, took: Duration, partitions: usize) {
+        self.view
+            .rebalance(&self.entity_type, kind, took, partitions);
         metrics::counter!(KAFKA_REBALANCES, "entity_type" => self.entity_type.clone(), "kind" => kind).increment(1);
         metrics::histogram!(KAFKA_REBALANCE_DURATION, "entity_type" => self.entity_type.clone(), "kind" => kind).record(took.as_secs_f64());
     }
@@ -142,9 +148,20 @@ impl colo_connectors::SourceObserver for KafkaMetrics {
         if let Some(lag) = state.lag {
             metrics::gauge!(KAFKA_LAG, &labels).set(lag as f64);
         }
+        self.view.partition(PartitionView {
+            entity_type: self.entity_type.clone(),
+            topic: partition.topic.clone(),
+            partition: partition.partition,
+            lag: state.lag,
+            in_flight: state.in_flight,
+            paused: state.paused,
+            waiting_for_shard: state.waiting_for_shard,
+        });
     }
 
     fn partition_gone(&self, partition: &colo_connectors::TopicPartition) {
+        self.view
+            .partition_gone(&self.entity_type, &partition.topic, partition.partition);
         let labels = [
             ("entity_type", self.entity_type.clone()),
             ("topic", partition.topic.clone()),

@@ -62,6 +62,7 @@ impl Node {
             pending: PendingReplies::default(),
             tasks: NodeTasks::default(),
             store,
+            kafka: Arc::default(),
         });
         let inbound = Arc::new(NodeInbound::new(context.clone()));
         transport.attach(inbound.clone());
@@ -125,6 +126,11 @@ impl Node {
             .write()
             .insert(region.entity_type().to_string(), Arc::new(region.clone()));
         Ok(region)
+    }
+
+    /// What this node's Kafka consumers do now (the cluster map shows it).
+    pub(crate) fn kafka_view(&self) -> &crate::kafka_view::KafkaView {
+        &self.context.kafka
     }
 
     /// The names of the entity types this node has started a region for

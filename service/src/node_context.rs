@@ -51,6 +51,8 @@ pub(crate) struct NodeContext {
     pub tasks: NodeTasks,
     /// Where durable entity types keep their state, if the node has a store.
     pub store: Option<Arc<crate::store::NodeStore>>,
+    /// What its Kafka consumers do now, for the cluster map.
+    pub kafka: Arc<crate::kafka_view::KafkaView>,
 }
 
 impl NodeContext {

@@ -442,7 +442,7 @@ async fn run(
     };
     let admin = admin::serve(
         admin_listener,
-        Admin::new(metrics, probe),
+        Admin::new(metrics, probe).with_cluster_map(node.clone()),
         stopped(servers_stopping),
     );
     let mut admin = tokio::spawn(admin);

@@ -324,6 +324,16 @@ impl DurableShards {
         done
     }
 
+    /// The shards running here whose state is still being restored.
+    pub fn restoring(&self) -> Vec<ShardId> {
+        self.running
+            .lock()
+            .iter()
+            .filter(|(_, d)| !*d.restored.borrow())
+            .map(|(shard, _)| *shard)
+            .collect()
+    }
+
     /// The durability of `shard`, if it runs here.
     pub fn get(&self, shard: ShardId) -> Option<Arc<ShardDurability>> {
         self.running.lock().get(&shard).cloned()

@@ -3,6 +3,11 @@
 //!
 //! # Layout
 //! - [`broker`]: a Kafka-protocol broker (tansu) on a loopback port.
+//! - [`prometheus`]: a real Prometheus scraping test nodes, queried through
+//!   its HTTP API; [`deploy`]: the repository's compose file, Dockerfile
+//!   and Prometheus and Grafana files, read as a deployment sees them.
+//! - [`chromium`]: headless Chromium: a page's DOM after its scripts ran,
+//!   and screenshots.
 //! - [`client`]: asks to the built-in counter and the inspection queries.
 //! - [`process`]: a node process started from a generated config, stopped
 //!   by its PID when dropped.
@@ -26,11 +31,14 @@
 #![forbid(unsafe_code)]
 
 pub mod broker;
+pub mod chromium;
 pub mod client;
+pub mod deploy;
 pub mod http;
 pub mod kafka;
 pub mod lifecycle;
 pub mod process;
+pub mod prometheus;
 pub mod proxy;
 pub mod purchases;
 pub mod recorded;

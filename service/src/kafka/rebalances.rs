@@ -45,8 +45,9 @@ impl<E: Entity> Rebalances<E> {
             let started = std::time::Instant::now();
             match event {
                 SourceEvent::Assigned { partitions } => {
+                    let count = partitions.len();
                     self.assigned(partitions);
-                    self.metrics.rebalance("assigned", started.elapsed());
+                    self.metrics.rebalance("assigned", started.elapsed(), count);
                 }
                 SourceEvent::Revoked {
                     partitions,
@@ -56,11 +57,13 @@ impl<E: Entity> Rebalances<E> {
                     revocation.commit().await;
                     self.release(&partitions, "revoked").await;
                     revocation.done();
-                    self.metrics.rebalance("revoked", started.elapsed());
+                    self.metrics
+                        .rebalance("revoked", started.elapsed(), partitions.len());
                 }
                 SourceEvent::Lost { partitions } => {
                     self.lost(&partitions).await;
-                    self.metrics.rebalance("lost", started.elapsed());
+                    self.metrics
+                        .rebalance("lost", started.elapsed(), partitions.len());
                 }
                 SourceEvent::Failed { reason } => {
                     tracing::error!(entity_type = %self.region.entity_type_name(), %reason, "kafka consumer failed for good: the entity type's records are not consumed on this node, which is not ready; restart it");

@@ -417,6 +417,8 @@ impl<E: Entity> RegionTask<E> {
                     return;
                 };
                 let query = self.query_shards(timeout);
+                let handing_off = self.shards.stopping().collect();
+                let restoring = self.shared.durable.restoring();
                 self.shared.node.tasks.spawn(async move {
                     let state = query.await;
                     let stats = RegionStats {
@@ -426,6 +428,8 @@ impl<E: Entity> RegionTask<E> {
                             .map(|(s, ids)| (*s, ids.len()))
                             .collect(),
                         failed: state.failed,
+                        handing_off,
+                        restoring,
                     };
                     let _ = link.send(RegionToCoordinator::RegionStats { request, stats });
                 });

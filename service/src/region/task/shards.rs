@@ -154,6 +154,15 @@ impl<E: Entity> Shards<E> {
             .map(|(id, _)| *id)
     }
 
+    /// Shards whose entities are stopping here (a hand-off, or found stale
+    /// or fenced).
+    pub fn stopping(&self) -> impl Iterator<Item = ShardId> + '_ {
+        self.phases
+            .iter()
+            .filter(|(_, phase)| matches!(phase, ShardPhase::Stopping { .. }))
+            .map(|(id, _)| *id)
+    }
+
     /// Every shard's phase is dropped: the region has stopped. Returns the
     /// hosted shards, to be closed.
     pub fn clear(&mut self) -> Vec<ShardHandle<E>> {

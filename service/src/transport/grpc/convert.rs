@@ -151,6 +151,8 @@ fn stats_to_pb(stats: RegionStats) -> pb::RegionStats {
             .map(|(s, n)| (s.0, n as u64))
             .collect(),
         failed: stats.failed.into_iter().map(|s| s.0).collect(),
+        handing_off: stats.handing_off.into_iter().map(|s| s.0).collect(),
+        restoring: stats.restoring.into_iter().map(|s| s.0).collect(),
     }
 }
 
@@ -161,7 +163,9 @@ fn stats_from_pb(stats: pb::RegionStats) -> RegionStats {
             .into_iter()
             .map(|(s, n)| (ShardId(s), usize::try_from(n).unwrap_or(usize::MAX)))
             .collect(),
-        failed: stats.failed.into_iter().map(ShardId).collect(),
+        failed: shards(stats.failed),
+        handing_off: shards(stats.handing_off),
+        restoring: shards(stats.restoring),
     }
 }
 
@@ -498,6 +502,8 @@ mod tests {
         let stats = RegionStats {
             stats: BTreeMap::from([(ShardId(1), 3)]),
             failed: vec![ShardId(2)],
+            handing_off: vec![ShardId(4)],
+            restoring: vec![ShardId(2)],
         };
         let up = [
             RegionToCoordinator::Register {

@@ -77,8 +77,17 @@ fn region_stats() -> impl Strategy<Value = pb::RegionStats> {
     (
         prop::collection::hash_map(shard(), number(), 0..4),
         shards(),
+        shards(),
+        shards(),
     )
-        .prop_map(|(entities, failed)| pb::RegionStats { entities, failed })
+        .prop_map(
+            |(entities, failed, handing_off, restoring)| pb::RegionStats {
+                entities,
+                failed,
+                handing_off,
+                restoring,
+            },
+        )
 }
 
 fn location() -> impl Strategy<Value = pb::ShardLocation> {
