@@ -183,6 +183,28 @@ async fn the_three_node_cluster_and_the_client_commands_run_as_shown() {
     assert!(stdout.contains("region 127.0.0.1:7001"), "{stdout}");
     assert!(stdout.contains("127.0.0.1:7003"), "{stdout}");
     assert!(stdout.contains("colo_region_hosted_shards"), "{stdout}");
+    // The cluster map's JSON, as "The cluster map" shows it: the whole
+    // cluster's shards, alice's among them.
+    let map = block_after(&readme, "The page polls `GET /api/cluster`");
+    let run = Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -euo pipefail\n{}", map.join("\n")))
+        .current_dir(&root)
+        .output()
+        .expect("run bash");
+    let map: serde_json::Value = serde_json::from_slice(&run.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&run.stdout)));
+    assert_eq!(map["node"], "127.0.0.1:7001", "{map}");
+    let counter = map["entity_types"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| t["name"] == "counter")
+        .unwrap_or_else(|| panic!("no counter in {map}"));
+    let nodes = counter["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 3, "{map}");
+    let entities: u64 = nodes.iter().filter_map(|n| n["entities"].as_u64()).sum();
+    assert!(entities >= 1, "alice is live somewhere: {map}");
     started.signal("-TERM");
     let stopped = wait::held_within(Duration::from_secs(60), || {
         std::future::ready(!started.running())

@@ -1,0 +1,141 @@
+//! The cluster map (`GET /` of the admin server, and the `/api/cluster`
+//! JSON it polls) in a real browser, headless Chromium, while nodes join
+//! and leave a Kafka-driven cluster on the test broker.
+
+use colo_tests::process::NodeProcess;
+use colo_tests::purchases::Producer;
+use colo_tests::user_nodes::{self, kafka_sets, READY};
+use colo_tests::{broker::Broker, chromium, http, wait};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+/// How long after a node hosts its shards (or leaves) the page may take
+/// to show it: it polls every second.
+const PAGE_FOLLOWS: Duration = Duration::from_secs(10);
+
+/// Each node card of the page's DOM: its node and the shards it shows.
+fn cards(dom: &str) -> BTreeMap<String, BTreeSet<u32>> {
+    let mut cards = BTreeMap::new();
+    for card in dom.split("<article").skip(1) {
+        let card = card.split("</article>").next().unwrap_or("");
+        let Some(node) = attribute(card, "data-node") else {
+            continue;
+        };
+        let shards = card
+            .split("data-shard=\"")
+            .skip(1)
+            .filter_map(|s| s.split('"').next()?.parse().ok())
+            .collect();
+        cards.insert(node, shards);
+    }
+    cards
+}
+
+fn attribute(text: &str, name: &str) -> Option<String> {
+    let start = text.find(&format!("{name}=\""))? + name.len() + 2;
+    Some(text[start..].split('"').next()?.to_string())
+}
+
+/// Waits until the page, as Chromium draws it, passes `check`; returns the
+/// cards it showed and how long that took.
+async fn page_shows(
+    url: &str,
+    what: &str,
+    deadline: Duration,
+    check: impl Fn(&BTreeMap<String, BTreeSet<u32>>) -> bool,
+) -> Duration {
+    let started = Instant::now();
+    let check = &check;
+    wait::until_ok(deadline, || async move {
+        let url = url.to_string();
+        let dom = tokio::task::spawn_blocking(move || chromium::dom(&url))
+            .await
+            .expect("chromium");
+        let cards = cards(&dom);
+        if check(&cards) {
+            Ok(())
+        } else {
+            Err(format!("the page never showed {what}: {cards:?}"))
+        }
+    })
+    .await;
+    started.elapsed()
+}
+
+async fn api(node: &NodeProcess) -> serde_json::Value {
+    let (status, body) = http::get(&node.admin, "/api/cluster").await.expect("api");
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).expect("JSON")
+}
+
+#[tokio::test]
+async fn the_page_shows_a_joining_node_with_its_shards_and_its_shards_on_the_others_after_it_leaves(
+) {
+    let broker = Broker::start();
+    let (topic, cluster) = user_nodes::unique("cluster-map");
+    let sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
+    let a = user_nodes::start(None, &sets);
+    a.await_ready(READY).await;
+    let b = user_nodes::start(Some(&a.grpc), &sets);
+    b.await_ready(READY).await;
+    user_nodes::await_hosting(&b).await;
+    let url = format!("http://{}/", a.admin);
+    let every_shard: BTreeSet<u32> = (0..12).collect();
+    let all_on = |nodes: &[&str], cards: &BTreeMap<String, BTreeSet<u32>>| {
+        let shown: BTreeSet<u32> = cards.values().flatten().copied().collect();
+        let names: BTreeSet<&str> = cards.keys().map(String::as_str).collect();
+        names == nodes.iter().copied().collect() && shown == every_shard
+    };
+    page_shows(&url, "the first two nodes", PAGE_FOLLOWS * 3, |cards| {
+        all_on(&[&a.grpc, &b.grpc], cards)
+    })
+    .await;
+
+    // Purchases flow meanwhile: entities to count, lag to show.
+    let dir = tempfile::tempdir().expect("dir");
+    let producer = Producer::start(dir.path(), broker.bootstrap(), &topic, 200, 6000, Some(400));
+
+    // A third node joins: once its region hosts shards, the page shows
+    // them on its card.
+    let mut c = user_nodes::start(Some(&a.grpc), &sets);
+    c.await_ready(READY).await;
+    user_nodes::await_hosting(&c).await;
+    let took = page_shows(&url, "the third node's shards", PAGE_FOLLOWS, |cards| {
+        cards.get(&c.grpc).is_some_and(|shards| !shards.is_empty())
+    })
+    .await;
+    println!("the page showed the joining node's shards {took:?} after it hosted them");
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cluster-map.png");
+    let shot_url = url.clone();
+    let to = shot.clone();
+    tokio::task::spawn_blocking(move || chromium::screenshot(&shot_url, &to))
+        .await
+        .expect("chromium");
+    println!("screenshot: {}", shot.display());
+
+    // The JSON the page polls: the whole cluster's shards, and this node's
+    // partitions and rebalances.
+    let map = api(&a).await;
+    assert_eq!(map["node"], a.grpc);
+    assert_eq!(map["entity_types"][0]["name"], "user");
+    let nodes = map["entity_types"][0]["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 3, "{map}");
+    let partitions = map["partitions"].as_array().expect("partitions");
+    assert!(!partitions.is_empty(), "{map}");
+    assert!(partitions.iter().all(|p| p["topic"] == topic.as_str()));
+    let rebalances = map["rebalances"].as_array().expect("rebalances");
+    assert!(rebalances.iter().any(|r| r["kind"] == "assigned"), "{map}");
+
+    producer.finished(Duration::from_secs(60)).await;
+
+    // It leaves: its card goes, and its shards show on the other two.
+    c.terminate();
+    c.exited(Duration::from_secs(60)).await;
+    page_shows(
+        &url,
+        "every shard on the two nodes left",
+        user_nodes::FIRST_SHARDS,
+        |cards| all_on(&[&a.grpc, &b.grpc], cards),
+    )
+    .await;
+}
