@@ -4,8 +4,8 @@
 #
 #   docker build -t colo .
 #
-# The Rust version is the workspace's rust-version or newer.
-FROM rust:1.90-slim-bookworm AS build
+# The Rust toolchain the project is built and tested with (1.95).
+FROM rust:1.95-slim-bookworm AS build
 # librdkafka builds from the source rdkafka-sys bundles (a C compiler, make,
 # perl); OpenSSL and zlib are the system's (OPENSSL_NO_VENDOR).
 RUN apt-get update \
