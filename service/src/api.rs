@@ -125,6 +125,8 @@ impl Sharding for ShardingApi {
                         .map(|(shard, n)| (shard.0, n as u64))
                         .collect(),
                     failed: stats.failed.into_iter().map(|s| s.0).collect(),
+                    handing_off: stats.handing_off.into_iter().map(|s| s.0).collect(),
+                    restoring: stats.restoring.into_iter().map(|s| s.0).collect(),
                 })
                 .collect(),
             failed_regions: stats

@@ -83,6 +83,10 @@ pub struct RegionCounts {
     pub shards: BTreeMap<u32, u64>,
     /// Shards that did not answer in time.
     pub failed: Vec<u32>,
+    /// Shards whose entities are stopping for a hand-off.
+    pub handing_off: Vec<u32>,
+    /// Shards whose durable state is still being restored.
+    pub restoring: Vec<u32>,
 }
 
 impl From<ClusterStatsResponse> for StatsOutcome {
@@ -94,11 +98,15 @@ impl From<ClusterStatsResponse> for StatsOutcome {
                 .regions
                 .into_iter()
                 .map(|region| {
-                    let mut failed = region.failed;
-                    failed.sort_unstable();
+                    let sorted = |mut shards: Vec<u32>| {
+                        shards.sort_unstable();
+                        shards
+                    };
                     let counts = RegionCounts {
                         shards: region.entities.into_iter().collect(),
-                        failed,
+                        failed: sorted(region.failed),
+                        handing_off: sorted(region.handing_off),
+                        restoring: sorted(region.restoring),
                     };
                     (region.region, counts)
                 })
@@ -214,8 +222,14 @@ pub fn render_stats(outcome: &StatsOutcome, json: bool) -> String {
         shards += counts.shards.len();
         entities += n;
         let _ = write!(text, "{region:<width$}  {:>6}  {n:>8}", counts.shards.len());
-        if !counts.failed.is_empty() {
-            let _ = write!(text, "  (shards not answering: {})", join(&counts.failed));
+        for (what, shards) in [
+            ("handing off", &counts.handing_off),
+            ("restoring", &counts.restoring),
+            ("not answering", &counts.failed),
+        ] {
+            if !shards.is_empty() {
+                let _ = write!(text, "  (shards {what}: {})", join(shards));
+            }
         }
         text.push('\n');
     }
@@ -391,12 +405,16 @@ mod tests {
                 RegionShardStats {
                     region: "node-2".into(),
                     entities: [(1, 4), (2, 0)].into_iter().collect(),
-                    failed: vec![5],
+                    failed: vec![6, 5],
+                    handing_off: vec![2],
+                    restoring: vec![6],
                 },
                 RegionShardStats {
                     region: "node-1".into(),
                     entities: [(0, 3)].into_iter().collect(),
                     failed: vec![],
+                    handing_off: vec![],
+                    restoring: vec![],
                 },
             ],
             failed_regions: vec!["node-3".into()],
@@ -406,7 +424,7 @@ mod tests {
             render_stats(&outcome, false),
             "region  shards  entities\n\
              node-1       1         3\n\
-             node-2       2         4  (shards not answering: 5)\n\
+             node-2       2         4  (shards handing off: 2)  (shards restoring: 6)  (shards not answering: 5, 6)\n\
              total        3         7\n\
              regions that did not answer: node-3\n"
         );
