@@ -139,12 +139,40 @@ impl Changelog {
         partition: i32,
         records: &[(K, V)],
     ) -> Result<Vec<i64>, ChangelogError> {
+        let records = records
+            .iter()
+            .map(|(key, value)| (key.as_ref(), Some(value.as_ref())));
+        self.send(partition, records).await
+    }
+
+    /// Writes a tombstone for each of `keys` to `partition`: compaction
+    /// drops every earlier record of those keys. Returns once the broker
+    /// has them all.
+    ///
+    /// # Errors
+    /// As [`Changelog::write`].
+    pub async fn delete<K: AsRef<[u8]>>(
+        &self,
+        partition: i32,
+        keys: &[K],
+    ) -> Result<(), ChangelogError> {
+        let records = keys.iter().map(|key| (key.as_ref(), None));
+        self.send(partition, records).await.map(drop)
+    }
+
+    async fn send<'a>(
+        &self,
+        partition: i32,
+        records: impl ExactSizeIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+    ) -> Result<Vec<i64>, ChangelogError> {
         let mut pending = Vec::with_capacity(records.len());
         for (key, value) in records {
-            let mut record = FutureRecord::to(&self.topic)
+            let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic)
                 .partition(partition)
-                .key(key.as_ref())
-                .payload(value.as_ref());
+                .key(key);
+            if let Some(value) = value {
+                record = record.payload(value);
+            }
             loop {
                 match self.producer.send_result(record) {
                     Ok(delivery) => {

@@ -8,6 +8,7 @@
 
 mod handle;
 pub mod hosting;
+pub mod kafka_store;
 mod membership;
 mod placement;
 pub mod rebalance;

@@ -363,8 +363,21 @@ async fn run(
 
     let mut entity_types = entity_types;
     let kafka_driven = ingest::check(&config, &mut entity_types)?;
+    if !config.node.proxy {
+        ingest::create_topics(&config, &entity_types).await?;
+    }
     let hosting = Arc::new(StaticHosting::new(config.coordinator.address.clone()));
     if advertised == config.coordinator.address {
+        let log = match config.kafka.clone() {
+            Some(_) => {
+                let config = config.clone();
+                let log = tokio::task::spawn_blocking(move || ingest::coordinator_log(&config))
+                    .await
+                    .map_err(|e| ProgramError::Settings(format!("coordinator topic: {e}")))??;
+                Some(Arc::new(log))
+            }
+            None => None,
+        };
         let types: Vec<coordinators::Hosted> = entity_types
             .iter()
             .map(|t| coordinators::Hosted {
@@ -373,10 +386,7 @@ async fn run(
                 follows_partitions: kafka_driven.contains(t.name()),
             })
             .collect();
-        coordinators::host(&config, &types, &hosting)?;
-    }
-    if !config.node.proxy {
-        ingest::create_topics(&config, &entity_types).await?;
+        coordinators::host(&config, &types, &hosting, log)?;
     }
     let grpc_settings = GrpcSettings {
         heartbeat_interval: config.coordinator.heartbeat_interval,

@@ -75,12 +75,13 @@ impl Lifecycle {
         lifecycle
     }
 
-    /// Ends the open lives on `node` at `at`: the node was killed then, so
-    /// nothing lived on it after.
+    /// Ends the open lives on `node` that started before `at`: the node was
+    /// killed then, so nothing of before lived on after it (lives of a
+    /// restart after `at` stay as they are).
     pub fn killed(&mut self, node: &str, at: &str) {
         for lives in self.lives.values_mut() {
             for life in lives.iter_mut() {
-                if life.node == node && life.stopped.is_none() {
+                if life.node == node && life.stopped.is_none() && life.started.as_str() < at {
                     life.stopped = Some(at.to_string());
                     life.reason = Some("killed".to_string());
                 }

@@ -114,6 +114,12 @@ impl KafkaSection {
             .unwrap_or_else(|| format!("{}.{entity_type}.dlq", self.cluster))
     }
 
+    /// The topic the cluster's coordinators keep their state in: one
+    /// partition, compacted, shared by every entity type.
+    pub fn coordinator_topic(&self) -> String {
+        format!("{}.coordinator", self.cluster)
+    }
+
     /// The changelog topic of a durable `entity_type`.
     pub fn changelog_topic(&self, entity_type: &str) -> String {
         format!("{}.{entity_type}.changelog", self.cluster)

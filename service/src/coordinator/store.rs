@@ -1,8 +1,8 @@
 //! Where the coordinator's events are kept.
 //!
-//! The in-memory store serves the in-process cluster and tests; the Kafka
-//! issue adds a store on the `<cluster>.coordinator` topic behind the same
-//! trait.
+//! The in-memory store serves the in-process cluster, tests and nodes
+//! without Kafka; `kafka_store.rs` keeps the events on the cluster's
+//! `<cluster>.coordinator` topic behind the same trait.
 
 use super::state::CoordinatorEvent;
 use futures::future::BoxFuture;

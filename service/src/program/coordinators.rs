@@ -3,23 +3,29 @@
 use super::ProgramError;
 use crate::config::NodeConfig;
 use crate::coordinator::hosting::StaticHosting;
-use crate::coordinator::{store::InMemoryStore, CoordinatorHandle};
+use crate::coordinator::kafka_store::KafkaCoordinatorStore;
+use crate::coordinator::store::{CoordinatorStore, InMemoryStore};
+use crate::coordinator::CoordinatorHandle;
 use crate::settings::ShardingSettings;
 use colo_allocation::{
     AllocationStrategy, ExternalAllocationClient, ExternalAllocationStrategy,
     LeastShardAllocationStrategy,
 };
+use colo_connectors::Changelog;
 use std::sync::Arc;
 
-/// This node hosts the coordinators: one per entity type it runs, with an
-/// in-memory store. Its epoch is the start time, so a restarted coordinator
-/// outranks the one before it.
+/// This node hosts the coordinators: one per entity type it runs. Its
+/// epoch is the start time, so a restarted coordinator outranks the one
+/// before it.
 ///
-/// The in-memory store is lost when the node restarts, while the other
-/// nodes may still run shards. A marker in the data directory says whether
-/// this node has hosted the coordinator before: if it has, the coordinator
-/// waits `region_timeout` for the regions to report what they run before it
-/// places other shards; a brand-new cluster places shards at once.
+/// With `[kafka]`, each keeps its state on the cluster's coordinator topic
+/// (`coordinator/kafka_store.rs`): a restarted coordinator reads it back.
+/// Without, the state is in memory and lost when the node restarts, while
+/// the other nodes may still run shards. A marker in the data directory
+/// says whether this node has hosted the coordinator before: if it has, the
+/// coordinator waits `region_timeout` for the regions to report what they
+/// run before it places other shards; a brand-new cluster places shards at
+/// once.
 /// An entity type whose coordinator this node hosts.
 pub(super) struct Hosted {
     pub name: String,
@@ -33,6 +39,7 @@ pub(super) fn host(
     config: &NodeConfig,
     entity_types: &[Hosted],
     hosting: &StaticHosting,
+    log: Option<Arc<Changelog>>,
 ) -> Result<(), ProgramError> {
     let epoch = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -44,18 +51,25 @@ pub(super) fn host(
         follows_partitions,
     } in entity_types
     {
-        let marker = data_dir.join(format!("coordinator-{name}.started"));
-        let store = if marker.exists() {
-            InMemoryStore::after_loss()
-        } else {
-            InMemoryStore::new()
+        let store: Arc<dyn CoordinatorStore> = match &log {
+            // The topic keeps the state across restarts and nodes.
+            Some(log) => Arc::new(KafkaCoordinatorStore::new(log.clone(), name, epoch)),
+            None => {
+                let marker = data_dir.join(format!("coordinator-{name}.started"));
+                let store = if marker.exists() {
+                    InMemoryStore::after_loss()
+                } else {
+                    InMemoryStore::new()
+                };
+                std::fs::create_dir_all(&data_dir)
+                    .and_then(|()| std::fs::write(&marker, format!("{epoch}\n")))
+                    .map_err(|source| ProgramError::DataDir {
+                        path: marker.clone(),
+                        source,
+                    })?;
+                Arc::new(store)
+            }
         };
-        std::fs::create_dir_all(&data_dir)
-            .and_then(|()| std::fs::write(&marker, format!("{epoch}\n")))
-            .map_err(|source| ProgramError::DataDir {
-                path: marker.clone(),
-                source,
-            })?;
         let strategy: Box<dyn AllocationStrategy> = if *follows_partitions {
             Box::new(ExternalAllocationStrategy::new(
                 ExternalAllocationClient::new(),
@@ -66,7 +80,7 @@ pub(super) fn host(
                     .map_err(|e| ProgramError::Settings(format!("coordinator.least_shard: {e}")))?,
             )
         };
-        let handle = CoordinatorHandle::spawn(name, settings.clone(), strategy, Arc::new(store))
+        let handle = CoordinatorHandle::spawn(name, settings.clone(), strategy, store)
             .map_err(|e| ProgramError::Settings(format!("sharding.{}: {}", e.field, e.reason)))?;
         hosting.host(handle, epoch);
     }

@@ -42,6 +42,31 @@ pub(super) fn changelogs(
         .collect()
 }
 
+/// The cluster's coordinator topic, checked to exist with one partition
+/// (created before, when `kafka.create_topics` is set). Blocking: call it
+/// off the runtime.
+pub(super) fn coordinator_log(
+    config: &NodeConfig,
+) -> Result<colo_connectors::Changelog, ProgramError> {
+    let kafka = config
+        .kafka
+        .as_ref()
+        .ok_or_else(|| ProgramError::Settings("the coordinator topic needs [kafka]".into()))?;
+    let topic = kafka.coordinator_topic();
+    colo_connectors::Changelog::new(
+        &kafka.bootstrap_servers,
+        &kafka.client_properties(),
+        &topic,
+        CHANGELOG_TIMEOUT,
+    )
+    .and_then(|c| c.check(1).map(|()| c))
+    .map_err(|e| {
+        ProgramError::Settings(format!(
+            "the coordinator keeps its state in {topic:?}, which cannot be used: {e} (kafka.create_topics = true creates it)"
+        ))
+    })
+}
+
 /// How long topic creation may take.
 const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -86,7 +111,18 @@ pub(super) async fn create_topics(
     let Some(kafka) = config.kafka.as_ref().filter(|k| k.create_topics) else {
         return Ok(());
     };
-    let mut specs = Vec::new();
+    let compacted = || {
+        colo_connectors::CHANGELOG_CONFIG
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let mut specs = vec![NewTopicSpec {
+        name: kafka.coordinator_topic(),
+        partitions: 1,
+        replication_factor: kafka.replication_factor,
+        config: compacted(),
+    }];
     for entity_type in entity_types {
         let partitions = i32::try_from(entity_type.settings().number_of_shards).map_err(|_| {
             ProgramError::Settings(
@@ -98,10 +134,7 @@ pub(super) async fn create_topics(
                 name: kafka.changelog_topic(entity_type.name()),
                 partitions,
                 replication_factor: kafka.replication_factor,
-                config: colo_connectors::CHANGELOG_CONFIG
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
+                config: compacted(),
             });
         }
         let Some(topics) = kafka.topics.get(entity_type.name()) else {

@@ -1,0 +1,538 @@
+//! The coordinator's store on Kafka: the one-partition compacted topic
+//! `<cluster>.coordinator`, shared by the coordinators of every entity type
+//! of the cluster, so that a coordinator started anywhere (after a restart,
+//! or on another node) goes on from its predecessor's state.
+//!
+//! Records, each keyed by its entity type and by the epoch of the
+//! coordinator that wrote it, so that two coordinators never write the same
+//! key (compaction keeps one record per key):
+//! - an epoch record, written first by every coordinator that starts;
+//! - events, one record each, with their number within the epoch;
+//! - a snapshot of the whole state every [`COMPACT_EVERY`] events, after
+//!   which every earlier record of the entity type gets a tombstone, so
+//!   that compaction leaves the last snapshot and what follows it.
+//!
+//! A coordinator that starts writes its epoch record first and reads the
+//! partition up to it: everything a predecessor wrote before is read. If an
+//! epoch as high as its own is found there, it writes a higher one and
+//! reads on to that. Its epoch record is then the last record it read, and
+//! from then on a record written with a lower epoch (a deposed coordinator
+//! that has not stopped yet) is ignored by every reader: a record counts
+//! only if no record before it in the partition has a higher epoch.
+
+use super::state::{CoordinatorEvent, CoordinatorState};
+use super::store::{CoordinatorStore, StoreError, COMPACT_EVERY};
+use colo_connectors::Changelog;
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+/// The topic has one partition.
+const PARTITION: i32 = 0;
+/// After a failed write or read (the broker away), the next try.
+const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+/// The first byte of every value: what follows is this format's.
+const FORMAT: u8 = 1;
+/// Between a key's parts: not in any entity type's name.
+const SEPARATOR: char = '\0';
+
+/// What a record says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+enum Body {
+    /// A coordinator of this epoch starts.
+    Epoch,
+    Event(CoordinatorEvent),
+    /// The whole state, as the events that replay to it.
+    Snapshot(Vec<CoordinatorEvent>),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Value {
+    epoch: u64,
+    body: Body,
+}
+
+fn encode(value: &Value) -> Vec<u8> {
+    let mut bytes = vec![FORMAT];
+    // A value of our own types always encodes.
+    bytes.extend(postcard::to_allocvec(value).unwrap_or_default());
+    bytes
+}
+
+fn decode(bytes: &[u8]) -> Result<Value, String> {
+    match bytes.split_first() {
+        Some((&FORMAT, rest)) => postcard::from_bytes(rest).map_err(|e| e.to_string()),
+        Some((format, _)) => Err(format!(
+            "record format {format}, and this program reads format {FORMAT}: a newer colo wrote it"
+        )),
+        None => Err("an empty record".into()),
+    }
+}
+
+/// The keys of one entity type's records.
+struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    fn new(entity_type: &str) -> Self {
+        Self {
+            prefix: format!("{entity_type}{SEPARATOR}"),
+        }
+    }
+
+    fn epoch(&self, epoch: u64) -> Vec<u8> {
+        format!("{}epoch{SEPARATOR}{epoch:020}", self.prefix).into_bytes()
+    }
+
+    fn snapshot(&self, epoch: u64) -> Vec<u8> {
+        format!("{}snapshot{SEPARATOR}{epoch:020}", self.prefix).into_bytes()
+    }
+
+    fn event(&self, epoch: u64, number: u64) -> Vec<u8> {
+        format!(
+            "{}event{SEPARATOR}{epoch:020}{SEPARATOR}{number:020}",
+            self.prefix
+        )
+        .into_bytes()
+    }
+}
+
+/// One record of this entity type, read back.
+struct Read {
+    key: Vec<u8>,
+    /// `None`: a tombstone.
+    value: Option<Value>,
+}
+
+/// What the partition says, once read up to this coordinator's epoch
+/// record.
+#[derive(Debug, Default)]
+struct Replayed {
+    /// The state's events: the last valid snapshot's, then the events
+    /// after it.
+    events: Vec<CoordinatorEvent>,
+    /// The keys after the last valid snapshot that are still live.
+    since_snapshot: Vec<Vec<u8>>,
+    /// Every other key that may still hold a record: tombstoned after the
+    /// next snapshot.
+    superseded: Vec<Vec<u8>>,
+    /// The highest epoch of any record.
+    highest: u64,
+    /// Records ignored: written with an epoch lower than one before them.
+    ignored: u64,
+}
+
+/// Replays records in partition order. A record counts only if no record
+/// before it has a higher epoch; a valid snapshot replaces what came
+/// before it.
+fn replay(records: &[Read]) -> Replayed {
+    let mut replayed = Replayed::default();
+    let mut fence = 0;
+    for read in records {
+        let Some(value) = &read.value else {
+            continue;
+        };
+        replayed.highest = replayed.highest.max(value.epoch);
+        if value.epoch < fence {
+            replayed.ignored += 1;
+            replayed.superseded.push(read.key.clone());
+            continue;
+        }
+        fence = value.epoch;
+        match &value.body {
+            Body::Epoch => replayed.since_snapshot.push(read.key.clone()),
+            Body::Event(event) => {
+                replayed.events.push(event.clone());
+                replayed.since_snapshot.push(read.key.clone());
+            }
+            Body::Snapshot(events) => {
+                replayed.events = events.clone();
+                let before = std::mem::take(&mut replayed.since_snapshot);
+                replayed
+                    .superseded
+                    .extend(before.into_iter().filter(|k| *k != read.key));
+                replayed.superseded.retain(|k| *k != read.key);
+                replayed.since_snapshot.push(read.key.clone());
+            }
+        }
+    }
+    replayed
+}
+
+/// Why a load or a write did not go through.
+enum Failure {
+    /// The broker did not answer or refused: tried again.
+    Kafka(StoreError),
+    /// A record cannot be read: trying again reads it again.
+    Unreadable(StoreError),
+}
+
+/// What the store holds between writes.
+#[derive(Debug, Default)]
+struct Inner {
+    /// This coordinator's epoch, once loaded.
+    epoch: u64,
+    /// The number of the next event within the epoch.
+    next: u64,
+    /// The state the events replay to, for the next snapshot.
+    state: CoordinatorState,
+    /// Events since the last snapshot.
+    events_since: usize,
+    /// Keys of this entity type that a snapshot supersedes: tombstoned
+    /// after the next one.
+    superseded: Vec<Vec<u8>>,
+    /// Keys written (or read) since the last snapshot.
+    since_snapshot: Vec<Vec<u8>>,
+}
+
+/// One entity type's coordinator store on the cluster's coordinator topic.
+pub struct KafkaCoordinatorStore {
+    log: Arc<Changelog>,
+    entity_type: String,
+    keys: Keys,
+    /// The epoch it starts with, unless the topic holds a higher one.
+    wanted: u64,
+    compact_every: usize,
+    inner: tokio::sync::Mutex<Inner>,
+}
+
+impl std::fmt::Debug for KafkaCoordinatorStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaCoordinatorStore")
+            .field("topic", &self.log.topic())
+            .field("entity_type", &self.entity_type)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaCoordinatorStore {
+    /// The store of `entity_type`'s coordinator on `log` (the cluster's
+    /// coordinator topic), starting with epoch `epoch` or, if the topic
+    /// holds one as high, one above the highest there.
+    pub fn new(log: Arc<Changelog>, entity_type: &str, epoch: u64) -> Self {
+        Self {
+            log,
+            entity_type: entity_type.to_string(),
+            keys: Keys::new(entity_type),
+            wanted: epoch,
+            compact_every: COMPACT_EVERY,
+            inner: tokio::sync::Mutex::default(),
+        }
+    }
+
+    /// Writes a snapshot after `events` events rather than
+    /// [`COMPACT_EVERY`].
+    #[must_use]
+    pub fn compacting_every(mut self, events: usize) -> Self {
+        self.compact_every = events.max(1);
+        self
+    }
+
+    /// This coordinator's epoch: 0 until its state is loaded.
+    pub async fn epoch(&self) -> u64 {
+        self.inner.lock().await.epoch
+    }
+
+    fn failed(&self, what: &str, e: impl std::fmt::Display) -> StoreError {
+        StoreError(format!(
+            "{what} on topic {} (entity type {:?}): {e}",
+            self.log.topic(),
+            self.entity_type
+        ))
+    }
+
+    async fn write(&self, key: &[u8], value: &Value) -> Result<i64, Failure> {
+        let offsets = self
+            .log
+            .write(PARTITION, &[(key, encode(value))])
+            .await
+            .map_err(|e| Failure::Kafka(self.failed("write", e)))?;
+        offsets
+            .first()
+            .copied()
+            .ok_or_else(|| Failure::Kafka(self.failed("write", "no offset acknowledged")))
+    }
+
+    /// Writes until the broker takes it: the coordinator cannot decide
+    /// anything before its decision is stored, so it waits (and says so).
+    async fn write_until_taken(&self, key: &[u8], value: &Value) -> Result<i64, StoreError> {
+        loop {
+            match self.write(key, value).await {
+                Ok(offset) => return Ok(offset),
+                Err(Failure::Unreadable(e)) => return Err(e),
+                Err(Failure::Kafka(e)) => {
+                    tracing::warn!(entity_type = %self.entity_type, error = %e, retry_in = ?RETRY, "coordinator state not written; tried again");
+                    tokio::time::sleep(RETRY).await;
+                }
+            }
+        }
+    }
+
+    /// This entity type's records from `from` up to `until`, exclusive.
+    async fn read(&self, from: i64, until: i64) -> Result<Vec<Read>, Failure> {
+        let log = self.log.clone();
+        let prefix = self.keys.prefix.clone();
+        // Err: the broker's; Ok(Err): a record that cannot be read.
+        let read =
+            tokio::task::spawn_blocking(move || -> Result<Result<Vec<Read>, String>, String> {
+                let mut records = Vec::new();
+                let mut bad = None;
+                log.read(PARTITION, Some(from), until, &mut |record| {
+                    if !record.key.starts_with(prefix.as_bytes()) {
+                        return ControlFlow::Continue(());
+                    }
+                    let value = match record.value.map(decode).transpose() {
+                        Ok(value) => value,
+                        Err(e) => {
+                            bad = Some(format!("the record at offset {}: {e}", record.offset));
+                            return ControlFlow::Break(());
+                        }
+                    };
+                    records.push(Read {
+                        key: record.key.to_vec(),
+                        value,
+                    });
+                    ControlFlow::Continue(())
+                })
+                .map_err(|e| e.to_string())?;
+                Ok(match bad {
+                    Some(bad) => Err(bad),
+                    None => Ok(records),
+                })
+            })
+            .await
+            .map_err(|e| Failure::Kafka(self.failed("read", e)))?;
+        match read {
+            Ok(Ok(records)) => Ok(records),
+            Ok(Err(bad)) => Err(Failure::Unreadable(self.failed("read", bad))),
+            Err(e) => Err(Failure::Kafka(self.failed("read", e))),
+        }
+    }
+
+    /// Loads until the broker answers; a record that cannot be read stops
+    /// it (the coordinator reports it and does not start).
+    async fn load_state(&self) -> Result<Vec<CoordinatorEvent>, StoreError> {
+        loop {
+            match self.try_load().await {
+                Ok(events) => return Ok(events),
+                Err(Failure::Unreadable(e)) => return Err(e),
+                Err(Failure::Kafka(e)) => {
+                    tracing::warn!(entity_type = %self.entity_type, error = %e, retry_in = ?RETRY, "coordinator state not read; tried again");
+                    tokio::time::sleep(RETRY).await;
+                }
+            }
+        }
+    }
+
+    async fn try_load(&self) -> Result<Vec<CoordinatorEvent>, Failure> {
+        let mut inner = self.inner.lock().await;
+        let mut epoch = self.wanted.max(1);
+        let mut end = self
+            .write(
+                &self.keys.epoch(epoch),
+                &Value {
+                    epoch,
+                    body: Body::Epoch,
+                },
+            )
+            .await?;
+        let mut records = self.read(0, end).await?;
+        let highest = replay(&records).highest;
+        if highest >= epoch {
+            // A coordinator with an epoch as high ran before (a clock that
+            // went back, or a quicker restart): this one goes above it.
+            let start = end;
+            epoch = highest + 1;
+            end = self
+                .write(
+                    &self.keys.epoch(epoch),
+                    &Value {
+                        epoch,
+                        body: Body::Epoch,
+                    },
+                )
+                .await?;
+            records.extend(self.read(start, end).await?);
+        }
+        let ours = self.keys.epoch(epoch);
+        records.push(Read {
+            key: ours,
+            value: Some(Value {
+                epoch,
+                body: Body::Epoch,
+            }),
+        });
+        let replayed = replay(&records);
+        if replayed.ignored > 0 {
+            tracing::warn!(entity_type = %self.entity_type, ignored = replayed.ignored, "coordinator records of a deposed coordinator ignored");
+        }
+        let state = CoordinatorState::replay(replayed.events.iter().cloned()).unwrap_or_default();
+        *inner = Inner {
+            epoch,
+            next: 0,
+            state,
+            events_since: 0,
+            superseded: replayed.superseded,
+            since_snapshot: replayed.since_snapshot,
+        };
+        tracing::info!(entity_type = %self.entity_type, topic = %self.log.topic(), epoch, events = replayed.events.len(), "coordinator state read from its topic");
+        Ok(replayed.events)
+    }
+
+    async fn append(&self, event: CoordinatorEvent) -> Result<(), StoreError> {
+        let mut inner = self.inner.lock().await;
+        let epoch = inner.epoch;
+        let key = self.keys.event(epoch, inner.next);
+        self.write_until_taken(
+            &key,
+            &Value {
+                epoch,
+                body: Body::Event(event.clone()),
+            },
+        )
+        .await?;
+        inner.next += 1;
+        let _ = inner.state.apply(event);
+        inner.since_snapshot.push(key);
+        inner.events_since += 1;
+        if inner.events_since >= self.compact_every {
+            self.snapshot(&mut inner).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the state as a snapshot, then tombstones every earlier key:
+    /// compaction keeps the snapshot and what follows.
+    async fn snapshot(&self, inner: &mut Inner) -> Result<(), StoreError> {
+        let epoch = inner.epoch;
+        let key = self.keys.snapshot(epoch);
+        let events = inner.state.snapshot();
+        self.write_until_taken(
+            &key,
+            &Value {
+                epoch,
+                body: Body::Snapshot(events),
+            },
+        )
+        .await?;
+        let mut stale = std::mem::take(&mut inner.superseded);
+        stale.append(&mut inner.since_snapshot);
+        stale.retain(|k| *k != key);
+        // The epoch record stays: it is what fences a deposed coordinator's
+        // later records for readers that start after compaction.
+        let ours = self.keys.epoch(epoch);
+        stale.retain(|k| *k != ours);
+        inner.since_snapshot = vec![ours, key];
+        inner.events_since = 0;
+        if let Err(e) = self.log.delete(PARTITION, &stale).await {
+            // Nothing is lost: the records stay until the next snapshot.
+            tracing::warn!(entity_type = %self.entity_type, error = %e, "superseded coordinator records not deleted; tried again at the next snapshot");
+            inner.superseded = stale;
+        }
+        Ok(())
+    }
+}
+
+impl CoordinatorStore for KafkaCoordinatorStore {
+    fn load(&self) -> BoxFuture<'_, Result<Vec<CoordinatorEvent>, StoreError>> {
+        Box::pin(self.load_state())
+    }
+
+    fn persist(&self, event: CoordinatorEvent) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.append(event))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use colo_allocation::{RegionId, ShardId};
+
+    fn event(epoch: u64, key: &str, event: CoordinatorEvent) -> Read {
+        Read {
+            key: key.as_bytes().to_vec(),
+            value: Some(Value {
+                epoch,
+                body: Body::Event(event),
+            }),
+        }
+    }
+
+    fn allocated(shard: u32, region: &str) -> CoordinatorEvent {
+        CoordinatorEvent::ShardHomeAllocated {
+            shard: ShardId(shard),
+            region: RegionId::new(region),
+        }
+    }
+
+    #[test]
+    fn a_record_after_a_higher_epoch_is_ignored() {
+        let records = vec![
+            event(
+                1,
+                "a",
+                CoordinatorEvent::RegionRegistered {
+                    region: RegionId::new("r"),
+                },
+            ),
+            Read {
+                key: b"e2".to_vec(),
+                value: Some(Value {
+                    epoch: 2,
+                    body: Body::Epoch,
+                }),
+            },
+            // The deposed coordinator of epoch 1 writes on.
+            event(1, "b", allocated(0, "r")),
+            event(2, "c", allocated(1, "r")),
+        ];
+        let replayed = replay(&records);
+        assert_eq!(replayed.events.len(), 2, "{:?}", replayed.events);
+        assert_eq!(replayed.events[1], allocated(1, "r"));
+        assert_eq!(replayed.ignored, 1);
+        assert_eq!(replayed.highest, 2);
+    }
+
+    #[test]
+    fn a_snapshot_replaces_what_came_before_and_supersedes_its_keys() {
+        let registered = CoordinatorEvent::RegionRegistered {
+            region: RegionId::new("r"),
+        };
+        let records = vec![
+            event(1, "a", registered.clone()),
+            event(1, "b", allocated(0, "r")),
+            Read {
+                key: b"s1".to_vec(),
+                value: Some(Value {
+                    epoch: 1,
+                    body: Body::Snapshot(vec![registered.clone(), allocated(0, "r")]),
+                }),
+            },
+            event(1, "c", allocated(1, "r")),
+        ];
+        let replayed = replay(&records);
+        assert_eq!(
+            replayed.events,
+            [registered, allocated(0, "r"), allocated(1, "r")]
+        );
+        assert_eq!(replayed.superseded, [b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!(replayed.since_snapshot, [b"s1".to_vec(), b"c".to_vec()]);
+    }
+
+    #[test]
+    fn a_value_of_another_format_is_refused_with_its_format() {
+        let value = Value {
+            epoch: 3,
+            body: Body::Epoch,
+        };
+        assert_eq!(decode(&encode(&value)), Ok(value));
+        let mut newer = encode(&Value {
+            epoch: 3,
+            body: Body::Epoch,
+        });
+        newer[0] = 9;
+        assert!(decode(&newer).unwrap_err().contains("format 9"));
+    }
+}

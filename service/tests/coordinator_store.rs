@@ -1,0 +1,199 @@
+//! The coordinator's store on the cluster's coordinator topic, against the
+//! test broker (tansu): a coordinator started again, on any node, reads its
+//! predecessor's state; a deposed coordinator's later writes count for no
+//! one; snapshots and the broker's compaction leave the same state; entity
+//! types sharing the topic do not see each other's records.
+
+use colo::allocation::{RegionId, ShardId};
+use colo::coordinator::kafka_store::KafkaCoordinatorStore;
+use colo::coordinator::state::{CoordinatorEvent, CoordinatorState};
+use colo::coordinator::store::CoordinatorStore;
+use colo_connectors::{Changelog, NewTopicSpec, CHANGELOG_CONFIG};
+use colo_tests::broker::Broker;
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A coordinator topic no other test uses, created as colo creates it.
+async fn topic(broker: &Broker) -> Arc<Changelog> {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let name = format!(
+        "coordinator-store-{}-{}.coordinator",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let spec = NewTopicSpec {
+        name: name.clone(),
+        partitions: 1,
+        replication_factor: 1,
+        config: CHANGELOG_CONFIG
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    };
+    colo_connectors::create_missing_topics(broker.bootstrap(), &[], &[spec], TIMEOUT)
+        .await
+        .expect("topic");
+    Arc::new(Changelog::new(broker.bootstrap(), &[], &name, TIMEOUT).expect("log"))
+}
+
+fn registered(region: &str) -> CoordinatorEvent {
+    CoordinatorEvent::RegionRegistered {
+        region: RegionId::new(region),
+    }
+}
+
+fn allocated(shard: u32, region: &str) -> CoordinatorEvent {
+    CoordinatorEvent::ShardHomeAllocated {
+        shard: ShardId(shard),
+        region: RegionId::new(region),
+    }
+}
+
+fn state(events: Vec<CoordinatorEvent>) -> CoordinatorState {
+    CoordinatorState::replay(events).expect("the events replay")
+}
+
+/// Some regions, homes for `shards` shards, a region gone and its shards
+/// placed again: what a coordinator writes over a while.
+fn history(shards: u32) -> Vec<CoordinatorEvent> {
+    let mut events = vec![registered("a"), registered("b"), registered("c")];
+    for shard in 0..shards {
+        let region = ["a", "b", "c"][shard as usize % 3];
+        events.push(allocated(shard, region));
+    }
+    events.push(CoordinatorEvent::RegionTerminated {
+        region: RegionId::new("c"),
+    });
+    for shard in (2..shards).step_by(3) {
+        events.push(allocated(shard, "a"));
+    }
+    events.push(CoordinatorEvent::ShardHomeDeallocated { shard: ShardId(0) });
+    events
+}
+
+async fn write_all(store: &KafkaCoordinatorStore, events: &[CoordinatorEvent]) {
+    for event in events {
+        store.persist(event.clone()).await.expect("persisted");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_started_again_reads_its_predecessors_state_and_outranks_it() {
+    let broker = Broker::start();
+    let log = topic(&broker).await;
+    let first = KafkaCoordinatorStore::new(log.clone(), "user", 100);
+    assert!(first.load().await.expect("loaded").is_empty());
+    assert_eq!(first.epoch().await, 100);
+    let events = history(30);
+    write_all(&first, &events).await;
+
+    // Started again with an epoch from a clock that went back.
+    let second = KafkaCoordinatorStore::new(log.clone(), "user", 7);
+    let read = second.load().await.expect("loaded");
+    assert_eq!(state(read), state(events.clone()));
+    assert_eq!(second.epoch().await, 101);
+
+    // And once more, after the second wrote on.
+    write_all(&second, &[allocated(0, "b")]).await;
+    let third = KafkaCoordinatorStore::new(log, "user", 200);
+    let mut expected = events;
+    expected.push(allocated(0, "b"));
+    assert_eq!(state(third.load().await.expect("loaded")), state(expected));
+    assert_eq!(third.epoch().await, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_coordinators_later_writes_count_for_no_one() {
+    let broker = Broker::start();
+    let log = topic(&broker).await;
+    let deposed = KafkaCoordinatorStore::new(log.clone(), "user", 1);
+    deposed.load().await.expect("loaded");
+    write_all(&deposed, &[registered("a"), allocated(1, "a")]).await;
+
+    let next = KafkaCoordinatorStore::new(log.clone(), "user", 2);
+    let read = next.load().await.expect("loaded");
+    assert_eq!(read, [registered("a"), allocated(1, "a")]);
+    // The deposed one has not noticed yet and writes on; so does the new.
+    write_all(&deposed, &[allocated(2, "a"), registered("z")]).await;
+    write_all(&next, &[registered("b"), allocated(3, "b")]).await;
+
+    let reader = KafkaCoordinatorStore::new(log, "user", 3);
+    let read = reader.load().await.expect("loaded");
+    assert_eq!(
+        read,
+        [
+            registered("a"),
+            allocated(1, "a"),
+            registered("b"),
+            allocated(3, "b")
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entity_types_sharing_the_topic_read_only_their_own_records() {
+    let broker = Broker::start();
+    let log = topic(&broker).await;
+    let users = KafkaCoordinatorStore::new(log.clone(), "user", 5);
+    let counters = KafkaCoordinatorStore::new(log.clone(), "counter", 5);
+    users.load().await.expect("loaded");
+    counters.load().await.expect("loaded");
+    write_all(&users, &[registered("u"), allocated(1, "u")]).await;
+    write_all(&counters, &[registered("c")]).await;
+    let users = KafkaCoordinatorStore::new(log.clone(), "user", 6);
+    assert_eq!(
+        users.load().await.expect("loaded"),
+        [registered("u"), allocated(1, "u")]
+    );
+    let counters = KafkaCoordinatorStore::new(log, "counter", 6);
+    assert_eq!(counters.load().await.expect("loaded"), [registered("c")]);
+}
+
+/// Records with a value in the partition now (tombstones stay for the
+/// topic's delete retention, a day by default).
+async fn values_in(log: &Arc<Changelog>) -> u64 {
+    let log = log.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut values = 0;
+        // Up to an offset no test reaches: the read ends at the partition's
+        // end.
+        log.read(0, None, i64::MAX, &mut |record| {
+            values += u64::from(record.value.is_some());
+            ControlFlow::Continue(())
+        })
+        .expect("read");
+        values
+    })
+    .await
+    .expect("reader")
+}
+
+/// tansu compacts only on its SQLite storage, on its maintenance tick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_snapshots_and_compaction_a_new_coordinator_reads_the_same_state() {
+    let broker = Broker::start_compacting("1s");
+    let log = topic(&broker).await;
+    let events = history(40);
+    let store = KafkaCoordinatorStore::new(log.clone(), "user", 1).compacting_every(10);
+    store.load().await.expect("loaded");
+    write_all(&store, &events).await;
+    // Every 10 events a snapshot, then tombstones for what it covers: the
+    // broker's compaction drops those records, and leaves the epoch record,
+    // the last snapshot and the 8 events after it.
+    let compacted = colo_tests::wait::held_within(Duration::from_secs(60), || async {
+        values_in(&log).await <= 10
+    })
+    .await;
+    assert!(
+        compacted,
+        "not compacted: {} records with a value\n{}",
+        values_in(&log).await,
+        broker.log()
+    );
+    let reader = KafkaCoordinatorStore::new(log, "user", 2);
+    assert_eq!(state(reader.load().await.expect("loaded")), state(events));
+}
