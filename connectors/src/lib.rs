@@ -15,6 +15,8 @@
 //!   partition colo's shards follow), paced, acknowledged.
 //! - Topic checks at startup ([`check_partition_counts`],
 //!   [`check_topic_usable`], [`create_missing_topics`]).
+//! - A cluster's internal data ([`topics_named`], [`live_groups`],
+//!   [`delete_topics`]), for `colo remove-internal-data`.
 //! - [`MockKafka`]: librdkafka's in-process mock cluster, for the demo.
 //!
 //! Partitioning itself (murmur2, consistent_random) lives in
@@ -24,6 +26,7 @@
 mod ack;
 mod changelog;
 mod client;
+mod cluster_data;
 mod dead_letters;
 mod error;
 mod mock;
@@ -35,6 +38,7 @@ mod topics;
 
 pub use ack::Ack;
 pub use changelog::{Changelog, ChangelogError, ChangelogRecord, CHANGELOG_CONFIG};
+pub use cluster_data::{delete_topics, live_groups, topics_named, LiveGroup};
 pub use colo_allocation::MessageExtractor;
 pub use dead_letters::{
     DeadLetters, REASON_HEADER, SOURCE_OFFSET_HEADER, SOURCE_PARTITION_HEADER, SOURCE_TOPIC_HEADER,

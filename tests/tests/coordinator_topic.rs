@@ -75,3 +75,114 @@ async fn the_whole_cluster_killed_and_started_again_goes_on_from_its_coordinator
     assert!(overlaps.is_empty(), "{overlaps:#?}");
     verify(&expected_file, &a.grpc).await.expect("totals exact");
 }
+
+fn remove_internal_data(bootstrap: &str, cluster: &str, more: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(colo_tests::process::colo_binary())
+        .args(["remove-internal-data", "--bootstrap-servers", bootstrap])
+        .args(["--cluster", cluster])
+        .args(more)
+        .output()
+        .expect("run colo remove-internal-data");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn topics(bootstrap: &str, cluster: &str) -> Vec<String> {
+    let prefix = format!("{cluster}.");
+    colo_connectors::topics_named(
+        bootstrap,
+        &[],
+        &|name: &str| name.starts_with(&prefix),
+        Duration::from_secs(10),
+    )
+    .expect("metadata")
+}
+
+/// `colo remove-internal-data` refuses while a node of the cluster runs,
+/// lists what it would delete with `--dry-run`, and once the cluster is
+/// stopped deletes its coordinator topic and (`--state`) its changelogs,
+/// and nothing of the user's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remove_internal_data_refuses_while_a_node_runs_and_deletes_after() {
+    let broker = Broker::start();
+    let (topic, cluster) = unique("remove-internal");
+    let sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
+    let mut a = start(None, &sets);
+    a.await_ready(READY).await;
+    // Records handled and committed: the test broker lists a group only
+    // once it has committed offsets (DEVELOPERS.md).
+    let dir = tempfile::tempdir().expect("dir");
+    let producer = Producer::start(dir.path(), broker.bootstrap(), &topic, 10, 100, None);
+    let expected = producer.finished(Duration::from_secs(60)).await;
+    await_all_handled(&[&a], &expected).await;
+    colo_tests::wait::until("a commit", READY, || async {
+        metric(&a, "colo_kafka_commits_total{").await >= 1.0
+    })
+    .await;
+    let coordinator = format!("{cluster}.coordinator");
+    let changelog = format!("{cluster}.user.changelog");
+    let before = topics(broker.bootstrap(), &cluster);
+    for wanted in [&coordinator, &changelog] {
+        assert!(before.contains(wanted), "{before:?}");
+    }
+
+    let (ok, said) = remove_internal_data(broker.bootstrap(), &cluster, &["--state"]);
+    assert!(!ok, "{said}");
+    assert!(
+        said.contains("refused") && said.contains(&format!("{cluster}.user")),
+        "{said}"
+    );
+    let (ok, said) = remove_internal_data(broker.bootstrap(), &cluster, &["--state", "--dry-run"]);
+    assert!(ok, "{said}");
+    assert!(
+        said.contains(&format!("would delete: {coordinator}, {changelog}")),
+        "{said}"
+    );
+    assert!(said.contains("would refuse now"), "{said}");
+    // README's line, this test's broker and cluster in place of its own.
+    let readme =
+        std::fs::read_to_string(colo_tests::deploy::repo().join("README.md")).expect("README");
+    let line = readme
+        .lines()
+        .find(|l| l.trim_start().starts_with("$colo remove-internal-data"))
+        .expect("README shows remove-internal-data");
+    let args: Vec<String> = line
+        .replace("127.0.0.1:9092", broker.bootstrap())
+        .replace("--cluster colo", &format!("--cluster {cluster}"))
+        .split_whitespace()
+        .skip(1)
+        .map(str::to_string)
+        .collect();
+    let out = std::process::Command::new(colo_tests::process::colo_binary())
+        .args(&args)
+        .output()
+        .expect("README's command");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{printed}");
+    assert!(
+        printed.contains(&format!("would delete: {coordinator}, {changelog}")),
+        "{printed}"
+    );
+    assert_eq!(topics(broker.bootstrap(), &cluster), before);
+
+    a.terminate();
+    assert!(a.exited(Duration::from_secs(60)).await.success());
+    let (ok, said) = remove_internal_data(broker.bootstrap(), &cluster, &["--state"]);
+    assert!(ok, "{said}");
+    assert!(
+        said.contains(&format!("deleted: {coordinator}, {changelog}")),
+        "{said}"
+    );
+    let after = topics(broker.bootstrap(), &cluster);
+    assert!(
+        !after.contains(&coordinator) && !after.contains(&changelog),
+        "{after:?}"
+    );
+    // The user's data stays: the source topic and the dead-letter topic.
+    assert!(after.contains(&topic), "{after:?}");
+    assert!(after.contains(&format!("{cluster}.user.dlq")), "{after:?}");
+}

@@ -6,7 +6,10 @@
 //!   sample's purchase events, or one's own.
 //! - [`verify`]: the sample's users asked for their totals, compared with
 //!   what `produce --expected` wrote.
+//! - [`remove_internal_data`]: a stopped cluster's coordinator topic (and
+//!   changelogs) deleted from its brokers.
 
 pub mod client;
 pub mod produce;
+pub mod remove_internal_data;
 pub mod verify;

@@ -73,6 +73,11 @@ enum Command {
     /// the file `colo produce --expected` wrote: how many match, and each
     /// that does not. Exits non-zero unless all match.
     Verify(cli::verify::VerifyArgs),
+    /// Deletes a stopped cluster's internal data from its brokers: its
+    /// coordinator topic and, with --state, its changelog topics. Refuses
+    /// while any node of the cluster runs; --dry-run lists what it would
+    /// delete.
+    RemoveInternalData(cli::remove_internal_data::RemoveArgs),
     #[command(flatten)]
     Client(cli::client::ClientCommand),
 }
@@ -161,6 +166,11 @@ fn main() -> ExitCode {
         Command::Client(command) => {
             block_on(async { cli::client::run(command).await.map_err(|e| e.to_string()) })
         }
+        Command::RemoveInternalData(args) => block_on(async {
+            let printed = cli::remove_internal_data::run(args).await?;
+            print!("{printed}");
+            Ok(())
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
