@@ -4,8 +4,14 @@
 //! Prometheus style: `colo_` prefix, base units, `_total` for counters, and
 //! only bounded labels (`entity_type`, `reason`, `outcome`).
 
+mod coordinator;
 mod state;
 
+pub(crate) use coordinator::{coordinator_hosted, coordinator_recovered};
+pub use coordinator::{
+    COORDINATOR_EPOCH, COORDINATOR_HOSTED, COORDINATOR_RECOVERY, COORDINATOR_RECOVERY_RECORDS,
+    COORDINATOR_TAKEOVERS,
+};
 pub(crate) use state::StateMetrics;
 pub use state::{
     STATE_LOADS, STATE_RESTORED_RECORDS, STATE_RESTORES, STATE_RESTORE_DURATION,
@@ -327,6 +333,7 @@ pub fn describe() {
             "Partitions whose records in hand were given up uncommitted (their next owner handles them again), by reason: lost (the session expired) or revoke_timeout (not settled within kafka.delivery_timeout at a revoke)"
         );
         state::describe();
+        coordinator::describe();
         // Node-wide series exist, at zero, before anything happens.
         metrics::counter!(STALE_REPLIES).increment(0);
         metrics::counter!(DROPPED, "entity_type" => "", "reason" => "malformed").increment(0);

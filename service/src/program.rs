@@ -387,6 +387,10 @@ async fn run(
             })
             .collect();
         coordinators::host(&config, &types, &hosting, log)?;
+    } else {
+        for entity_type in &entity_types {
+            crate::metrics::coordinator_hosted(entity_type.name(), false);
+        }
     }
     let grpc_settings = GrpcSettings {
         heartbeat_interval: config.coordinator.heartbeat_interval,

@@ -60,6 +60,12 @@ async fn the_whole_cluster_killed_and_started_again_goes_on_from_its_coordinator
         "the new epoch outranks the old: {reads:?}"
     );
     assert!(events > 0, "the shard homes were read back: {reads:?}");
+    // The same, as metrics: the epoch, the takeover, and where it runs.
+    assert_eq!(metric(&a, "colo_coordinator_epoch{").await, epoch as f64);
+    assert_eq!(metric(&a, "colo_coordinator_takeovers_total{").await, 1.0);
+    assert!(metric(&a, "colo_coordinator_recovery_records_total{").await >= events as f64);
+    assert_eq!(metric(&a, "colo_coordinator_hosted{").await, 1.0);
+    assert_eq!(metric(&b, "colo_coordinator_hosted{").await, 0.0);
 
     let expected_file = producer.expected_file();
     let expected = producer.finished(Duration::from_secs(60)).await;

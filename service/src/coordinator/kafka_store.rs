@@ -327,6 +327,7 @@ impl KafkaCoordinatorStore {
     }
 
     async fn try_load(&self) -> Result<Vec<CoordinatorEvent>, Failure> {
+        let started = std::time::Instant::now();
         let mut inner = self.inner.lock().await;
         let mut epoch = self.wanted.max(1);
         let mut end = self
@@ -339,6 +340,8 @@ impl KafkaCoordinatorStore {
             )
             .await?;
         let mut records = self.read(0, end).await?;
+        // Anything a predecessor wrote, before this start's own records.
+        let takeover = !records.is_empty();
         let highest = replay(&records).highest;
         if highest >= epoch {
             // A coordinator with an epoch as high ran before (a clock that
@@ -377,7 +380,15 @@ impl KafkaCoordinatorStore {
             superseded: replayed.superseded,
             since_snapshot: replayed.since_snapshot,
         };
-        tracing::info!(entity_type = %self.entity_type, topic = %self.log.topic(), epoch, events = replayed.events.len(), "coordinator state read from its topic");
+        let took = started.elapsed();
+        crate::metrics::coordinator_recovered(
+            &self.entity_type,
+            epoch,
+            took,
+            records.len(),
+            takeover,
+        );
+        tracing::info!(entity_type = %self.entity_type, topic = %self.log.topic(), epoch, events = replayed.events.len(), records = records.len(), ?took, "coordinator state read from its topic");
         Ok(replayed.events)
     }
 

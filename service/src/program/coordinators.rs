@@ -83,6 +83,7 @@ pub(super) fn host(
         let handle = CoordinatorHandle::spawn(name, settings.clone(), strategy, store)
             .map_err(|e| ProgramError::Settings(format!("sharding.{}: {}", e.field, e.reason)))?;
         hosting.host(handle, epoch);
+        crate::metrics::coordinator_hosted(name, true);
     }
     tracing::info!(
         entity_types = entity_types.len(),
