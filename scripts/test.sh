@@ -60,7 +60,7 @@ cargo nextest run --workspace --locked
 cargo test --workspace --locked --doc
 # Every benchmark README shows, as shown: it must run for a new user (its
 # figures go to BENCHMARKS.md from quiet runs, not from here).
-for bench in routing passivation remote_ask io_entities restore memory durable_ask; do
+for bench in routing passivation remote_ask io_entities restore memory durable_ask coordinator_recovery; do
   grep -qF "cargo bench -p colo --bench $bench" README.md
   cargo bench -p colo --locked --bench "$bench" | tail -n 3
 done

@@ -37,7 +37,7 @@ async fn topic(broker: &Broker) -> Arc<Changelog> {
     colo_connectors::create_missing_topics(broker.bootstrap(), &[], &[spec], TIMEOUT)
         .await
         .expect("topic");
-    Arc::new(Changelog::new(broker.bootstrap(), &[], &name, TIMEOUT).expect("log"))
+    Arc::new(Changelog::unbatched(broker.bootstrap(), &[], &name, TIMEOUT).expect("log"))
 }
 
 fn registered(region: &str) -> CoordinatorEvent {

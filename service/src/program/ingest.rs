@@ -53,7 +53,7 @@ pub(super) fn coordinator_log(
         .as_ref()
         .ok_or_else(|| ProgramError::Settings("the coordinator topic needs [kafka]".into()))?;
     let topic = kafka.coordinator_topic();
-    colo_connectors::Changelog::new(
+    colo_connectors::Changelog::unbatched(
         &kafka.bootstrap_servers,
         &kafka.client_properties(),
         &topic,

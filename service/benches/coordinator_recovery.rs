@@ -1,0 +1,137 @@
+//! A coordinator's state read back from the cluster's coordinator topic:
+//! `COLO_BENCH_EVENTS` coordinator events (default 20000; the figures in
+//! BENCHMARKS.md use 1000000) written by one coordinator through its store
+//! (a snapshot every 4,096 events, tombstones for what each covers), then a
+//! new coordinator's start timed until its state is read. The topic is on
+//! the test broker (tansu on SQLite, compacting every second, on loopback);
+//! the recovery is timed after the broker has compacted it. The baseline,
+//! in the same run: a bare read of the whole partition as it is then.
+//!
+//! The events: 10 regions registering, then shards of 1,024 placed, moved
+//! and handed off in turn, as a long-lived cluster's coordinator writes
+//! them.
+//!
+//! `cargo bench -p colo --bench coordinator_recovery`
+
+use colo::allocation::{RegionId, ShardId};
+use colo::coordinator::kafka_store::KafkaCoordinatorStore;
+use colo::coordinator::state::{CoordinatorEvent, CoordinatorState};
+use colo::coordinator::store::CoordinatorStore;
+use colo_connectors::{Changelog, NewTopicSpec, CHANGELOG_CONFIG};
+use colo_tests::broker::Broker;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SHARDS: u32 = 1024;
+const REGIONS: u32 = 10;
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The `n`-th event of a long-lived coordinator's history.
+fn event(n: u64) -> CoordinatorEvent {
+    let region = |r: u64| RegionId::new(format!("10.0.0.{}:7001", r % u64::from(REGIONS)));
+    if n < u64::from(REGIONS) {
+        return CoordinatorEvent::RegionRegistered { region: region(n) };
+    }
+    let step = n - u64::from(REGIONS);
+    let shard = ShardId(u32::try_from(step / 2 % u64::from(SHARDS)).unwrap_or(0));
+    if step % 2 == 0 {
+        CoordinatorEvent::ShardHomeAllocated {
+            shard,
+            region: region(step / 2 / u64::from(SHARDS) + u64::from(shard.0)),
+        }
+    } else {
+        CoordinatorEvent::ShardHomeDeallocated { shard }
+    }
+}
+
+/// Records in the partition now: all, and those with a value.
+fn records_in(log: &Changelog) -> (u64, u64) {
+    let mut values = 0;
+    let all = log
+        .read(0, None, i64::MAX, &mut |r| {
+            values += u64::from(r.value.is_some());
+            ControlFlow::Continue(())
+        })
+        .expect("read");
+    (all, values)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let events = env("COLO_BENCH_EVENTS", 20_000);
+    let broker = Broker::start_compacting("1s");
+    let topic = format!("bench-{}.coordinator", std::process::id());
+    let spec = NewTopicSpec {
+        name: topic.clone(),
+        partitions: 1,
+        replication_factor: 1,
+        config: CHANGELOG_CONFIG
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    };
+    colo_connectors::create_missing_topics(broker.bootstrap(), &[], &[spec], TIMEOUT)
+        .await
+        .expect("topic");
+    let log =
+        Arc::new(Changelog::unbatched(broker.bootstrap(), &[], &topic, TIMEOUT).expect("log"));
+
+    let writer = KafkaCoordinatorStore::new(log.clone(), "user", 1);
+    writer.load().await.expect("loaded");
+    let started = Instant::now();
+    for n in 0..events {
+        writer.persist(event(n)).await.expect("persisted");
+    }
+    let wrote = started.elapsed();
+    let expected = CoordinatorState::replay((0..events).map(event)).expect("replays");
+
+    // Compacted: what is left is the last snapshot and the events after it
+    // (and the tombstones, kept for the topic's delete retention).
+    let tail = events % 4096 + 3;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (all, values) = loop {
+        let reader = log.clone();
+        let (all, values) = tokio::task::spawn_blocking(move || records_in(&reader))
+            .await
+            .expect("reader");
+        if values <= tail || Instant::now() > deadline {
+            break (all, values);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+
+    let started = Instant::now();
+    let reader = KafkaCoordinatorStore::new(log.clone(), "user", 2);
+    let state = CoordinatorState::replay(reader.load().await.expect("loaded")).expect("replays");
+    let recovery = started.elapsed();
+    assert_eq!(state, expected, "the state read back differs");
+    let bare_log = log.clone();
+    let started = Instant::now();
+    tokio::task::spawn_blocking(move || records_in(&bare_log))
+        .await
+        .expect("bare read");
+    let bare = started.elapsed();
+
+    println!("coordinator recovery: {events} events of {REGIONS} regions and {SHARDS} shards, a snapshot every 4096");
+    println!(
+        "written at {:.0} events/s ({:.1} s); after compaction {all} records in the partition, {values} with a value",
+        events as f64 / wrote.as_secs_f64(),
+        wrote.as_secs_f64()
+    );
+    println!("| events | records after compaction | with a value | recovery | bare read of the partition | recovery/bare read |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {events} | {all} | {values} | {:.3} s | {:.3} s | {:.2} |",
+        recovery.as_secs_f64(),
+        bare.as_secs_f64(),
+        recovery.as_secs_f64() / bare.as_secs_f64()
+    );
+}
