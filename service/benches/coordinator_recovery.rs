@@ -42,7 +42,7 @@ fn event(n: u64) -> CoordinatorEvent {
     }
     let step = n - u64::from(REGIONS);
     let shard = ShardId(u32::try_from(step / 2 % u64::from(SHARDS)).unwrap_or(0));
-    if step % 2 == 0 {
+    if step.is_multiple_of(2) {
         CoordinatorEvent::ShardHomeAllocated {
             shard,
             region: region(step / 2 / u64::from(SHARDS) + u64::from(shard.0)),
