@@ -35,12 +35,32 @@ pub(super) struct Hosted {
     pub follows_partitions: bool,
 }
 
-pub(super) fn host(
+/// The coordinators are hosted by another node: this one's metrics say so.
+pub(super) fn hosted_elsewhere(entity_types: &[Hosted]) {
+    for entity_type in entity_types {
+        crate::metrics::coordinator_hosted(&entity_type.name, false);
+    }
+}
+
+/// With `[kafka]`, the cluster's coordinator topic, checked (off the
+/// runtime: it asks the brokers).
+async fn topic(config: &NodeConfig) -> Result<Option<Arc<Changelog>>, ProgramError> {
+    if config.kafka.is_none() {
+        return Ok(None);
+    }
+    let config = config.clone();
+    let log = tokio::task::spawn_blocking(move || super::ingest::coordinator_log(&config))
+        .await
+        .map_err(|e| ProgramError::Settings(format!("coordinator topic: {e}")))??;
+    Ok(Some(Arc::new(log)))
+}
+
+pub(super) async fn host(
     config: &NodeConfig,
     entity_types: &[Hosted],
     hosting: &StaticHosting,
-    log: Option<Arc<Changelog>>,
 ) -> Result<(), ProgramError> {
+    let log = topic(config).await?;
     let epoch = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
