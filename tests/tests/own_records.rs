@@ -249,6 +249,11 @@ async fn a_program_of_ones_own_averages_plain_readings_and_ask_prints_every_digi
     kafka
         .create_topic(&format!("{cluster}.thermometer.dlq"), 1, 1)
         .expect("dead-letter topic");
+    // The mock cluster takes no CreateTopics: the node finds its
+    // coordinator topic made.
+    kafka
+        .create_topic(&format!("{cluster}.coordinator"), 1, 1)
+        .expect("coordinator topic");
     let sets = [
         format!(r#"kafka.bootstrap_servers="{bootstrap}""#),
         format!(r#"kafka.cluster="{cluster}""#),

@@ -13,6 +13,10 @@ use colo_allocation::{
 };
 use colo_connectors::Changelog;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long creating the coordinator topic may take.
+const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// This node hosts the coordinators: one per entity type it runs. Its
 /// epoch is the start time, so a restarted coordinator outranks the one
@@ -42,11 +46,47 @@ pub(super) fn hosted_elsewhere(entity_types: &[Hosted]) {
     }
 }
 
-/// With `[kafka]`, the cluster's coordinator topic, checked (off the
-/// runtime: it asks the brokers).
+/// With `[kafka]`, the cluster's coordinator topic: created if missing
+/// (it is colo's own, like a stream processor's internal topics, whatever
+/// `kafka.create_topics` says), then checked off the runtime.
 async fn topic(config: &NodeConfig) -> Result<Option<Arc<Changelog>>, ProgramError> {
-    if config.kafka.is_none() {
+    let Some(kafka) = &config.kafka else {
         return Ok(None);
+    };
+    let name = kafka.coordinator_topic();
+    let (servers, client) = (kafka.bootstrap_servers.clone(), kafka.client_properties());
+    let wanted = name.clone();
+    // Listed from the metadata of every topic: asking for the one topic
+    // would have a broker that creates topics on demand make it with its
+    // default partition count.
+    let existing = tokio::task::spawn_blocking(move || {
+        colo_connectors::topics_named(&servers, &client, &|t| t == wanted, CREATE_TIMEOUT)
+    })
+    .await
+    .map_err(|e| ProgramError::Settings(format!("coordinator topic: {e}")))?
+    .map_err(|e| ProgramError::Settings(format!("the brokers: {e}")))?;
+    if existing.is_empty() {
+        let spec = colo_connectors::NewTopicSpec {
+            name: name.clone(),
+            partitions: 1,
+            replication_factor: kafka.replication_factor,
+            config: colo_connectors::CHANGELOG_CONFIG
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        colo_connectors::create_missing_topics(
+            &kafka.bootstrap_servers,
+            &kafka.client_properties(),
+            &[spec],
+            CREATE_TIMEOUT,
+        )
+        .await
+        .map_err(|e| {
+            ProgramError::Settings(format!(
+                "the coordinator topic {name:?} could not be created: {e}"
+            ))
+        })?;
     }
     let config = config.clone();
     let log = tokio::task::spawn_blocking(move || super::ingest::coordinator_log(&config))

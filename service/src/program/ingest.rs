@@ -42,9 +42,8 @@ pub(super) fn changelogs(
         .collect()
 }
 
-/// The cluster's coordinator topic, checked to exist with one partition
-/// (created before, when `kafka.create_topics` is set). Blocking: call it
-/// off the runtime.
+/// The cluster's coordinator topic, checked to exist with one partition.
+/// Blocking: call it off the runtime.
 pub(super) fn coordinator_log(
     config: &NodeConfig,
 ) -> Result<colo_connectors::Changelog, ProgramError> {
@@ -62,7 +61,7 @@ pub(super) fn coordinator_log(
     .and_then(|c| c.check(1).map(|()| c))
     .map_err(|e| {
         ProgramError::Settings(format!(
-            "the coordinator keeps its state in {topic:?}, which cannot be used: {e} (kafka.create_topics = true creates it)"
+            "the coordinator keeps its state in {topic:?}, which cannot be used: {e}"
         ))
     })
 }
@@ -117,12 +116,7 @@ pub(super) async fn create_topics(
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
     };
-    let mut specs = vec![NewTopicSpec {
-        name: kafka.coordinator_topic(),
-        partitions: 1,
-        replication_factor: kafka.replication_factor,
-        config: compacted(),
-    }];
+    let mut specs = Vec::new();
     for entity_type in entity_types {
         let partitions = i32::try_from(entity_type.settings().number_of_shards).map_err(|_| {
             ProgramError::Settings(
