@@ -96,17 +96,23 @@ async fn main() {
     // Compacted: what is left is the last snapshot and the events after it
     // (and the tombstones, kept for the topic's delete retention).
     let tail = events % 4096 + 3;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let (all, values) = loop {
+    let count = || {
         let reader = log.clone();
-        let (all, values) = tokio::task::spawn_blocking(move || records_in(&reader))
-            .await
-            .expect("reader");
-        if values <= tail || Instant::now() > deadline {
-            break (all, values);
+        async move {
+            tokio::task::spawn_blocking(move || records_in(&reader))
+                .await
+                .expect("reader")
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
     };
+    let compacted = colo_tests::wait::held_within(Duration::from_secs(120), || async {
+        count().await.1 <= tail
+    })
+    .await;
+    assert!(
+        compacted,
+        "the broker did not compact the topic within 2 minutes"
+    );
+    let (all, values) = count().await;
 
     let started = Instant::now();
     let reader = KafkaCoordinatorStore::new(log.clone(), "user", 2);
