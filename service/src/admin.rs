@@ -92,7 +92,7 @@ impl Admin {
     /// Serves the cluster map of `node` too: the page at `/` and its JSON
     /// at `/api/cluster`.
     #[must_use]
-    pub fn with_cluster_map(mut self, node: Arc<crate::Node>) -> Self {
+    pub fn with_cluster_map(mut self, node: Arc<crate::node::Node>) -> Self {
         self.map = Some(Arc::new(ClusterMapSource::new(node)));
         self
     }

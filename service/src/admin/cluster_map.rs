@@ -82,7 +82,7 @@ impl EntityTypeMap {
             .map(|(region, stats)| {
                 let mut shards: BTreeMap<u32, ShardView> = BTreeMap::new();
                 let mut put = |shard: u32, phase: &'static str| {
-                    let entities = stats.stats.get(&crate::ShardId(shard)).copied();
+                    let entities = stats.stats.get(&colo_allocation::ShardId(shard)).copied();
                     shards.insert(
                         shard,
                         ShardView {
@@ -191,7 +191,7 @@ impl ClusterMapSource {
 mod tests {
     use super::*;
     use crate::inspection::RegionStats;
-    use crate::{RegionId, ShardId};
+    use colo_allocation::{RegionId, ShardId};
 
     #[test]
     fn a_shard_shows_the_phase_that_says_most() {
