@@ -326,19 +326,20 @@ impl KafkaCoordinatorStore {
         }
     }
 
+    /// Writes the epoch record of `epoch`: its offset.
+    async fn write_epoch(&self, epoch: u64) -> Result<i64, Failure> {
+        let value = Value {
+            epoch,
+            body: Body::Epoch,
+        };
+        self.write(&self.keys.epoch(epoch), &value).await
+    }
+
     async fn try_load(&self) -> Result<Vec<CoordinatorEvent>, Failure> {
         let started = std::time::Instant::now();
         let mut inner = self.inner.lock().await;
         let mut epoch = self.wanted.max(1);
-        let mut end = self
-            .write(
-                &self.keys.epoch(epoch),
-                &Value {
-                    epoch,
-                    body: Body::Epoch,
-                },
-            )
-            .await?;
+        let mut end = self.write_epoch(epoch).await?;
         let mut records = self.read(0, end).await?;
         // Anything a predecessor wrote, before this start's own records.
         let takeover = !records.is_empty();
@@ -348,15 +349,7 @@ impl KafkaCoordinatorStore {
             // went back, or a quicker restart): this one goes above it.
             let start = end;
             epoch = highest + 1;
-            end = self
-                .write(
-                    &self.keys.epoch(epoch),
-                    &Value {
-                        epoch,
-                        body: Body::Epoch,
-                    },
-                )
-                .await?;
+            end = self.write_epoch(epoch).await?;
             records.extend(self.read(start, end).await?);
         }
         let ours = self.keys.epoch(epoch);
