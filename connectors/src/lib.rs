@@ -17,6 +17,9 @@
 //!   [`check_topic_usable`], [`create_missing_topics`]).
 //! - A cluster's internal data ([`topics_named`], [`live_groups`],
 //!   [`delete_topics`]), for `colo remove-internal-data`.
+//! - [`Election`]: one member of a cluster elected through a consumer
+//!   group on a one-partition topic, and that topic's records followed by
+//!   every member.
 //! - [`MockKafka`]: librdkafka's in-process mock cluster, for the demo.
 //!
 //! Partitioning itself (murmur2, consistent_random) lives in
@@ -28,6 +31,7 @@ mod changelog;
 mod client;
 mod cluster_data;
 mod dead_letters;
+mod election;
 mod error;
 mod mock;
 mod observer;
@@ -43,13 +47,14 @@ pub use colo_allocation::MessageExtractor;
 pub use dead_letters::{
     DeadLetters, REASON_HEADER, SOURCE_OFFSET_HEADER, SOURCE_PARTITION_HEADER, SOURCE_TOPIC_HEADER,
 };
+pub use election::{Election, ElectionEvent, ElectionSettings, StepDown};
 pub use error::{SourceError, TopicError};
 pub use mock::MockKafka;
 pub use observer::{NoObserver, PartitionState, SourceObserver};
 pub use producer::{check_partitioner, KeyedProducer, ProduceError, ProducerSettings, PARTITIONER};
 pub use record::{Record, TopicPartition};
 pub use source::{
-    AssignedPartition, Gate, KafkaSource, Revocation, SourceEvent, SourceSettings,
+    AssignedPartition, Gate, KafkaSource, Revocation, Rewind, SourceEvent, SourceSettings,
     FETCH_QUEUE_BACKOFF_MS,
 };
 pub use topics::{

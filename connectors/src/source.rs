@@ -27,7 +27,8 @@ mod feeds;
 mod poll;
 mod settings;
 
-pub use events::{AssignedPartition, Gate, Revocation, SourceEvent};
+pub use events::{AssignedPartition, Gate, Revocation, Rewind, SourceEvent};
+pub(crate) use settings::GroupProtocol;
 pub use settings::{SourceSettings, FETCH_QUEUE_BACKOFF_MS};
 
 use crate::error::SourceError;
@@ -77,10 +78,12 @@ impl KafkaSource {
             stall_timeout: settings.stall_timeout,
         }));
         let (opens, opened) = std::sync::mpsc::channel();
+        let (rewinds, rewound) = std::sync::mpsc::channel();
         let context = SourceContext {
             feeds: feeds.clone(),
             events,
             opens,
+            rewinds,
             next_feed: std::sync::atomic::AtomicU64::new(0),
             timeout: settings.rebalance_timeout,
             commit_timeout: settings.commit_timeout,
@@ -99,7 +102,7 @@ impl KafkaSource {
             let stop = stop.clone();
             std::thread::Builder::new()
                 .name(format!("kafka-{}", settings.group_id))
-                .spawn(move || poll::poll(&consumer, &feeds, &opened, &stop))
+                .spawn(move || poll::poll(&consumer, &feeds, &opened, &rewound, &stop))
                 .map_err(|e| {
                     SourceError::Kafka(rdkafka::error::KafkaError::ClientCreation(e.to_string()))
                 })?

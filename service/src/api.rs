@@ -113,6 +113,7 @@ impl Sharding for ShardingApi {
         let region = request::region(&self.node, &req.entity_type)?;
         let timeout = request::timeout(req.timeout, self.default_timeout)?;
         let stats = region.cluster_stats(timeout).await?;
+        let coordinator = self.node.coordinator_of(&req.entity_type);
         Ok(Response::new(ClusterStatsResponse {
             regions: stats
                 .regions
@@ -134,6 +135,11 @@ impl Sharding for ShardingApi {
                 .into_iter()
                 .map(|r| r.as_str().to_string())
                 .collect(),
+            coordinator: coordinator
+                .as_ref()
+                .map(|c| c.0.clone())
+                .unwrap_or_default(),
+            coordinator_epoch: coordinator.map_or(0, |c| c.1),
         }))
     }
 

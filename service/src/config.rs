@@ -46,7 +46,9 @@ use toml::Table;
 pub struct NodeConfig {
     /// `[node]`: this process.
     pub node: NodeSection,
-    /// `[coordinator]`: where the coordinator runs and how it watches regions.
+    /// `[coordinator]`: where the coordinator runs and how it watches
+    /// regions. May be left out with `[kafka]`: the coordinator is elected.
+    #[serde(default)]
     pub coordinator: CoordinatorSection,
     /// `[sharding]`: settings shared by every entity type this node runs.
     #[serde(default)]
@@ -102,8 +104,20 @@ fn default_shutdown_timeout() -> Duration {
 #[serde(deny_unknown_fields)]
 pub struct CoordinatorSection {
     /// The advertised address of the node that hosts the coordinator; every
-    /// node of a cluster must name the same one.
+    /// node of a cluster must name the same one. Empty (the default): the
+    /// nodes elect it through Kafka, which needs `[kafka]`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub address: String,
+    /// Elected coordinator only: how long the election group waits for a
+    /// silent node (Kafka's session timeout) before another is elected.
+    #[serde(default = "default_session_timeout", with = "humantime_serde")]
+    pub session_timeout: Duration,
+    /// Elected coordinator only: how long a node goes without reaching an
+    /// elected coordinator, and without being elected, before it joins the
+    /// election group again (a broker that left the group's partition
+    /// unassigned; DEVELOPERS.md).
+    #[serde(default = "default_election_timeout", with = "humantime_serde")]
+    pub election_timeout: Duration,
     /// How often a region tells the coordinator it is alive.
     #[serde(default = "default_heartbeat_interval", with = "humantime_serde")]
     pub heartbeat_interval: Duration,
@@ -120,6 +134,29 @@ pub struct CoordinatorSection {
     /// The least-shard allocation strategy, with Akka's defaults.
     #[serde(default)]
     pub least_shard: LeastShardSettings,
+}
+
+impl Default for CoordinatorSection {
+    /// Elected through Kafka, with the defaults below.
+    fn default() -> Self {
+        Self {
+            address: String::new(),
+            session_timeout: default_session_timeout(),
+            election_timeout: default_election_timeout(),
+            heartbeat_interval: default_heartbeat_interval(),
+            fence_timeout: default_fence_timeout(),
+            region_timeout: default_region_timeout(),
+            least_shard: LeastShardSettings::default(),
+        }
+    }
+}
+
+fn default_session_timeout() -> Duration {
+    Duration::from_secs(6)
+}
+
+fn default_election_timeout() -> Duration {
+    Duration::from_secs(15)
 }
 
 fn default_heartbeat_interval() -> Duration {
@@ -299,11 +336,17 @@ impl NodeConfig {
         RegionId::new(self.advertised())
     }
 
-    /// Whether this node runs the coordinator: its advertised address is the
-    /// configured coordinator address, compared as strings since both are
-    /// region ids.
+    /// Whether this node runs the coordinator by configuration: its
+    /// advertised address is the configured coordinator address, compared
+    /// as strings since both are region ids.
     pub fn hosts_coordinator(&self) -> bool {
         self.coordinator.address == self.advertised()
+    }
+
+    /// Whether the nodes elect the coordinator through Kafka: no
+    /// coordinator address is configured.
+    pub fn elects_coordinator(&self) -> bool {
+        self.coordinator.address.is_empty()
     }
 
     /// The settings of each entity type this node runs.

@@ -6,6 +6,7 @@
 //! is an event persisted before it is applied, so a coordinator that takes
 //! over from the same store continues where the last one stopped.
 
+pub mod election;
 mod handle;
 pub mod hosting;
 pub mod kafka_store;
@@ -121,6 +122,19 @@ struct Coordinator {
     placements: placement::Placements,
 }
 
+/// Each allocated shard's home, as `shard=region` pairs in shard order.
+fn homes(allocations: &Allocations) -> String {
+    let by_shard: BTreeMap<u32, &RegionId> = allocations
+        .iter()
+        .flat_map(|(region, shards)| shards.iter().map(move |s| (s.0, region)))
+        .collect();
+    let pairs: Vec<String> = by_shard
+        .iter()
+        .map(|(shard, region)| format!("{shard}={region}"))
+        .collect();
+    pairs.join(",")
+}
+
 impl Coordinator {
     async fn run(mut self, mut rx: mpsc::Receiver<Input>) {
         // Phase 1: waiting for state.
@@ -138,6 +152,9 @@ impl Coordinator {
             tracing::info!(entity_type = %self.entity_type, wait = ?self.settings.region_timeout, "coordinator started without state: regions report the shards they run before others are placed");
         }
         tracing::info!(entity_type = %self.entity_type, recovered = self.last_heard.len(), "coordinator active");
+        // What a takeover goes on from, for whoever compares it with the
+        // cluster before (the failover tests).
+        tracing::debug!(entity_type = %self.entity_type, homes = %homes(self.state.allocations()), "shard homes read back");
         // Phase 2: active.
         let mut rebalance_tick = tokio::time::interval(self.settings.rebalance_interval);
         rebalance_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

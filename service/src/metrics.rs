@@ -7,10 +7,13 @@
 mod coordinator;
 mod state;
 
-pub(crate) use coordinator::{coordinator_hosted, coordinator_recovered};
+pub(crate) use coordinator::{
+    coordinator_elected, coordinator_election_rejoined, coordinator_hosted, coordinator_recovered,
+    coordinator_took_over,
+};
 pub use coordinator::{
-    COORDINATOR_EPOCH, COORDINATOR_HOSTED, COORDINATOR_RECOVERY, COORDINATOR_RECOVERY_RECORDS,
-    COORDINATOR_TAKEOVERS,
+    COORDINATOR_ELECTED_EPOCH, COORDINATOR_EPOCH, COORDINATOR_HOSTED, COORDINATOR_RECOVERY,
+    COORDINATOR_RECOVERY_RECORDS, COORDINATOR_REJOINS, COORDINATOR_TAKEOVER, COORDINATOR_TAKEOVERS,
 };
 pub(crate) use state::StateMetrics;
 pub use state::{

@@ -145,6 +145,12 @@ impl Node {
         self.by_name.read().get(entity_type).cloned()
     }
 
+    /// Where the coordinator of `entity_type` is, as this node knows it:
+    /// the hosting node's address and its epoch (0 where not known).
+    pub fn coordinator_of(&self, entity_type: &str) -> Option<(String, u64)> {
+        self.context.transport.coordinator_of(entity_type)
+    }
+
     /// Why the node is not ready for traffic, per entity type whose region
     /// is not: never registered with a coordinator (with the coordinator's
     /// refusal, if any), leaving, or a durable type whose state writes fail

@@ -22,13 +22,15 @@
 //! ```
 
 mod coordinators;
+mod election;
 mod ingest;
 mod state;
 
 use crate::admin::{self, Admin, Readiness};
 use crate::api::ShardingApi;
 use crate::config::{ConfigError, NodeConfig, RunArgs};
-use crate::coordinator::hosting::StaticHosting;
+use crate::coordinator::election::ElectedHosting;
+use crate::coordinator::hosting::{CoordinatorHosting, StaticHosting};
 use crate::entity::{Entity, EntityType, RegistrationError};
 use crate::kafka::{IngestHealth, KafkaIngest, RecordDecoder};
 use crate::node::Node;
@@ -366,7 +368,6 @@ async fn run(
     if !config.node.proxy {
         ingest::create_topics(&config, &entity_types).await?;
     }
-    let hosting = Arc::new(StaticHosting::new(config.coordinator.address.clone()));
     let types: Vec<coordinators::Hosted> = entity_types
         .iter()
         .map(|t| coordinators::Hosted {
@@ -375,11 +376,19 @@ async fn run(
             follows_partitions: kafka_driven.contains(t.name()),
         })
         .collect();
-    if advertised == config.coordinator.address {
-        coordinators::host(&config, &types, &hosting).await?;
+    let (hosting, electing): (Arc<dyn CoordinatorHosting>, _) = if config.elects_coordinator() {
+        let hosting = Arc::new(ElectedHosting::new(advertised.clone()));
+        let electing = election::Electing::start(&config, types, hosting.clone()).await?;
+        (hosting, Some(electing))
     } else {
-        coordinators::hosted_elsewhere(&types);
-    }
+        let hosting = Arc::new(StaticHosting::new(config.coordinator.address.clone()));
+        if advertised == config.coordinator.address {
+            coordinators::host(&config, &types, &hosting).await?;
+        } else {
+            coordinators::hosted_elsewhere(&types);
+        }
+        (hosting, None)
+    };
     let grpc_settings = GrpcSettings {
         heartbeat_interval: config.coordinator.heartbeat_interval,
         region_timeout: config.coordinator.region_timeout,
@@ -390,6 +399,9 @@ async fn run(
         Some(store) => Node::with_state_store(transport.clone(), store),
         None => Node::new(transport.clone()),
     });
+    if let Some(electing) = &electing {
+        electing.watch_regions(&node);
+    }
     let mut starting = Vec::new();
     // Each Kafka-driven entity type's ingest, `None` while it starts: the
     // node is ready only once each consumes.
@@ -461,7 +473,12 @@ async fn run(
             Err(e) => return Err(ProgramError::Settings(format!("kafka ingest: {e}"))),
         }
     }
-    tracing::info!(node = %advertised, coordinator = %config.coordinator.address, kafka_ingests = ingests.len(), "node serving");
+    let coordinator = if config.elects_coordinator() {
+        "elected"
+    } else {
+        config.coordinator.address.as_str()
+    };
+    tracing::info!(node = %advertised, coordinator, kafka_ingests = ingests.len(), "node serving");
 
     tokio::select! {
         _ = stopping.wait_for(|stop| *stop) => {}
@@ -480,6 +497,11 @@ async fn run(
             ingest.shutdown().await;
         }
         node.shutdown().await;
+        // Its shards handed off (through the coordinator, wherever it
+        // is): then it steps down, and another node is elected at once.
+        if let Some(electing) = electing {
+            electing.shutdown(limit).await;
+        }
     };
     if tokio::time::timeout(limit, stopping_all).await.is_err() {
         tracing::warn!(node = %advertised, timeout = ?limit, "graceful stop did not finish within node.shutdown_timeout; stopping now");

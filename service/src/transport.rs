@@ -145,6 +145,14 @@ pub trait Transport: Send + Sync + 'static {
     /// network never holds a batch it has not delivered.
     fn node_terminated(&self, _entity_type: &str, _node: &RegionId) {}
 
+    /// Where the coordinator of `entity_type` is, as this node knows it:
+    /// the hosting node's address and the coordinator's epoch (0 where it
+    /// is not known). `None`: nowhere known (an election under way, or a
+    /// network within one process).
+    fn coordinator_of(&self, _entity_type: &str) -> Option<(String, u64)> {
+        None
+    }
+
     /// Opens `region`'s link to the coordinator of `entity_type`.
     fn connect_coordinator(
         &self,

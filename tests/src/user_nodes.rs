@@ -38,6 +38,26 @@ pub fn kafka_sets(bootstrap: &str, topic: &str, cluster: &str) -> Vec<String> {
     sets
 }
 
+/// The `--set`s of a node whose coordinator is elected through Kafka (no
+/// coordinator address), with `kafka_sets`' and a short election timeout.
+pub fn elected_sets(bootstrap: &str, topic: &str, cluster: &str) -> Vec<String> {
+    let mut sets = kafka_sets(bootstrap, topic, cluster);
+    sets.push(r#"coordinator.address="""#.to_string());
+    sets.push(r#"coordinator.election_timeout="5s""#.to_string());
+    sets
+}
+
+/// Which of `nodes` host the user entity type's coordinator now.
+pub async fn hosting_coordinator(nodes: &[&NodeProcess]) -> Vec<String> {
+    let mut hosts = Vec::new();
+    for node in nodes {
+        if metric(node, "colo_coordinator_hosted{").await == 1.0 {
+            hosts.push(node.grpc.clone());
+        }
+    }
+    hosts
+}
+
 pub fn start(coordinator: Option<&str>, sets: &[String]) -> NodeProcess {
     let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
     NodeProcess::start(coordinator, &sets)

@@ -264,7 +264,6 @@ fn on_loopback(
     for (name, value) in [
         ("COLO_NODE__LISTEN", grpc.clone()),
         ("COLO_NODE__ADVERTISED", grpc.clone()),
-        ("COLO_COORDINATOR__ADDRESS", grpc.clone()),
         ("COLO_NODE__ADMIN_LISTEN", admin.clone()),
         ("COLO_NODE__DATA_DIR", data.display().to_string()),
         ("COLO_KAFKA__BOOTSTRAP_SERVERS", bootstrap.to_string()),

@@ -1,6 +1,6 @@
 //! The consumer's context: librdkafka's callbacks, run on the poll thread.
 
-use super::events::{AssignedPartition, Gate, Revocation, SourceEvent};
+use super::events::{AssignedPartition, Gate, Revocation, Rewind, SourceEvent};
 use super::feeds::{
     one, partitions, store_position, Feed, Feeds, Phase, Progress, Taken, Watermarks,
 };
@@ -23,6 +23,8 @@ pub(super) struct SourceContext {
     pub(super) events: mpsc::UnboundedSender<SourceEvent>,
     /// Where gates say they opened.
     pub(super) opens: std::sync::mpsc::Sender<(TopicPartition, u64)>,
+    /// Where the service asks for partitions to be consumed again.
+    pub(super) rewinds: std::sync::mpsc::Sender<(TopicPartition, u64)>,
     pub(super) next_feed: std::sync::atomic::AtomicU64,
     pub(super) timeout: Duration,
     /// How long a commit the source waits for may take.
@@ -39,6 +41,9 @@ pub(super) struct SourceContext {
     /// that its wait can be bounded); set once it exists.
     pub(super) consumer: std::sync::OnceLock<std::sync::Weak<BaseConsumer<SourceContext>>>,
 }
+
+/// How long a rewind waits for the committed offset, and for the seek.
+const REWIND_WAIT: Duration = Duration::from_secs(5);
 
 /// How long a refused commit waits before it is tried again.
 const COMMIT_RETRY: Duration = Duration::from_millis(200);
@@ -129,10 +134,16 @@ impl SourceContext {
     }
 
     pub(super) fn assigned(&self, list: &TopicPartitionList) {
+        self.assign(partitions(list));
+    }
+
+    /// Gives each of `assigned` a new feed behind a closed gate, and tells
+    /// the service.
+    fn assign(&self, partitions: Vec<TopicPartition>) {
         let mut assigned = Vec::new();
         {
             let mut feeds = self.feeds.lock();
-            for tp in partitions(list) {
+            for tp in partitions {
                 let (to_service, records) = mpsc::unbounded_channel();
                 let id = self.next_feed.fetch_add(1, Ordering::Relaxed);
                 feeds.by.insert(
@@ -156,6 +167,11 @@ impl SourceContext {
                         feed: id,
                         opens: self.opens.clone(),
                     },
+                    rewind: Rewind {
+                        partition: tp.clone(),
+                        feed: id,
+                        rewinds: self.rewinds.clone(),
+                    },
                     partition: tp,
                     records,
                 });
@@ -171,6 +187,48 @@ impl SourceContext {
         {
             tracing::warn!("kafka source: nobody listens to rebalance events");
         }
+    }
+
+    /// Consumes `tp` again from its committed offset, if its assignment
+    /// `feed` is still the current one: its feed ends (the service's stream
+    /// with it), the consumer goes back to the committed offset, and the
+    /// partition comes again as newly assigned. The committed offset is
+    /// read on this thread, bounded like an opening gate's.
+    pub(super) fn rewind(&self, consumer: &BaseConsumer<Self>, tp: &TopicPartition, feed: u64) {
+        let removed = {
+            let mut feeds = self.feeds.lock();
+            match feeds.by.get(tp) {
+                Some(current) if current.id == feed => feeds.by.remove(tp),
+                _ => None,
+            }
+        };
+        let Some(removed) = removed else {
+            return;
+        };
+        if removed.paused {
+            if let Err(e) = consumer.resume(&one(tp)) {
+                tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "cannot resume a rewound partition");
+            }
+        }
+        let committed = consumer
+            .committed_offsets(one(tp), REWIND_WAIT)
+            .ok()
+            .and_then(|list| {
+                list.find_partition(&tp.topic, tp.partition)
+                    .map(|e| e.offset())
+            });
+        let to = match committed {
+            Some(offset @ rdkafka::Offset::Offset(_)) => offset,
+            // Nothing committed: from the partition's start, as a group
+            // without commits reads it.
+            _ => rdkafka::Offset::Beginning,
+        };
+        if let Err(e) = consumer.seek(&tp.topic, tp.partition, to, REWIND_WAIT) {
+            tracing::error!(topic = %tp.topic, partition = tp.partition, error = %e, "partition not rewound: the records after its committed offset are consumed again only by its next owner");
+        } else {
+            tracing::warn!(topic = %tp.topic, partition = tp.partition, offset = ?to, "partition consumed again from its committed offset");
+        }
+        self.assign(vec![tp.clone()]);
     }
 
     pub(super) fn revoked(&self, consumer: &BaseConsumer<Self>, list: &TopicPartitionList) {

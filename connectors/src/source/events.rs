@@ -14,6 +14,32 @@ pub struct AssignedPartition {
     pub records: mpsc::UnboundedReceiver<Record>,
     /// Open it once the partition's shard is hosted here.
     pub gate: Gate,
+    /// Asks for the partition to be consumed again from its committed
+    /// offset.
+    pub rewind: Rewind,
+}
+
+/// What consumes an assigned partition again from its committed offset,
+/// while it stays assigned here: for the records whose effect was lost
+/// here (their shard stopped before their state was written, while the
+/// partition stayed), which no other owner will consume again. The
+/// partition's record stream ends, and it comes again as a new
+/// [`SourceEvent::Assigned`] partition behind a closed gate, from its
+/// committed offset.
+#[derive(Debug, Clone)]
+pub struct Rewind {
+    pub(super) partition: TopicPartition,
+    /// Which assignment of the partition: one rewound or gone already is
+    /// not rewound again.
+    pub(super) feed: u64,
+    pub(super) rewinds: std::sync::mpsc::Sender<(TopicPartition, u64)>,
+}
+
+impl Rewind {
+    /// Consumes the partition again from its committed offset.
+    pub fn rewind(&self) {
+        let _ = self.rewinds.send((self.partition.clone(), self.feed));
+    }
 }
 
 /// What holds an assigned partition's records back until the service can

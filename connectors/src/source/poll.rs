@@ -38,6 +38,7 @@ pub(super) fn poll(
     consumer: &BaseConsumer<SourceContext>,
     feeds: &Mutex<Feeds>,
     opened: &std::sync::mpsc::Receiver<(TopicPartition, u64)>,
+    rewound: &std::sync::mpsc::Receiver<(TopicPartition, u64)>,
     stop: &AtomicBool,
 ) {
     let mut last_report = std::time::Instant::now();
@@ -77,6 +78,9 @@ pub(super) fn poll(
             None => idle = true,
         }
         since_clock = 0;
+        for (tp, feed) in rewound.try_iter() {
+            consumer.context().rewind(consumer, &tp, feed);
+        }
         opening.extend(opened.try_iter());
         if !opening.is_empty() && open_again <= std::time::Instant::now() {
             if open_gates(consumer, feeds, &mut opening) {

@@ -23,7 +23,7 @@ const OWN_PROPERTIES: [&str; 6] = [
 /// the cooperative-sticky assignor colo sets, the consumer protocol
 /// (KIP-848) by its nature.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum GroupProtocol {
+pub(crate) enum GroupProtocol {
     /// The members assign partitions among themselves; librdkafka's default.
     Classic,
     /// KIP-848: the broker assigns partitions and sets the session and
@@ -38,7 +38,7 @@ impl GroupProtocol {
     ///
     /// # Errors
     /// [`SourceError::GroupProtocol`] for another value.
-    fn of(client: &[(String, String)]) -> Result<Self, SourceError> {
+    pub(crate) fn of(client: &[(String, String)]) -> Result<Self, SourceError> {
         match client.iter().rev().find(|(k, _)| k == "group.protocol") {
             None => Ok(Self::Classic),
             Some((_, value)) => match value.trim().to_ascii_lowercase().as_str() {
@@ -50,7 +50,7 @@ impl GroupProtocol {
     }
 
     /// The name librdkafka takes.
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Classic => "classic",
             Self::Consumer => "consumer",

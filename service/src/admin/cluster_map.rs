@@ -46,6 +46,11 @@ pub struct ClusterMap {
 #[derive(Debug, Clone, Serialize)]
 pub struct EntityTypeMap {
     pub name: String,
+    /// The node hosting its coordinator, as the serving node knows it
+    /// (`None`: none known, an election under way).
+    pub coordinator: Option<String>,
+    /// That coordinator's epoch (0: not known to this node).
+    pub coordinator_epoch: u64,
     pub nodes: Vec<NodeShards>,
     /// Nodes the coordinator knows but that did not answer in time.
     pub failed_nodes: Vec<String>,
@@ -114,6 +119,8 @@ impl EntityTypeMap {
             .collect();
         Self {
             name,
+            coordinator: None,
+            coordinator_epoch: 0,
             nodes,
             failed_nodes: stats
                 .failed_regions
@@ -158,15 +165,23 @@ impl ClusterMapSource {
         let names = self.node.entity_types();
         let entity_types = futures::future::join_all(names.into_iter().map(|name| async move {
             let region = self.node.region_by_name(&name)?;
-            Some(match region.cluster_stats(QUERY_TIMEOUT).await {
+            let coordinator = self.node.coordinator_of(&name);
+            let mut map = match region.cluster_stats(QUERY_TIMEOUT).await {
                 Ok(stats) => EntityTypeMap::from_stats(name, stats),
                 Err(e) => EntityTypeMap {
                     name,
+                    coordinator: None,
+                    coordinator_epoch: 0,
                     nodes: Vec::new(),
                     failed_nodes: Vec::new(),
                     error: Some(e.to_string()),
                 },
-            })
+            };
+            if let Some((address, epoch)) = coordinator {
+                map.coordinator = Some(address);
+                map.coordinator_epoch = epoch;
+            }
+            Some(map)
         }))
         .await
         .into_iter()

@@ -548,3 +548,28 @@ fn kafka_fields_that_cannot_work_are_refused_with_their_name() {
         assert!(err.contains(expected), "{set}: {err}");
     }
 }
+
+#[test]
+fn without_a_coordinator_address_the_coordinator_is_elected_which_needs_kafka() {
+    let node_only = "[node]\nlisten = \"127.0.0.1:7001\"\nadmin_listen = \"127.0.0.1:9001\"\n";
+    let (field, shown) = field_error(node_only, &[], &[]);
+    assert_eq!(field, "coordinator.address");
+    assert!(shown.contains("required without [kafka]"), "{shown}");
+    let kafka = [
+        "kafka.bootstrap_servers=127.0.0.1:9092",
+        "kafka.cluster=shop",
+    ];
+    let c = load(node_only, &[], &kafka).unwrap();
+    assert!(c.elects_coordinator());
+    assert!(!c.hosts_coordinator());
+    assert_eq!(c.coordinator.session_timeout, Duration::from_secs(6));
+    assert_eq!(c.coordinator.election_timeout, Duration::from_secs(15));
+    let mut zero = kafka.to_vec();
+    zero.push("coordinator.election_timeout=0s");
+    let (field, _) = field_error(node_only, &[], &zero);
+    assert_eq!(field, "coordinator.election_timeout");
+    // A configured address pins the coordinator, Kafka or not.
+    let mut pinned = kafka.to_vec();
+    pinned.push("coordinator.address=127.0.0.1:7001");
+    assert!(!load(node_only, &[], &pinned).unwrap().elects_coordinator());
+}

@@ -48,7 +48,24 @@ impl NodeConfig {
         }
 
         let coordinator = &self.coordinator;
-        check_host_port("coordinator.address", &coordinator.address)?;
+        if coordinator.address.is_empty() {
+            if self.kafka.is_none() {
+                return refuse(
+                    "coordinator.address",
+                    "is required without [kafka]: name the node that hosts the coordinator, or add [kafka] to have the nodes elect it".to_string(),
+                );
+            }
+            for (field, value) in [
+                ("coordinator.session_timeout", coordinator.session_timeout),
+                ("coordinator.election_timeout", coordinator.election_timeout),
+            ] {
+                if value.is_zero() {
+                    return refuse(field, "must be longer than zero".to_string());
+                }
+            }
+        } else {
+            check_host_port("coordinator.address", &coordinator.address)?;
+        }
         if coordinator.heartbeat_interval.is_zero() {
             return refuse(
                 "coordinator.heartbeat_interval",

@@ -1,11 +1,11 @@
 //! Where the coordinator of an entity type runs, as a node sees it.
 //!
 //! Regions do not care how the choice is made: they ask [`CoordinatorHosting`]
-//! every time they (re)connect. Today one node hosts every coordinator,
-//! chosen by configuration ([`StaticHosting`]); an election through Kafka can
-//! answer the same question later without changing the protocol, because
-//! every coordinator message carries the epoch of the coordinator that sent
-//! it.
+//! every time they (re)connect. One node hosts every coordinator, chosen by
+//! configuration ([`StaticHosting`]) or elected through Kafka
+//! (`election.rs`); the protocol is the same, because every coordinator
+//! message carries the epoch of the coordinator that sent it, and a region
+//! drops a link whose coordinator is older than the one elected.
 
 use super::CoordinatorHandle;
 use parking_lot::RwLock;
@@ -25,6 +25,9 @@ pub enum CoordinatorLocation {
     Remote {
         /// The hosting node's advertised address.
         address: String,
+        /// Its epoch, where the hosting knows it (0 when it does not): a
+        /// coordinator answering there with a lower one has been deposed.
+        epoch: u64,
     },
     /// No coordinator is known yet; regions retry.
     Unknown,
@@ -34,6 +37,13 @@ pub enum CoordinatorLocation {
 pub trait CoordinatorHosting: Send + Sync + 'static {
     /// Where the coordinator of `entity_type` is now.
     fn locate(&self, entity_type: &str) -> CoordinatorLocation;
+
+    /// The lowest epoch a coordinator of `entity_type` may have and still
+    /// be followed: a message from a lower one comes from a deposed
+    /// coordinator. 0: no such bound is known.
+    fn floor(&self, _entity_type: &str) -> u64 {
+        0
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -82,6 +92,7 @@ impl CoordinatorHosting for StaticHosting {
         }
         CoordinatorLocation::Remote {
             address: self.address.clone(),
+            epoch: 0,
         }
     }
 }

@@ -45,12 +45,48 @@ enum Body {
     Event(CoordinatorEvent),
     /// The whole state, as the events that replay to it.
     Snapshot(Vec<CoordinatorEvent>),
+    /// A node elected to host every coordinator of the cluster, at this
+    /// gRPC address (`coordinator/election.rs`); not an entity type's.
+    Leader {
+        address: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Value {
     epoch: u64,
     body: Body,
+}
+
+/// A leader record's key: no entity type's name is empty, so it is no
+/// entity type's key.
+pub(crate) fn leader_key(epoch: u64) -> Vec<u8> {
+    format!("{SEPARATOR}leader{SEPARATOR}{epoch:020}").into_bytes()
+}
+
+/// A leader record's value: the node at `address` hosts the coordinators
+/// with `epoch`.
+pub(crate) fn leader_value(epoch: u64, address: &str) -> Vec<u8> {
+    encode(&Value {
+        epoch,
+        body: Body::Leader {
+            address: address.to_string(),
+        },
+    })
+}
+
+/// What any record of the topic says about who leads: its epoch, and the
+/// node's address if it is a leader record.
+///
+/// # Errors
+/// The value cannot be read (another format).
+pub(super) fn epoch_of(value: &[u8]) -> Result<(u64, Option<String>), String> {
+    let value = decode(value)?;
+    let leader = match value.body {
+        Body::Leader { address } => Some(address),
+        _ => None,
+    };
+    Ok((value.epoch, leader))
 }
 
 fn encode(value: &Value) -> Vec<u8> {
@@ -143,6 +179,8 @@ fn replay(records: &[Read]) -> Replayed {
         fence = value.epoch;
         match &value.body {
             Body::Epoch => replayed.since_snapshot.push(read.key.clone()),
+            // Not an entity type's record: never under its prefix.
+            Body::Leader { .. } => {}
             Body::Event(event) => {
                 replayed.events.push(event.clone());
                 replayed.since_snapshot.push(read.key.clone());

@@ -8,7 +8,9 @@
 //! partition keeps them in order and one wait per shard, not one per
 //! record: a record costs a queue push, and a write acks them all at once.
 //! If the shard stops before its write (its node fenced, a hand-off that
-//! gave up), the acks are dropped: not handled, consumed again.
+//! gave up), the acks are dropped and the loss noted: the partition is
+//! then consumed again from its committed offset, here or by its next
+//! owner, and each entity skips what it had made durable.
 
 use crate::store::ShardDurability;
 use colo_allocation::ShardId;
@@ -55,6 +57,9 @@ pub(super) struct DurableAcks {
     /// now: half the partition's in-flight bound, so that the write is
     /// durable before the partition stops taking records.
     hurry_at: usize,
+    /// A handled record's change will never be written: its shard stopped
+    /// first.
+    lost: bool,
 }
 
 impl DurableAcks {
@@ -63,7 +68,18 @@ impl DurableAcks {
         Self {
             shards: Vec::new(),
             hurry_at: (max_in_flight / 2).max(1),
+            lost: false,
         }
+    }
+
+    /// Whether a handled record's change was lost (its shard stopped
+    /// before writing it), as far as is known without waiting.
+    pub fn lost(&mut self) -> bool {
+        if !self.lost && !self.is_empty() {
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            let _ = self.poll_settled(&mut cx);
+        }
+        self.lost
     }
 
     pub fn is_empty(&self) -> bool {
@@ -95,6 +111,7 @@ impl DurableAcks {
             None => {
                 let Some(durability) = current() else {
                     drop(ack);
+                    self.lost = true;
                     return;
                 };
                 self.shards.push(ShardAcks {
@@ -138,7 +155,8 @@ impl DurableAcks {
                 }
             }
             if stopped {
-                // Dropped unacked: consumed again by whoever runs the shard.
+                // Dropped unacked: the partition is consumed again.
+                self.lost |= !entry.acks.is_empty();
                 entry.acks.clear();
                 continue;
             }
@@ -148,6 +166,7 @@ impl DurableAcks {
                 entry.waiting = Some(wait_for(&durability, next));
                 entry.hurry_if_many(self.hurry_at, &durability);
             } else if !entry.acks.is_empty() {
+                self.lost = true;
                 entry.acks.clear();
             }
         }

@@ -22,7 +22,12 @@
 //! The task gives its records up when its partition is lost, or when a
 //! revoke's bound is reached: they are dropped unhandled wherever they wait
 //! (see `Reply::Record`), left uncommitted, and consumed again by the
-//! partition's next owner.
+//! partition's next owner. It also gives them up when a handled record's
+//! change is lost (its shard stopped before writing it: its node fenced
+//! itself) while the partition stays here: no next owner would consume it
+//! again, so the task has the source rewind the partition to its committed
+//! offset, and routes nothing more (a later record of the same entity,
+//! applied first, would have the entity skip the lost one).
 
 use super::durable_acks::DurableAcks;
 use super::slots::{Outcome, Slots, Step};
@@ -34,7 +39,7 @@ use crate::error::TellError;
 use crate::metrics::KafkaMetrics;
 use crate::region::{PlacementError, Region};
 use colo_allocation::ShardId;
-use colo_connectors::{Ack, DeadLetters, Gate, Record, TopicPartition};
+use colo_connectors::{Ack, DeadLetters, Gate, Record, Rewind, TopicPartition};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
@@ -73,6 +78,8 @@ pub(super) struct PartitionTask<E: Entity> {
     /// Handled records waiting for their change to be durable before they
     /// are acked (see `durable_acks.rs`).
     pub(super) unflushed: DurableAcks,
+    /// Consumes the partition again from its committed offset.
+    pub(super) rewind: Rewind,
 }
 
 /// Where a partition's shard is, which says how its records are routed.
@@ -134,6 +141,11 @@ impl<E: Entity> PartitionTask<E> {
         let mut slots = Slots::new();
         let mut open = true;
         loop {
+            if self.durable && self.unflushed.lost() {
+                tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, "a shard stopped before the changes of handled records were written: the partition is consumed again from its committed offset");
+                self.rewind.rewind();
+                return;
+            }
             // What came back, in order, without waiting.
             while let Some(outcome) = self.front_outcome_now(&mut slots) {
                 if !self.settle_front(&mut slots, outcome).await {
@@ -232,13 +244,18 @@ impl<E: Entity> PartitionTask<E> {
 
     /// Routes a record's message; `shard` is its key's, when known.
     async fn route(
-        &self,
+        &mut self,
         id: EntityId,
         shard: Option<ShardId>,
         message: E::Message,
         offset: i64,
         failures: u32,
     ) -> Step<E> {
+        if self.durable && self.unflushed.lost() {
+            // Not routed: the partition is consumed again from its
+            // committed offset, this record with it (see `consume`).
+            return Step::Again { id, failures };
+        }
         let routed = match self.shard {
             ShardPlace::Here | ShardPlace::Unknown => {
                 let shard = shard.unwrap_or_else(|| self.region.shard_of(&id));

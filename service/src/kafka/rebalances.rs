@@ -106,6 +106,7 @@ impl<E: Entity> Rebalances<E> {
                 durable: self.region.is_durable(),
                 origin_topic,
                 unflushed: DurableAcks::new(self.settings.source.max_in_flight),
+                rewind: partition.rewind,
             };
             self.region.context().tasks.spawn(async move {
                 task.run(partition.gate, partition.records, given_up).await;

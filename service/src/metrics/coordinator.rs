@@ -1,6 +1,6 @@
 //! The metrics of a coordinator's store on the cluster's coordinator topic:
 //! its epoch, whether this node hosts it, and how long reading its state
-//! back took, over how many records.
+//! back took, over how many records; and of the election that places it.
 
 use metrics::Unit;
 use std::time::Duration;
@@ -10,6 +10,9 @@ pub const COORDINATOR_HOSTED: &str = "colo_coordinator_hosted";
 pub const COORDINATOR_RECOVERY: &str = "colo_coordinator_recovery_seconds";
 pub const COORDINATOR_RECOVERY_RECORDS: &str = "colo_coordinator_recovery_records_total";
 pub const COORDINATOR_TAKEOVERS: &str = "colo_coordinator_takeovers_total";
+pub const COORDINATOR_ELECTED_EPOCH: &str = "colo_coordinator_elected_epoch";
+pub const COORDINATOR_TAKEOVER: &str = "colo_coordinator_takeover_seconds";
+pub const COORDINATOR_REJOINS: &str = "colo_coordinator_election_rejoins_total";
 
 pub(super) fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
@@ -34,6 +37,38 @@ pub(super) fn describe() {
         COORDINATOR_TAKEOVERS,
         "Coordinators that started from a predecessor's state on the coordinator topic (not a new cluster's empty one)"
     );
+    describe_gauge!(
+        COORDINATOR_ELECTED_EPOCH,
+        "The epoch of the elected coordinator, as this node read it on the coordinator topic; 0 while none is known"
+    );
+    describe_histogram!(
+        COORDINATOR_TAKEOVER,
+        Unit::Seconds,
+        "From this node's election (the election group assigned it the coordinator topic's partition) to its coordinators started, its leader record written and read back"
+    );
+    describe_counter!(
+        COORDINATOR_REJOINS,
+        "Times this node joined the election group again because no coordinator was reachable for coordinator.election_timeout"
+    );
+}
+
+/// The coordinator topic names a new elected coordinator.
+pub(crate) fn coordinator_elected(epoch: u64) {
+    super::describe();
+    // An epoch is a time in milliseconds: exact in an f64 for millennia.
+    metrics::gauge!(COORDINATOR_ELECTED_EPOCH).set(epoch as f64);
+}
+
+/// This node, elected, started its coordinators `took` after its election.
+pub(crate) fn coordinator_took_over(took: Duration) {
+    super::describe();
+    metrics::histogram!(COORDINATOR_TAKEOVER).record(took.as_secs_f64());
+}
+
+/// This node joined the election group again.
+pub(crate) fn coordinator_election_rejoined() {
+    super::describe();
+    metrics::counter!(COORDINATOR_REJOINS).increment(1);
 }
 
 /// A coordinator of `entity_type` is hosted here (or no longer).

@@ -1,4 +1,5 @@
-//! Hosting the coordinators on the node that the config names.
+//! Hosting the coordinators: on the node that the config names, or on the
+//! node elected through Kafka (`election.rs`).
 
 use super::ProgramError;
 use crate::config::NodeConfig;
@@ -49,7 +50,7 @@ pub(super) fn hosted_elsewhere(entity_types: &[Hosted]) {
 /// With `[kafka]`, the cluster's coordinator topic: created if missing
 /// (it is colo's own, like a stream processor's internal topics, whatever
 /// `kafka.create_topics` says), then checked off the runtime.
-async fn topic(config: &NodeConfig) -> Result<Option<Arc<Changelog>>, ProgramError> {
+pub(super) async fn topic(config: &NodeConfig) -> Result<Option<Arc<Changelog>>, ProgramError> {
     let Some(kafka) = &config.kafka else {
         return Ok(None);
     };
@@ -130,18 +131,7 @@ pub(super) async fn host(
                 Arc::new(store)
             }
         };
-        let strategy: Box<dyn AllocationStrategy> = if *follows_partitions {
-            Box::new(ExternalAllocationStrategy::new(
-                ExternalAllocationClient::new(),
-            ))
-        } else {
-            Box::new(
-                LeastShardAllocationStrategy::new(config.least_shard_settings())
-                    .map_err(|e| ProgramError::Settings(format!("coordinator.least_shard: {e}")))?,
-            )
-        };
-        let handle = CoordinatorHandle::spawn(name, settings.clone(), strategy, store)
-            .map_err(|e| ProgramError::Settings(format!("sharding.{}: {}", e.field, e.reason)))?;
+        let handle = spawn(config, name, settings, *follows_partitions, store)?;
         hosting.host(handle, epoch);
         crate::metrics::coordinator_hosted(name, true);
     }
@@ -151,4 +141,26 @@ pub(super) async fn host(
         "hosting the coordinators"
     );
     Ok(())
+}
+
+/// Starts the coordinator of one entity type on `store`.
+pub(super) fn spawn(
+    config: &NodeConfig,
+    name: &str,
+    settings: &ShardingSettings,
+    follows_partitions: bool,
+    store: Arc<dyn CoordinatorStore>,
+) -> Result<CoordinatorHandle, ProgramError> {
+    let strategy: Box<dyn AllocationStrategy> = if follows_partitions {
+        Box::new(ExternalAllocationStrategy::new(
+            ExternalAllocationClient::new(),
+        ))
+    } else {
+        Box::new(
+            LeastShardAllocationStrategy::new(config.least_shard_settings())
+                .map_err(|e| ProgramError::Settings(format!("coordinator.least_shard: {e}")))?,
+        )
+    };
+    CoordinatorHandle::spawn(name, settings.clone(), strategy, store)
+        .map_err(|e| ProgramError::Settings(format!("sharding.{}: {}", e.field, e.reason)))
 }

@@ -85,6 +85,9 @@ pub trait ErasedRegion: Send + Sync + 'static {
     /// See [`Region::is_ready`].
     fn is_ready(&self) -> bool;
 
+    /// See [`Region::coordinator_reachable`].
+    fn coordinator_reachable(&self) -> bool;
+
     /// See [`Region::refused`].
     fn refused(&self) -> Option<String>;
 
@@ -164,6 +167,10 @@ impl<E: Entity> ErasedRegion for Region<E> {
 
     fn is_ready(&self) -> bool {
         Region::is_ready(self)
+    }
+
+    fn coordinator_reachable(&self) -> bool {
+        Region::coordinator_reachable(self)
     }
 
     fn refused(&self) -> Option<String> {

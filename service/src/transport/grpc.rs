@@ -73,7 +73,7 @@ pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::
 }
 
 /// Connects to another node's gRPC server for the coordinator stream.
-async fn connect(
+pub(crate) async fn connect(
     address: &str,
     connect_timeout: Duration,
 ) -> Result<tonic::transport::Channel, String> {
@@ -332,6 +332,14 @@ impl Transport for GrpcTransport {
         }
     }
 
+    fn coordinator_of(&self, entity_type: &str) -> Option<(String, u64)> {
+        match self.hosting.locate(entity_type) {
+            CoordinatorLocation::Local { epoch, .. } => Some((self.local.to_string(), epoch)),
+            CoordinatorLocation::Remote { address, epoch } => Some((address, epoch)),
+            CoordinatorLocation::Unknown => None,
+        }
+    }
+
     fn connect_coordinator(
         &self,
         entity_type: &str,
@@ -344,12 +352,15 @@ impl Transport for GrpcTransport {
                 CoordinatorLocation::Local { handle, .. } => {
                     handle.connect(region).await.map_err(|_| unreachable())
                 }
-                CoordinatorLocation::Remote { address } => coordinator_link::open(
+                CoordinatorLocation::Remote { address, .. } => coordinator_link::open(
                     &address,
                     &entity_type,
                     &region,
                     &self.settings,
-                    self.epoch(&entity_type),
+                    coordinator_link::Epochs {
+                        newest: self.epoch(&entity_type),
+                        hosting: self.hosting.clone(),
+                    },
                     &self.tasks,
                 )
                 .await

@@ -253,6 +253,13 @@ impl Transport for InMemoryTransport {
         Ok(())
     }
 
+    fn coordinator_of(&self, entity_type: &str) -> Option<(String, u64)> {
+        let coordinators = self.network.inner.coordinators.read();
+        coordinators
+            .contains_key(entity_type)
+            .then(|| ("this process".to_string(), 0))
+    }
+
     fn connect_coordinator(
         &self,
         entity_type: &str,

@@ -4,10 +4,14 @@
 //! Liveness is the protocol's (heartbeats and their answers), not the
 //! transport's: the link ends when the stream breaks or the region drops
 //! it. On one link, frames of an older epoch than one already heard there
-//! are ignored: they come from a coordinator that has been replaced.
+//! are ignored: they come from a coordinator that has been replaced. A
+//! frame below the hosting's floor (the elected coordinator's epoch) ends
+//! the link: its coordinator was deposed, and the region looks for the
+//! elected one.
 
 use super::convert;
 use super::GrpcSettings;
+use crate::coordinator::hosting::CoordinatorHosting;
 use crate::protocol::{CoordinatorLink, CoordinatorToRegion};
 use crate::tasks::TaskSet;
 use colo_allocation::RegionId;
@@ -18,13 +22,22 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+/// What a link knows of coordinator epochs.
+pub struct Epochs {
+    /// The newest epoch the node's links to this entity type's
+    /// coordinator heard.
+    pub newest: Arc<AtomicU64>,
+    /// Where the elected coordinator's epoch, the floor, is known.
+    pub hosting: Arc<dyn CoordinatorHosting>,
+}
+
 /// Opens the stream to the coordinator at `address`.
 pub async fn open(
     address: &str,
     entity_type: &str,
     _region: &RegionId,
     settings: &GrpcSettings,
-    newest_epoch: Arc<AtomicU64>,
+    epochs: Epochs,
     tasks: &TaskSet,
 ) -> Result<CoordinatorLink, String> {
     let channel = super::connect(address, settings.connect_timeout).await?;
@@ -41,7 +54,7 @@ pub async fn open(
         .map_err(|_| "coordinator did not answer in time".to_string())?
         .map_err(|status| status.message().to_string())?
         .into_inner();
-    tasks.spawn(pump_down(down, to_region, newest_epoch));
+    tasks.spawn(pump_down(down, to_region, entity_type.to_string(), epochs));
     Ok(CoordinatorLink {
         to_coordinator,
         from_coordinator,
@@ -54,8 +67,13 @@ pub async fn open(
 async fn pump_down(
     mut down: tonic::Streaming<pb::CoordinatorMessage>,
     to_region: mpsc::UnboundedSender<CoordinatorToRegion>,
-    newest_epoch: Arc<AtomicU64>,
+    entity_type: String,
+    epochs: Epochs,
 ) {
+    let Epochs {
+        newest: newest_epoch,
+        hosting,
+    } = epochs;
     let mut link_epoch: Option<u64> = None;
     loop {
         let frame = tokio::select! {
@@ -71,6 +89,16 @@ async fn pump_down(
             Ok(None) => return,
             Ok(Some(frame)) => frame,
         };
+        let floor = hosting.floor(&entity_type);
+        if frame.epoch < floor {
+            tracing::info!(
+                epoch = frame.epoch,
+                elected = floor,
+                %entity_type,
+                "a deposed coordinator's message; link dropped"
+            );
+            return;
+        }
         match link_epoch {
             // The coordinator this link reached is the one the hosting
             // names now: follow it even if its epoch is lower than one

@@ -74,6 +74,11 @@ pub struct StatsOutcome {
     pub regions: BTreeMap<String, RegionCounts>,
     /// Regions that did not answer in time.
     pub failed_regions: Vec<String>,
+    /// The node hosting the coordinator, as the answering node knows it
+    /// (empty: none known).
+    pub coordinator: String,
+    /// That coordinator's epoch (0: not known).
+    pub coordinator_epoch: u64,
 }
 
 /// One region's entity counts.
@@ -112,6 +117,8 @@ impl From<ClusterStatsResponse> for StatsOutcome {
                 })
                 .collect(),
             failed_regions,
+            coordinator: r.coordinator,
+            coordinator_epoch: r.coordinator_epoch,
         }
     }
 }
@@ -234,6 +241,15 @@ pub fn render_stats(outcome: &StatsOutcome, json: bool) -> String {
         text.push('\n');
     }
     let _ = writeln!(text, "{:<width$}  {shards:>6}  {entities:>8}", "total");
+    match (outcome.coordinator.as_str(), outcome.coordinator_epoch) {
+        ("", _) => text.push_str("coordinator: none known (an election is under way)\n"),
+        (at, 0) => {
+            let _ = writeln!(text, "coordinator: {at}");
+        }
+        (at, epoch) => {
+            let _ = writeln!(text, "coordinator: {at}, epoch {epoch}");
+        }
+    }
     if !outcome.failed_regions.is_empty() {
         let _ = writeln!(
             text,
@@ -418,6 +434,8 @@ mod tests {
                 },
             ],
             failed_regions: vec!["node-3".into()],
+            coordinator: "node-1".into(),
+            coordinator_epoch: 7,
         };
         let outcome = StatsOutcome::from(response);
         assert_eq!(
@@ -426,6 +444,7 @@ mod tests {
              node-1       1         3\n\
              node-2       2         4  (shards handing off: 2)  (shards restoring: 6)  (shards not answering: 5, 6)\n\
              total        3         7\n\
+             coordinator: node-1, epoch 7\n\
              regions that did not answer: node-3\n"
         );
         let json: serde_json::Value = serde_json::from_str(&render_stats(&outcome, true)).unwrap();

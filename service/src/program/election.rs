@@ -1,0 +1,368 @@
+//! The coordinators' election through Kafka, as one node takes part.
+//!
+//! Every node joins the election group `<cluster>.coordinator` on the
+//! one-partition coordinator topic of the same name, and follows that topic
+//! from its first record. The member the group assigns the partition is
+//! elected: it writes a leader record (its address, and an epoch above
+//! every epoch on the topic) and, once it reads that record back with no
+//! higher epoch before it, starts the coordinator of every entity type on
+//! the topic's state. It stops them as soon as the partition is revoked or
+//! lost, or a leader record above its own appears (a broker may assign the
+//! partition to a newcomer before its owner revoked it).
+//!
+//! The broker's group may also leave the partition unassigned (a leader
+//! that died without leaving, on a broker that expires members late): a
+//! node none of whose regions reaches a coordinator, and that is not
+//! elected, for `coordinator.election_timeout` joins the group again, as a
+//! new member. Only then: a rejoin is a rebalance of the group, and a
+//! broker that assigns with stale metadata may move the partition away
+//! from a live coordinator.
+
+use super::coordinators::{self, Hosted};
+use super::ProgramError;
+use crate::config::NodeConfig;
+use crate::coordinator::election::{leader_key, leader_value, ElectedHosting, Read};
+use crate::coordinator::kafka_store::KafkaCoordinatorStore;
+use crate::coordinator::store::CoordinatorStore;
+use crate::node::Node;
+use crate::tasks::TaskSet;
+use colo_connectors::{Changelog, Election, ElectionEvent, ElectionSettings};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+/// How often an unfinished claim is tried again and the regions' contact
+/// with their coordinator looked at.
+const TICK: Duration = Duration::from_secs(1);
+/// How long a revoke waits for this node to stop its coordinators.
+const STEP_DOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where this node stands in the election.
+#[derive(Debug)]
+enum Phase {
+    /// Not elected: it follows the leader the topic names.
+    Following,
+    /// Elected by the group at `since`, its leader record not written yet
+    /// (the broker refused it, or a higher epoch came first).
+    Elected { since: Instant },
+    /// Its leader record is at `offset`, with `epoch`: it leads once it
+    /// reads the record back with no higher epoch before it.
+    Claiming {
+        since: Instant,
+        epoch: u64,
+        offset: i64,
+    },
+    /// It runs the coordinators, with `epoch`.
+    Leading { epoch: u64 },
+    /// A higher leader record came while the group still assigns it the
+    /// partition: it stopped its coordinators and waits for the revoke.
+    Outranked,
+}
+
+/// This node's part in the election, running.
+pub(super) struct Electing {
+    stop: Option<oneshot::Sender<()>>,
+    tasks: TaskSet,
+    done: Option<oneshot::Receiver<()>>,
+    node: Arc<OnceLock<Weak<Node>>>,
+}
+
+impl Electing {
+    /// Joins the election group and follows the coordinator topic.
+    pub(super) async fn start(
+        config: &NodeConfig,
+        types: Vec<Hosted>,
+        hosting: Arc<ElectedHosting>,
+    ) -> Result<Self, ProgramError> {
+        let Some(log) = coordinators::topic(config).await? else {
+            return Err(ProgramError::Settings(
+                "an elected coordinator needs [kafka]".into(),
+            ));
+        };
+        let kafka = config
+            .kafka
+            .as_ref()
+            .ok_or_else(|| ProgramError::Settings("an elected coordinator needs [kafka]".into()))?;
+        let settings = ElectionSettings {
+            bootstrap_servers: kafka.bootstrap_servers.clone(),
+            client: kafka.client_properties(),
+            group_id: kafka.coordinator_topic(),
+            topic: kafka.coordinator_topic(),
+            member: hosting.address().to_string(),
+            session_timeout: config.coordinator.session_timeout,
+            step_down_timeout: STEP_DOWN_TIMEOUT,
+        };
+        let (election, events) = Election::start(settings).map_err(|e| {
+            ProgramError::Settings(format!("the coordinator's election group: {e}"))
+        })?;
+        for t in &types {
+            crate::metrics::coordinator_hosted(&t.name, false);
+        }
+        let node = Arc::new(OnceLock::new());
+        let driver = Driver {
+            node: node.clone(),
+            config: config.clone(),
+            types,
+            hosting,
+            log,
+            election,
+            phase: Phase::Following,
+            alive: Instant::now(),
+        };
+        let (stop, stopped) = oneshot::channel();
+        let (finished, done) = oneshot::channel();
+        let tasks = TaskSet::default();
+        tasks.spawn(async move {
+            driver.run(events, stopped).await;
+            let _ = finished.send(());
+        });
+        Ok(Self {
+            stop: Some(stop),
+            tasks,
+            done: Some(done),
+            node,
+        })
+    }
+
+    /// The node whose regions say whether they reach a coordinator: until
+    /// it is set, none does.
+    pub(super) fn watch_regions(&self, node: &Arc<Node>) {
+        let _ = self.node.set(Arc::downgrade(node));
+    }
+
+    /// Stops this node's coordinators and leaves the election group, so
+    /// that another node is elected at once; within `limit`.
+    pub(super) async fn shutdown(mut self, limit: Duration) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(done) = self.done.take() {
+            if tokio::time::timeout(limit, done).await.is_err() {
+                tracing::warn!(timeout = ?limit, "the election group was not left in time");
+            }
+        }
+        self.tasks.abort_all().await;
+    }
+}
+
+struct Driver {
+    /// The node, once it exists: its regions' contact with their
+    /// coordinator is what says a coordinator runs.
+    node: Arc<OnceLock<Weak<Node>>>,
+    config: NodeConfig,
+    types: Vec<Hosted>,
+    hosting: Arc<ElectedHosting>,
+    log: Arc<Changelog>,
+    election: Election,
+    phase: Phase,
+    /// When this node last was elected, or one of its regions reached a
+    /// coordinator.
+    alive: Instant,
+}
+
+impl Driver {
+    async fn run(
+        mut self,
+        mut events: mpsc::UnboundedReceiver<ElectionEvent>,
+        mut stop: oneshot::Receiver<()>,
+    ) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = &mut stop => break,
+                event = events.recv() => match event {
+                    Some(event) => self.on_event(event).await,
+                    None => break,
+                },
+                _ = tick.tick() => self.on_tick().await,
+            }
+        }
+        self.step_down("this node stops");
+        // Closed before the member leaves, so that its last revoke does
+        // not wait for an answer no one gives.
+        drop(events);
+        let election = self.election;
+        let _ = tokio::task::spawn_blocking(move || election.shutdown()).await;
+    }
+
+    async fn on_event(&mut self, event: ElectionEvent) {
+        match event {
+            ElectionEvent::Elected => {
+                tracing::info!("elected by the coordinator's election group");
+                self.phase = match std::mem::replace(&mut self.phase, Phase::Following) {
+                    Phase::Following | Phase::Outranked => self.claim(Instant::now()).await,
+                    other => other,
+                };
+            }
+            ElectionEvent::Deposed(step_down) => {
+                self.step_down("the election group revoked its partition");
+                self.phase = Phase::Following;
+                step_down.done();
+            }
+            ElectionEvent::Record { offset, value, .. } => {
+                self.on_record(offset, value.as_deref()).await;
+            }
+        }
+    }
+
+    async fn on_record(&mut self, offset: i64, value: Option<&[u8]>) {
+        let read = match self.hosting.read(value) {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::warn!(offset, error = %e, "coordinator topic record not read");
+                return;
+            }
+        };
+        if let Read::NewLeader(leader) = &read {
+            crate::metrics::coordinator_elected(leader.epoch);
+            tracing::info!(epoch = leader.epoch, address = %leader.address, "the coordinator topic names a new elected coordinator");
+        }
+        self.phase = match std::mem::replace(&mut self.phase, Phase::Following) {
+            Phase::Claiming {
+                since,
+                epoch,
+                offset: mine,
+            } => {
+                if offset < mine && self.hosting.highest() >= epoch {
+                    // An epoch as high came before this claim: claim above.
+                    self.claim(since).await
+                } else if offset < mine {
+                    Phase::Claiming {
+                        since,
+                        epoch,
+                        offset: mine,
+                    }
+                } else {
+                    self.lead(since, epoch).await
+                }
+            }
+            Phase::Leading { epoch } => match read {
+                Read::NewLeader(leader) if leader.epoch > epoch => {
+                    self.step_down("a coordinator with a higher epoch was elected");
+                    Phase::Outranked
+                }
+                _ => Phase::Leading { epoch },
+            },
+            other => other,
+        };
+    }
+
+    async fn on_tick(&mut self) {
+        self.phase = match std::mem::replace(&mut self.phase, Phase::Following) {
+            Phase::Elected { since } => self.claim(since).await,
+            other => other,
+        };
+        match &self.phase {
+            Phase::Elected { .. } | Phase::Claiming { .. } | Phase::Leading { .. } => {
+                self.alive = Instant::now();
+            }
+            Phase::Following | Phase::Outranked => {
+                if self.regions_reach_a_coordinator() {
+                    self.alive = Instant::now();
+                }
+            }
+        }
+        let timeout = self.config.coordinator.election_timeout;
+        if self.alive.elapsed() >= timeout {
+            tracing::warn!(?timeout, leader = ?self.hosting.leader(), "no coordinator reachable and not elected: joining the election group again");
+            crate::metrics::coordinator_election_rejoined();
+            self.election.rejoin();
+            self.alive = Instant::now();
+        }
+    }
+
+    /// Whether a region of this node has a live link to a coordinator
+    /// now (its heartbeats answered).
+    fn regions_reach_a_coordinator(&self) -> bool {
+        let Some(node) = self.node.get().and_then(Weak::upgrade) else {
+            return false;
+        };
+        node.entity_types().iter().any(|name| {
+            node.region_by_name(name)
+                .is_some_and(|region| region.coordinator_reachable())
+        })
+    }
+
+    /// Writes a leader record with an epoch above every one read.
+    async fn claim(&mut self, since: Instant) -> Phase {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let epoch = now.max(self.hosting.highest() + 1);
+        let record = (
+            leader_key(epoch),
+            leader_value(epoch, self.hosting.address()),
+        );
+        match self.log.write(0, &[record]).await {
+            Ok(offsets) => match offsets.first() {
+                Some(&offset) => {
+                    tracing::info!(epoch, offset, "leader record written");
+                    Phase::Claiming {
+                        since,
+                        epoch,
+                        offset,
+                    }
+                }
+                None => Phase::Elected { since },
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?TICK, "leader record not written; tried again");
+                Phase::Elected { since }
+            }
+        }
+    }
+
+    /// Its leader record read back with no higher epoch before it: starts
+    /// the coordinators.
+    async fn lead(&mut self, since: Instant, epoch: u64) -> Phase {
+        let mut started = 0;
+        for t in &self.types {
+            let store: Arc<dyn CoordinatorStore> =
+                Arc::new(KafkaCoordinatorStore::new(self.log.clone(), &t.name, epoch));
+            match coordinators::spawn(
+                &self.config,
+                &t.name,
+                &t.settings,
+                t.follows_partitions,
+                store,
+            ) {
+                Ok(handle) => {
+                    self.hosting.host(handle, epoch);
+                    crate::metrics::coordinator_hosted(&t.name, true);
+                    started += 1;
+                }
+                Err(e) => {
+                    tracing::error!(entity_type = %t.name, error = %e, "coordinator not started");
+                }
+            }
+        }
+        crate::metrics::coordinator_took_over(since.elapsed());
+        tracing::info!(epoch, entity_types = started, took = ?since.elapsed(), "hosting the coordinators");
+        // Earlier leader records are no one's now: compaction may drop
+        // them.
+        let below: Vec<Vec<u8>> = self
+            .hosting
+            .leader_epochs_below(epoch)
+            .into_iter()
+            .map(leader_key)
+            .collect();
+        if !below.is_empty() {
+            if let Err(e) = self.log.delete(0, &below).await {
+                tracing::debug!(error = %e, "earlier leader records not tombstoned");
+            }
+        }
+        Phase::Leading { epoch }
+    }
+
+    fn step_down(&mut self, why: &str) {
+        let stopped = self.hosting.step_down();
+        if stopped > 0 {
+            for t in &self.types {
+                crate::metrics::coordinator_hosted(&t.name, false);
+            }
+            tracing::info!(coordinators = stopped, why, "stepped down");
+        }
+    }
+}
