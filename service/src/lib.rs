@@ -41,7 +41,9 @@
 //! # The cluster's parts
 //! - [`coordinator`]: shard homes, rebalancing, hand-off: its handle
 //!   ([`CoordinatorHandle`]), its event-sourced state and store
-//!   ([`InMemoryStore`]), its members, and which node hosts it.
+//!   ([`InMemoryStore`], or the cluster's coordinator topic with
+//!   `[kafka]`), its members, and which node hosts it: the one configured,
+//!   or the one elected through Kafka ([`coordinator::election`]).
 //! - [`transport`]: how nodes reach each other: [`InMemoryNetwork`] within
 //!   a process (tests), gRPC between processes; [`credits`], the flow
 //!   control that keeps a busy receiver from stalling or being resent to.
