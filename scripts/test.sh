@@ -74,6 +74,9 @@ grep -qF "cargo bench -p colo-tests --bench kafka" README.md
 # One throughput run and two join-and-leave cycles instead of three and
 # five: the suite checks that it runs, and stays within its time.
 COLO_BENCH_RUNS=1 COLO_BENCH_CYCLES=2 cargo bench -p colo-tests --locked --bench kafka | tail -n 6
+grep -qF "cargo bench -p colo-tests --bench failover" README.md
+# One cluster of each kind, with fewer shards to place.
+COLO_BENCH_RUNS=1 COLO_BENCH_SHARDS=100 cargo bench -p colo-tests --locked --bench failover | tail -n 4
 # README's simulate command, as shown (it reads the traces in ../shared).
 simulate=$(awk '/^    cargo run --release -p colo -- simulate/ {on = 1}
   on {sub(/^    /, ""); print; if (!/\\$/) exit}' README.md)

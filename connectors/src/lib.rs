@@ -54,8 +54,8 @@ pub use observer::{NoObserver, PartitionState, SourceObserver};
 pub use producer::{check_partitioner, KeyedProducer, ProduceError, ProducerSettings, PARTITIONER};
 pub use record::{Record, TopicPartition};
 pub use source::{
-    AssignedPartition, Gate, KafkaSource, Revocation, Rewind, SourceEvent, SourceSettings,
-    FETCH_QUEUE_BACKOFF_MS,
+    AssignedPartition, Gate, GroupRejoin, KafkaSource, Revocation, Rewind, SourceEvent,
+    SourceSettings, FETCH_QUEUE_BACKOFF_MS,
 };
 pub use topics::{
     check_partition_counts, check_topic_usable, create_missing_topics, partition_counts,

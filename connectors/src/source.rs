@@ -28,6 +28,7 @@ mod poll;
 mod settings;
 
 pub use events::{AssignedPartition, Gate, Revocation, Rewind, SourceEvent};
+
 pub(crate) use settings::GroupProtocol;
 pub use settings::{SourceSettings, FETCH_QUEUE_BACKOFF_MS};
 
@@ -47,7 +48,21 @@ use tokio::sync::mpsc;
 #[derive(Debug)]
 pub struct KafkaSource {
     stop: Arc<AtomicBool>,
+    rejoin: GroupRejoin,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Has a running source leave its group and join it again, as a new
+/// member: for a broker that left some of the group's partitions with no
+/// owner (tansu 0.6 after the group's leader died; DEVELOPERS.md). Its
+/// partitions are revoked first, as when it stops.
+#[derive(Debug, Clone, Default)]
+pub struct GroupRejoin(Arc<AtomicBool>);
+
+impl GroupRejoin {
+    pub fn rejoin(&self) {
+        self.0.store(true, Ordering::Release);
+    }
 }
 
 impl KafkaSource {
@@ -98,11 +113,26 @@ impl KafkaSource {
         let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
         consumer.subscribe(&topics)?;
         let stop = Arc::new(AtomicBool::new(false));
+        let rejoin = GroupRejoin::default();
         let thread = {
             let stop = stop.clone();
+            let rejoining = rejoin.0.clone();
+            let topics: Vec<String> = settings.topics.clone();
             std::thread::Builder::new()
                 .name(format!("kafka-{}", settings.group_id))
-                .spawn(move || poll::poll(&consumer, &feeds, &opened, &rewound, &stop))
+                .spawn(move || {
+                    poll::poll(
+                        &consumer,
+                        &feeds,
+                        poll::Asks {
+                            opened: &opened,
+                            rewound: &rewound,
+                            rejoin: &rejoining,
+                            topics: &topics,
+                        },
+                        &stop,
+                    )
+                })
                 .map_err(|e| {
                     SourceError::Kafka(rdkafka::error::KafkaError::ClientCreation(e.to_string()))
                 })?
@@ -110,10 +140,16 @@ impl KafkaSource {
         Ok((
             Self {
                 stop,
+                rejoin,
                 thread: Some(thread),
             },
             receiver,
         ))
+    }
+
+    /// What has this source rejoin its group.
+    pub fn group_rejoin(&self) -> GroupRejoin {
+        self.rejoin.clone()
     }
 
     /// Stops consuming and commits the offsets of what was handled. Blocks

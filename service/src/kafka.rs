@@ -222,6 +222,11 @@ impl KafkaIngest {
         self.health.clone()
     }
 
+    /// What has its consumer leave its group and join it again.
+    pub fn group_rejoin(&self) -> Option<colo_connectors::GroupRejoin> {
+        self.source.as_ref().map(KafkaSource::group_rejoin)
+    }
+
     /// Stops consuming: the partitions are revoked (their shards handed
     /// off) and what was handled is committed.
     pub async fn shutdown(mut self) {

@@ -473,6 +473,14 @@ async fn run(
             Err(e) => return Err(ProgramError::Settings(format!("kafka ingest: {e}"))),
         }
     }
+    if let Some(electing) = &electing {
+        electing.watch_ingests(
+            ingests
+                .iter()
+                .filter_map(KafkaIngest::group_rejoin)
+                .collect(),
+        );
+    }
     let coordinator = if config.elects_coordinator() {
         "elected"
     } else {

@@ -34,13 +34,29 @@ const COMMITTED_RETRY: Duration = Duration::from_millis(500);
 /// The consumer's thread: poll, hand records to their partitions, open
 /// gates, keep the in-flight bound and store what was handled (librdkafka
 /// commits it).
+/// What the service asks of the poll thread.
+pub(super) struct Asks<'a> {
+    /// Gates opened.
+    pub opened: &'a std::sync::mpsc::Receiver<(TopicPartition, u64)>,
+    /// Partitions to consume again from their committed offset.
+    pub rewound: &'a std::sync::mpsc::Receiver<(TopicPartition, u64)>,
+    /// Set: leave the group and join it again.
+    pub rejoin: &'a AtomicBool,
+    pub topics: &'a [String],
+}
+
 pub(super) fn poll(
     consumer: &BaseConsumer<SourceContext>,
     feeds: &Mutex<Feeds>,
-    opened: &std::sync::mpsc::Receiver<(TopicPartition, u64)>,
-    rewound: &std::sync::mpsc::Receiver<(TopicPartition, u64)>,
+    asks: Asks<'_>,
     stop: &AtomicBool,
 ) {
+    let Asks {
+        opened,
+        rewound,
+        rejoin,
+        topics,
+    } = asks;
     let mut last_report = std::time::Instant::now();
     let mut last_maintain = std::time::Instant::now();
     let mut idle = false;
@@ -78,6 +94,16 @@ pub(super) fn poll(
             None => idle = true,
         }
         since_clock = 0;
+        if rejoin.swap(false, Ordering::AcqRel) {
+            // The revoke of every partition runs in a later poll, then the
+            // consumer joins as a new member.
+            tracing::warn!("leaving the consumer group and joining it again");
+            consumer.unsubscribe();
+            let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+            if let Err(e) = consumer.subscribe(&names) {
+                tracing::error!(error = %e, "the consumer group was not joined again");
+            }
+        }
         for (tp, feed) in rewound.try_iter() {
             consumer.context().rewind(consumer, &tp, feed);
         }

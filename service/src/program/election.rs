@@ -17,6 +17,13 @@
 //! new member. Only then: a rejoin is a rebalance of the group, and a
 //! broker that assigns with stale metadata may move the partition away
 //! from a live coordinator.
+//!
+//! The same broker keeps a dead leader's partitions of an entity type's
+//! own consumer group without an owner. The elected node watches for it:
+//! when shards of a Kafka-driven entity type stay without a home for
+//! `coordinator.election_timeout`, it has its own consumers of that group
+//! leave and join again (a Kafka broker moves such partitions when the
+//! session times out, long before).
 
 use super::coordinators::{self, Hosted};
 use super::ProgramError;
@@ -26,7 +33,7 @@ use crate::coordinator::kafka_store::KafkaCoordinatorStore;
 use crate::coordinator::store::CoordinatorStore;
 use crate::node::Node;
 use crate::tasks::TaskSet;
-use colo_connectors::{Changelog, Election, ElectionEvent, ElectionSettings};
+use colo_connectors::{Changelog, Election, ElectionEvent, ElectionSettings, GroupRejoin};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -35,6 +42,8 @@ use tokio::time::Instant;
 /// How often an unfinished claim is tried again and the regions' contact
 /// with their coordinator looked at.
 const TICK: Duration = Duration::from_secs(1);
+/// Rejoins in a row wait up to 2^REJOIN_BACKOFF election timeouts.
+const REJOIN_BACKOFF: u32 = 2;
 /// How long a revoke waits for this node to stop its coordinators.
 const STEP_DOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -66,6 +75,7 @@ pub(super) struct Electing {
     tasks: TaskSet,
     done: Option<oneshot::Receiver<()>>,
     node: Arc<OnceLock<Weak<Node>>>,
+    ingests: Arc<OnceLock<Vec<GroupRejoin>>>,
 }
 
 impl Electing {
@@ -100,8 +110,11 @@ impl Electing {
             crate::metrics::coordinator_hosted(&t.name, false);
         }
         let node = Arc::new(OnceLock::new());
+        let ingests = Arc::new(OnceLock::new());
         let driver = Driver {
             node: node.clone(),
+            ingests: ingests.clone(),
+            orphans_since: None,
             config: config.clone(),
             types,
             hosting,
@@ -109,6 +122,7 @@ impl Electing {
             election,
             phase: Phase::Following,
             alive: Instant::now(),
+            rejoins: 0,
         };
         let (stop, stopped) = oneshot::channel();
         let (finished, done) = oneshot::channel();
@@ -122,7 +136,14 @@ impl Electing {
             tasks,
             done: Some(done),
             node,
+            ingests,
         })
+    }
+
+    /// This node's consumers of the Kafka-driven entity types, which it has
+    /// rejoin their groups when it leads and shards stay without a home.
+    pub(super) fn watch_ingests(&self, ingests: Vec<GroupRejoin>) {
+        let _ = self.ingests.set(ingests);
     }
 
     /// The node whose regions say whether they reach a coordinator: until
@@ -150,6 +171,11 @@ struct Driver {
     /// The node, once it exists: its regions' contact with their
     /// coordinator is what says a coordinator runs.
     node: Arc<OnceLock<Weak<Node>>>,
+    /// This node's consumers of Kafka-driven entity types, once started.
+    ingests: Arc<OnceLock<Vec<GroupRejoin>>>,
+    /// Since when, while leading, a Kafka-driven entity type has had shards
+    /// without a home.
+    orphans_since: Option<Instant>,
     config: NodeConfig,
     types: Vec<Hosted>,
     hosting: Arc<ElectedHosting>,
@@ -157,8 +183,10 @@ struct Driver {
     election: Election,
     phase: Phase,
     /// When this node last was elected, or one of its regions reached a
-    /// coordinator.
+    /// coordinator, or it last joined the group again.
     alive: Instant,
+    /// Rejoins since then.
+    rejoins: u32,
 }
 
 impl Driver {
@@ -254,22 +282,75 @@ impl Driver {
             Phase::Elected { since } => self.claim(since).await,
             other => other,
         };
-        match &self.phase {
-            Phase::Elected { .. } | Phase::Claiming { .. } | Phase::Leading { .. } => {
-                self.alive = Instant::now();
-            }
-            Phase::Following | Phase::Outranked => {
-                if self.regions_reach_a_coordinator() {
-                    self.alive = Instant::now();
-                }
-            }
+        if matches!(self.phase, Phase::Leading { .. }) {
+            self.watch_orphans().await;
+        } else {
+            self.orphans_since = None;
         }
-        let timeout = self.config.coordinator.election_timeout;
-        if self.alive.elapsed() >= timeout {
-            tracing::warn!(?timeout, leader = ?self.hosting.leader(), "no coordinator reachable and not elected: joining the election group again");
+        let alive = match &self.phase {
+            Phase::Elected { .. } | Phase::Claiming { .. } | Phase::Leading { .. } => true,
+            Phase::Following | Phase::Outranked => self.regions_reach_a_coordinator(),
+        };
+        if alive {
+            self.alive = Instant::now();
+            self.rejoins = 0;
+        }
+        // Each rejoin in a row waits twice as long as the one before (up to
+        // REJOIN_BACKOFF times the timeout): a rejoin starts a new round of
+        // the group, and on a slow broker rounds that keep being restarted
+        // never assign the partition.
+        let wait =
+            self.config.coordinator.election_timeout * (1 << self.rejoins.min(REJOIN_BACKOFF));
+        if self.alive.elapsed() >= wait {
+            tracing::warn!(?wait, leader = ?self.hosting.leader(), "no coordinator reachable and not elected: joining the election group again");
             crate::metrics::coordinator_election_rejoined();
             self.election.rejoin();
             self.alive = Instant::now();
+            self.rejoins += 1;
+        }
+    }
+
+    /// While leading: whether a Kafka-driven entity type has shards without
+    /// a home, for how long; past `election_timeout`, this node's consumers
+    /// rejoin their groups (then it waits as long again).
+    async fn watch_orphans(&mut self) {
+        let Some(node) = self.node.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        let mut orphans = 0;
+        for t in self.types.iter().filter(|t| t.follows_partitions) {
+            let Some(region) = node.region_by_name(&t.name) else {
+                continue;
+            };
+            let Ok(stats) = region.cluster_stats(TICK).await else {
+                return;
+            };
+            let placed: std::collections::BTreeSet<u32> = stats
+                .regions
+                .values()
+                .flat_map(|r| {
+                    r.stats
+                        .keys()
+                        .chain(&r.failed)
+                        .chain(&r.handing_off)
+                        .chain(&r.restoring)
+                        .map(|s| s.0)
+                })
+                .collect();
+            orphans += (t.settings.number_of_shards as usize).saturating_sub(placed.len());
+        }
+        if orphans == 0 {
+            self.orphans_since = None;
+            return;
+        }
+        let since = *self.orphans_since.get_or_insert_with(Instant::now);
+        let timeout = self.config.coordinator.election_timeout;
+        if since.elapsed() >= timeout {
+            tracing::warn!(orphans, ?timeout, "shards of Kafka-driven entity types without a home: this node's consumers rejoin their groups");
+            for ingest in self.ingests.get().into_iter().flatten() {
+                ingest.rejoin();
+            }
+            self.orphans_since = Some(Instant::now());
         }
     }
 
