@@ -21,6 +21,7 @@
 
 use colo_tests::broker::Broker;
 use colo_tests::process::NodeProcess;
+use colo_tests::wait::until_ok;
 use std::time::{Duration, Instant};
 
 fn env(name: &str, default: u64) -> u64 {
@@ -63,21 +64,6 @@ async fn metric(node: &NodeProcess, name: &str, label: &str) -> f64 {
         .sum()
 }
 
-async fn until<F, Fut, T>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let end = Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < end, "gave up waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// What one kill measured.
 struct Measured {
     /// Kill to the first newly allocated shard's answer.
@@ -102,14 +88,17 @@ async fn run(broker: &Broker, cluster: &str, shards: u64, kill_coordinator: bool
             .await
             .expect("tell");
     }
-    let host = until("one node hosting the coordinator", || async {
+    let host = until_ok(DEADLINE, || async {
         let mut hosts = Vec::new();
         for (at, node) in nodes.iter().enumerate() {
             if metric(node, "colo_coordinator_hosted{", "counter").await == 1.0 {
                 hosts.push(at);
             }
         }
-        (hosts.len() == 1).then(|| hosts[0])
+        match hosts[..] {
+            [one] => Ok(one),
+            _ => Err(format!("not one node hosts the coordinator: {hosts:?}")),
+        }
     })
     .await;
     let victim_at = if kill_coordinator {
@@ -117,9 +106,10 @@ async fn run(broker: &Broker, cluster: &str, shards: u64, kill_coordinator: bool
     } else {
         (host + 1) % nodes.len()
     };
-    let orphan = until("an entity on the node to kill", || async {
-        let on = colo_tests::client::entities_on(&nodes[victim_at], "counter").await?;
-        on.into_iter().next()
+    let orphan = until_ok(DEADLINE, || async {
+        let on = colo_tests::client::entities_on(&nodes[victim_at], "counter").await;
+        on.and_then(|on| on.into_iter().next())
+            .ok_or_else(|| "no entity on the node to kill yet".to_string())
     })
     .await;
     let old_epoch = metric(&nodes[victim_at], "colo_coordinator_elected_epoch", "").await;
@@ -134,9 +124,7 @@ async fn run(broker: &Broker, cluster: &str, shards: u64, kill_coordinator: bool
         loop {
             match colo_tests::client::ask_within(&mut via, &orphan, r#""Get""#, DEADLINE).await {
                 Ok(_) => return Ok(killed.elapsed()),
-                Err(status) if status.message().contains("went away") => {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
+                Err(status) if status.message().contains("went away") => {}
                 Err(status) => return Err(status),
             }
         }
@@ -144,12 +132,16 @@ async fn run(broker: &Broker, cluster: &str, shards: u64, kill_coordinator: bool
     let elected = if kill_coordinator {
         let survivors = &nodes;
         Some(
-            until("the survivors agreeing on a new epoch", || async {
+            until_ok(DEADLINE, || async {
                 let mut epochs = Vec::new();
                 for node in survivors {
                     epochs.push(metric(node, "colo_coordinator_elected_epoch", "").await);
                 }
-                (epochs.iter().all(|e| *e > old_epoch && *e == epochs[0])).then(|| killed.elapsed())
+                if epochs.iter().all(|e| *e > old_epoch && *e == epochs[0]) {
+                    Ok(killed.elapsed())
+                } else {
+                    Err(format!("the survivors know these epochs: {epochs:?}"))
+                }
             })
             .await,
         )

@@ -182,8 +182,8 @@ struct Driver {
     log: Arc<Changelog>,
     election: Election,
     phase: Phase,
-    /// When this node last was elected, or one of its regions reached a
-    /// coordinator, or it last joined the group again.
+    /// When this node last was elected, read a new leader record, had a
+    /// region reach a coordinator, or joined the group again.
     alive: Instant,
     /// Rejoins since then.
     rejoins: u32,
@@ -244,6 +244,12 @@ impl Driver {
             }
         };
         if let Read::NewLeader(leader) = &read {
+            // The epoch advanced: a node was just elected. Its coordinators
+            // get a whole timeout to be reached before this node rejoins
+            // (a rejoin now would restart the group's round, and could move
+            // the partition away from it).
+            self.alive = Instant::now();
+            self.rejoins = 0;
             crate::metrics::coordinator_elected(leader.epoch);
             tracing::info!(epoch = leader.epoch, address = %leader.address, "the coordinator topic names a new elected coordinator");
         }
