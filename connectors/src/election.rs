@@ -15,7 +15,7 @@
 
 use crate::client::client_config;
 use crate::error::SourceError;
-use crate::source::GroupProtocol;
+use crate::source::{GroupProtocol, GroupRejoin};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::message::Message;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
@@ -100,7 +100,7 @@ impl Drop for StepDown {
 #[derive(Debug)]
 pub struct Election {
     stop: Arc<AtomicBool>,
-    rejoin: Arc<AtomicBool>,
+    rejoin: GroupRejoin,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -117,7 +117,7 @@ impl Election {
         let member = Member::join(&settings, &events)?;
         let reader = follow(&settings)?;
         let stop = Arc::new(AtomicBool::new(false));
-        let rejoin = Arc::new(AtomicBool::new(false));
+        let rejoin = GroupRejoin::default();
         let thread = {
             let (stop, rejoin) = (stop.clone(), rejoin.clone());
             std::thread::Builder::new()
@@ -141,7 +141,7 @@ impl Election {
     /// whose broker left the partition unassigned (DEVELOPERS.md, "The
     /// coordinator's election").
     pub fn rejoin(&self) {
-        self.rejoin.store(true, Ordering::Release);
+        self.rejoin.rejoin();
     }
 
     /// Leaves the group. Blocks until the consumer has closed (a revoke
@@ -315,13 +315,13 @@ fn run(
     reader: &BaseConsumer,
     events: &mpsc::UnboundedSender<ElectionEvent>,
     stop: &AtomicBool,
-    rejoin: &AtomicBool,
+    rejoin: &GroupRejoin,
 ) {
     let mut member = Some(member);
     let mut next_try = Instant::now();
     let mut last_offset = -1;
     while !stop.load(Ordering::Acquire) && !events.is_closed() {
-        if rejoin.swap(false, Ordering::AcqRel) {
+        if rejoin.asked() {
             // Dropping the consumer leaves the group (a revoke first, if it
             // held the partition).
             drop(member.take());

@@ -63,6 +63,12 @@ impl GroupRejoin {
     pub fn rejoin(&self) {
         self.0.store(true, Ordering::Release);
     }
+
+    /// Whether a rejoin was asked for since the last call: the consumer's
+    /// thread takes each ask once.
+    pub(crate) fn asked(&self) -> bool {
+        self.0.swap(false, Ordering::AcqRel)
+    }
 }
 
 impl KafkaSource {
@@ -116,7 +122,7 @@ impl KafkaSource {
         let rejoin = GroupRejoin::default();
         let thread = {
             let stop = stop.clone();
-            let rejoining = rejoin.0.clone();
+            let rejoining = rejoin.clone();
             let topics: Vec<String> = settings.topics.clone();
             std::thread::Builder::new()
                 .name(format!("kafka-{}", settings.group_id))

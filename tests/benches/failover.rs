@@ -19,17 +19,13 @@
 //! `region_timeout` 2.5 s, the election group's session timeout 6 s and
 //! `election_timeout` 5 s.
 
+mod support;
+
 use colo_tests::broker::Broker;
 use colo_tests::process::NodeProcess;
 use colo_tests::wait::until_ok;
 use std::time::{Duration, Instant};
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use support::{env, metric, percentile};
 
 /// How long anything in one run may take before the bench gives up.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -51,17 +47,6 @@ fn sets(bootstrap: &str, cluster: &str, shards: u64) -> Vec<String> {
             }
         ),
     ]
-}
-
-/// A metric's value on `node` (the sum of its series with `label`).
-async fn metric(node: &NodeProcess, name: &str, label: &str) -> f64 {
-    let Ok((_, body)) = colo_tests::http::get(&node.admin, "/metrics").await else {
-        return 0.0;
-    };
-    body.lines()
-        .filter(|l| l.starts_with(name) && l.contains(label))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// What one kill measured.
@@ -171,14 +156,6 @@ async fn run(broker: &Broker, cluster: &str, shards: u64, kill_coordinator: bool
     }
 }
 
-/// The nearest-rank percentile `p` (0 to 100) of `samples`.
-fn percentile(samples: &[Duration], p: f64) -> Duration {
-    let mut sorted = samples.to_vec();
-    sorted.sort();
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
-}
-
 fn report(what: &str, samples: &[Duration]) {
     println!(
         "{what}: p50 {:.2} s, p99 {:.2} s, min {:.2} s, max {:.2} s over {} runs",
@@ -193,12 +170,7 @@ fn report(what: &str, samples: &[Duration]) {
 fn main() {
     let runs = env("COLO_BENCH_RUNS", 10);
     let shards = env("COLO_BENCH_SHARDS", 1000);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
+    support::runtime().block_on(async {
         let broker = Broker::start();
         let (mut failover, mut elected, mut baseline) = (Vec::new(), Vec::new(), Vec::new());
         for n in 0..runs {

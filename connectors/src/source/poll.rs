@@ -41,7 +41,7 @@ pub(super) struct Asks<'a> {
     /// Partitions to consume again from their committed offset.
     pub rewound: &'a std::sync::mpsc::Receiver<(TopicPartition, u64)>,
     /// Set: leave the group and join it again.
-    pub rejoin: &'a AtomicBool,
+    pub rejoin: &'a super::GroupRejoin,
     pub topics: &'a [String],
 }
 
@@ -94,7 +94,7 @@ pub(super) fn poll(
             None => idle = true,
         }
         since_clock = 0;
-        if rejoin.swap(false, Ordering::AcqRel) {
+        if rejoin.asked() {
             // The revoke of every partition runs in a later poll, then the
             // consumer joins as a new member.
             tracing::warn!("leaving the consumer group and joining it again");

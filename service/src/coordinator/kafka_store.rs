@@ -7,7 +7,8 @@
 //! coordinator that wrote it, so that two coordinators never write the same
 //! key (compaction keeps one record per key):
 //! - an epoch record, written first by every coordinator that starts;
-//! - events, one record each, with their number within the epoch;
+//! - events, one record each, keyed by a slot that is reused once the
+//!   snapshot after it has made it stale (see `append`);
 //! - a snapshot of the whole state every [`COMPACT_EVERY`] events, after
 //!   which every earlier record of the entity type gets a tombstone, so
 //!   that compaction leaves the last snapshot and what follows it.
@@ -126,9 +127,9 @@ impl Keys {
         format!("{}snapshot{SEPARATOR}{epoch:020}", self.prefix).into_bytes()
     }
 
-    fn event(&self, epoch: u64, number: u64) -> Vec<u8> {
+    fn event(&self, epoch: u64, slot: u64) -> Vec<u8> {
         format!(
-            "{}event{SEPARATOR}{epoch:020}{SEPARATOR}{number:020}",
+            "{}event{SEPARATOR}{epoch:020}{SEPARATOR}{slot:020}",
             self.prefix
         )
         .into_bytes()
@@ -212,7 +213,8 @@ enum Failure {
 struct Inner {
     /// This coordinator's epoch, once loaded.
     epoch: u64,
-    /// The number of the next event within the epoch.
+    /// The number of the next event within the epoch (its key's slot
+    /// comes from it).
     next: u64,
     /// The state the events replay to, for the next snapshot.
     state: CoordinatorState,
@@ -426,7 +428,16 @@ impl KafkaCoordinatorStore {
     async fn append(&self, event: CoordinatorEvent) -> Result<(), StoreError> {
         let mut inner = self.inner.lock().await;
         let epoch = inner.epoch;
-        let key = self.keys.event(epoch, inner.next);
+        // Slots, not numbers: the events between two snapshots take one
+        // half of 2 × compact_every slots, the next ones the other half,
+        // so a slot is written again only after the tombstone that the
+        // snapshot between wrote for it. Compaction then keeps one record
+        // per slot, and the partition stays as long as the state and the
+        // events since its snapshot however long the coordinator runs
+        // (with a number per event, each left a tombstone, which Kafka
+        // keeps for the topic's delete.retention.ms and tansu for ever).
+        let slot = inner.next % (2 * self.compact_every as u64);
+        let key = self.keys.event(epoch, slot);
         self.write_until_taken(
             &key,
             &Value {

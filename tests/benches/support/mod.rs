@@ -1,0 +1,66 @@
+//! What the benchmarks of `colo run` processes share: their knobs, the
+//! nodes' metrics and memory, and percentiles.
+
+// Each bench is a crate of its own and uses a part of this.
+#![allow(dead_code)]
+
+use colo_tests::process::NodeProcess;
+use std::time::Duration;
+
+/// A knob of the bench from the environment, or its default.
+pub fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The runtime the bench drives its nodes from: two workers, as the
+/// machine has two cores.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A metric's value on `node` (the sum of its series with `label`); 0 when
+/// the node does not answer.
+pub async fn metric(node: &NodeProcess, name: &str, label: &str) -> f64 {
+    let Ok((_, body)) = colo_tests::http::get(&node.admin, "/metrics").await else {
+        return 0.0;
+    };
+    body.lines()
+        .filter(|l| l.starts_with(name) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The node's resident set now, in bytes (`VmRSS`), and its peak
+/// (`VmHWM`).
+pub fn resident(node: &NodeProcess) -> (u64, u64) {
+    let Some(pid) = node.pid() else {
+        return (0, 0);
+    };
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// The nearest-rank percentile `p` (0 to 100) of `samples`.
+pub fn percentile(samples: &[Duration], p: f64) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
