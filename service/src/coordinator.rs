@@ -500,6 +500,19 @@ impl Coordinator {
             // A leaving region asks again; its shards are retried then.
             self.graceful_shutdown.remove(&done.owner);
         }
+        // A leaving region stops (and closes its link) as soon as its last
+        // shard stopped, often before its last hand-off is done here: it
+        // waited for region_timeout then, and so did every message for
+        // the shards it had. Now that nothing of it runs, it is gone.
+        if ok
+            && self.graceful_shutdown.contains(&done.owner)
+            && !self.links.contains_key(&done.owner)
+            && self.state.is_region(&done.owner)
+            && self.state.shards_of(&done.owner).is_empty()
+        {
+            tracing::info!(region = %done.owner, "the leaving region's last shard is handed off; it is gone");
+            self.region_terminated(done.owner.clone()).await?;
+        }
         let released = self.placements.take_released(shard);
         self.placement_handoff_done(shard, ok);
         let target = self.placement_target(shard).filter(|_| ok);

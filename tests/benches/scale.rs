@@ -46,7 +46,14 @@ fn sets(shards: u64, active: u64) -> Vec<String> {
         format!("sharding.number_of_shards={shards}"),
         r#"sharding.passivation.strategy="default""#.to_string(),
         format!("sharding.passivation.active_entity_limit={active}"),
-        r#"log.level="warn""#.to_string(),
+        format!(
+            r#"log.level="{}""#,
+            if std::env::var_os("COLO_BENCH_LOG").is_some() {
+                "info,colo::coordinator=debug"
+            } else {
+                "warn"
+            }
+        ),
     ]
 }
 
@@ -253,16 +260,27 @@ fn main() {
         // Placement: one counter in each shard.
         let ids = one_per_shard(shards);
         let per_shard = ids.clone();
-        let (placed, _) = tell_all(
+        // A counter's tell is accepted before its shard starts: placed once
+        // the cluster's stats count every shard.
+        let telling = Instant::now();
+        tell_all(
             &clients,
             "counter",
             shards,
             Arc::new(move |n| (per_shard[n as usize].clone(), r#"{"Add":1}"#)),
         )
         .await;
-        let (regions, _) = until_ok(DEADLINE, || shards_by_region(&nodes[0])).await;
-        let total: usize = regions.iter().map(|(_, n)| n).sum();
-        assert_eq!(total as u64, shards, "every shard placed: {regions:?}");
+        let regions = until_ok(DEADLINE, || async {
+            let (regions, _) = shards_by_region(&nodes[0]).await?;
+            let total: usize = regions.iter().map(|(_, n)| n).sum();
+            if total as u64 == shards {
+                Ok(regions)
+            } else {
+                Err(format!("{total} shards placed: {regions:?}"))
+            }
+        })
+        .await;
+        let placed = telling.elapsed();
         let spread: BTreeSet<usize> = regions.iter().map(|(_, n)| *n).collect();
         let after_placement: Vec<u64> = nodes.iter().map(|n| resident(n).0).collect();
 
@@ -289,6 +307,12 @@ fn main() {
         let joined = Instant::now();
         joiner.terminate();
         joiner.exited(DEADLINE).await;
+        if std::env::var_os("COLO_BENCH_LOG").is_some() {
+            println!("the node that joined and left:\n{}", joiner.logs());
+            let first = nodes[0].logs();
+            let about: Vec<&str> = first.lines().filter(|l| l.contains(&joiner.grpc)).collect();
+            println!("the coordinator's node on it:\n{}", about.join("\n"));
+        }
         until_ok(DEADLINE, || async {
             let (regions, moving) = shards_by_region(&nodes[0]).await?;
             let total: usize = regions.iter().map(|(_, n)| n).sum();
