@@ -19,6 +19,8 @@
 //! consumer is measured: single runs spread by about 0.15 on two cores the
 //! broker shares, so the median is what to read.
 
+mod support;
+
 use colo_tests::broker::Broker;
 use colo_tests::http;
 use colo_tests::lifecycle::JSON_LOGS;
@@ -26,13 +28,7 @@ use colo_tests::process::{NodeProcess, Program};
 use colo_tests::purchases::Producer;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::time::{Duration, Instant};
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use support::env;
 
 const PARTITIONS: u32 = 24;
 

@@ -6,7 +6,8 @@
 //! node's store, and the placement is the coordinator's alone). It
 //! measures:
 //! - *placement*: from the first tell to every shard of a fresh cluster
-//!   placed, one counter told in each shard, 64 tells at a time;
+//!   placed, one counter told in each shard, 64 tells at a time; the
+//!   baseline, the same tells again once every shard is placed;
 //! - *join* and *leave*: while 8 askers ask those counters in turn through
 //!   the first nodes, one more node joins, and once the coordinator has
 //!   moved its share of shards to it, it leaves gracefully (SIGTERM); the
@@ -19,7 +20,10 @@
 //!   default passivation preset; the rest passivated to the node's store).
 //!
 //! The nodes use the tests' timings: heartbeats every 200 ms,
-//! `rebalance_interval` 500 ms, `region_timeout` 2.5 s.
+//! `rebalance_interval` 500 ms, `region_timeout` 2.5 s. `COLO_BENCH_LOG`
+//! set: the nodes log at info (the coordinator at debug), and the bench
+//! prints when each node was ready and what the coordinator's node logged
+//! about the node that joined and left.
 
 mod support;
 
@@ -247,10 +251,16 @@ fn main() {
         for _ in 1..count {
             nodes.push(NodeProcess::start(Some(&nodes[0].grpc), &sets));
         }
+        let mut ready_after = Vec::new();
         for node in &nodes {
             node.await_ready(DEADLINE).await;
+            ready_after.push(started.elapsed());
         }
         let ready = started.elapsed();
+        if std::env::var_os("COLO_BENCH_LOG").is_some() {
+            println!("ready after: {ready_after:?}");
+            println!("the last node's log:\n{}", nodes[count - 1].logs());
+        }
         let at_start: Vec<u64> = nodes.iter().map(|n| resident(n).0).collect();
         let mut clients = Vec::new();
         for node in &nodes {
@@ -281,6 +291,15 @@ fn main() {
         })
         .await;
         let placed = telling.elapsed();
+        // The baseline: the same tells again, every shard placed.
+        let per_shard = ids.clone();
+        let (retold, _) = tell_all(
+            &clients,
+            "counter",
+            shards,
+            Arc::new(move |n| (per_shard[n as usize].clone(), r#"{"Add":1}"#)),
+        )
+        .await;
         let spread: BTreeSet<usize> = regions.iter().map(|(_, n)| *n).collect();
         let after_placement: Vec<u64> = nodes.iter().map(|n| resident(n).0).collect();
 
@@ -347,10 +366,11 @@ fn main() {
             ready.as_secs_f64()
         );
         println!(
-            "placement: {:.3} s from the first tell to every shard placed ({} to {} shards per node)",
+            "placement: {:.3} s from the first tell to every shard placed ({} to {} shards per node); baseline, the same tells once placed: {:.3} s",
             placed.as_secs_f64(),
             spread.first().copied().unwrap_or(0),
-            spread.last().copied().unwrap_or(0)
+            spread.last().copied().unwrap_or(0),
+            retold.as_secs_f64()
         );
         window("baseline, before the join", &baseline, joining - quiet_from);
         window("a node joins, until it has its share", &join, joined - joining);
