@@ -59,7 +59,9 @@ cargo nextest run --workspace --locked
 # Doc tests (the runner above does not run them).
 cargo test --workspace --locked --doc
 # Every benchmark README shows, as shown: it must run for a new user (its
-# figures go to BENCHMARKS.md from quiet runs, not from here).
+# figures go to BENCHMARKS.md from quiet runs, not from here). Built in one
+# go first, so that they compile side by side rather than one by one.
+cargo bench --workspace --locked --no-run
 for bench in routing passivation remote_ask io_entities restore memory durable_ask coordinator_recovery; do
   grep -qF "cargo bench -p colo --bench $bench" README.md
   # The coordinator's history at a fifth of its default: the write goes
