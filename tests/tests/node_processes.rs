@@ -149,44 +149,6 @@ async fn sigterm_and_ctrl_c_hand_the_shards_off_before_the_node_exits() {
     assert_each_lives_once(&ids, &entities_by_node(&[&a]).await);
 }
 
-/// A node that leaves gracefully is gone for the coordinator as soon as its
-/// last shard is handed off: messages for its shards do not wait for
-/// `region_timeout` (a minute here, longer than every ask's timeout). The
-/// scale bench found them waiting: the node exited before its last
-/// ShardStopped messages had left it, so the coordinator, missing them,
-/// waited for the region to stay silent.
-#[tokio::test]
-async fn a_node_that_leaves_gracefully_is_not_waited_for() {
-    let sets = [
-        "sharding.number_of_shards=64",
-        r#"coordinator.region_timeout="60s""#,
-    ];
-    let a = NodeProcess::start(None, &sets);
-    let mut b = NodeProcess::start(Some(&a.grpc), &sets);
-    for node in [&a, &b] {
-        node.await_ready(READY).await;
-    }
-    let ids = ids("leaving", 200);
-    let mut via_a = a.client().await;
-    for id in &ids {
-        ask(&mut via_a, id, r#"{"Add":1}"#).await.unwrap();
-    }
-    let on_b = entities_on(&b, "counter").await.expect("b answers");
-    assert!(!on_b.is_empty(), "no entity on b");
-    b.terminate();
-    let status = b.exited(Duration::from_secs(60)).await;
-    assert!(status.success(), "b exited with {status}:\n{}", b.logs());
-    for id in &on_b {
-        let answer = ask_within(&mut via_a, id, r#""Get""#, Duration::from_secs(10)).await;
-        assert!(
-            answer.is_ok(),
-            "{id}, whose shard was on b: {answer:?}\n{}",
-            a.logs()
-        );
-    }
-    assert!(!a.logs().contains("region silent"), "{}", a.logs());
-}
-
 /// kill -9 of a node that does not host the coordinator: its shards start
 /// elsewhere; the survivors keep their values, the killed node's entities
 /// start again from their initial state (state is in memory only), and

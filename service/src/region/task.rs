@@ -40,21 +40,8 @@ enum Phase {
     /// Handing every shard off and flushing every buffer until `deadline`.
     ShuttingDown {
         deadline: Instant,
-        farewell: Farewell,
     },
     Stopped,
-}
-
-/// The last exchange of a leaving region with its coordinator: once
-/// nothing runs here, a heartbeat whose answer shows that the coordinator
-/// has read everything sent before it (the ShardStopped of the last
-/// hand-offs). Without it the node could exit with those still unsent, and
-/// the coordinator would wait `region_timeout` for shards already stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Farewell {
-    NotSent,
-    Sent { ping: u64 },
-    Answered,
 }
 
 /// Messages an outbound queue gave back, per shard, in order; a shard with
@@ -145,13 +132,11 @@ impl<E: Entity> RegionTask<E> {
                 _ = self.fence_timer.as_mut(), if fence_armed => self.on_fence_timer(),
                 Some(cmd) = commands.recv() => self.on_command(cmd),
                 Some(shard) = home_requests.recv() => self.ask_home(shard),
-                _ = heartbeat.tick() => {
-                    self.send_heartbeat();
-                }
+                _ = heartbeat.tick() => self.send_heartbeat(),
                 _ = tick.tick() => self.on_tick(),
                 _ = idle_tick.tick(), if idle.is_some() => self.idle_tick(),
             }
-            if let Phase::ShuttingDown { deadline, .. } = self.phase {
+            if let Phase::ShuttingDown { deadline } = self.phase {
                 self.continue_shutdown(deadline, &mut commands).await;
             }
             if matches!(self.phase, Phase::Stopped) {

@@ -260,12 +260,11 @@ impl<E: Entity> RegionTask<E> {
         self.send(message);
     }
 
-    /// Sends a heartbeat on the link: its ping, or `None` without a link.
-    pub(super) fn send_heartbeat(&mut self) -> Option<u64> {
-        self.contact.sender()?;
-        let ping = self.contact.ping();
-        self.send(RegionToCoordinator::Heartbeat { ping });
-        Some(ping)
+    pub(super) fn send_heartbeat(&mut self) {
+        if self.contact.sender().is_some() {
+            let ping = self.contact.ping();
+            self.send(RegionToCoordinator::Heartbeat { ping });
+        }
     }
 
     /// The coordinator answered `ping`: the region holds its shards until
@@ -384,10 +383,7 @@ impl<E: Entity> RegionTask<E> {
                     self.publish_contact();
                 }
             }
-            CoordinatorToRegion::HeartbeatAck { ping } => {
-                self.on_answer(ping);
-                self.farewell_answered(ping);
-            }
+            CoordinatorToRegion::HeartbeatAck { ping } => self.on_answer(ping),
             CoordinatorToRegion::ShardHome { shard, region } => self.on_shard_home(shard, region),
             CoordinatorToRegion::HostShard { shard } => {
                 if !self.shared.proxy && !matches!(self.phase, Phase::Stopped) {

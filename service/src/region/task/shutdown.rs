@@ -1,7 +1,7 @@
 //! Graceful shutdown: hand every shard off, deliver every buffered message,
 //! drain the outbound queues, then stop.
 
-use super::{Farewell, Phase, RegionTask};
+use super::{Phase, RegionTask};
 use crate::entity::Entity;
 use crate::protocol::RegionToCoordinator;
 use crate::region::command::RegionCmd;
@@ -26,10 +26,7 @@ impl<E: Entity> RegionTask<E> {
         let settings = &self.shared.entity_type.settings;
         let deadline = Instant::now() + settings.handoff_timeout * 2;
         tracing::info!(entity_type = %self.name(), region = %self.shared.id, "graceful shutdown");
-        self.phase = Phase::ShuttingDown {
-            deadline,
-            farewell: Farewell::NotSent,
-        };
+        self.phase = Phase::ShuttingDown { deadline };
         // A leaving region is no longer ready: traffic should go elsewhere.
         self.publish_contact();
         if self.contact.is_registered() && !self.shared.proxy {
@@ -75,9 +72,7 @@ impl<E: Entity> RegionTask<E> {
             while let Ok(cmd) = commands.try_recv() {
                 self.on_command(cmd);
             }
-            // Past the deadline it stops whatever it still holds; before,
-            // only once the coordinator has read its last hand-offs.
-            if Instant::now() >= deadline || (self.idle() && self.said_farewell()) {
+            if self.idle() || Instant::now() >= deadline {
                 self.stop();
             }
         } else if Instant::now() >= deadline {
@@ -88,45 +83,6 @@ impl<E: Entity> RegionTask<E> {
                 "graceful shutdown did not finish in time; stopping"
             );
             self.stop();
-        }
-    }
-
-    /// Whether the coordinator has read everything this region sent it
-    /// (or there is no coordinator to tell); sends the farewell heartbeat
-    /// the first time it is asked.
-    fn said_farewell(&mut self) -> bool {
-        let Phase::ShuttingDown { deadline, farewell } = self.phase else {
-            return true;
-        };
-        let next = match farewell {
-            Farewell::Answered => return true,
-            Farewell::Sent { .. } if self.contact.is_registered() => return false,
-            Farewell::Sent { .. } => return true,
-            Farewell::NotSent => match self.send_heartbeat() {
-                Some(ping) => Farewell::Sent { ping },
-                None => return true,
-            },
-        };
-        self.phase = Phase::ShuttingDown {
-            deadline,
-            farewell: next,
-        };
-        false
-    }
-
-    /// A heartbeat's answer: the farewell's, or one sent after it.
-    pub(super) fn farewell_answered(&mut self, answered: u64) {
-        if let Phase::ShuttingDown {
-            deadline,
-            farewell: Farewell::Sent { ping },
-        } = self.phase
-        {
-            if answered >= ping {
-                self.phase = Phase::ShuttingDown {
-                    deadline,
-                    farewell: Farewell::Answered,
-                };
-            }
         }
     }
 
