@@ -23,7 +23,7 @@ if ! command -v tansu >/dev/null 2>&1 \
   cargo install tansu --locked --version 0.6.0 --features dynostore,libsql
 fi
 
-# The operations tests: a real Prometheus (and promtool) scraping test
+# The operations tests (and the TLS tests' certificates): a real Prometheus (and promtool) scraping test
 # nodes, docker-compose to resolve and validate the compose file (its
 # `config` needs no Docker engine), and headless Chromium for the cluster
 # map page. Debian's packages, installed once.
@@ -31,6 +31,8 @@ missing=()
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+# scripts/certs.sh makes the TLS tests' CA and certificates with it.
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo_if_needed=()
   [ "$(id -u)" -eq 0 ] || sudo_if_needed=(sudo)

@@ -13,6 +13,8 @@
 //!   the record's origin as headers.
 //! - [`KeyedProducer`]: records sent to their key's murmur2 partition (the
 //!   partition colo's shards follow), paced, acknowledged.
+//! - [`check_brokers`]: at startup, whether the brokers take the node's
+//!   credentials.
 //! - Topic checks at startup ([`check_partition_counts`],
 //!   [`check_topic_usable`], [`create_missing_topics`]).
 //! - A cluster's internal data ([`topics_named`], [`live_groups`],
@@ -27,6 +29,7 @@
 #![forbid(unsafe_code)]
 
 mod ack;
+mod brokers;
 mod changelog;
 mod client;
 mod cluster_data;
@@ -41,6 +44,7 @@ mod source;
 mod topics;
 
 pub use ack::Ack;
+pub use brokers::{check_brokers, BrokerError, Reached};
 pub use changelog::{Changelog, ChangelogError, ChangelogRecord, CHANGELOG_CONFIG};
 pub use cluster_data::{delete_topics, live_groups, topics_named, LiveGroup};
 pub use colo_allocation::MessageExtractor;

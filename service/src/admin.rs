@@ -138,11 +138,15 @@ pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
 ///
 /// # Errors
 /// The listener fails in a way the server cannot recover from.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
+pub async fn serve<L>(
+    listener: L,
     admin: Admin,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     let upkeep = AbortOnDrop(tokio::spawn(upkeep(admin.metrics.clone())));
     let router = Router::new()
         .route("/", get(page))

@@ -9,8 +9,10 @@
 //! - this file: the sections, their defaults, loading and the accessors the
 //!   node program uses.
 //! - `config/passivation.rs`: `[sharding.passivation]`.
-//! - `config/kafka.rs`: `[kafka]`.
+//! - `config/kafka.rs`: `[kafka]`; `config/secrets.rs`: its client
+//!   properties, secrets read from files or environment variables.
 //! - `config/state.rs`: `[state]`.
+//! - `config/security.rs`: `[tls]` and `[api]`.
 //! - `config/overrides.rs`: environment and flag overrides.
 //! - `config/validate.rs`: checks across fields after deserializing.
 //! - `config/error.rs`: [`ConfigError`] and [`Origin`].
@@ -21,6 +23,8 @@ mod error;
 mod kafka;
 mod overrides;
 mod passivation;
+mod secrets;
+mod security;
 mod state;
 mod validate;
 
@@ -28,6 +32,8 @@ pub use args::RunArgs;
 pub use error::{ConfigError, Origin};
 pub use kafka::KafkaSection;
 pub use passivation::{PassivationSection, StrategyName};
+pub use secrets::{ClientProperties, ClientValue, SecretSource};
+pub use security::{ApiSection, TlsSection};
 pub use state::{EngineName, StateSection};
 
 use crate::logging::LogFormat;
@@ -62,6 +68,13 @@ pub struct NodeConfig {
     /// `[kafka]`: topics driving entity types. Absent: no Kafka.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kafka: Option<KafkaSection>,
+    /// `[tls]`: the gRPC listener over TLS, mutual between nodes. Absent:
+    /// plain text (local development).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSection>,
+    /// `[api]`: how clients of the client API authenticate.
+    #[serde(default)]
+    pub api: ApiSection,
 }
 
 /// `[node]`.
@@ -286,14 +299,19 @@ impl NodeConfig {
         env: impl IntoIterator<Item = (String, String)>,
         sets: &[String],
     ) -> Result<NodeConfig, ConfigError> {
-        let mut overrides = overrides::from_env(env)?;
+        let env: std::collections::BTreeMap<String, String> = env.into_iter().collect();
+        let mut overrides = overrides::from_env(env.clone())?;
         for set in sets {
             overrides.push(overrides::from_set(set)?);
         }
-        Self::load_with(path, overrides)
+        Self::load_with(path, overrides, &env)
     }
 
-    fn load_with(path: Option<&Path>, overrides: Vec<Override>) -> Result<Self, ConfigError> {
+    fn load_with(
+        path: Option<&Path>,
+        overrides: Vec<Override>,
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Self, ConfigError> {
         let mut table = match path {
             Some(path) => read_table(path)?,
             None => Table::new(),
@@ -305,10 +323,16 @@ impl NodeConfig {
             file: path.map(|p| Origin::File(p.to_path_buf())),
             overrides,
         };
-        let config: NodeConfig = serde_path_to_error::deserialize(table).map_err(|e| {
+        let mut config: NodeConfig = serde_path_to_error::deserialize(table).map_err(|e| {
             let (field, reason) = field_and_reason(&e.path().to_string(), e.inner().message());
             origins.error(field, reason)
         })?;
+        if let Some(kafka) = &mut config.kafka {
+            kafka
+                .client
+                .read(env)
+                .map_err(|(field, reason)| origins.error(field, reason))?;
+        }
         config
             .validate()
             .map_err(|(field, reason)| origins.error(field, reason))?;

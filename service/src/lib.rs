@@ -48,6 +48,8 @@
 //!   a process (tests), gRPC between processes; [`credits`], the flow
 //!   control that keeps a busy receiver from stalling or being resent to.
 //! - [`TaskSet`]: every task a component starts, stopped together.
+//! - [`security`]: mutual TLS between nodes, the client API's
+//!   certificates and bearer tokens, reloaded when their files change.
 //!
 //! # Samples
 //! - [`samples`], examples rather than API: the built-in counter entity
@@ -88,6 +90,7 @@ mod protocol;
 mod region;
 mod replies;
 pub mod samples;
+pub mod security;
 pub mod settings;
 mod store;
 mod tasks;

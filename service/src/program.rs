@@ -24,6 +24,8 @@
 mod coordinators;
 mod election;
 mod ingest;
+mod servers;
+mod signals;
 mod state;
 
 use crate::admin::{self, Admin, Readiness};
@@ -34,7 +36,9 @@ use crate::coordinator::hosting::{CoordinatorHosting, StaticHosting};
 use crate::entity::{Entity, EntityType, RegistrationError};
 use crate::kafka::{IngestHealth, KafkaIngest, RecordDecoder};
 use crate::node::Node;
+use crate::security::Security;
 use crate::settings::ShardingSettings;
+use crate::tasks::TaskSet;
 use crate::transport::grpc::{GrpcSettings, GrpcTransport};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -80,6 +84,10 @@ pub enum ProgramError {
         /// Why.
         source: std::io::Error,
     },
+    /// A certificate, key or tokens file named by `[tls]` or `[api]`
+    /// cannot be used.
+    #[error("invalid config: {0}")]
+    Security(#[from] crate::security::SecurityError),
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
@@ -93,6 +101,9 @@ pub enum ProgramError {
     /// with another partition count, the broker unreachable).
     #[error("kafka: {0}")]
     Kafka(#[from] crate::kafka::IngestError),
+    /// The brokers refused the node's credentials (`[kafka.client]`).
+    #[error("kafka: {0}")]
+    Brokers(#[from] colo_connectors::BrokerError),
 }
 
 /// The command line of a node program: the flags of `colo run`.
@@ -362,9 +373,13 @@ async fn run(
     let grpc_listener = bind("node.listen", config.node.listen).await?;
     let admin_listener = bind("node.admin_listen", config.node.admin_listen).await?;
     let advertised = advertised(&config, &grpc_listener);
+    let security = Security::load(&config, &advertised).await?;
+    let tasks = TaskSet::default();
+    tasks.spawn(security.clone().watch());
 
     let mut entity_types = entity_types;
     let kafka_driven = ingest::check(&config, &mut entity_types)?;
+    ingest::check_brokers(&config).await?;
     if !config.node.proxy {
         ingest::create_topics(&config, &entity_types).await?;
     }
@@ -392,6 +407,7 @@ async fn run(
     let grpc_settings = GrpcSettings {
         heartbeat_interval: config.coordinator.heartbeat_interval,
         region_timeout: config.coordinator.region_timeout,
+        tls: security.tls().cloned(),
         ..GrpcSettings::default()
     };
     let transport = GrpcTransport::new(&advertised, grpc_settings, hosting);
@@ -416,9 +432,9 @@ async fn run(
     }
 
     let (stop, mut stopping) = watch::channel(false);
-    tokio::spawn(watch_signals(stop.clone()));
+    tokio::spawn(signals::watch_signals(stop.clone()));
     if exit_with_parent {
-        tokio::spawn(exit_with_the_parent());
+        tokio::spawn(signals::exit_with_the_parent());
     }
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -430,17 +446,19 @@ async fn run(
         .build_v1()
         .map_err(|e| ProgramError::Settings(format!("server reflection: {e}")))?;
     let (servers_stop, servers_stopping) = watch::channel(false);
-    let grpc = tonic::transport::Server::builder()
-        .add_service(transport.node_service())
+    let routes = tonic::service::Routes::new(transport.node_service())
         .add_service(transport.coordinator_service())
         .add_service(ShardingApi::new(node.clone(), config.ask_timeout(), stop))
         .add_service(health_service)
-        .add_service(reflection)
-        .serve_with_incoming_shutdown(
-            crate::transport::grpc::incoming(grpc_listener),
-            stopped(servers_stopping.clone()),
-        );
-    let mut grpc = tokio::spawn(grpc);
+        .add_service(reflection);
+    servers::warn_plain_text(&security, config.node.listen, config.node.admin_listen);
+    let mut grpc = servers::grpc(
+        grpc_listener,
+        &security,
+        routes,
+        &tasks,
+        stopped(servers_stopping.clone()),
+    );
     let probe = {
         let node = node.clone();
         let ingest_health = ingest_health.clone();
@@ -454,12 +472,13 @@ async fn run(
             }
         }
     };
-    let admin = admin::serve(
+    let mut admin = servers::admin(
         admin_listener,
+        &security,
         Admin::new(metrics, probe).with_cluster_map(node.clone()),
+        &tasks,
         stopped(servers_stopping),
-    );
-    let mut admin = tokio::spawn(admin);
+    )?;
     let mut ingests = Vec::new();
     for (at, started) in starting.into_iter().enumerate() {
         match started.await {
@@ -525,25 +544,9 @@ async fn run(
         grpc.abort();
         admin.abort();
     }
+    tasks.abort_all().await;
     tracing::info!(node = %advertised, "stopped");
     Ok(())
-}
-
-/// Exits when the process that started this one is gone (a test runner
-/// killed hard, say): a node must not outlive what supervises it.
-async fn exit_with_the_parent() {
-    #[cfg(unix)]
-    {
-        let parent = std::os::unix::process::parent_id();
-        let mut tick = tokio::time::interval(Duration::from_millis(500));
-        loop {
-            tick.tick().await;
-            if std::os::unix::process::parent_id() != parent {
-                tracing::error!(parent, "the parent process is gone; exiting");
-                std::process::exit(1);
-            }
-        }
-    }
 }
 
 /// The address others reach this node at: configured, or the bound one
@@ -558,31 +561,6 @@ fn advertised(config: &NodeConfig, listener: &TcpListener) -> String {
 
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
-}
-
-/// SIGTERM (what orchestrators send) and Ctrl-C both stop gracefully.
-async fn watch_signals(stop: watch::Sender<bool>) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    tracing::info!("stop signal received");
-    let _ = stop.send(true);
 }
 
 fn flatten<E>(result: Result<Result<(), E>, tokio::task::JoinError>) -> Result<(), E> {

@@ -33,6 +33,7 @@ fn grpc_settings() -> GrpcSettings {
         connect_timeout: Duration::from_millis(500),
         heartbeat_interval: Duration::from_millis(100),
         region_timeout: Duration::from_secs(1),
+        ..GrpcSettings::default()
     }
 }
 

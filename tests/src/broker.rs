@@ -14,6 +14,8 @@ pub struct Broker {
     child: Option<Child>,
     bootstrap: String,
     storage: String,
+    /// `broker` flags after the listener and storage ones.
+    flags: Vec<String>,
     log: PathBuf,
     dir: tempfile::TempDir,
 }
@@ -51,6 +53,32 @@ impl Broker {
         Self::start_with(|_| url)
     }
 
+    /// Starts tansu requiring SASL authentication, with the SCRAM-SHA-256
+    /// user `user`. tansu checks SCRAM credentials on its SQLite storage
+    /// only, and creates users through a broker that does not ask for
+    /// them yet: the user is created first, then the broker restarted with
+    /// `--authentication`.
+    ///
+    /// # Panics
+    /// As [`Broker::start`], or the user cannot be created.
+    pub fn start_authenticating(user: &str, password: &str) -> Self {
+        let mut broker = Self::start_durable();
+        let output = Command::new(tansu_binary())
+            .args(["user", "create", "--mechanism", "scram256", "--broker"])
+            .arg(format!("tcp://{}", broker.bootstrap))
+            .args([user, password])
+            .output()
+            .expect("run tansu user create");
+        assert!(
+            output.status.success(),
+            "tansu user create failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        broker.flags = vec!["--authentication".to_string()];
+        broker.restart();
+        broker
+    }
+
     fn start_with(storage: impl FnOnce(&std::path::Path) -> String) -> Self {
         let port = crate::process::free_port();
         let dir = tempfile::tempdir().expect("broker directory");
@@ -58,6 +86,7 @@ impl Broker {
             child: None,
             bootstrap: format!("127.0.0.1:{port}"),
             storage: storage(dir.path()),
+            flags: Vec::new(),
             log: dir.path().join("tansu.log"),
             dir,
         };
@@ -83,6 +112,7 @@ impl Broker {
                 &url,
             ])
             .args(["--storage-engine", &self.storage])
+            .args(&self.flags)
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(out)

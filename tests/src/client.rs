@@ -126,9 +126,14 @@ pub async fn entities_by_node(nodes: &[&NodeProcess]) -> BTreeMap<String, BTreeS
 
 /// Shards per region, from the coordinator's view through `via`.
 pub async fn shards_by_region(via: &NodeProcess) -> Option<BTreeMap<String, usize>> {
-    let stats = via
-        .client()
-        .await
+    shards_by_region_through(&mut via.client().await).await
+}
+
+/// Shards per region, from the coordinator's view through `client`.
+pub async fn shards_by_region_through(
+    client: &mut ShardingClient<Channel>,
+) -> Option<BTreeMap<String, usize>> {
+    let stats = client
         .cluster_stats(pb::ClusterStatsRequest {
             entity_type: "counter".into(),
             timeout: None,

@@ -24,6 +24,8 @@
 //!   and labels.
 //! - [`proxy`]: a TCP proxy that forwards, holds (a partition) or breaks
 //!   connections.
+//! - [`tls`]: certificates made by `scripts/certs.sh`, and clients that
+//!   present them or a bearer token.
 //! - [`wait`]: waiting for a condition with a deadline.
 //! - `rdkafka`, re-exported: tests drive a broker directly with it (records
 //!   produced or read, the mock cluster's injected errors), so the crates
@@ -42,6 +44,7 @@ pub mod prometheus;
 pub mod proxy;
 pub mod purchases;
 pub mod recorded;
+pub mod tls;
 pub mod user_nodes;
 pub mod wait;
 

@@ -47,7 +47,28 @@ fn binary(package: &str, name: &str, what: &[&str]) -> PathBuf {
         Some("debug") | None => "dev",
         Some(other) => other,
     };
-    let status = Command::new(env!("CARGO"))
+    let mut cargo = Command::new(env!("CARGO"));
+    // What cargo sets for the test process (the package's name, version
+    // and directory), and a build from a shell does not have: ring's build
+    // script reruns when one differs, and with it every crate above ring
+    // would be built anew at each switch between the two.
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_BIN_")
+            || matches!(
+                name,
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+            )
+        {
+            cargo.env_remove(name);
+        }
+    }
+    let status = cargo
         .args([
             "build",
             "--quiet",
@@ -152,8 +173,20 @@ impl NodeProcess {
 
     /// Starts a node of `program`, like [`Self::start`].
     pub fn start_program(program: Program, coordinator: Option<&str>, sets: &[&str]) -> Self {
-        let grpc = format!("127.0.0.1:{}", free_port());
-        let admin = format!("127.0.0.1:{}", free_port());
+        Self::start_on("127.0.0.1", program, coordinator, sets)
+    }
+
+    /// Starts a node of `program` listening on the loopback address `host`
+    /// (any of 127.0.0.0/8 on Linux): nodes on different hosts have
+    /// certificates that name different hosts.
+    pub fn start_on(
+        host: &str,
+        program: Program,
+        coordinator: Option<&str>,
+        sets: &[&str],
+    ) -> Self {
+        let grpc = format!("{host}:{}", free_port());
+        let admin = format!("{host}:{}", free_port());
         let coordinator = coordinator.unwrap_or(&grpc);
         let dir = tempfile::tempdir().expect("temp dir");
         let config = dir.path().join("colo.toml");

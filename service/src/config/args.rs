@@ -50,12 +50,13 @@ impl RunArgs {
         &self,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<NodeConfig, ConfigError> {
-        let mut all = overrides::from_env(env)?;
+        let env: std::collections::BTreeMap<String, String> = env.into_iter().collect();
+        let mut all = overrides::from_env(env.clone())?;
         all.extend(self.flag_overrides());
         for set in &self.set {
             all.push(overrides::from_set(set)?);
         }
-        NodeConfig::load_with(self.config.as_deref(), all)
+        NodeConfig::load_with(self.config.as_deref(), all, &env)
     }
 
     fn flag_overrides(&self) -> Vec<Override> {

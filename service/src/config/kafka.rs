@@ -1,6 +1,7 @@
 //! `[kafka]`: the topics whose records drive entity types, and how they are
 //! consumed. Absent, the node reads no Kafka.
 
+use super::secrets::ClientProperties;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -64,8 +65,10 @@ pub struct KafkaSection {
     /// node (security, timeouts), e.g. `"session.timeout.ms" = "10000"`.
     /// Those colo sets itself (`group.id`, offset handling, the assignor)
     /// are refused.
+    /// A value may come from a file or an environment variable
+    /// (`config/secrets.rs`); secret ones are never shown.
     #[serde(default)]
-    pub client: BTreeMap<String, String>,
+    pub client: ClientProperties,
 }
 
 fn default_cluster() -> String {
@@ -127,10 +130,7 @@ impl KafkaSection {
 
     /// The client properties as the connectors take them.
     pub fn client_properties(&self) -> Vec<(String, String)> {
-        self.client
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
+        self.client.pairs()
     }
 
     /// Refuses what deserializing lets through.

@@ -120,6 +120,8 @@ impl NodeConfig {
         crate::logging::validate_level(&self.log.level)
             .map_err(|e| ("log.level".to_string(), e.reason))?;
 
+        self.check_security()?;
+
         if let Some(kafka) = &self.kafka {
             kafka.check()?;
             for entity_type in kafka.topics.keys() {
@@ -130,6 +132,36 @@ impl NodeConfig {
                     .source
                     .validate()
                     .map_err(|e| ("kafka.client".to_string(), e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl NodeConfig {
+    /// `[tls]` and `[api]`: every listener that can change state is either
+    /// encrypted or not, and every client has a way in.
+    fn check_security(&self) -> Result<(), Refusal> {
+        let refuse = |field: &str, reason: &str| Err((field.to_string(), reason.to_string()));
+        match &self.tls {
+            None => {
+                if self.api.tokens_file.is_some() {
+                    return refuse(
+                        "api.tokens_file",
+                        "needs [tls]: a bearer token sent in plain text can be read off the network",
+                    );
+                }
+            }
+            Some(tls) => {
+                if tls.reload_interval.is_zero() {
+                    return refuse("tls.reload_interval", "must be longer than zero");
+                }
+                if self.api.tokens_file.is_none() && !self.api.client_certificates {
+                    return refuse(
+                        "api.client_certificates",
+                        "is false and api.tokens_file is not set: no client could call the client API",
+                    );
+                }
             }
         }
         Ok(())

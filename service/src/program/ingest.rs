@@ -100,6 +100,29 @@ pub(super) fn check(
 }
 
 /// Creates the missing topics of the Kafka-driven entity types when
+/// How long startup waits for the brokers' first answer before it goes on
+/// without one (a broker still starting, say; the clients keep trying).
+const BROKERS_ANSWER: Duration = Duration::from_secs(10);
+
+/// Refuses to start when the brokers refuse the node's credentials; goes
+/// on with a warning when they do not answer yet.
+pub(super) async fn check_brokers(config: &NodeConfig) -> Result<(), ProgramError> {
+    let Some(kafka) = &config.kafka else {
+        return Ok(());
+    };
+    let reached = colo_connectors::check_brokers(
+        &kafka.bootstrap_servers,
+        &kafka.client_properties(),
+        &kafka.client.secrets(),
+        BROKERS_ANSWER,
+    )
+    .await?;
+    if let colo_connectors::Reached::NoAnswer(last) = reached {
+        tracing::warn!(bootstrap_servers = %kafka.bootstrap_servers, last_error = ?last, waited = ?BROKERS_ANSWER, "the kafka brokers do not answer yet; starting anyway");
+    }
+    Ok(())
+}
+
 /// `kafka.create_topics` is set: their topics with `number_of_shards`
 /// partitions, their dead-letter topics with one; and the changelog of each
 /// durable entity type (compacted, `number_of_shards` partitions).

@@ -28,6 +28,7 @@ use super::{Inbound, Transport, TransportError};
 use crate::coordinator::hosting::{CoordinatorHosting, CoordinatorLocation};
 use crate::envelope::{WireEnvelope, WireReply};
 use crate::protocol::CoordinatorLink;
+use crate::security::NodeTls;
 use crate::tasks::TaskSet;
 use colo_allocation::RegionId;
 use futures::future::BoxFuture;
@@ -51,6 +52,10 @@ pub struct GrpcSettings {
     /// terminates the region, the region registers again), and after which
     /// a batch without an ack is given up on and sent elsewhere.
     pub region_timeout: Duration,
+    /// With `[tls]`: connections to other nodes are TLS, this node's
+    /// certificate its identity, the cluster's CA the only root, and the
+    /// other node's certificate must name the host it is reached at.
+    pub tls: Option<NodeTls>,
 }
 
 impl Default for GrpcSettings {
@@ -59,27 +64,40 @@ impl Default for GrpcSettings {
             connect_timeout: Duration::from_secs(2),
             heartbeat_interval: Duration::from_secs(1),
             region_timeout: Duration::from_secs(10),
+            tls: None,
         }
     }
 }
 
-/// What a node's gRPC server accepts connections from: `listener`, with
-/// Nagle's algorithm off, as on the connecting side. Link frames are small
-/// (an ask, its ack, a credit update, a reply); with Nagle on, a frame
-/// written while the last is unacknowledged waits for the peer's delayed
-/// ACK, and every other remote ask took 40 ms.
+/// What an in-process gRPC server (tests, benches) accepts connections
+/// from: `listener`, plain text, with Nagle's algorithm off as on the
+/// connecting side (see [`crate::security::connection::accept`], which the
+/// node program uses).
 pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
     tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
+/// The endpoint of the node at `address`: over TLS with `[tls]`.
+fn endpoint(
+    address: &str,
+    settings: &GrpcSettings,
+) -> Result<tonic::transport::Endpoint, tonic::transport::Error> {
+    use tonic::transport::Endpoint;
+    match &settings.tls {
+        None => Endpoint::from_shared(format!("http://{address}")),
+        Some(tls) => Endpoint::from_shared(format!("https://{address}"))?
+            .tls_config(tls.client_config(crate::security::host_of(address))),
+    }
 }
 
 /// Connects to another node's gRPC server for the coordinator stream.
 pub(crate) async fn connect(
     address: &str,
-    connect_timeout: Duration,
+    settings: &GrpcSettings,
 ) -> Result<tonic::transport::Channel, String> {
-    tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+    endpoint(address, settings)
         .map_err(|e| e.to_string())?
-        .connect_timeout(connect_timeout)
+        .connect_timeout(settings.connect_timeout)
         .tcp_nodelay(true)
         .connect()
         .await
@@ -100,7 +118,7 @@ async fn connect_link(
     address: &str,
     settings: &GrpcSettings,
 ) -> Result<tonic::transport::Channel, ConnectError> {
-    tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+    endpoint(address, settings)
         .map_err(|e| ConnectError::Refused(e.to_string()))?
         .connect_timeout(settings.connect_timeout)
         .tcp_nodelay(true)

@@ -80,6 +80,7 @@ fn grpc_settings() -> GrpcSettings {
         connect_timeout: Duration::from_millis(300),
         heartbeat_interval: Duration::from_millis(100),
         region_timeout: Duration::from_millis(1000),
+        ..GrpcSettings::default()
     }
 }
 

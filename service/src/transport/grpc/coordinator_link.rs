@@ -40,7 +40,7 @@ pub async fn open(
     epochs: Epochs,
     tasks: &TaskSet,
 ) -> Result<CoordinatorLink, String> {
-    let channel = super::connect(address, settings.connect_timeout).await?;
+    let channel = super::connect(address, settings).await?;
     let mut client = pb::coordinator_client::CoordinatorClient::new(channel);
     let (to_coordinator, from_region) = mpsc::unbounded_channel();
     let (to_region, from_coordinator) = mpsc::unbounded_channel();

@@ -10,6 +10,7 @@ use super::convert;
 use super::GrpcSettings;
 use crate::coordinator::hosting::{CoordinatorHosting, CoordinatorLocation};
 use crate::protocol::{CoordinatorLink, RegionToCoordinator};
+use crate::security::{identity, ConnectionInfo};
 use crate::tasks::TaskSet;
 use colo_proto::v1 as pb;
 use std::sync::Arc;
@@ -63,6 +64,7 @@ impl pb::coordinator_server::Coordinator for CoordinatorService {
             hosting: self.hosting.clone(),
             settings: self.settings.clone(),
             down,
+            connection: request.extensions().get::<ConnectionInfo>().cloned(),
         };
         // Answer the call at once: the region sends Register only once it
         // has the stream, so waiting for it here would stall both ends.
@@ -75,6 +77,8 @@ struct Session {
     hosting: Arc<dyn CoordinatorHosting>,
     settings: GrpcSettings,
     down: Down,
+    /// What the TLS handshake proved of the region's node, if it was TLS.
+    connection: Option<ConnectionInfo>,
 }
 
 impl Session {
@@ -122,6 +126,9 @@ impl Session {
             return;
         };
         let region = region.clone();
+        if let Err(refusal) = identity::check_node(self.connection.as_ref(), region.as_str()) {
+            return self.fail(refusal).await;
+        }
         let (handle, epoch) = match self.hosting.locate(&entity_type) {
             CoordinatorLocation::Local { handle, epoch } => (handle, epoch),
             _ => {

@@ -21,6 +21,7 @@
 use super::convert;
 use super::members::Members;
 use crate::credits::Credits;
+use crate::security::{identity, ConnectionInfo};
 use crate::tasks::TaskSet;
 use crate::transport::{Inbound, Sender};
 use colo_allocation::RegionId;
@@ -153,6 +154,7 @@ impl pb::node_server::Node for NodeService {
             members: self.members.clone(),
             serial: self.next.fetch_add(1, Ordering::Relaxed),
             answers,
+            connection: request.extensions().get::<ConnectionInfo>().cloned(),
         };
         self.tasks.spawn(link.run(request.into_inner()));
         Ok(Response::new(UnboundedReceiverStream::new(rx)))
@@ -167,6 +169,8 @@ struct Link {
     members: Arc<Members>,
     serial: u64,
     answers: Answers,
+    /// What the TLS handshake proved of the sender, if it was TLS.
+    connection: Option<ConnectionInfo>,
 }
 
 impl Link {
@@ -184,6 +188,10 @@ impl Link {
             }
             Ok(None) | Err(_) => return,
         };
+        if let Err(refusal) = identity::check_node(self.connection.as_ref(), &hello.node) {
+            let _ = self.answers.send(Err(refusal));
+            return;
+        }
         let node = RegionId::new(hello.node);
         if !self.members.contains(&node) {
             tracing::debug!(%node, "link refused: no coordinator of this node lists the sender");

@@ -8,14 +8,16 @@
 
 use colo::api::MAX_TIMEOUT;
 use colo::codec::ContentType;
-use colo_proto::v1::sharding_client::ShardingClient;
 use colo_proto::v1::{AskRequest, ClusterStatsRequest, Payload, RegionStateRequest, TellRequest};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::time::Duration;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
+mod credentials;
 mod output;
+
+pub use credentials::{Client, Credentials};
 
 pub use output::{
     render_ask, render_shards, render_stats, render_tell, AskOutcome, ShardsOutcome, StatsOutcome,
@@ -51,6 +53,9 @@ pub struct Target {
     /// Print one JSON document on stdout instead of text.
     #[arg(long)]
     pub json: bool,
+    /// TLS and authentication, for a node with `[tls]`.
+    #[command(flatten)]
+    pub credentials: Credentials,
 }
 
 /// Client subcommands of `colo`.
@@ -122,6 +127,9 @@ pub enum ClientCliError {
         /// The transport's explanation, with its causes.
         reason: String,
     },
+    /// A TLS or token flag cannot be used (never shows a token).
+    #[error("invalid credentials: {0}")]
+    Credentials(String),
     /// The message is not JSON.
     #[error("message is not JSON: {0}")]
     Message(serde_json::Error),
@@ -173,7 +181,7 @@ pub async fn execute(cmd: ClientCommand) -> Result<String, ClientCliError> {
             message,
         } => {
             let data = message_json(&message)?;
-            let mut client = connect(&target.addr).await?;
+            let mut client = target.credentials.connect(&target.addr).await?;
             let entity_type = entity_type(&mut client, target.entity_type).await?;
             let mut request = tonic::Request::new(TellRequest {
                 entity_type: entity_type.clone(),
@@ -197,7 +205,7 @@ pub async fn execute(cmd: ClientCommand) -> Result<String, ClientCliError> {
             timeout,
         } => {
             let data = message_json(&message)?;
-            let mut client = connect(&target.addr).await?;
+            let mut client = target.credentials.connect(&target.addr).await?;
             let entity_type = entity_type(&mut client, target.entity_type).await?;
             let mut request = tonic::Request::new(AskRequest {
                 entity_type: entity_type.clone(),
@@ -216,7 +224,7 @@ pub async fn execute(cmd: ClientCommand) -> Result<String, ClientCliError> {
             Ok(render_ask(&outcome, target.json))
         }
         ClientCommand::Shards { target, timeout } => {
-            let mut client = connect(&target.addr).await?;
+            let mut client = target.credentials.connect(&target.addr).await?;
             let entity_type = entity_type(&mut client, target.entity_type).await?;
             let mut request = tonic::Request::new(RegionStateRequest {
                 entity_type,
@@ -227,7 +235,7 @@ pub async fn execute(cmd: ClientCommand) -> Result<String, ClientCliError> {
             Ok(render_shards(&ShardsOutcome::from(response), target.json))
         }
         ClientCommand::Stats { target, timeout } => {
-            let mut client = connect(&target.addr).await?;
+            let mut client = target.credentials.connect(&target.addr).await?;
             let entity_type = entity_type(&mut client, target.entity_type).await?;
             let mut request = tonic::Request::new(ClusterStatsRequest {
                 entity_type,
@@ -263,28 +271,6 @@ pub fn normalize_addr(addr: &str) -> Result<String, ClientCliError> {
         return Err(invalid("it has no host".into()));
     }
     Ok(uri)
-}
-
-/// A client of the node at `addr`.
-///
-/// # Errors
-/// The address is invalid or the node cannot be reached.
-pub async fn connect(addr: &str) -> Result<ShardingClient<Channel>, ClientCliError> {
-    let uri = normalize_addr(addr)?;
-    let endpoint = Endpoint::from_shared(uri.clone())
-        .map_err(|e| ClientCliError::Address {
-            addr: addr.to_string(),
-            reason: error_chain(&e),
-        })?
-        .connect_timeout(CONNECT_TIMEOUT);
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|e| ClientCliError::Connect {
-            addr: uri,
-            reason: error_chain(&e),
-        })?;
-    Ok(ShardingClient::new(channel))
 }
 
 /// The message to send: JSON as typed, or a bare word (`Get`) as the JSON
@@ -347,10 +333,7 @@ const NO_ENTITY_TYPE: &str = "?";
 /// # Errors
 /// The node runs several entity types (the error names them), or its
 /// answer does not list them.
-async fn entity_type(
-    client: &mut ShardingClient<Channel>,
-    given: String,
-) -> Result<String, ClientCliError> {
+async fn entity_type(client: &mut Client, given: String) -> Result<String, ClientCliError> {
     if !given.is_empty() {
         return Ok(given);
     }

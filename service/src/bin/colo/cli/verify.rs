@@ -3,7 +3,7 @@
 //! checks a real cluster the way the demo checks itself: every purchase
 //! counted exactly once, whatever moved, stopped or crashed meanwhile.
 
-use super::client::{code_name, connect, DEFAULT_ADDR};
+use super::client::{code_name, Client, Credentials, DEFAULT_ADDR};
 use colo::codec::ContentType;
 use colo::samples::purchases::{Totals, UserStats, USER};
 use colo_proto::v1::{AskRequest, Payload};
@@ -34,6 +34,9 @@ pub struct VerifyArgs {
     /// Print one JSON document on stdout instead of text.
     #[arg(long)]
     pub json: bool,
+    /// TLS and authentication, for a node with `[tls]`.
+    #[command(flatten)]
+    pub credentials: Credentials,
 }
 
 /// What was found.
@@ -105,7 +108,7 @@ pub async fn verify(args: &VerifyArgs) -> Result<Verified, VerifyError> {
             "not the JSON `colo produce --expected` writes: {e}"
         ))
     })?;
-    let client = connect(&args.addr).await?;
+    let client = args.credentials.connect(&args.addr).await?;
     let timeout = args.timeout;
     let asked: Vec<(String, UserStats, Result<UserStats, String>)> = stream::iter(totals.users)
         .map(|(user, expected)| {
@@ -140,11 +143,7 @@ pub async fn verify(args: &VerifyArgs) -> Result<Verified, VerifyError> {
     Ok(verified)
 }
 
-async fn ask(
-    client: &mut colo_proto::v1::sharding_client::ShardingClient<tonic::transport::Channel>,
-    user: &str,
-    timeout: Duration,
-) -> Result<UserStats, String> {
+async fn ask(client: &mut Client, user: &str, timeout: Duration) -> Result<UserStats, String> {
     let mut request = tonic::Request::new(AskRequest {
         entity_type: USER.to_string(),
         entity_id: user.to_string(),

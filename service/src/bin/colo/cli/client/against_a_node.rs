@@ -53,6 +53,7 @@ async fn the_cli_tells_asks_and_reports_status_codes() {
         addr: addr.to_string(),
         entity_type: COUNTER.into(),
         json,
+        credentials: Default::default(),
     };
     let told = execute(ClientCommand::Tell {
         target: target(false),
