@@ -29,15 +29,26 @@ fn yaml(path: &str) -> serde_json::Value {
 /// # Panics
 /// docker-compose is not installed or refuses the file.
 pub fn compose() -> serde_json::Value {
-    let out = Command::new("docker-compose")
-        .arg("-f")
-        .arg(repo().join("docker-compose.yml"))
+    compose_files(&["docker-compose.yml"])
+}
+
+/// Compose files laid over each other (`docker-compose -f A -f B config`),
+/// as docker-compose resolves them.
+///
+/// # Panics
+/// As [`compose`].
+pub fn compose_files(files: &[&str]) -> serde_json::Value {
+    let mut command = Command::new("docker-compose");
+    for file in files {
+        command.arg("-f").arg(repo().join(file));
+    }
+    let out = command
         .arg("config")
         .output()
         .expect("run docker-compose (./scripts/test.sh installs Debian's docker-compose)");
     assert!(
         out.status.success(),
-        "docker-compose config refused docker-compose.yml:\n{}",
+        "docker-compose config refused {files:?}:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_norway::from_slice(&out.stdout).expect("docker-compose config's output")

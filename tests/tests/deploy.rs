@@ -360,3 +360,117 @@ async fn a_node_with_exactly_a_compose_services_environment_becomes_ready_and_ha
     let _ = node.wait();
     assert!(handled, "no record handled:\n{}", logs());
 }
+
+/// `docker-compose.secured.yml` over the compose file: every colo node has
+/// `[tls]` with the certificate of its own host (the host of its
+/// advertised address) and the tokens file, all from the certificates
+/// directory mounted read-only; a node with exactly that environment (its
+/// files made by `scripts/certs.sh`) becomes ready and answers a client
+/// with a token, and nothing else.
+#[tokio::test]
+async fn the_secured_compose_variant_runs_each_node_with_its_own_certificate() {
+    let compose = deploy::compose_files(&["docker-compose.yml", "docker-compose.secured.yml"]);
+    let services = colo_services(&compose);
+    assert_eq!(services.len(), 3);
+    for (name, env) in &services {
+        let host = env["COLO_NODE__ADVERTISED"]
+            .rsplit_once(':')
+            .expect("host:port")
+            .0;
+        let dir = "/etc/colo/certs";
+        assert_eq!(env["COLO_TLS__CA"], format!("{dir}/ca.pem"), "{name}");
+        assert_eq!(env["COLO_TLS__CERT"], format!("{dir}/{host}.pem"), "{name}");
+        assert_eq!(env["COLO_TLS__KEY"], format!("{dir}/{host}.key"), "{name}");
+        assert_eq!(
+            env["COLO_API__TOKENS_FILE"],
+            format!("{dir}/tokens"),
+            "{name}"
+        );
+        let mounts = compose["services"][name]["volumes"]
+            .as_array()
+            .expect("volumes");
+        // Short form, as Debian's docker-compose resolves it:
+        // "SOURCE:TARGET:ro".
+        assert!(
+            mounts
+                .iter()
+                .filter_map(|m| m.as_str())
+                .any(|m| m.ends_with(&format!(":{dir}:ro"))),
+            "{name} mounts no read-only {dir}: {mounts:?}"
+        );
+    }
+
+    // colo-1's environment, on this machine: its files in a directory of
+    // certificates for the host it advertises here.
+    let broker = Broker::start();
+    let (topic, cluster) = user_nodes::unique("compose-tls");
+    let data = tempfile::tempdir().expect("data dir");
+    let (mut env, grpc, admin) = on_loopback(
+        &services["colo-1"],
+        broker.bootstrap(),
+        &topic,
+        &cluster,
+        data.path(),
+    );
+    let certs = colo_tests::tls::Certs::make(&["127.0.0.1"]);
+    let token = "compose-token-0f1e2d3c4b5a6978";
+    std::fs::write(certs.path("tokens"), format!("ops read-write {token}\n")).expect("tokens");
+    for (name, file) in [
+        ("COLO_TLS__CA", certs.ca()),
+        ("COLO_TLS__CERT", certs.cert("127.0.0.1")),
+        ("COLO_TLS__KEY", certs.key("127.0.0.1")),
+        ("COLO_API__TOKENS_FILE", certs.path("tokens")),
+    ] {
+        env.insert(name.to_string(), file.display().to_string());
+    }
+    let log = data.path().join("node.log");
+    let out = std::fs::File::create(&log).expect("log");
+    let mut node = Command::new(colo_binary())
+        .args(["run", "--exit-with-parent"])
+        .env_clear()
+        .envs(&env)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("log"))
+        .stderr(out)
+        .spawn()
+        .expect("start colo run");
+    let ready = wait::held_within(Duration::from_secs(60), || async {
+        matches!(http::get(&admin, "/health/ready").await, Ok((200, _)))
+    })
+    .await;
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    let channel = certs.channel(&grpc, None).await;
+    let asked = match channel {
+        Ok(channel) => {
+            let mut client = colo_tests::tls::with_token(channel.clone(), token);
+            let with_token = client
+                .ask(colo_tests::client::ask_request_to(
+                    "user",
+                    "user-1",
+                    r#""UserStats""#,
+                    Duration::from_secs(10),
+                ))
+                .await;
+            let without = colo_proto::v1::sharding_client::ShardingClient::new(channel)
+                .ask(colo_tests::client::ask_request_to(
+                    "user",
+                    "user-1",
+                    r#""UserStats""#,
+                    Duration::from_secs(10),
+                ))
+                .await;
+            Ok((with_token.map(drop), without.map(drop)))
+        }
+        Err(e) => Err(e),
+    };
+    let _ = node.kill();
+    let _ = node.wait();
+    assert!(ready, "the node never became ready:\n{}", logs());
+    let (with_token, without) =
+        asked.unwrap_or_else(|e| panic!("TLS connection: {e:?}\n{}", logs()));
+    assert!(with_token.is_ok(), "{with_token:?}\n{}", logs());
+    assert_eq!(
+        without.expect_err("refused without a token").code(),
+        tonic::Code::Unauthenticated
+    );
+}

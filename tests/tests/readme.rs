@@ -401,3 +401,67 @@ fn the_own_records_commands_run_as_shown() {
         assert_eq!(payloads(&key), expected, "{key}");
     }
 }
+
+/// README's secured cluster as written: the certificates and tokens made,
+/// two nodes over mutual TLS, a tell with a client certificate and an ask
+/// with a read-only token, through the nodes' TLS client API.
+#[tokio::test]
+async fn the_secured_cluster_commands_run_as_shown() {
+    let root = root();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let nodes = block_after(&readme, "tokens for an operator and a dashboard:");
+    let client = block_after(&readme, "which keeps a token out of the process list:");
+    assert!(nodes.iter().any(|l| l.contains("certs.sh")), "{nodes:?}");
+    let certs = root.join("colo-data").join("certs");
+    let _ = std::fs::remove_dir_all(&certs);
+    let data = tempfile::tempdir().expect("a temporary directory");
+    let (status, printed, mut started) = start_block(&root, &nodes, data.path());
+    started.0.push(certs);
+    let logs = || std::fs::read_to_string(data.path().join("block.err")).unwrap_or_default();
+    assert!(status.success(), "{printed}\n{}", logs());
+    assert_eq!(started.1.len(), 2, "{printed}");
+    for admin in ["127.0.0.1:9201", "127.0.0.1:9202"] {
+        let ready = wait::held_within(Duration::from_secs(60), || async {
+            matches!(http::get(admin, "/health/ready").await, Ok((200, _)))
+        })
+        .await;
+        assert!(ready, "{admin} not ready; logs:\n{}", logs());
+    }
+    let assignment = nodes
+        .iter()
+        .find(|l| l.starts_with("colo="))
+        .expect("the block names the binary");
+    let run = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -euo pipefail\n{assignment}\n{}",
+            client.join("\n")
+        ))
+        .current_dir(&root)
+        .output()
+        .expect("run bash");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr),
+    );
+    assert!(
+        run.status.success(),
+        "{stdout}\n{stderr}\nlogs:\n{}",
+        logs()
+    );
+    assert!(stdout.contains("replied 5"), "{stdout}");
+    // Without credentials the same ask is refused.
+    let refused = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "{assignment}\n$colo ask --addr 127.0.0.1:7202 --type counter --id alice Get --ca colo-data/certs/ca.pem"
+        ))
+        .current_dir(&root)
+        .output()
+        .expect("run bash");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && said.contains("UNAUTHENTICATED"),
+        "{said}"
+    );
+}

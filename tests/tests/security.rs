@@ -394,6 +394,12 @@ async fn the_client_api_takes_tokens_by_scope_and_logs_none() {
     );
     assert!(!text.contains(OPS_TOKEN), "{text}");
 
+    let (ok, text) = cli(&["ask", "--id", "t", "Get"], &[]);
+    assert!(
+        !ok && text.contains("give --ca"),
+        "plain text to a TLS node: {text}"
+    );
+
     let logs = a.logs();
     assert!(
         logs.contains("refused a call with an unknown token"),
@@ -492,4 +498,48 @@ async fn plain_text_beyond_loopback_is_warned_about() {
         "{}",
         local.logs()
     );
+}
+
+/// Files that cannot work stop the node at startup, naming the field and
+/// the file: a key that does not go with its certificate, a CA file that
+/// holds no certificate, a tokens file with a bad line (whose token is not
+/// shown).
+#[tokio::test]
+async fn unusable_tls_and_token_files_stop_the_node_naming_them() {
+    let certs = Certs::make(&["127.0.0.81", "other"]);
+    let tokens = certs.path("tokens");
+    let secret = "a-token-that-is-long-enough";
+    std::fs::write(&tokens, format!("ops admin {secret}\n")).expect("write tokens");
+    let not_a_ca = certs.path("empty.pem");
+    std::fs::write(&not_a_ca, "").expect("write");
+    let cases = [
+        (
+            format!("tls.key={}", certs.key("other").display()),
+            "tls.key: ",
+            "does not go with tls.cert",
+        ),
+        (
+            format!("tls.ca={}", not_a_ca.display()),
+            "tls.ca: ",
+            "holds no certificate",
+        ),
+        (
+            format!("api.tokens_file={}", tokens.display()),
+            "api.tokens_file: ",
+            "line 1: scope `admin`",
+        ),
+    ];
+    for (bad, field, reason) in cases {
+        let mut all = certs.node_sets("127.0.0.81");
+        all.push(bad);
+        let mut node = NodeProcess::start_on("127.0.0.81", Program::Colo, None, &sets(&all));
+        let status = node.exited(Duration::from_secs(30)).await;
+        assert!(!status.success());
+        let logs = node.logs();
+        assert!(
+            logs.contains(field) && logs.contains(reason),
+            "{field} {reason}:\n{logs}"
+        );
+        assert!(!logs.contains(secret), "{logs}");
+    }
 }

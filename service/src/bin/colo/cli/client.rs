@@ -108,6 +108,18 @@ pub enum ClientCommand {
     },
 }
 
+impl ClientCommand {
+    /// The node, entity type and output the command names.
+    pub fn target(&self) -> &Target {
+        match self {
+            ClientCommand::Tell { target, .. }
+            | ClientCommand::Ask { target, .. }
+            | ClientCommand::Shards { target, .. }
+            | ClientCommand::Stats { target, .. } => target,
+        }
+    }
+}
+
 /// Why a client subcommand failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientCliError {
@@ -126,6 +138,14 @@ pub enum ClientCliError {
         addr: String,
         /// The transport's explanation, with its causes.
         reason: String,
+    },
+    /// An error with what it most likely means.
+    #[error("{error} ({hint})")]
+    Hinted {
+        /// The error.
+        error: Box<ClientCliError>,
+        /// What to try.
+        hint: &'static str,
     },
     /// A TLS or token flag cannot be used (never shows a token).
     #[error("invalid credentials: {0}")]
@@ -162,7 +182,19 @@ impl From<tonic::Status> for ClientCliError {
 /// or stdout cannot be written. The caller prints it on stderr and exits
 /// non-zero.
 pub async fn run(cmd: ClientCommand) -> Result<(), ClientCliError> {
-    let text = execute(cmd).await?;
+    let plain = cmd.target().credentials.ca.is_none();
+    let text = execute(cmd).await.map_err(|error| {
+        // What a plain-text client gets from a TLS listener: HTTP/2 frames
+        // that are not. Say what it most likely means.
+        if plain && error.to_string().contains("h2 protocol error") {
+            ClientCliError::Hinted {
+                error: Box::new(error),
+                hint: "the node may serve TLS: give --ca (or COLO_CA)",
+            }
+        } else {
+            error
+        }
+    })?;
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes())?;
     stdout.flush()?;
