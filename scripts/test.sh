@@ -57,6 +57,18 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # README's cluster runs the release binary (tests/tests/readme.rs runs that
 # block as written); built here, so no test spends its deadline on it.
 cargo build --release -p colo --locked
+# The release binary's own commands run next, before a benchmark build
+# (whose dev-dependencies' features differ) replaces the binary and a
+# `cargo run --release` would build it again.
+# README's first command, the Kafka demo, as shown: it checks itself and
+# fails unless every record was handled.
+grep -qF "    cargo run --release -p colo -- demo" README.md
+cargo run --release --locked -p colo -- demo | tail -n 8
+# README's simulate command, as shown (it reads the traces in ../shared).
+simulate=$(awk '/^    cargo run --release -p colo -- simulate/ {on = 1}
+  on {sub(/^    /, ""); print; if (!/\\$/) exit}' README.md)
+test -n "$simulate"
+bash -c "set -euo pipefail; $simulate" | tail -n 3
 cargo nextest run --workspace --locked
 # Doc tests (the runner above does not run them).
 cargo test --workspace --locked --doc
@@ -74,10 +86,6 @@ for bench in routing passivation remote_ask io_entities restore memory durable_a
     cargo bench -p colo --locked --bench "$bench" | tail -n 3
   fi
 done
-# README's first command, the Kafka demo, as shown: it checks itself and
-# fails unless every record was handled.
-grep -qF "    cargo run --release -p colo -- demo" README.md
-cargo run --release --locked -p colo -- demo | tail -n 8
 grep -qF "cargo bench -p colo-state --bench store" README.md
 cargo bench -p colo-state --locked --bench store | tail -n 4
 grep -qF "cargo bench -p colo-tests --bench kafka" README.md
@@ -93,8 +101,3 @@ grep -qF "cargo bench -p colo-tests --bench scale" README.md
 # shards and ten million.
 COLO_BENCH_NODES=3 COLO_BENCH_SHARDS=64 COLO_BENCH_ENTITIES=5000 COLO_BENCH_ACTIVE=1000 \
   cargo bench -p colo-tests --locked --bench scale | tail -n 5
-# README's simulate command, as shown (it reads the traces in ../shared).
-simulate=$(awk '/^    cargo run --release -p colo -- simulate/ {on = 1}
-  on {sub(/^    /, ""); print; if (!/\\$/) exit}' README.md)
-test -n "$simulate"
-bash -c "set -euo pipefail; $simulate" | tail -n 3

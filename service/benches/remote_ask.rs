@@ -3,17 +3,29 @@
 //! run and on the same runtime (2 worker threads, both nodes in this
 //! process, so the two nodes share the machine's two cores).
 //!
+//! A second pair of nodes speaks mutual TLS (`[tls]`, certificates made by
+//! `scripts/certs.sh`, which needs openssl): its remote asks are measured in
+//! the same rounds, so TLS's cost stands beside plain text's.
+//!
 //! `cargo bench -p colo --bench remote_ask` prints the median asks per
-//! second over several rounds for 1 and 64 concurrent askers, and the ratio
-//! remote / local.
+//! second over several rounds for 1 and 64 concurrent askers, and the ratios
+//! remote / local and TLS / plain.
 
+use colo::config::TlsSection;
 use colo::coordinator::hosting::StaticHosting;
 use colo::samples::counter::{Counter, CounterMsg, COUNTER};
+use colo::security::{AccessLayer, NodeTls, Policy};
 use colo::transport::grpc::{GrpcSettings, GrpcTransport};
+use colo::TaskSet;
 use colo::{CoordinatorHandle, EntityType, InMemoryStore, Node, Region, ShardingSettings};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+
+/// The acceptors' tasks, for the bench's whole run.
+static TASKS: std::sync::LazyLock<TaskSet> = std::sync::LazyLock::new(TaskSet::default);
 
 const ROUNDS: usize = 5;
 const ASKS_PER_ROUND: usize = 20_000;
@@ -31,6 +43,7 @@ async fn node(
     listener: TcpListener,
     coordinator: &str,
     host: bool,
+    tls: Option<&TlsSection>,
 ) -> (Arc<Node>, Region<Counter>) {
     let address = listener.local_addr().expect("bound").to_string();
     let hosting = Arc::new(StaticHosting::new(coordinator));
@@ -48,15 +61,33 @@ async fn node(
         .expect("valid settings");
         hosting.host(handle, 1);
     }
-    let transport = GrpcTransport::new(&address, GrpcSettings::default(), hosting);
+    let tls = match tls {
+        Some(section) => Some(NodeTls::load(section, &address).await.expect("TLS files")),
+        None => None,
+    };
+    let grpc = GrpcSettings {
+        tls: tls.clone(),
+        ..GrpcSettings::default()
+    };
+    let transport = GrpcTransport::new(&address, grpc, hosting);
     let node = Arc::new(Node::new(transport.clone()));
     let region = node
         .start_region(EntityType::new(COUNTER, |_| Counter::default()).with_settings(settings()))
         .expect("valid entity type");
+    let access = AccessLayer::new(Policy {
+        tls: tls.is_some(),
+        client_certificates: true,
+        tokens: None,
+    });
+    // The node program's own acceptor: TLS handshakes, then every request
+    // checked.
+    let connections = colo::security::connection::accept(listener, tls, &TASKS);
+    let incoming = ReceiverStream::new(connections).map(Ok::<_, std::io::Error>);
     let server = tonic::transport::Server::builder()
+        .layer(access)
         .add_service(transport.node_service())
         .add_service(transport.coordinator_service())
-        .serve_with_incoming(colo::transport::grpc::incoming(listener));
+        .serve_with_incoming(incoming);
     tokio::spawn(server);
     (node, region)
 }
@@ -91,58 +122,97 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Certificates for 127.0.0.1 from a new CA, made by the repository's
+/// script, and the `[tls]` naming them.
+fn certificates(dir: &std::path::Path) -> TlsSection {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/certs.sh");
+    let status = std::process::Command::new("bash")
+        .arg(script)
+        .arg(dir)
+        .arg("127.0.0.1")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run scripts/certs.sh");
+    assert!(status.success(), "scripts/certs.sh failed");
+    TlsSection {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("127.0.0.1.pem"),
+        key: dir.join("127.0.0.1.key"),
+        admin: false,
+        reload_interval: Duration::from_secs(10),
+    }
+}
+
+/// Two nodes, the first hosting the coordinator; every entity placed. The
+/// first's region, and the entities local to it and on the other node.
+async fn pair(
+    tls: Option<&TlsSection>,
+) -> (Vec<Arc<Node>>, Region<Counter>, Vec<String>, Vec<String>) {
+    let la = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let lb = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let coordinator = la.local_addr().expect("bound").to_string();
+    let (na, a) = node(la, &coordinator, true, tls).await;
+    let (nb, _region_b) = node(lb, &coordinator, false, tls).await;
+    // Wait for both regions, then place every entity.
+    loop {
+        if let Ok(stats) = a.cluster_stats(Duration::from_secs(1)).await {
+            if stats.regions.len() == 2 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let all: Vec<String> = (0..ENTITIES).map(|i| format!("e{i}")).collect();
+    for id in &all {
+        a.ask(id, CounterMsg::Get, TIMEOUT).await.expect("placed");
+    }
+    let state = a.state(Duration::from_secs(5)).await.expect("region state");
+    let local: std::collections::BTreeSet<String> = state
+        .shards
+        .values()
+        .flatten()
+        .map(|id| id.to_string())
+        .collect();
+    let (here, there): (Vec<String>, Vec<String>) =
+        all.into_iter().partition(|id| local.contains(id));
+    (vec![na, nb], a, here, there)
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
+    let dir = tempfile::tempdir().expect("a directory for the certificates");
+    let tls = certificates(dir.path());
     runtime.block_on(async {
-        let la = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let lb = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let coordinator = la.local_addr().expect("bound").to_string();
-        let (_a, a) = node(la, &coordinator, true).await;
-        let (_b, _region_b) = node(lb, &coordinator, false).await;
-        // Wait for both regions, then place every entity.
-        loop {
-            if let Ok(stats) = a.cluster_stats(Duration::from_secs(1)).await {
-                if stats.regions.len() == 2 {
-                    break;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let all: Vec<String> = (0..ENTITIES).map(|i| format!("e{i}")).collect();
-        for id in &all {
-            a.ask(id, CounterMsg::Get, TIMEOUT).await.expect("placed");
-        }
-        let state = a.state(Duration::from_secs(5)).await.expect("region state");
-        let local: std::collections::BTreeSet<String> = state
-            .shards
-            .values()
-            .flatten()
-            .map(|id| id.to_string())
-            .collect();
-        let (here, there): (Vec<String>, Vec<String>) =
-            all.into_iter().partition(|id| local.contains(id));
+        let (_plain_nodes, a, here, there) = pair(None).await;
+        let (_tls_nodes, a_tls, _, there_tls) = pair(Some(&tls)).await;
         println!(
-            "entities: {} local to the asking node, {} on the other node",
+            "entities: {} local to the asking node, {} on the other node ({} over TLS)",
             here.len(),
-            there.len()
+            there.len(),
+            there_tls.len()
         );
-        let (here, there) = (Arc::new(here), Arc::new(there));
+        let (here, there, there_tls) = (Arc::new(here), Arc::new(there), Arc::new(there_tls));
         println!(
-            "{:<10} {:>14} {:>14} {:>8}",
-            "askers", "local asks/s", "remote asks/s", "ratio"
+            "{:<10} {:>14} {:>14} {:>8} {:>14} {:>12}",
+            "askers", "local asks/s", "remote asks/s", "ratio", "TLS asks/s", "TLS / plain"
         );
         for askers in [1, 64] {
-            let (mut l, mut r) = (Vec::new(), Vec::new());
+            let (mut l, mut r, mut t) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..ROUNDS {
                 l.push(measure(&a, &here, askers).await);
                 r.push(measure(&a, &there, askers).await);
+                t.push(measure(&a_tls, &there_tls, askers).await);
             }
-            let (l, r) = (median(l), median(r));
-            println!("{askers:<10} {l:>14.0} {r:>14.0} {:>8.2}", r / l);
+            let (l, r, t) = (median(l), median(r), median(t));
+            println!(
+                "{askers:<10} {l:>14.0} {r:>14.0} {:>8.2} {t:>14.0} {:>12.2}",
+                r / l,
+                t / r
+            );
         }
     });
 }

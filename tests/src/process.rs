@@ -48,26 +48,7 @@ fn binary(package: &str, name: &str, what: &[&str]) -> PathBuf {
         Some(other) => other,
     };
     let mut cargo = Command::new(env!("CARGO"));
-    // What cargo sets for the test process (the package's name, version
-    // and directory), and a build from a shell does not have: ring's build
-    // script reruns when one differs, and with it every crate above ring
-    // would be built anew at each switch between the two.
-    for (name, _) in std::env::vars_os() {
-        let Some(name) = name.to_str() else { continue };
-        if name.starts_with("CARGO_PKG_")
-            || name.starts_with("CARGO_BIN_")
-            || matches!(
-                name,
-                "CARGO_MANIFEST_DIR"
-                    | "CARGO_MANIFEST_PATH"
-                    | "CARGO_CRATE_NAME"
-                    | "CARGO_PRIMARY_PACKAGE"
-                    | "CARGO_TARGET_TMPDIR"
-            )
-        {
-            cargo.env_remove(name);
-        }
-    }
+    as_from_a_shell(&mut cargo);
     let status = cargo
         .args([
             "build",
@@ -94,6 +75,30 @@ fn binary(package: &str, name: &str, what: &[&str]) -> PathBuf {
     assert!(path.exists(), "{} not built", path.display());
     built.insert(name.to_string(), path.clone());
     path
+}
+
+/// Leaves out of `command`'s environment what cargo sets for a test
+/// process (the package's name, version and directory) and a shell does not
+/// have. A cargo build run with them would see ring's build script as
+/// stale (it reruns when one of them differs), and with it rebuild every
+/// crate above ring, each time a test and a shell take turns.
+pub fn as_from_a_shell(command: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_BIN_")
+            || matches!(
+                name,
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+            )
+        {
+            command.env_remove(name);
+        }
+    }
 }
 
 /// A loopback port nobody listens on now, and never handed out before in

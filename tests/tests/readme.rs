@@ -93,7 +93,11 @@ fn start_block(
     let out = data.join("block.out");
     let dirs = data_dirs(root, lines);
     remove(&dirs);
-    let status = Command::new("bash")
+    let mut bash = Command::new("bash");
+    // The block may build (`cargo build --release`): as from a shell, so
+    // that it reuses what the test command built.
+    colo_tests::process::as_from_a_shell(&mut bash);
+    let status = bash
         .arg("-c")
         .arg(format!(
             "set -e\n{}\necho PIDS $(jobs -p)",

@@ -3,7 +3,8 @@
 //!
 //! A token is never logged, never put in an error, and compared in constant
 //! time against every known one, so neither the logs nor the time an
-//! answer takes tell a caller how close a guess was.
+//! answer takes tell a caller how close a guess was (a length that matches
+//! none is told apart; tokens are at least 16 characters).
 
 use super::SecurityError;
 use parking_lot::RwLock;
