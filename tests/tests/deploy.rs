@@ -276,6 +276,51 @@ fn on_loopback(
     (out, grpc, admin)
 }
 
+/// `colo run` with exactly `env` (and no config file): what the image runs
+/// with. Killed when dropped.
+struct EnvNode {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl EnvNode {
+    fn start(env: &BTreeMap<String, String>, dir: &std::path::Path) -> Self {
+        let log = dir.join("node.log");
+        let out = std::fs::File::create(&log).expect("log");
+        let child = Command::new(colo_binary())
+            .args(["run", "--exit-with-parent"])
+            .env_clear()
+            .envs(env)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out)
+            .spawn()
+            .expect("start colo run");
+        Self { child, log }
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for `/health/ready` on `admin`; panics with the log if it
+    /// never answers 200.
+    async fn await_ready(&self, admin: &str) {
+        let ready = wait::held_within(Duration::from_secs(60), || async {
+            matches!(http::get(admin, "/health/ready").await, Ok((200, _)))
+        })
+        .await;
+        assert!(ready, "the node never became ready:\n{}", self.logs());
+    }
+}
+
+impl Drop for EnvNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[tokio::test]
 async fn a_node_with_exactly_a_compose_services_environment_becomes_ready_and_handles_the_producers_records(
 ) {
@@ -287,28 +332,11 @@ async fn a_node_with_exactly_a_compose_services_environment_becomes_ready_and_ha
     let (topic, cluster) = user_nodes::unique("compose-env");
     let data = tempfile::tempdir().expect("data dir");
     let (env, _grpc, admin) = on_loopback(&env, broker.bootstrap(), &topic, &cluster, data.path());
-    let log = data.path().join("node.log");
-    let out = std::fs::File::create(&log).expect("log");
     // Only the service's variables (and no config file): what the image
     // runs with.
-    let mut node = Command::new(colo_binary())
-        .args(["run", "--exit-with-parent"])
-        .env_clear()
-        .envs(&env)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().expect("log"))
-        .stderr(out)
-        .spawn()
-        .expect("start colo run");
-    let ready = wait::held_within(Duration::from_secs(60), || async {
-        matches!(http::get(&admin, "/health/ready").await, Ok((200, _)))
-    })
-    .await;
-    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
-    if !ready {
-        let _ = node.kill();
-        panic!("the node never became ready:\n{}", logs());
-    }
+    let node = EnvNode::start(&env, data.path());
+    node.await_ready(&admin).await;
+    let logs = || node.logs();
 
     // The producer service's command, its broker and topic this test's and
     // two seconds instead of an hour.
@@ -356,8 +384,6 @@ async fn a_node_with_exactly_a_compose_services_environment_becomes_ready_and_ha
             > 0.0
     })
     .await;
-    let _ = node.kill();
-    let _ = node.wait();
     assert!(handled, "no record handled:\n{}", logs());
 }
 
@@ -423,52 +449,27 @@ async fn the_secured_compose_variant_runs_each_node_with_its_own_certificate() {
     ] {
         env.insert(name.to_string(), file.display().to_string());
     }
-    let log = data.path().join("node.log");
-    let out = std::fs::File::create(&log).expect("log");
-    let mut node = Command::new(colo_binary())
-        .args(["run", "--exit-with-parent"])
-        .env_clear()
-        .envs(&env)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().expect("log"))
-        .stderr(out)
-        .spawn()
-        .expect("start colo run");
-    let ready = wait::held_within(Duration::from_secs(60), || async {
-        matches!(http::get(&admin, "/health/ready").await, Ok((200, _)))
-    })
-    .await;
-    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
-    let channel = certs.channel(&grpc, None).await;
-    let asked = match channel {
-        Ok(channel) => {
-            let mut client = colo_tests::tls::with_token(channel.clone(), token);
-            let with_token = client
-                .ask(colo_tests::client::ask_request_to(
-                    "user",
-                    "user-1",
-                    r#""UserStats""#,
-                    Duration::from_secs(10),
-                ))
-                .await;
-            let without = colo_proto::v1::sharding_client::ShardingClient::new(channel)
-                .ask(colo_tests::client::ask_request_to(
-                    "user",
-                    "user-1",
-                    r#""UserStats""#,
-                    Duration::from_secs(10),
-                ))
-                .await;
-            Ok((with_token.map(drop), without.map(drop)))
-        }
-        Err(e) => Err(e),
+    let node = EnvNode::start(&env, data.path());
+    node.await_ready(&admin).await;
+    let channel = certs
+        .channel(&grpc, None)
+        .await
+        .unwrap_or_else(|e| panic!("TLS connection: {e:?}\n{}", node.logs()));
+    let ask = || {
+        colo_tests::client::ask_request_to(
+            "user",
+            "user-1",
+            r#""UserStats""#,
+            Duration::from_secs(10),
+        )
     };
-    let _ = node.kill();
-    let _ = node.wait();
-    assert!(ready, "the node never became ready:\n{}", logs());
-    let (with_token, without) =
-        asked.unwrap_or_else(|e| panic!("TLS connection: {e:?}\n{}", logs()));
-    assert!(with_token.is_ok(), "{with_token:?}\n{}", logs());
+    let with_token = colo_tests::tls::with_token(channel.clone(), token)
+        .ask(ask())
+        .await;
+    assert!(with_token.is_ok(), "{with_token:?}\n{}", node.logs());
+    let without = colo_proto::v1::sharding_client::ShardingClient::new(channel)
+        .ask(ask())
+        .await;
     assert_eq!(
         without.expect_err("refused without a token").code(),
         tonic::Code::Unauthenticated

@@ -133,6 +133,52 @@ impl Drop for Started {
     }
 }
 
+/// Waits until each admin address answers ready, printing the block's
+/// logs if one never does.
+async fn await_ready(admins: &[&str], logs: impl Fn() -> String) {
+    for admin in admins {
+        let ready = wait::held_within(Duration::from_secs(60), || async {
+            matches!(http::get(admin, "/health/ready").await, Ok((200, _)))
+        })
+        .await;
+        assert!(ready, "{admin} not ready; logs:\n{}", logs());
+    }
+}
+
+/// Runs README's client commands `lines` in a shell of their own that knows
+/// `$colo` (the nodes' block's assignment of it), from the project's root,
+/// and asserts they succeed: their stdout.
+fn run_client_block(
+    root: &Path,
+    nodes: &[String],
+    lines: &[String],
+    logs: impl Fn() -> String,
+) -> String {
+    let assignment = nodes
+        .iter()
+        .find(|l| l.starts_with("colo="))
+        .expect("the block names the binary");
+    let run = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -euo pipefail\n{assignment}\n{}",
+            lines.join("\n")
+        ))
+        .current_dir(root)
+        .output()
+        .expect("run bash");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&run.stdout).to_string(),
+        String::from_utf8_lossy(&run.stderr),
+    );
+    assert!(
+        run.status.success(),
+        "{stdout}\n{stderr}\nlogs:\n{}",
+        logs()
+    );
+    stdout
+}
+
 #[tokio::test]
 async fn the_three_node_cluster_and_the_client_commands_run_as_shown() {
     let root = root();
@@ -148,36 +194,13 @@ async fn the_three_node_cluster_and_the_client_commands_run_as_shown() {
     let logs = || std::fs::read_to_string(data.path().join("block.err")).unwrap_or_default();
     assert!(status.success(), "{printed}\n{}", logs());
     assert_eq!(started.1.len(), 3, "{printed}");
-    for admin in ["127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"] {
-        let ready = wait::held_within(Duration::from_secs(60), || async {
-            matches!(http::get(admin, "/health/ready").await, Ok((200, _)))
-        })
-        .await;
-        assert!(ready, "{admin} not ready; logs:\n{}", logs());
-    }
+    await_ready(
+        &["127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"],
+        &logs,
+    )
+    .await;
     // The client commands, in a shell of their own that knows `$colo`.
-    let assignment = nodes
-        .iter()
-        .find(|l| l.starts_with("colo="))
-        .expect("the block names the binary");
-    let run = Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "set -euo pipefail\n{assignment}\n{}",
-            client.join("\n")
-        ))
-        .current_dir(&root)
-        .output()
-        .expect("run bash");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr),
-    );
-    assert!(
-        run.status.success(),
-        "{stdout}\n{stderr}\nlogs:\n{}",
-        logs()
-    );
+    let stdout = run_client_block(&root, &nodes, &client, logs);
     // The ask answers 5, wherever alice lives; shards and stats answer;
     // the metric is there.
     assert!(
@@ -424,42 +447,13 @@ async fn the_secured_cluster_commands_run_as_shown() {
     let logs = || std::fs::read_to_string(data.path().join("block.err")).unwrap_or_default();
     assert!(status.success(), "{printed}\n{}", logs());
     assert_eq!(started.1.len(), 2, "{printed}");
-    for admin in ["127.0.0.1:9201", "127.0.0.1:9202"] {
-        let ready = wait::held_within(Duration::from_secs(60), || async {
-            matches!(http::get(admin, "/health/ready").await, Ok((200, _)))
-        })
-        .await;
-        assert!(ready, "{admin} not ready; logs:\n{}", logs());
-    }
-    let assignment = nodes
-        .iter()
-        .find(|l| l.starts_with("colo="))
-        .expect("the block names the binary");
-    let run = Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "set -euo pipefail\n{assignment}\n{}",
-            client.join("\n")
-        ))
-        .current_dir(&root)
-        .output()
-        .expect("run bash");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr),
-    );
-    assert!(
-        run.status.success(),
-        "{stdout}\n{stderr}\nlogs:\n{}",
-        logs()
-    );
+    await_ready(&["127.0.0.1:9201", "127.0.0.1:9202"], logs).await;
+    let stdout = run_client_block(&root, &nodes, &client, logs);
     assert!(stdout.contains("replied 5"), "{stdout}");
     // Without credentials the same ask is refused.
     let refused = Command::new("bash")
         .arg("-c")
-        .arg(format!(
-            "{assignment}\n$colo ask --addr 127.0.0.1:7202 --type counter --id alice Get --ca colo-data/certs/ca.pem"
-        ))
+        .arg("colo=target/release/colo\n$colo ask --addr 127.0.0.1:7202 --type counter --id alice Get --ca colo-data/certs/ca.pem")
         .current_dir(&root)
         .output()
         .expect("run bash");
