@@ -22,14 +22,15 @@ async fn idle_entities_are_passivated_after_the_timeout() {
     for id in ["busy", "quiet"] {
         a.ask(id, ProbeMsg::Where, ASK).await.unwrap();
     }
+    // "busy"'s messages, one per tick, until "quiet" is stopped.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut pace = tokio::time::interval(Duration::from_millis(100));
     while cluster.world.stops.load(Ordering::Relaxed) == 0 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "quiet was not passivated within 20 s"
         );
-        // The workload's pace, not a wait for a condition.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        pace.tick().await;
         a.ask("busy", ProbeMsg::Where, ASK).await.unwrap();
     }
     let live: Vec<String> = a
