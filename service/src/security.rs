@@ -70,6 +70,17 @@ pub enum SecurityError {
     },
 }
 
+/// The contents of the file `field` names, off the runtime's threads.
+async fn read_file(field: &'static str, path: &std::path::Path) -> Result<Vec<u8>, SecurityError> {
+    tokio::fs::read(path)
+        .await
+        .map_err(|source| SecurityError::Read {
+            field,
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
 /// What a node's listeners ask of whoever connects, from `[tls]` and
 /// `[api]`.
 #[derive(Debug, Clone)]

@@ -1,6 +1,6 @@
 //! A minimal HTTP/1.1 GET, enough for `/metrics` and the health endpoints.
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Status code and body of `GET path` on `address`.
@@ -8,11 +8,27 @@ use tokio::net::TcpStream;
 /// # Errors
 /// The connection failed or the answer is not HTTP.
 pub async fn get(address: &str, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect(address).await?;
+    get_over(TcpStream::connect(address).await?, address, path).await
+}
+
+/// [`get`] over a connection already open to `address` (a TLS one, say).
+///
+/// # Errors
+/// The connection failed or the answer is not HTTP.
+pub async fn get_over<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    address: &str,
+    path: &str,
+) -> std::io::Result<(u16, String)> {
     let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await?;
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await?;
+    // A TLS server may close without close_notify: what was read counts.
+    if let Err(e) = stream.read_to_end(&mut raw).await {
+        if raw.is_empty() {
+            return Err(e);
+        }
+    }
     let text = String::from_utf8_lossy(&raw).into_owned();
     let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP answer");
     let status = text

@@ -8,7 +8,6 @@ use rustls_pki_types::{CertificateDer, ServerName};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -170,25 +169,8 @@ impl Certs {
     /// # Errors
     /// The connection or its handshake failed, or the answer is not HTTP.
     pub async fn https_get(&self, address: &str, path: &str) -> std::io::Result<(u16, String)> {
-        let mut stream = self.tls_stream(address, b"http/1.1").await?;
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await?;
-        let mut response = Vec::new();
-        // A server may close without TLS's close_notify; what was read
-        // counts.
-        let _ = stream.read_to_end(&mut response).await;
-        let text = String::from_utf8_lossy(&response).to_string();
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|code| code.parse().ok())
-            .ok_or_else(|| std::io::Error::other(format!("no HTTP status in {text:?}")))?;
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, body)| body.to_string())
-            .unwrap_or_default();
-        Ok((status, body))
+        let stream = self.tls_stream(address, b"http/1.1").await?;
+        crate::http::get_over(stream, address, path).await
     }
 }
 

@@ -396,7 +396,7 @@ async fn the_client_api_takes_tokens_by_scope_and_logs_none() {
 
     let (ok, text) = cli(&["ask", "--id", "t", "Get"], &[]);
     assert!(
-        !ok && text.contains("give --ca"),
+        !ok && text.contains("the node serves TLS: give --ca"),
         "plain text to a TLS node: {text}"
     );
 

@@ -25,16 +25,28 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct ConnectionInfo {
     /// The other end's address.
     pub remote: Option<SocketAddr>,
-    /// `None` for plain text; for TLS, the certificate the other end
-    /// presented (already checked to chain to the CA), if any.
-    pub tls: Option<Option<Arc<CertificateDer<'static>>>>,
+    /// Plain text or TLS, and what the TLS handshake proved.
+    pub encryption: Encryption,
+}
+
+/// How a connection is carried.
+#[derive(Debug, Clone)]
+pub enum Encryption {
+    /// Plain text (no `[tls]`): nothing is proved.
+    Plain,
+    /// TLS, with the certificate the other end presented (already checked
+    /// to chain to the CA), if it presented one.
+    Tls(Option<Arc<CertificateDer<'static>>>),
 }
 
 impl ConnectionInfo {
     /// The other end's verified certificate, if it is a TLS connection
     /// that presented one.
     pub fn certificate(&self) -> Option<&CertificateDer<'static>> {
-        self.tls.as_ref()?.as_deref()
+        match &self.encryption {
+            Encryption::Tls(certificate) => certificate.as_deref(),
+            Encryption::Plain => None,
+        }
     }
 }
 
@@ -165,7 +177,7 @@ async fn accepting(listener: TcpListener, tls: Option<NodeTls>, sender: mpsc::Se
         let Some(tls) = &tls else {
             let info = ConnectionInfo {
                 remote: Some(remote),
-                tls: None,
+                encryption: Encryption::Plain,
             };
             if sender.send(Connection::Plain(stream, info)).await.is_err() {
                 return;
@@ -185,7 +197,7 @@ async fn accepting(listener: TcpListener, tls: Option<NodeTls>, sender: mpsc::Se
                         .map(|c| Arc::new(c.clone().into_owned()));
                     let info = ConnectionInfo {
                         remote: Some(remote),
-                        tls: Some(certificate),
+                        encryption: Encryption::Tls(certificate),
                     };
                     let _ = sender.send(Connection::Tls(Box::new(stream), info)).await;
                 }

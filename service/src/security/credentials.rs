@@ -6,7 +6,7 @@
 //! because only one file was replaced yet, say) keeps the last good files in
 //! use and is tried again on the next check.
 
-use super::SecurityError;
+use super::{read_file, SecurityError};
 use crate::config::TlsSection;
 use parking_lot::RwLock;
 use rustls::server::WebPkiClientVerifier;
@@ -119,9 +119,9 @@ impl NodeTls {
 impl Files {
     async fn read(&self) -> Result<Pems, SecurityError> {
         Ok(Pems {
-            ca: read("tls.ca", &self.ca).await?,
-            cert: read("tls.cert", &self.cert).await?,
-            key: read("tls.key", &self.key).await?,
+            ca: read_file("tls.ca", &self.ca).await?,
+            cert: read_file("tls.cert", &self.cert).await?,
+            key: read_file("tls.key", &self.key).await?,
         })
     }
 
@@ -187,16 +187,6 @@ impl Files {
             server: Arc::new(server),
         })
     }
-}
-
-async fn read(field: &'static str, path: &Path) -> Result<Vec<u8>, SecurityError> {
-    tokio::fs::read(path)
-        .await
-        .map_err(|source| SecurityError::Read {
-            field,
-            path: path.to_path_buf(),
-            source,
-        })
 }
 
 /// The host of `host:port` (an IPv6 host without its brackets).

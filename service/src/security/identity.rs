@@ -3,7 +3,7 @@
 //! certificate must name that host, so a certificate issued to one node
 //! cannot be used to act as another (on another host).
 
-use super::connection::ConnectionInfo;
+use super::connection::{ConnectionInfo, Encryption};
 use rustls_pki_types::{CertificateDer, ServerName};
 
 /// Whether `certificate` names `host` (a DNS name or an IP address) in its
@@ -25,7 +25,7 @@ pub fn names(certificate: &CertificateDer<'_>, host: &str) -> bool {
 /// `PERMISSION_DENIED`, saying why, when the certificate names another host
 /// or there is none.
 pub fn check_node(info: Option<&ConnectionInfo>, claimed: &str) -> Result<(), tonic::Status> {
-    let Some(info) = info.filter(|info| info.tls.is_some()) else {
+    let Some(info) = info.filter(|info| matches!(info.encryption, Encryption::Tls(_))) else {
         return Ok(());
     };
     let host = super::credentials::host_of(claimed);

@@ -6,7 +6,7 @@
 //! answer takes tell a caller how close a guess was (a length that matches
 //! none is told apart; tokens are at least 16 characters).
 
-use super::SecurityError;
+use super::{read_file, SecurityError};
 use parking_lot::RwLock;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -66,7 +66,7 @@ impl TokenFile {
     /// # Errors
     /// It cannot be read, or a line is not `NAME SCOPE TOKEN`.
     pub async fn load(path: &Path) -> Result<Self, SecurityError> {
-        let text = read(path).await?;
+        let text = read_file("api.tokens_file", path).await?;
         let tokens = parse(path, &text)?;
         Ok(Self {
             path: path.to_path_buf(),
@@ -80,7 +80,7 @@ impl TokenFile {
     /// # Errors
     /// The changed file does not parse; the last good tokens stay in use.
     pub async fn reload(&self) -> Result<bool, SecurityError> {
-        let text = read(&self.path).await?;
+        let text = read_file("api.tokens_file", &self.path).await?;
         if self.current.read().text == text {
             return Ok(false);
         }
@@ -104,16 +104,6 @@ impl TokenFile {
         }
         found
     }
-}
-
-async fn read(path: &Path) -> Result<Vec<u8>, SecurityError> {
-    tokio::fs::read(path)
-        .await
-        .map_err(|source| SecurityError::Read {
-            field: "api.tokens_file",
-            path: path.to_path_buf(),
-            source,
-        })
 }
 
 /// The tokens of `text`; blank lines and lines starting with `#` are

@@ -183,18 +183,19 @@ impl From<tonic::Status> for ClientCliError {
 /// non-zero.
 pub async fn run(cmd: ClientCommand) -> Result<(), ClientCliError> {
     let plain = cmd.target().credentials.ca.is_none();
-    let text = execute(cmd).await.map_err(|error| {
-        // What a plain-text client gets from a TLS listener: HTTP/2 frames
-        // that are not. Say what it most likely means.
-        if plain && error.to_string().contains("h2 protocol error") {
-            ClientCliError::Hinted {
+    let addr = cmd.target().addr.clone();
+    let text = match execute(cmd).await {
+        Ok(text) => text,
+        // A plain-text call to a TLS listener fails in several ways (a
+        // protocol error, a reset, a cancelled call): ask the node.
+        Err(error) if plain && credentials::serves_tls(&addr).await => {
+            return Err(ClientCliError::Hinted {
                 error: Box::new(error),
-                hint: "the node may serve TLS: give --ca (or COLO_CA)",
-            }
-        } else {
-            error
+                hint: "the node serves TLS: give --ca (or COLO_CA)",
+            })
         }
-    })?;
+        Err(error) => return Err(error),
+    };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes())?;
     stdout.flush()?;

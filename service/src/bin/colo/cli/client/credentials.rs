@@ -151,6 +151,38 @@ impl Credentials {
     }
 }
 
+/// Whether the node at `addr` answers HTTP/2's opening bytes the way a
+/// TLS server answers anything that is not TLS: with a TLS alert record.
+pub async fn serves_tls(addr: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    /// A TLS record's content type for an alert.
+    const ALERT: u8 = 0x15;
+    let Ok(uri) = normalize_addr(addr) else {
+        return false;
+    };
+    let Some(authority) = uri
+        .split("://")
+        .nth(1)
+        .map(|rest| rest.trim_end_matches('/'))
+    else {
+        return false;
+    };
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect(authority).await.ok()?;
+        stream
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .ok()?;
+        let mut first = [0u8; 1];
+        stream.read_exact(&mut first).await.ok()?;
+        Some(first[0] == ALERT)
+    };
+    matches!(
+        tokio::time::timeout(CONNECT_TIMEOUT, probe).await,
+        Ok(Some(true))
+    )
+}
+
 fn credentials(reason: &str) -> ClientCliError {
     ClientCliError::Credentials(reason.to_string())
 }
