@@ -87,12 +87,12 @@ pub async fn check_brokers(
             text.replace(secret.as_str(), "<redacted>")
         })
     };
-    let checked = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         // A producer: it sends nothing, and unlike a consumer without a
         // group its poll serves librdkafka's error callbacks.
         let producer: BaseProducer<Watch> = config
             .create_with_context(Watch::default())
-            .map_err(|e| BrokerError::Client(e.to_string()))?;
+            .map_err(|e| BrokerError::Client(scrub(e.to_string())))?;
         let watch = producer.context();
         let end = Instant::now() + within;
         loop {
@@ -104,29 +104,17 @@ pub async fn check_brokers(
             if let Some(reason) = watch.refused.lock().clone() {
                 return Err(BrokerError::Refused {
                     bootstrap_servers: bootstrap,
-                    reason,
+                    reason: scrub(reason),
                 });
             }
             if answered {
                 return Ok(Reached::Answered);
             }
             if Instant::now() >= end {
-                return Ok(Reached::NoAnswer(watch.last.lock().clone()));
+                return Ok(Reached::NoAnswer(watch.last.lock().clone().map(&scrub)));
             }
         }
     })
     .await
-    .map_err(|e| BrokerError::Client(e.to_string()))?;
-    match checked {
-        Ok(Reached::NoAnswer(last)) => Ok(Reached::NoAnswer(last.map(&scrub))),
-        Ok(reached) => Ok(reached),
-        Err(BrokerError::Refused {
-            bootstrap_servers,
-            reason,
-        }) => Err(BrokerError::Refused {
-            bootstrap_servers,
-            reason: scrub(reason),
-        }),
-        Err(BrokerError::Client(reason)) => Err(BrokerError::Client(scrub(reason))),
-    }
+    .map_err(|e| BrokerError::Client(e.to_string()))?
 }

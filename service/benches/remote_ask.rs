@@ -21,8 +21,6 @@ use colo::{CoordinatorHandle, EntityType, InMemoryStore, Node, Region, ShardingS
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
 
 /// The acceptors' tasks, for the bench's whole run.
 static TASKS: std::sync::LazyLock<TaskSet> = std::sync::LazyLock::new(TaskSet::default);
@@ -81,8 +79,7 @@ async fn node(
     });
     // The node program's own acceptor: TLS handshakes, then every request
     // checked.
-    let connections = colo::security::connection::accept(listener, tls, &TASKS);
-    let incoming = ReceiverStream::new(connections).map(Ok::<_, std::io::Error>);
+    let incoming = colo::security::connection::incoming(listener, tls, &TASKS);
     let server = tonic::transport::Server::builder()
         .layer(access)
         .add_service(transport.node_service())
@@ -154,12 +151,17 @@ async fn pair(
     let (na, a) = node(la, &coordinator, true, tls).await;
     let (nb, _region_b) = node(lb, &coordinator, false, tls).await;
     // Wait for both regions, then place every entity.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(stats) = a.cluster_stats(Duration::from_secs(1)).await {
             if stats.regions.len() == 2 {
                 break;
             }
         }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the two regions did not register within 60 s"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let all: Vec<String> = (0..ENTITIES).map(|i| format!("e{i}")).collect();

@@ -8,8 +8,8 @@
 //! - [`TokenFile`] (`security/tokens.rs`): the client API's bearer tokens.
 //! - [`AccessLayer`] (`security/access.rs`): who may call which service.
 //!
-//! Kafka's credentials are `[kafka]`'s (`config/kafka.rs`): they go to
-//! librdkafka and never into a log line or an error.
+//! Kafka's credentials are `[kafka.client]`'s (`config/secrets.rs`): they
+//! go to librdkafka and never into a log line or an error.
 
 mod access;
 pub mod connection;

@@ -11,7 +11,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio_stream::StreamExt;
 
 /// Serves gRPC on `listener` until `shutdown`: callers checked against
 /// `[tls]` and `[api]`, connections accepted by a task of `tasks`.
@@ -22,9 +21,7 @@ pub(super) fn grpc(
     tasks: &TaskSet,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> JoinHandle<Result<(), tonic::transport::Error>> {
-    let connections = connection::accept(listener, security.tls().cloned(), tasks);
-    let incoming =
-        tokio_stream::wrappers::ReceiverStream::new(connections).map(Ok::<_, std::io::Error>);
+    let incoming = connection::incoming(listener, security.tls().cloned(), tasks);
     let server = tonic::transport::Server::builder()
         .layer(security.access())
         .add_routes(services)

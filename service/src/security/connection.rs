@@ -156,6 +156,16 @@ pub fn accept(
     connections
 }
 
+/// [`accept`]'s connections as a gRPC server's incoming stream.
+pub fn incoming(
+    listener: TcpListener,
+    tls: Option<NodeTls>,
+    tasks: &TaskSet,
+) -> impl futures::Stream<Item = io::Result<Connection>> {
+    use futures::StreamExt;
+    tokio_stream::wrappers::ReceiverStream::new(accept(listener, tls, tasks)).map(Ok)
+}
+
 async fn accepting(listener: TcpListener, tls: Option<NodeTls>, sender: mpsc::Sender<Connection>) {
     let mut handshakes = tokio::task::JoinSet::new();
     loop {
