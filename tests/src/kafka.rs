@@ -3,7 +3,9 @@
 //! records with a deadline, a topic read back from its start, and the
 //! partition Kafka's Java client gives a key.
 
-use colo_connectors::{AssignedPartition, Record, SourceEvent, SourceSettings, TopicPartition};
+use colo_connectors::{
+    Ack, AssignedPartition, Record, SourceEvent, SourceSettings, TopicPartition,
+};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -125,14 +127,21 @@ pub async fn next_record(records: &mut mpsc::UnboundedReceiver<Record>) -> Recor
         .expect("partition still assigned")
 }
 
+/// Records the test holds unacked, by partition: settled (acked as
+/// handled) when their partition is revoked, as the service settles what
+/// it received before the revoke's commit.
+pub type Held = BTreeMap<TopicPartition, Vec<Ack>>;
+
 /// A second member joined: follows the rebalance rounds until it is
 /// assigned partitions, completing the first member's revokes (whose
-/// record streams must have ended by then) and the second's empty rounds.
+/// record streams must have ended by then, and whose `held` records are
+/// settled before the commit) and the second's empty rounds.
 /// Returns what the first gave up, perhaps over several rounds, and what
 /// the second got, which must be part of it.
 pub async fn handed_to_joiner(
     first_events: &mut mpsc::UnboundedReceiver<SourceEvent>,
     first_partitions: &mut Assigned,
+    held: &mut Held,
     second_events: &mut mpsc::UnboundedReceiver<SourceEvent>,
 ) -> (Vec<TopicPartition>, Assigned) {
     let mut revoked = Vec::new();
@@ -144,6 +153,9 @@ pub async fn handed_to_joiner(
                     for tp in &gone {
                         if let Some(records) = first_partitions.get_mut(tp) {
                             assert!(records.recv().await.is_none(), "{tp:?}: its stream ended before the revoke");
+                        }
+                        for ack in held.remove(tp).unwrap_or_default() {
+                            ack.handled();
                         }
                     }
                     assert!(revocation.commit().await, "committed at the revoke");
