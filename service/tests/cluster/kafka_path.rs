@@ -348,8 +348,8 @@ async fn a_partition_waiting_for_its_shard_shows_it_with_its_held_records_and_la
         broker.bootstrap(),
         ingest_settings(broker.bootstrap(), &topic),
     );
-    // A partition's gauges are set together, once a second: read from one
-    // snapshot.
+    // A partition's gauges are set together, once a second: read in one
+    // call.
     let waiting_with_lag = |partition: u32| {
         let partition = partition.to_string();
         let labels = [
