@@ -108,6 +108,59 @@ async fn graceful_shutdown_moves_shards_and_loses_no_acknowledged_message() {
     assert!(!regions.contains_key(&b.grpc));
 }
 
+/// A node that leaves is not waited for: the coordinator has read its last
+/// hand-off (ShardStopped) before the node exits, so its shards are homed
+/// elsewhere at once. The coordinator here waits a minute for a silent
+/// region: a ShardStopped lost with the leaving node's connection would
+/// keep that shard's messages waiting as long, and the asks below fail.
+#[tokio::test]
+async fn a_node_that_leaves_is_not_waited_for() {
+    let patient = ["coordinator.region_timeout=\"60s\""];
+    let a = NodeProcess::start(None, &patient);
+    a.await_ready(READY).await;
+    let ids = ids("leave", 48);
+    let mut via_a = a.client().await;
+    for round in 0..4 {
+        let mut b = NodeProcess::start(Some(&a.grpc), &patient);
+        b.await_ready(READY).await;
+        wait::until(
+            "the joining node hosts entities",
+            Duration::from_secs(30),
+            || {
+                let (mut client, ids, b) = (via_a.clone(), &ids, &b);
+                async move {
+                    for id in ids {
+                        if ask(&mut client, id, r#""Get""#).await.is_err() {
+                            return false;
+                        }
+                    }
+                    entities_on(b, "counter")
+                        .await
+                        .is_some_and(|hosted| !hosted.is_empty())
+                }
+            },
+        )
+        .await;
+        b.terminate();
+        let status = b.exited(Duration::from_secs(60)).await;
+        assert!(
+            status.success(),
+            "b exited with {status}; log:\n{}",
+            b.logs()
+        );
+        for id in &ids {
+            if let Err(status) =
+                ask_within(&mut via_a, id, r#""Get""#, Duration::from_secs(10)).await
+            {
+                panic!(
+                    "round {round}: {id} not answered after the node left: {status}; a's log:\n{}",
+                    a.logs()
+                );
+            }
+        }
+    }
+}
+
 /// SIGTERM (what an orchestrator sends) and Ctrl-C stop a node the way the
 /// Shutdown call does: its shards are handed off first, and it exits with
 /// success while the rest of the cluster keeps answering for every id.

@@ -17,6 +17,7 @@ use crate::region::command::RegionCmd;
 use crate::region::placement::{PlacementError, PlacementReply, PlacementRequest};
 use crate::region::shared::ContactView;
 use std::collections::VecDeque;
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -173,6 +174,18 @@ impl Contact {
         // Answers on another link are not answers to these.
         self.pings.clear();
     }
+
+    /// Leaves the link for good: what was sent on it still goes out, and
+    /// the receiver returned ends once the coordinator has read it all and
+    /// closed its end.
+    fn leave(&mut self) -> Option<mpsc::UnboundedReceiver<CoordinatorToRegion>> {
+        let state = std::mem::replace(&mut self.state, LinkState::Unlinked { connecting: false });
+        match state {
+            LinkState::Registering(Link { from, .. })
+            | LinkState::Registered(Link { from, .. }) => Some(from),
+            LinkState::Unlinked { .. } => None,
+        }
+    }
 }
 
 impl<E: Entity> RegionTask<E> {
@@ -306,6 +319,27 @@ impl<E: Entity> RegionTask<E> {
     }
 
     /// Leaves the link (the region stopped, fenced itself, or lost it).
+    /// The region stops. Its entities' last replies go out first: once the
+    /// coordinator has heard that the region left, the other nodes learn
+    /// that this one is gone, and an asker may give up on it. Then it
+    /// leaves its link and waits (up to `bound` each) until the coordinator
+    /// has closed it, and so has read everything this region sent, its
+    /// last ShardStopped included: the node's process usually ends next,
+    /// and a message still on its way would end with it, leaving that
+    /// shard here in the coordinator's eyes until the region timeout.
+    pub(super) async fn leave_link(&mut self, bound: Duration) {
+        self.shared.node.transport.finish_sending(bound).await;
+        let leaving = self.contact.leave();
+        self.unlink();
+        let Some(mut from) = leaving else {
+            return;
+        };
+        let closed = async { while from.recv().await.is_some() {} };
+        if tokio::time::timeout(bound, closed).await.is_err() {
+            tracing::warn!(entity_type = %self.name(), ?bound, "the coordinator did not close the link of a stopping region in time; stopping all the same");
+        }
+    }
+
     pub(super) fn unlink(&mut self) {
         self.contact.unlink();
         self.publish_contact();

@@ -52,7 +52,7 @@ impl<E: Entity> RegionTask<E> {
                 self.handoff(shard, false);
             }
             if self.shards.local().next().is_none() && self.draining.is_empty() {
-                self.stop();
+                self.stop().await;
                 return;
             }
         }
@@ -73,7 +73,7 @@ impl<E: Entity> RegionTask<E> {
                 self.on_command(cmd);
             }
             if self.idle() || Instant::now() >= deadline {
-                self.stop();
+                self.stop().await;
             }
         } else if Instant::now() >= deadline {
             tracing::warn!(
@@ -82,7 +82,7 @@ impl<E: Entity> RegionTask<E> {
                 buffered = self.shared.routes.buffered(),
                 "graceful shutdown did not finish in time; stopping"
             );
-            self.stop();
+            self.stop().await;
         }
     }
 
@@ -93,7 +93,7 @@ impl<E: Entity> RegionTask<E> {
             && self.shared.routes.buffered() == 0
     }
 
-    pub(super) fn stop(&mut self) {
+    pub(super) async fn stop(&mut self) {
         self.phase = Phase::Stopped;
         let returned: usize = self
             .draining
@@ -119,8 +119,9 @@ impl<E: Entity> RegionTask<E> {
         for (_, queue) in self.outbound.drain() {
             queue.sink.close();
         }
-        // Dropping the link tells the coordinator this region is gone.
-        self.unlink();
+        // Leaving the link tells the coordinator this region is gone.
+        let bound = self.shared.entity_type.settings.handoff_timeout;
+        self.leave_link(bound).await;
         for waiter in self.shutdown_waiters.drain(..) {
             let _ = waiter.send(());
         }
