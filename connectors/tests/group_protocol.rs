@@ -6,7 +6,7 @@
 
 use colo_connectors::{KafkaSource, SourceEvent, SourceSettings};
 use colo_tests::kafka::{
-    committed_offsets, handed_to_joiner, next_record, opened, source_settings, Assigned, Held,
+    committed_offsets, handed_to_joiner, next_record, opened, source_settings, Assigned,
 };
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -100,13 +100,8 @@ async fn under_the_consumer_protocol_records_flow_and_a_joiner_starts_after_the_
     // whose revoke commits what it handled before they move.
     let (second, mut second_events) =
         KafkaSource::start(settings(&bootstrap, group)).expect("second source");
-    let (revoked, mut taken) = handed_to_joiner(
-        &mut first_events,
-        &mut partitions,
-        &mut Held::new(),
-        &mut second_events,
-    )
-    .await;
+    let (revoked, mut taken) =
+        handed_to_joiner(&mut first_events, &mut partitions, &mut second_events).await;
     let offsets = committed_offsets(&bootstrap, TOPIC, group, PARTITIONS);
     for tp in &revoked {
         assert_eq!(offsets.get(&tp.partition), Some(&PER_PARTITION), "{tp:?}");

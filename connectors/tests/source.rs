@@ -9,7 +9,7 @@ use colo_connectors::{
 };
 use colo_tests::kafka::{
     assigned, assigned_closed, committed_offsets, handed_to_joiner, next_record, opened,
-    source_settings, Held,
+    source_settings,
 };
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -213,13 +213,8 @@ async fn a_revoke_waits_for_the_service_and_hands_off_at_the_handled_offsets() {
     // A second node joins: the first gives some partitions up.
     let (second, mut second_events) =
         KafkaSource::start(settings(&bootstrap, "revoke", 1000)).expect("second source");
-    let (revoked, taken) = handed_to_joiner(
-        &mut first_events,
-        &mut partitions,
-        &mut Held::new(),
-        &mut second_events,
-    )
-    .await;
+    let (revoked, taken) =
+        handed_to_joiner(&mut first_events, &mut partitions, &mut second_events).await;
     assert!(!revoked.is_empty());
     // The partitions changed owner at the offsets they were handled to.
     assert!(all_handled(&committed_offsets(
@@ -277,13 +272,8 @@ async fn a_partition_paused_when_revoked_is_consumed_when_it_comes_back() {
     // A second member takes some of them, then leaves: they come back.
     let (second, mut second_events) =
         KafkaSource::start(settings(&bootstrap, "paused-back", 1000)).expect("second source");
-    let (revoked, taken) = handed_to_joiner(
-        &mut first_events,
-        &mut partitions,
-        &mut Held::new(),
-        &mut second_events,
-    )
-    .await;
+    let (revoked, taken) =
+        handed_to_joiner(&mut first_events, &mut partitions, &mut second_events).await;
     drop((taken, second_events));
     tokio::task::spawn_blocking(move || second.shutdown())
         .await

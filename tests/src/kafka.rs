@@ -134,11 +134,26 @@ pub type Held = BTreeMap<TopicPartition, Vec<Ack>>;
 
 /// A second member joined: follows the rebalance rounds until it is
 /// assigned partitions, completing the first member's revokes (whose
-/// record streams must have ended by then, and whose `held` records are
-/// settled before the commit) and the second's empty rounds.
+/// record streams must have ended by then) and the second's empty rounds.
 /// Returns what the first gave up, perhaps over several rounds, and what
 /// the second got, which must be part of it.
 pub async fn handed_to_joiner(
+    first_events: &mut mpsc::UnboundedReceiver<SourceEvent>,
+    first_partitions: &mut Assigned,
+    second_events: &mut mpsc::UnboundedReceiver<SourceEvent>,
+) -> (Vec<TopicPartition>, Assigned) {
+    handed_to_joiner_settling(
+        first_events,
+        first_partitions,
+        &mut Held::new(),
+        second_events,
+    )
+    .await
+}
+
+/// [`handed_to_joiner`], settling the `held` records of each revoked
+/// partition before the revoke's commit.
+pub async fn handed_to_joiner_settling(
     first_events: &mut mpsc::UnboundedReceiver<SourceEvent>,
     first_partitions: &mut Assigned,
     held: &mut Held,

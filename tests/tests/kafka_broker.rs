@@ -5,7 +5,8 @@
 use colo_connectors::KafkaSource;
 use colo_tests::broker::Broker;
 use colo_tests::kafka::{
-    assigned, committed_offsets, handed_to_joiner, next_record, source_settings, Held,
+    assigned, committed_offsets, handed_to_joiner, handed_to_joiner_settling, next_record,
+    source_settings, Held,
 };
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -103,13 +104,8 @@ async fn offsets_follow_handled_records_and_a_joining_member_starts_after_them()
     // handled past 7, so their new owner starts at record 7.
     let (second, mut second_events) =
         KafkaSource::start(source_settings(&bootstrap, &topic, &group)).expect("second source");
-    let (_revoked, mut taken) = handed_to_joiner(
-        &mut first_events,
-        &mut partitions,
-        &mut Held::new(),
-        &mut second_events,
-    )
-    .await;
+    let (_revoked, mut taken) =
+        handed_to_joiner(&mut first_events, &mut partitions, &mut second_events).await;
     for (tp, records) in &mut taken {
         let first_record = next_record(records).await;
         assert_eq!(
@@ -161,7 +157,7 @@ async fn records_settled_at_the_revoke_are_committed_before_the_partitions_chang
 
     let (second, mut second_events) =
         KafkaSource::start(source_settings(&bootstrap, &topic, &group)).expect("second source");
-    let (revoked, mut taken) = handed_to_joiner(
+    let (revoked, mut taken) = handed_to_joiner_settling(
         &mut first_events,
         &mut partitions,
         &mut held,

@@ -318,7 +318,6 @@ impl<E: Entity> RegionTask<E> {
         self.unlink();
     }
 
-    /// Leaves the link (the region stopped, fenced itself, or lost it).
     /// The region stops. Its entities' last replies go out first: once the
     /// coordinator has heard that the region left, the other nodes learn
     /// that this one is gone, and an asker may give up on it. Then it
@@ -340,6 +339,7 @@ impl<E: Entity> RegionTask<E> {
         }
     }
 
+    /// Leaves the link (the region fenced itself, or lost it).
     pub(super) fn unlink(&mut self) {
         self.contact.unlink();
         self.publish_contact();
