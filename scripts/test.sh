@@ -41,6 +41,14 @@ if [ ${#missing[@]} -gt 0 ]; then
     --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# A Kafka client no one here wrote, with its default partitioner (not
+# murmur2): confluent-kafka for Python, from PyPI, in a virtual environment
+# of its own under target/ (tests/tests/partitioners.rs).
+if ! target/python/bin/python3 -c 'import confluent_kafka' >/dev/null 2>&1; then
+  python3 -m venv target/python
+  target/python/bin/pip install --quiet --disable-pip-version-check confluent-kafka==2.16.1
+fi
+
 # librdkafka's TLS needs OpenSSL: the system's where its headers are
 # (Debian's libssl-dev), rather than one built from source for each build
 # profile (DEVELOPERS.md, "What the build needs").

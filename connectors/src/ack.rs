@@ -124,6 +124,11 @@ impl Ack {
         }
     }
 
+    /// The record's offset in its partition.
+    pub fn offset(&self) -> i64 {
+        self.offset
+    }
+
     /// The record was handled, or written to the dead-letter topic: its
     /// offset may be committed once every record before it is too.
     pub fn handled(mut self) {
@@ -135,7 +140,9 @@ impl Ack {
 impl Drop for Ack {
     fn drop(&mut self) {
         if !self.settled {
-            tracing::warn!(offset = self.offset, "record not handled: its offset is not committed, and it is consumed again after a restart or rebalance");
+            // Not logged at warn here: a partition that gives up its
+            // records drops many at once, and says so in one line.
+            tracing::debug!(offset = self.offset, "record not handled: its offset is not committed, and it is consumed again after a restart or rebalance");
             self.offsets.lock().settle(self.offset, false);
         }
     }

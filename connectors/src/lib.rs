@@ -55,7 +55,9 @@ pub use election::{Election, ElectionEvent, ElectionSettings, StepDown};
 pub use error::{SourceError, TopicError};
 pub use mock::MockKafka;
 pub use observer::{NoObserver, PartitionState, SourceObserver};
-pub use producer::{check_partitioner, KeyedProducer, ProduceError, ProducerSettings, PARTITIONER};
+pub use producer::{
+    check_partitioner, KeyedProducer, Partitioning, ProduceError, ProducerSettings, PARTITIONER,
+};
 pub use record::{Record, TopicPartition};
 pub use source::{
     AssignedPartition, Gate, GroupRejoin, KafkaSource, Revocation, Rewind, SourceEvent,

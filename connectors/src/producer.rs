@@ -33,6 +33,22 @@ pub struct ProducerSettings {
     pub client: Vec<(String, String)>,
     /// Records per second at most; `None`: as fast as the broker takes them.
     pub rate: Option<u64>,
+    /// Which partition each record goes to.
+    pub partitioning: Partitioning,
+}
+
+/// Which partition a keyed record goes to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Partitioning {
+    /// Its key's murmur2 partition: its shard's.
+    #[default]
+    Shards,
+    /// Where librdkafka's default partitioner, `consistent_random` (a
+    /// CRC32 of the key), puts it, as most Kafka clients other than Java's
+    /// do: most keys land in another partition than their shard's, and
+    /// their records are forwarded to it. Chosen in code only, to show or
+    /// measure what such producers cost.
+    LibrdkafkaDefault,
 }
 
 /// Why records were not all sent.
@@ -113,6 +129,9 @@ impl KeyedProducer {
             if config.get(key).is_none() {
                 config.set(key, value);
             }
+        }
+        if settings.partitioning == Partitioning::LibrdkafkaDefault {
+            config.set("partitioner", "consistent_random");
         }
         Ok(Self {
             producer: config.create_with_context(Deliveries::default())?,

@@ -444,6 +444,7 @@ impl NodeConfig {
             delivery_timeout: kafka.delivery_timeout,
             placement_timeout,
             max_attempts: kafka.max_attempts,
+            redelivery_timeout: kafka.redelivery_timeout,
             retry_backoff: kafka.retry_backoff,
             dead_letter_topic: kafka.dead_letter_topic(entity_type),
         })

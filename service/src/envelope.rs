@@ -3,10 +3,11 @@
 use crate::credits::Credit;
 use crate::entity::{Entity, EntityId};
 use crate::error::AskError;
+use crate::store::ShardDurability;
 use bytes::Bytes;
 use colo_allocation::{RegionId, ShardId};
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use tokio::sync::oneshot;
 
 /// A message inside a node: typed, with where its reply goes.
@@ -51,18 +52,63 @@ impl<R> Reply<R> {
     /// The Kafka record a message came from (see [`Origin`]).
     pub fn origin(&self) -> Option<&Origin> {
         match self {
-            Reply::Record(_, origin) => origin.as_deref(),
-            _ => None,
+            Reply::Record(_, origin) | Reply::Local(_, origin) | Reply::Remote(_, origin) => {
+                origin.as_deref()
+            }
+            Reply::None => None,
         }
     }
 }
 
-/// Where a record came from: its topic and offset (its partition is the
-/// entity's shard). Set only for durable entity types, boxed so that the
-/// other envelopes stay small.
+/// Where a record came from: its source (see [`Origin::source`]) and
+/// offset. Set only for durable entity types, boxed so that the other
+/// envelopes stay small.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Origin {
-    pub topic: Arc<str>,
+    pub source: Arc<str>,
+    pub offset: u64,
+    /// For a record of its partition's own shard: the offset of its key's
+    /// previous record in the partition, while that one's change may not
+    /// be durable yet. The entity applies this record only on a state that
+    /// includes that one: a start of the shard that ended before writing
+    /// it took it along, and a later start must not build on its absence
+    /// (its applied offset would then pass the lost record's, and the
+    /// lost record, consumed again, would be skipped).
+    pub previous: Option<u64>,
+}
+
+impl Origin {
+    /// The source of the records of `topic`'s partition `partition` that
+    /// belong in other partitions (a producer with another partitioner put
+    /// them there): `topic/partition`. The records of a shard's own
+    /// partition have the topic as their source. Offsets grow within one
+    /// partition only, so each partition an entity's records come from
+    /// needs a source of its own; `/` is never in a topic's name, so the
+    /// two kinds cannot meet.
+    pub fn other_partition(topic: &str, partition: i32) -> Arc<str> {
+        Arc::from(format!("{topic}/{partition}"))
+    }
+
+    pub fn to_wire(&self) -> WireOrigin {
+        WireOrigin {
+            source: self.source.to_string(),
+            offset: self.offset,
+        }
+    }
+
+    pub fn from_wire(wire: WireOrigin) -> Self {
+        Self {
+            source: Arc::from(wire.source),
+            offset: wire.offset,
+            previous: None,
+        }
+    }
+}
+
+/// An [`Origin`] on its way to another node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireOrigin {
+    pub source: String,
     pub offset: u64,
 }
 
@@ -70,8 +116,13 @@ pub(crate) struct Origin {
 pub(crate) enum Reply<R> {
     /// A tell: nobody waits.
     None,
-    /// An ask from this node.
-    Local(oneshot::Sender<Result<R, AskError>>),
+    /// An ask from this node. A Kafka record that may be handled on
+    /// another node (its shard is not its partition's here: a producer with
+    /// another partitioner put it in another partition than its key's, or
+    /// another topic's partition keeps its shard elsewhere) is one too,
+    /// awaited by its partition, with its origin: it follows its shard
+    /// wherever it is, and the entity skips it if it applied it already.
+    Local(oneshot::Sender<Result<R, AskError>>, Option<Box<Origin>>),
     /// A Kafka record's delivery, awaited by its partition on this node,
     /// which consumes it where its shard lives. Unlike an ask, it is
     /// handled by this node's shard only, never forwarded: a shard that
@@ -80,10 +131,23 @@ pub(crate) enum Reply<R> {
     /// again from the last commit. And once its partition stops waiting
     /// (lost, or its revoke gave up on it) it is handled nowhere: handling
     /// this copy too would run it twice and out of order.
-    Record(oneshot::Sender<Result<R, AskError>>, Option<Box<Origin>>),
-    /// An ask from another node (or one that left this node and came back).
-    /// Boxed: it is rare, and keeps every envelope within one cache line.
-    Remote(Box<ReplyTo>),
+    Record(oneshot::Sender<RecordAnswer<R>>, Option<Box<Origin>>),
+    /// An ask from another node (or one that left this node and came back),
+    /// with its record's origin if it is a Kafka record's. Boxed: it is
+    /// rare, and keeps every envelope within one cache line.
+    Remote(Box<ReplyTo>, Option<Box<Origin>>),
+}
+
+/// The answer to a Kafka record handled by its partition's own shard
+/// ([`Reply::Record`]): the entity's, and, from a durable shard, the start
+/// of the shard that handled it. Its change is durable only once that start
+/// has written it: a start that ended first never will, and the record
+/// must be consumed again, whatever start runs by the time its partition
+/// settles it.
+#[derive(Debug)]
+pub(crate) struct RecordAnswer<R> {
+    pub result: Result<R, AskError>,
+    pub start: Option<Weak<ShardDurability>>,
 }
 
 /// The node and correlation id an ask's reply is sent back to.
@@ -115,6 +179,8 @@ pub struct WireEnvelope {
     pub reply_to: Option<ReplyTo>,
     /// Held by a node that fenced itself (see [`Envelope`]).
     pub delayed: bool,
+    /// For a Kafka record's ask: where the record came from.
+    pub origin: Option<WireOrigin>,
 }
 
 /// The answer to a remote ask.

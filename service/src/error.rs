@@ -72,6 +72,12 @@ pub enum AskError {
     /// again after a crash or a rebalance): skipped, not applied twice.
     #[error("record applied already")]
     AlreadyApplied,
+    /// A Kafka record whose key's previous record in its partition is not
+    /// in its entity's state: that one was handled by a start of the shard
+    /// that ended before writing it. Not applied: its partition is
+    /// consumed again from its committed offset, the lost record with it.
+    #[error("its key's previous record in the partition is not in the entity's state (lost with the start of its shard that handled it)")]
+    PreviousLost,
 }
 
 /// The reply to a routed message: its reply channel is the finalizer, so

@@ -42,6 +42,11 @@ pub struct RegionStats {
     /// take no messages yet, so they are usually among `failed` too.
     #[serde(default)]
     pub restoring: Vec<ShardId>,
+    /// Shards whose Kafka partitions this region's node consumes, hosted
+    /// here yet or not (a partition waits for its shard while its previous
+    /// owner releases it).
+    #[serde(default)]
+    pub assigned: Vec<ShardId>,
 }
 
 /// Every region's stats, as the coordinator gathered them.

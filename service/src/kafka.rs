@@ -54,8 +54,13 @@ pub struct IngestSettings {
     pub delivery_timeout: Duration,
     /// How long hosting or releasing shards may take in a rebalance.
     pub placement_timeout: Duration,
-    /// Handler failures of one record before it is given up.
+    /// Handler failures of one record before it is dead-lettered.
     pub max_attempts: u32,
+    /// How long a record whose deliveries keep failing for a reason that
+    /// waiting does not pass (its shard's node refuses it, or drops it
+    /// unhandled) is delivered again before it is dead-lettered: no record
+    /// holds its partition up for ever.
+    pub redelivery_timeout: Duration,
     /// The pause before a record is delivered again.
     pub retry_backoff: Duration,
     /// Where records that cannot be handled go: `<cluster>.<entity

@@ -282,7 +282,7 @@ pub fn describe() {
         );
         describe_counter!(
             KAFKA_RECORDS,
-            "Kafka records settled, by topic and outcome: handled, or dead-lettered as undecodable, refused (an empty entity id, a message that cannot be encoded) or handler_failed (max_attempts failures)"
+            "Kafka records settled, by topic and outcome: handled, or dead-lettered as undecodable, refused (an empty entity id, a message that cannot be encoded), handler_failed (max_attempts failures) or undeliverable (not delivered for redelivery_timeout)"
         );
         describe_counter!(
             KAFKA_PARTITIONER_MISMATCHES,

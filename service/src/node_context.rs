@@ -5,7 +5,7 @@
 //! shards use it without importing the node, which imports them.
 
 use crate::codec;
-use crate::envelope::{Reply, WireReply};
+use crate::envelope::{RecordAnswer, Reply, WireReply};
 use crate::error::AskError;
 use crate::replies::PendingReplies;
 use crate::tasks::TaskSet;
@@ -64,10 +64,16 @@ impl NodeContext {
     ) {
         match reply {
             Reply::None => {}
-            Reply::Local(tx) | Reply::Record(tx, _) => {
+            Reply::Local(tx, _) => {
                 let _ = tx.send(result);
             }
-            Reply::Remote(to) => {
+            Reply::Record(tx, _) => {
+                let _ = tx.send(RecordAnswer {
+                    result,
+                    start: None,
+                });
+            }
+            Reply::Remote(to, _) => {
                 let result =
                     result.and_then(|r| codec::encode(&r).map_err(|e| AskError::Codec(e.0)));
                 if to.node == self.id && to.incarnation == self.incarnation {

@@ -11,6 +11,7 @@
 //! state adds its own. Everything below this module is private to it.
 
 mod activity;
+mod assigned;
 mod command;
 mod delivery;
 mod erased;
@@ -25,7 +26,7 @@ mod shared;
 mod task;
 
 use crate::entity::{Entity, EntityId, EntityType};
-use crate::envelope::{Envelope, Origin, Reply};
+use crate::envelope::{Envelope, Origin, RecordAnswer, Reply};
 use crate::error::{replied, AskError, QueryError, TellError};
 use crate::inspection::{ClusterShardingStats, CurrentRegionState};
 use crate::metrics::RegionMetrics;
@@ -36,6 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
+pub(crate) use assigned::AssignedShard;
 use command::{shut_down, RegionCmd, COMMAND_CAPACITY};
 pub use delivery::Delivery;
 pub use erased::{ErasedError, ErasedRegion, Told};
@@ -116,6 +118,7 @@ impl<E: Entity> Region<E> {
             lease: Arc::default(),
             contact: shared::PublishedContact::default(),
             durable: Arc::default(),
+            assignments: Arc::default(),
         });
         let task = task::RegionTask::new(shared.clone(), commands.clone());
         node.tasks.spawn(task.run(command_rx, home_rx));
@@ -241,21 +244,24 @@ impl<E: Entity> Region<E> {
         message: E::Message,
         timeout: Duration,
     ) -> Result<E::Reply, AskError> {
-        let exchange = async { replied(self.route_tracked(entity_id, message).await?).await };
+        let exchange = async { replied(self.route_tracked(entity_id, message, None).await?).await };
         tokio::time::timeout(timeout, exchange)
             .await
             .map_err(|_| AskError::Timeout(timeout))?
     }
 
     /// Routes a message whose outcome the caller waits for itself (a Kafka
-    /// partition routes its records in order and waits for them in order).
+    /// partition routes its records in order and waits for them in order),
+    /// wherever its shard is. `origin`: the Kafka record it is, if any (see
+    /// [`Reply::Local`]).
     pub(crate) async fn route_tracked(
         &self,
         entity_id: &str,
         message: E::Message,
+        origin: Option<Box<Origin>>,
     ) -> Result<oneshot::Receiver<Result<E::Reply, AskError>>, TellError> {
         let (tx, rx) = oneshot::channel();
-        let env = self.envelope(entity_id, message, Reply::Local(tx))?;
+        let env = self.envelope(entity_id, message, Reply::Local(tx, origin))?;
         self.shared.route(env).await?;
         Ok(rx)
     }
@@ -271,7 +277,7 @@ impl<E: Entity> Region<E> {
         shard: ShardId,
         message: E::Message,
         origin: Option<Box<Origin>>,
-    ) -> Result<oneshot::Receiver<Result<E::Reply, AskError>>, TellError> {
+    ) -> Result<oneshot::Receiver<RecordAnswer<E::Reply>>, TellError> {
         if entity_id.is_empty() {
             return Err(TellError::EmptyEntityId);
         }
@@ -329,6 +335,18 @@ impl<E: Entity> Region<E> {
         let passivation = &self.shared.entity_type.settings.passivation;
         passivation.idle_timeout.is_some()
             || (passivation.active_entity_limit.is_some() && passivation.replacement.is_some())
+    }
+
+    /// Notes that a partition of `shard` is assigned to this node's
+    /// consumer, until the returned value is dropped (see `assigned.rs`).
+    pub(crate) fn partition_assigned(&self, shard: ShardId) -> AssignedShard {
+        self.shared.assignments.hold(shard)
+    }
+
+    /// Where messages for `shard` go now, in words (see
+    /// `Routes::describe`).
+    pub(crate) fn describe_route(&self, shard: ShardId) -> String {
+        self.shared.routes.describe(shard)
     }
 
     /// The entity type's number of shards.

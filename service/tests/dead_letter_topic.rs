@@ -34,6 +34,7 @@ fn ingest_settings(bootstrap: &str, dead_letter_topic: &str) -> IngestSettings {
         delivery_timeout: Duration::from_secs(5),
         placement_timeout: Duration::from_secs(10),
         max_attempts: 3,
+        redelivery_timeout: Duration::from_secs(60),
         retry_backoff: Duration::from_millis(50),
         dead_letter_topic: dead_letter_topic.into(),
     }

@@ -330,6 +330,7 @@ fn raw_envelope(id: &str, seq: u64, shard: u32) -> colo_proto::v1::Envelope {
         payload: colo::codec::encode(&Msg::Record(seq)).unwrap().to_vec(),
         reply_to: None,
         delayed: false,
+        origin: None,
     }
 }
 

@@ -7,10 +7,13 @@
 //!   that had lost the shard wrote after a newer owner began.
 //! - `version`: the entity type's state version when it was written, so a
 //!   state that no longer decodes is named with its version, never reset.
-//! - `applied`: per source topic, the offset of the last record applied to
-//!   this entity (in the entity's shard, which is the topic's partition): a
-//!   record at or below it was applied already and is skipped. That makes
-//!   replay after a crash harmless without Kafka transactions.
+//! - `applied`: per source, the offset of the last record applied to this
+//!   entity: a record at or below it was applied already and is skipped.
+//!   That makes replay after a crash harmless without Kafka transactions.
+//!   A source is a topic, for the records in the entity's shard's
+//!   partition of it, or `topic/partition` for those a producer with
+//!   another partitioner put in another partition (offsets grow within a
+//!   partition only; `/` is never in a topic's name).
 //!
 //! The first byte is the record format, so that a later colo can read what
 //! this one wrote.
@@ -25,7 +28,8 @@ const FORMAT: u8 = 1;
 pub struct StateRecord {
     pub epoch: u64,
     pub version: u32,
-    /// (topic, offset of the last record of that topic applied), by topic.
+    /// (source, offset of the last record of that source applied), by
+    /// source: a topic, or `topic/partition` (see the module's doc).
     pub applied: Vec<(String, u64)>,
     /// The state as the entity type encodes it; `None`: the entity deleted
     /// itself. A deletion is a record, not an absence, so that it keeps the

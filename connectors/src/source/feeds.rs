@@ -53,13 +53,24 @@ pub(super) struct Feed {
 }
 
 /// Whether a partition moves: checked at each report, so a stall is seen
-/// within a report's interval of `stall_timeout`.
+/// within a report's interval of `stall_timeout`, and reported again every
+/// `stall_timeout` while it lasts.
 #[derive(Debug)]
 pub(super) struct Progress {
     /// The position and the highest offset handed over, at the last move.
     marker: (Option<i64>, Option<i64>),
     since: std::time::Instant,
-    stalled: bool,
+    /// When the stall was last reported, while it lasts.
+    reported: Option<std::time::Instant>,
+}
+
+/// What a check of a partition's progress has to say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stall {
+    /// No move for this long while records wait.
+    Stalled(std::time::Duration),
+    /// It moves again after a stall this long.
+    Moves(std::time::Duration),
 }
 
 impl Progress {
@@ -67,28 +78,42 @@ impl Progress {
         Self {
             marker: (None, None),
             since: std::time::Instant::now(),
-            stalled: false,
+            reported: None,
         }
     }
 
-    /// Whether the partition became stalled (`Some(true)`) or moves again
-    /// (`Some(false)`): stalled once records wait and neither its position
-    /// nor what it handed over moved for `timeout`.
+    /// Whether there is a stall to report: once records wait and neither
+    /// its position nor what it handed over moved for `timeout`, and again
+    /// each `timeout` after; or that it moves again.
     fn check(
         &mut self,
         marker: (Option<i64>, Option<i64>),
         waiting: bool,
         timeout: std::time::Duration,
-    ) -> Option<bool> {
-        let now = std::time::Instant::now();
+    ) -> Option<Stall> {
+        self.check_at(marker, waiting, timeout, std::time::Instant::now())
+    }
+
+    fn check_at(
+        &mut self,
+        marker: (Option<i64>, Option<i64>),
+        waiting: bool,
+        timeout: std::time::Duration,
+        now: std::time::Instant,
+    ) -> Option<Stall> {
         if marker != self.marker || !waiting {
             self.marker = marker;
+            let stalled_for = now.duration_since(self.since);
             self.since = now;
-            return std::mem::take(&mut self.stalled).then_some(false);
+            return self.reported.take().map(|_| Stall::Moves(stalled_for));
         }
-        if !self.stalled && now.duration_since(self.since) >= timeout {
-            self.stalled = true;
-            return Some(true);
+        let due = match self.reported {
+            None => now.duration_since(self.since) >= timeout,
+            Some(last) => now.duration_since(last) >= timeout,
+        };
+        if due {
+            self.reported = Some(now);
+            return Some(Stall::Stalled(now.duration_since(self.since)));
         }
         None
     }
@@ -280,15 +305,15 @@ impl Feeds {
                 .progress
                 .check((position, delivered), records_wait, self.stall_timeout)
             {
-                Some(true) if waiting => {
-                    tracing::warn!(topic = %tp.topic, partition = tp.partition, held = feed.held.len(), ?lag, stalled_for = ?self.stall_timeout, "partition waits for its shard: its records are held until the shard starts on this node (its previous owner has not released it)");
+                Some(Stall::Stalled(stalled_for)) if waiting => {
+                    tracing::warn!(topic = %tp.topic, partition = tp.partition, held = feed.held.len(), ?lag, ?stalled_for, "partition waits for its shard: its records are held until the shard starts on this node (its previous owner has not released it)");
                 }
-                Some(true) => {
+                Some(Stall::Stalled(stalled_for)) => {
                     let oldest = next.map_or_else(|| "unknown".to_string(), |o| o.to_string());
-                    tracing::warn!(topic = %tp.topic, partition = tp.partition, oldest_offset = %oldest, in_flight, held = feed.held.len(), ?lag, stalled_for = ?self.stall_timeout, "partition makes no progress while records wait: its oldest record is not handled (a slow or stuck handler, a record its entity cannot take, or records the consumer cannot fetch)");
+                    tracing::warn!(topic = %tp.topic, partition = tp.partition, oldest_offset = %oldest, in_flight, held = feed.held.len(), ?lag, ?stalled_for, "partition makes no progress while records wait: its oldest record is not handled (a slow or stuck handler, a record its entity cannot take, or records the consumer cannot fetch)");
                 }
-                Some(false) => {
-                    tracing::info!(topic = %tp.topic, partition = tp.partition, "partition progresses again");
+                Some(Stall::Moves(stalled_for)) => {
+                    tracing::info!(topic = %tp.topic, partition = tp.partition, ?stalled_for, "partition progresses again");
                 }
                 None => {}
             }
@@ -478,5 +503,46 @@ mod tests {
             handed.push(record.offset);
         }
         assert_eq!(handed, vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_stall_is_reported_again_while_it_lasts_and_its_end_once() {
+        let timeout = std::time::Duration::from_secs(10);
+        let start = std::time::Instant::now();
+        let at = |s: u64| start + std::time::Duration::from_secs(s);
+        let mut progress = Progress::new();
+        let stuck = (Some(5), Some(9));
+        assert_eq!(progress.check_at(stuck, true, timeout, at(0)), None);
+        assert_eq!(progress.check_at(stuck, true, timeout, at(9)), None);
+        assert_eq!(
+            progress.check_at(stuck, true, timeout, at(10)),
+            Some(Stall::Stalled(std::time::Duration::from_secs(10)))
+        );
+        assert_eq!(progress.check_at(stuck, true, timeout, at(15)), None);
+        assert_eq!(
+            progress.check_at(stuck, true, timeout, at(20)),
+            Some(Stall::Stalled(std::time::Duration::from_secs(20))),
+            "reported again while it lasts"
+        );
+        assert_eq!(
+            progress.check_at((Some(6), Some(9)), true, timeout, at(23)),
+            Some(Stall::Moves(std::time::Duration::from_secs(23)))
+        );
+        assert_eq!(
+            progress.check_at((Some(7), Some(9)), true, timeout, at(24)),
+            None
+        );
+    }
+
+    #[test]
+    fn a_partition_without_records_waiting_is_never_stalled() {
+        let timeout = std::time::Duration::from_secs(1);
+        let start = std::time::Instant::now();
+        let mut progress = Progress::new();
+        let idle = (Some(5), Some(4));
+        for s in 0..5 {
+            let now = start + std::time::Duration::from_secs(s);
+            assert_eq!(progress.check_at(idle, false, timeout, now), None);
+        }
     }
 }

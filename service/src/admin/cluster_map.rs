@@ -218,6 +218,7 @@ mod tests {
                     failed: vec![ShardId(3), ShardId(4)],
                     handing_off: vec![ShardId(1)],
                     restoring: vec![ShardId(4)],
+                    assigned: Vec::new(),
                 },
             )]),
             failed_regions: vec![RegionId::new("b:1")],

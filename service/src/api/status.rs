@@ -59,6 +59,7 @@ impl From<AskError> for Status {
             AskError::Unconfirmed(_) => Status::deadline_exceeded(message),
             AskError::Codec(_) => Status::internal(message),
             AskError::AlreadyApplied => Status::already_exists(message),
+            AskError::PreviousLost => Status::unavailable(message),
         }
     }
 }

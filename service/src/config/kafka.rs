@@ -61,6 +61,12 @@ pub struct KafkaSection {
     /// The pause before a record is delivered again.
     #[serde(default = "default_retry_backoff", with = "humantime_serde")]
     pub retry_backoff: Duration,
+    /// How long a record whose deliveries keep failing for a reason that
+    /// waiting does not pass (never a handler failure: its shard's node
+    /// refuses it or drops it unhandled) is delivered again before it goes
+    /// to the dead-letter topic.
+    #[serde(default = "default_redelivery_timeout", with = "humantime_serde")]
+    pub redelivery_timeout: Duration,
     /// librdkafka properties passed through to every Kafka client of the
     /// node (security, timeouts), e.g. `"session.timeout.ms" = "10000"`.
     /// Those colo sets itself (`group.id`, offset handling, the assignor)
@@ -101,6 +107,13 @@ fn default_max_attempts() -> u32 {
 
 fn default_retry_backoff() -> Duration {
     Duration::from_millis(100)
+}
+
+/// Longer than a hand-off or a dead node's removal (`region_timeout`)
+/// takes, which refuse records for a while; a record refused for a minute
+/// is refused for good.
+fn default_redelivery_timeout() -> Duration {
+    Duration::from_secs(60)
 }
 
 impl KafkaSection {
@@ -191,6 +204,9 @@ impl KafkaSection {
         }
         if self.max_attempts == 0 {
             return refuse("max_attempts", "must be at least 1");
+        }
+        if self.redelivery_timeout.is_zero() {
+            return refuse("redelivery_timeout", "must be longer than zero");
         }
         Ok(())
     }

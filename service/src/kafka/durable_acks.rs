@@ -13,9 +13,8 @@
 //! owner, and each entity skips what it had made durable.
 
 use crate::store::ShardDurability;
-use colo_allocation::ShardId;
 use colo_connectors::Ack;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
@@ -27,10 +26,9 @@ type Flushed = Pin<Box<dyn Future<Output = (u64, bool)> + Send + Sync>>;
 
 /// One shard's acks waiting for its writes.
 struct ShardAcks {
-    shard: ShardId,
     durability: Weak<ShardDurability>,
-    /// (write number, ack), in the order handled.
-    acks: VecDeque<(u64, Ack)>,
+    /// (write number, ack, its key's hash), in the order handled.
+    acks: VecDeque<(u64, Ack, Option<u64>)>,
     waiting: Option<Flushed>,
     /// The last write asked for.
     hurried: u64,
@@ -39,7 +37,7 @@ struct ShardAcks {
 impl ShardAcks {
     /// Asks for the write the newest acks wait for, once, when many wait.
     fn hurry_if_many(&mut self, hurry_at: usize, durability: &ShardDurability) {
-        let Some(&(newest, _)) = self.acks.back() else {
+        let Some(&(newest, _, _)) = self.acks.back() else {
             return;
         };
         if self.acks.len() >= hurry_at && newest > self.hurried {
@@ -60,6 +58,20 @@ pub(super) struct DurableAcks {
     /// A handled record's change will never be written: its shard stopped
     /// first.
     lost: bool,
+    /// Per key (by hash) with a record waiting here, the offset of its
+    /// newest: a later record of the key must find it in its entity's
+    /// state (`Origin::previous`).
+    pending: HashMap<u64, i64>,
+}
+
+/// Forgets a key's pending record once it is settled, unless a newer one
+/// of the key waits.
+fn settled_key(pending: &mut HashMap<u64, i64>, key: Option<u64>, offset: i64) {
+    if let Some(key) = key {
+        if pending.get(&key) == Some(&offset) {
+            pending.remove(&key);
+        }
+    }
 }
 
 impl DurableAcks {
@@ -69,7 +81,14 @@ impl DurableAcks {
             shards: Vec::new(),
             hurry_at: (max_in_flight / 2).max(1),
             lost: false,
+            pending: HashMap::new(),
         }
+    }
+
+    /// The offset of the newest record of the key (by hash) whose change
+    /// waits to be durable here, if one does.
+    pub fn pending(&self, key: u64) -> Option<i64> {
+        self.pending.get(&key).copied()
     }
 
     /// Whether a handled record's change was lost (its shard stopped
@@ -86,36 +105,55 @@ impl DurableAcks {
         self.shards.iter().all(|s| s.acks.is_empty())
     }
 
-    /// `ack`'s record changed state in `shard`, which runs here: acked at
-    /// once if that is durable already, else once it is. `current` finds
-    /// the shard's durability when this start of the shard is not known
-    /// here yet. Without one (the shard stopped meanwhile: fenced, or its
-    /// hand-off gave up) nobody can say the change was written: the ack is
-    /// dropped, and the record consumed again.
+    /// Handled records waiting for their write.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.acks.len()).sum()
+    }
+
+    /// The offset of the oldest of them.
+    pub fn oldest(&self) -> Option<i64> {
+        self.shards
+            .iter()
+            .filter_map(|s| s.acks.front().map(|(_, ack, _)| ack.offset()))
+            .min()
+    }
+
+    /// `ack`'s record changed state in its shard: acked at once if that is
+    /// durable already, else once it is. `start` is the start of the shard
+    /// that handled it, as its answer named it; a record is settled in
+    /// offset order, maybe long after it was handled, and only that start
+    /// can write its change: if it has ended (fenced, or its hand-off gave
+    /// up), even with the shard started here again since, nobody can say
+    /// the change was written, and the ack is dropped, the record consumed
+    /// again. `current` finds the shard's durability for an answer that
+    /// named no start.
     pub fn push(
         &mut self,
-        shard: ShardId,
         ack: Ack,
+        key: Option<u64>,
+        start: Option<Weak<ShardDurability>>,
         current: impl FnOnce() -> Option<Arc<ShardDurability>>,
     ) {
+        let handler = match start {
+            Some(start) => start.upgrade(),
+            None => current(),
+        };
+        let Some(handler) = handler else {
+            drop(ack);
+            self.lost = true;
+            return;
+        };
         // Each start of a shard numbers its writes anew: its acks wait in
         // an entry of their own, never behind another start's numbers.
-        let live = self
-            .shards
-            .iter()
-            .enumerate()
-            .find_map(|(at, s)| (s.shard == shard).then(|| Some((at, s.durability.upgrade()?))))
-            .flatten();
+        let live = self.shards.iter().enumerate().find_map(|(at, s)| {
+            let durability = s.durability.upgrade()?;
+            Arc::ptr_eq(&durability, &handler).then_some((at, durability))
+        });
         let (at, durability) = match live {
             Some(found) => found,
             None => {
-                let Some(durability) = current() else {
-                    drop(ack);
-                    self.lost = true;
-                    return;
-                };
+                let durability = handler;
                 self.shards.push(ShardAcks {
-                    shard,
                     durability: Arc::downgrade(&durability),
                     acks: VecDeque::new(),
                     waiting: None,
@@ -129,7 +167,10 @@ impl DurableAcks {
         if entry.acks.is_empty() && durability.flushed_seq() >= seq {
             return ack.handled();
         }
-        entry.acks.push_back((seq, ack));
+        if let Some(key) = key {
+            self.pending.insert(key, ack.offset());
+        }
+        entry.acks.push_back((seq, ack, key));
         entry.hurry_if_many(self.hurry_at, &durability);
         if entry.waiting.is_none() {
             entry.waiting = Some(wait_for(&durability, seq));
@@ -149,25 +190,34 @@ impl DurableAcks {
             };
             entry.waiting = None;
             settled = true;
-            while entry.acks.front().is_some_and(|(seq, _)| *seq <= flushed) {
-                if let Some((_, ack)) = entry.acks.pop_front() {
+            while entry
+                .acks
+                .front()
+                .is_some_and(|(seq, _, _)| *seq <= flushed)
+            {
+                if let Some((_, ack, key)) = entry.acks.pop_front() {
+                    settled_key(&mut self.pending, key, ack.offset());
                     ack.handled();
                 }
             }
             if stopped {
                 // Dropped unacked: the partition is consumed again.
                 self.lost |= !entry.acks.is_empty();
-                entry.acks.clear();
+                for (_, ack, key) in entry.acks.drain(..) {
+                    settled_key(&mut self.pending, key, ack.offset());
+                }
                 continue;
             }
-            if let (Some(&(next, _)), Some(durability)) =
+            if let (Some(&(next, _, _)), Some(durability)) =
                 (entry.acks.front(), entry.durability.upgrade())
             {
                 entry.waiting = Some(wait_for(&durability, next));
                 entry.hurry_if_many(self.hurry_at, &durability);
             } else if !entry.acks.is_empty() {
                 self.lost = true;
-                entry.acks.clear();
+                for (_, ack, key) in entry.acks.drain(..) {
+                    settled_key(&mut self.pending, key, ack.offset());
+                }
             }
         }
         self.shards
@@ -188,4 +238,50 @@ fn wait_for(durability: &ShardDurability, seq: u64) -> Flushed {
         let last = *flushed.borrow();
         (last, !done && last < seq)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record handled by one start of its shard, whose change that start
+    /// never wrote (it was fenced), settles after the shard started again
+    /// on the same node: the new start has nothing unwritten, but the
+    /// record's change is not in it. The record is consumed again, not
+    /// acked.
+    #[test]
+    fn a_record_whose_start_ended_unwritten_is_not_acked_against_the_next_start() {
+        let mut acks = DurableAcks::new(100);
+        let first = Arc::new(ShardDurability::new(true));
+        first.changed(1);
+        let handled_by = Arc::downgrade(&first);
+        drop(first);
+        let second = Arc::new(ShardDurability::new(true));
+        acks.push(Ack::detached(), None, Some(handled_by), || {
+            Some(second.clone())
+        });
+        assert!(acks.lost(), "consumed again from the committed offset");
+    }
+
+    /// The same start still runs: the record waits for its write, then is
+    /// acked.
+    #[test]
+    fn a_record_waits_for_the_write_of_the_start_that_handled_it() {
+        let mut acks = DurableAcks::new(100);
+        let start = Arc::new(ShardDurability::new(true));
+        start.changed(1);
+        acks.push(
+            Ack::detached(),
+            Some(7),
+            Some(Arc::downgrade(&start)),
+            || None,
+        );
+        assert_eq!(acks.pending(7), Some(0), "key 7's record waits");
+        assert_eq!(acks.len(), 1, "waits for write 1");
+        start.flushed(1);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(acks.poll_settled(&mut cx).is_ready());
+        assert!(acks.is_empty() && !acks.lost());
+        assert_eq!(acks.pending(7), None);
+    }
 }

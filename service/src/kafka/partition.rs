@@ -1,45 +1,57 @@
 //! One assigned partition's records, from its shard's hosting to the end
 //! of its stream.
 //!
-//! Records are routed in offset order and settled in offset order, so an
-//! offset is committed only once its record and every one before it were
-//! handled or dead-lettered. Each key's records are handled one after
-//! another: a record whose key has an earlier record unsettled is held here
-//! and routed only once that one is settled. So a retry keeps its place (no
-//! later record of its key runs before it), while different keys run side
-//! by side.
+//! Records are routed in offset order and settled in offset order
+//! (`partition/settle.rs`), so an offset is committed only once its record
+//! and every one before it were handled or dead-lettered. Each key's
+//! records are handled one after another: a record whose key has an
+//! earlier record unhandled is held here and routed only once that one is
+//! handled. So a retry keeps its place (no later record of its key runs
+//! before it), while different keys run side by side.
 //!
-//! A record is delivered again only when its delivery is known to have
-//! failed: its handler failed (up to `max_attempts`, then it is
-//! dead-lettered), it was dropped before an entity got it, or the node that
-//! took it went away without confirming it. Never because it waited its
-//! turn: a record behind slow work of its key waits as long as that takes,
-//! and the source warns about a partition that stops progressing. A record
-//! that can never be handled goes to the dead-letter topic at once:
-//! undecodable, or refused (an empty entity id, a message that cannot be
-//! encoded for another node).
+//! A record of the shard the partition hosts here goes to that shard only
+//! (`Reply::Record`). One in another partition than its key's (a producer
+//! with another partitioner put it there) is an ask that follows its shard
+//! to whatever node hosts it, with its origin (topic, partition, offset),
+//! so that a durable entity applies it once however often it arrives.
 //!
-//! The task gives its records up when its partition is lost, or when a
-//! revoke's bound is reached: they are dropped unhandled wherever they wait
-//! (see `Reply::Record`), left uncommitted, and consumed again by the
-//! partition's next owner. It also gives them up when a handled record's
-//! change is lost (its shard stopped before writing it: its node fenced
-//! itself) while the partition stays here: no next owner would consume it
-//! again, so the task has the source rewind the partition to its committed
-//! offset, and routes nothing more (a later record of the same entity,
-//! applied first, would have the entity skip the lost one).
+//! A record is delivered again only when its delivery failed: its handler
+//! failed (up to `max_attempts`, then it is dead-lettered), it was dropped
+//! before an entity got it or refused for a while (a node went away
+//! unconfirmed, a hand-off), or, sent to another node, no answer came
+//! within `delivery_timeout` (that node may have died with it). Failures
+//! that do not pass by waiting are bounded too: past `redelivery_timeout`
+//! the record is dead-lettered, so no record holds its partition for ever.
+//! A record that can never be handled goes to the dead-letter topic at
+//! once: undecodable, or refused (an empty entity id, a message that cannot
+//! be encoded for another node). While the front record waits, the task
+//! says what for, every `delivery_timeout`.
+//!
+//! The task gives its records up (uncommitted, consumed again) when its
+//! partition is lost or revoked: a revoke waits for the records in flight,
+//! not for retries, and its bound drops whatever is left wherever it waits
+//! (see `Reply::Record`). It also has the source consume the partition
+//! again from its committed offset, routing nothing more, while the
+//! partition stays here: when a handled record's change is lost (its shard
+//! stopped before writing it: its node fenced itself), when a record finds
+//! its key's previous record missing from its entity's state (lost the same
+//! way, see `Origin::previous`), or when its own shard runs on another node
+//! (placed there while this node was out of touch with its coordinator):
+//! the new assignment claims the shard back, and each entity skips what it
+//! had made durable.
+
+mod settle;
 
 use super::durable_acks::DurableAcks;
-use super::slots::{Outcome, Slots, Step};
+use super::slots::{Awaiting, Chained, Outcome, Slots, Start, Step, Tries};
 use super::{IngestSettings, RecordDecoder};
 use crate::entity::{Entity, EntityId};
 use crate::envelope::Origin;
-use crate::error::unanswered;
 use crate::error::TellError;
 use crate::metrics::KafkaMetrics;
-use crate::region::{PlacementError, Region};
+use crate::region::{AssignedShard, PlacementError, Region};
 use colo_allocation::ShardId;
-use colo_connectors::{Ack, DeadLetters, Gate, Record, Rewind, TopicPartition};
+use colo_connectors::{DeadLetters, Gate, Record, Rewind, TopicPartition};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
@@ -73,13 +85,25 @@ pub(super) struct PartitionTask<E: Entity> {
     /// their origin (so an entity skips what it applied already), and each
     /// is acked only once the change it made is durable.
     pub(super) durable: bool,
-    /// The partition's topic, shared by its records' origins.
+    /// The partition's topic, shared by the origins of its records that
+    /// belong in it.
     pub(super) origin_topic: Arc<str>,
+    /// `topic/partition`, shared by the origins of its records that belong
+    /// in other partitions (see `Origin::source`).
+    pub(super) misplaced_source: Arc<str>,
     /// Handled records waiting for their change to be durable before they
     /// are acked (see `durable_acks.rs`).
     pub(super) unflushed: DurableAcks,
     /// Consumes the partition again from its committed offset.
     pub(super) rewind: Rewind,
+    /// Says the partition's shard is assigned here while the task runs
+    /// (region stats carry it: see `region/assigned.rs`).
+    pub(super) _assigned: AssignedShard,
+    /// Its records' stream has ended: the partition was revoked (or the
+    /// node stops). What is in hand settles, but a record whose delivery
+    /// failed is left to the partition's next owner rather than tried
+    /// again here: a revoke waits for records in flight, never for retries.
+    pub(super) revoked: bool,
 }
 
 /// Where a partition's shard is, which says how its records are routed.
@@ -130,74 +154,133 @@ impl<E: Entity> PartitionTask<E> {
             }
         }
         gate.open();
+        let mut slots = Slots::new();
         tokio::select! {
             biased;
             _ = &mut give_up => {}
-            () = self.consume(&mut records) => {}
+            () = self.consume(&mut slots, &mut records) => {}
         }
+        self.given_up(&slots, &records);
     }
 
-    async fn consume(&mut self, records: &mut mpsc::UnboundedReceiver<Record>) {
-        let mut slots = Slots::new();
-        let mut open = true;
+    /// Says, in one line, how many records the task leaves unhandled as it
+    /// ends: they are not committed, and are consumed again.
+    fn given_up(&self, slots: &Slots<E>, records: &mpsc::UnboundedReceiver<Record>) {
+        let in_hand = slots.queue.len() + records.len();
+        let waiting = self.unflushed.len();
+        if in_hand + waiting == 0 {
+            return;
+        }
+        let oldest = slots
+            .queue
+            .front()
+            .map(|slot| slot.record.offset)
+            .or_else(|| self.unflushed.oldest());
+        tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, records = in_hand + waiting, handled_not_yet_durable = waiting, oldest_offset = ?oldest, "partition's records in hand not handled here: not committed, they are consumed again by the partition's next owner (or by this node after a restart)");
+    }
+
+    async fn consume(
+        &mut self,
+        slots: &mut Slots<E>,
+        records: &mut mpsc::UnboundedReceiver<Record>,
+    ) {
+        let mut watch = tokio::time::interval(self.settings.delivery_timeout);
+        watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        watch.reset();
+        let mut watched = None;
         loop {
-            if self.durable && self.unflushed.lost() {
-                tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, "a shard stopped before the changes of handled records were written: the partition is consumed again from its committed offset");
-                self.rewind.rewind();
+            if self.rewound_if_lost() {
                 return;
             }
             // What came back, in order, without waiting.
-            while let Some(outcome) = self.front_outcome_now(&mut slots) {
-                if !self.settle_front(&mut slots, outcome).await {
+            while let Some(outcome) = self.front_outcome_now(slots) {
+                if !self.settle_front(slots, outcome).await || self.rewound_if_lost() {
                     return;
+                }
+                // A record delivered again and again keeps this loop busy:
+                // it is watched here too.
+                if futures::FutureExt::now_or_never(watch.tick()).is_some() {
+                    self.watch_front(slots, &mut watched);
                 }
             }
             tokio::select! {
                 biased;
                 () = std::future::poll_fn(|cx| self.unflushed.poll_settled(cx)),
                     if !self.unflushed.is_empty() => {}
-                record = records.recv(), if open && slots.queue.len() < WINDOW => match record {
-                    Some(record) => self.take(&mut slots, record).await,
-                    None => open = false,
+                record = records.recv(), if !self.revoked && slots.queue.len() < WINDOW => match record {
+                    Some(record) => self.take(slots, record).await,
+                    None => self.revoked = true,
                 },
-                outcome = Self::front_outcome(&mut slots), if !slots.queue.is_empty() => {
-                    if !self.settle_front(&mut slots, outcome).await {
+                outcome = Self::front_outcome(slots), if !slots.queue.is_empty() => {
+                    if !self.settle_front(slots, outcome).await {
                         return;
                     }
                 }
+                _ = watch.tick(), if !slots.queue.is_empty() => self.watch_front(slots, &mut watched),
                 else => return,
             }
         }
     }
 
+    /// Has the source consume the partition again from its committed offset
+    /// if a handled record's change was lost (its shard stopped before
+    /// writing it): no later record may be routed then, the front's retry
+    /// included (see the module's doc). True if it did.
+    fn rewound_if_lost(&mut self) -> bool {
+        if !(self.durable && self.unflushed.lost()) {
+            return false;
+        }
+        tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, "a shard stopped before the changes of handled records were written: the partition is consumed again from its committed offset");
+        self.rewind.rewind();
+        true
+    }
+
+    /// Says what the oldest record in hand waits for when it has been the
+    /// oldest since the last look (a `delivery_timeout` ago), and again at
+    /// each look while it stays: the source's stall report says that a
+    /// partition does not move, this says why.
+    fn watch_front(&self, slots: &Slots<E>, watched: &mut Option<i64>) {
+        let Some(front) = slots.queue.front() else {
+            return;
+        };
+        let offset = front.record.offset;
+        if watched.replace(offset) != Some(offset) {
+            return;
+        }
+        let (entity_id, waits_for) = match &front.step {
+            Step::Routed { id, .. } => {
+                let shard = self.region.shard_of(id);
+                let route = self.region.describe_route(shard);
+                (
+                    Some(id),
+                    format!("its entity's answer (shard {shard}: {route})"),
+                )
+            }
+            Step::Answered { id, .. } | Step::Again { id, .. } => {
+                (Some(id), "its next delivery".to_string())
+            }
+            Step::Held { id, .. } => (Some(id), "an earlier record of its key".to_string()),
+            Step::Refused { .. } | Step::Settling => (None, "the dead-letter topic".to_string()),
+        };
+        tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, offset, entity_id = ?entity_id, in_hand = slots.queue.len(), waited_more_than = ?self.settings.delivery_timeout, "partition's oldest record in hand waits for {waits_for}");
+    }
+
     /// The front record's outcome if it is in, without waiting. A record to
     /// deliver again or to dead-letter is always ready.
-    fn front_outcome_now(&self, slots: &mut Slots<E>) -> Option<Option<Outcome>> {
+    fn front_outcome_now(&self, slots: &mut Slots<E>) -> Option<Option<(Outcome, Start)>> {
         let front = slots.front_mut()?;
         match &mut front.step {
-            Step::Routed { reply, .. } => match reply.try_recv() {
-                Ok(result) => Some(Some(Outcome::of(result.map(drop)))),
-                Err(oneshot::error::TryRecvError::Closed) => {
-                    Some(Some(Outcome::of(Err(unanswered()))))
-                }
-                Err(oneshot::error::TryRecvError::Empty) => None,
-            },
+            Step::Routed { reply, .. } => reply.try_answer().map(Some),
             _ => Some(None),
         }
     }
 
     /// Waits for the front record's outcome; `None` for a record that has
     /// none to wait for (to deliver again, or to dead-letter).
-    async fn front_outcome(slots: &mut Slots<E>) -> Option<Outcome> {
+    async fn front_outcome(slots: &mut Slots<E>) -> Option<(Outcome, Start)> {
         let front = slots.front_mut()?;
         match &mut front.step {
-            Step::Routed { reply, .. } => {
-                let result = match reply.await {
-                    Ok(result) => result.map(drop),
-                    Err(_) => Err(unanswered()),
-                };
-                Some(Outcome::of(result))
-            }
+            Step::Routed { reply, .. } => Some(reply.answer().await),
             _ => None,
         }
     }
@@ -220,205 +303,119 @@ impl<E: Entity> PartitionTask<E> {
         };
         let shard = self.check_partition(&id);
         let key = std::hash::BuildHasher::hash_one(&slots.keys, &id);
-        if slots.chain(key) {
-            let message = Box::new(message);
-            return slots.push(record, Step::Held { id, message }, Some(key));
-        }
-        let step = self.route(id, Some(shard), message, record.offset, 0).await;
+        let previous = match slots.chain(key) {
+            Chained::Held => {
+                let message = Box::new(message);
+                return slots.push(record, Step::Held { id, message }, Some(key));
+            }
+            Chained::Route { previous } => previous.or_else(|| self.unflushed.pending(key)),
+        };
+        let tries = Tries {
+            previous,
+            ..Tries::default()
+        };
+        let step = self
+            .route(id, Some(shard), message, record.offset, tries)
+            .await;
         slots.push(record, step, Some(key));
     }
 
-    /// Warns (once) about a record whose key's murmur2 partition is another.
-    /// Its shard, the key's murmur2 partition.
+    /// Counts, and warns about (once per assignment), a record whose key's
+    /// murmur2 partition is another. Its shard, the key's murmur2
+    /// partition.
     fn check_partition(&mut self, id: &str) -> ShardId {
         let shard = self.region.shard_of(id);
         if i64::from(shard.0) != i64::from(self.partition.partition) {
             self.metrics.partitioner_mismatch(&self.partition.topic);
             if !self.mismatch_warned {
                 self.mismatch_warned = true;
-                tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, entity_id = %id, %shard, "record in another partition than its key's murmur2 partition (a producer with another partitioner?): handled, but on the shard's node, not here");
+                tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, entity_id = %id, %shard, "record in another partition than its key's murmur2 partition (a producer with another partitioner?): sent to its shard's node and handled there, one hop away when that is another node; such records are counted in colo_kafka_partitioner_mismatches_total");
             }
         }
         shard
     }
 
     /// Routes a record's message; `shard` is its key's, when known.
+    ///
+    /// A record of the shard this partition hosts here goes to that shard
+    /// only (`Reply::Record`). Any other (in another partition than its
+    /// key's, or of a partition whose shard another topic keeps on another
+    /// node) is an ask that follows its shard wherever it is, with its
+    /// origin, so a durable entity applies it once however often it is
+    /// sent.
     async fn route(
         &mut self,
         id: EntityId,
         shard: Option<ShardId>,
         message: E::Message,
         offset: i64,
-        failures: u32,
+        tries: Tries,
     ) -> Step<E> {
         if self.durable && self.unflushed.lost() {
             // Not routed: the partition is consumed again from its
             // committed offset, this record with it (see `consume`).
-            return Step::Again { id, failures };
+            return Step::Again { id, tries };
         }
-        let routed = match self.shard {
-            ShardPlace::Here | ShardPlace::Unknown => {
-                let shard = shard.unwrap_or_else(|| self.region.shard_of(&id));
-                let origin = self.origin(shard, offset);
-                self.region.route_record(&id, shard, message, origin).await
-            }
-            ShardPlace::Elsewhere => self.region.route_tracked(&id, message).await,
+        let shard = shard.unwrap_or_else(|| self.region.shard_of(&id));
+        let origin = self.origin(shard, offset, tries.previous);
+        let routed = if self.hosts(shard) {
+            let routed = self.region.route_record(&id, shard, message, origin).await;
+            routed.map(Awaiting::Record)
+        } else {
+            let routed = self.region.route_tracked(&id, message, origin).await;
+            let deadline = tokio::time::Instant::now() + self.settings.delivery_timeout;
+            routed.map(|rx| Awaiting::Ask { rx, deadline })
         };
         match routed {
-            Ok(reply) => Step::Routed {
-                id,
-                reply,
-                failures,
-            },
+            Ok(reply) => Step::Routed { id, reply, tries },
             Err(e) => match Outcome::refusal(e) {
                 Outcome::Refused(reason) => Step::Refused {
                     reason: format!("refused: {reason}"),
                     outcome: "refused",
                 },
-                _ => Step::Again { id, failures },
-            },
-        }
-    }
-
-    /// Settles the front record by its outcome (`None`: it has none, it is
-    /// to be delivered again or dead-lettered). False once the region has
-    /// stopped: the records in hand stay unacked, consumed again later.
-    async fn settle_front(&mut self, slots: &mut Slots<E>, outcome: Option<Outcome>) -> bool {
-        let Some(front) = slots.front_mut() else {
-            return true;
-        };
-        let step = std::mem::replace(&mut front.step, Step::Settling);
-        let (id, failures) = match (step, outcome) {
-            (Step::Refused { reason, outcome }, _) => {
-                return self.dead_letter_front(slots, &reason, outcome).await;
-            }
-            (Step::Routed { id, failures, .. }, Some(outcome))
-            | (
-                Step::Answered {
+                outcome => Step::Answered {
                     id,
-                    failures,
+                    tries,
                     outcome,
+                    start: None,
                 },
-                _,
-            ) => match outcome {
-                Outcome::Handled => {
-                    self.handled.increment(1);
-                    if let Some(assigned_at) = self.assigned_at.take() {
-                        self.metrics
-                            .first_record(&self.partition.topic, assigned_at.elapsed());
-                    }
-                    let shard = self.region.shard_of(&id);
-                    self.ack_front(slots, Some(shard)).await;
-                    return true;
-                }
-                Outcome::Failed(reason) => {
-                    let failures = failures + 1;
-                    if failures >= self.settings.max_attempts {
-                        let reason = format!("the handler failed {failures} times: {reason}");
-                        return self
-                            .dead_letter_front(slots, &reason, "handler_failed")
-                            .await;
-                    }
-                    tracing::debug!(entity_id = %id, %reason, failures, "record's handler failed; delivered again");
-                    (id, failures)
-                }
-                Outcome::Refused(reason) => {
-                    let reason = format!("refused: {reason}");
-                    return self.dead_letter_front(slots, &reason, "refused").await;
-                }
-                Outcome::NotDelivered(reason) => {
-                    tracing::debug!(entity_id = %id, %reason, "record not delivered; delivered again");
-                    (id, failures)
-                }
             },
-            (Step::Again { id, failures }, _) => (id, failures),
-            (Step::Held { id, message }, _) => {
-                // Its key's earlier record settled before it reached the
-                // front (held records are routed then): route it now.
-                let offset = front.record.offset;
-                let step = self.route(id, None, *message, offset, 0).await;
-                if let Some(front) = slots.front_mut() {
-                    front.step = step;
-                }
-                return true;
-            }
-            (Step::Routed { .. } | Step::Settling, None) | (Step::Settling, Some(_)) => {
-                unreachable!("a routed record at the front is settled with its outcome")
-            }
-        };
-        if self.region.is_stopped() {
-            return false;
-        }
-        tokio::time::sleep(self.settings.retry_backoff).await;
-        let Some(front) = slots.front_mut() else {
-            return true;
-        };
-        let offset = front.record.offset;
-        front.step = match (self.decode)(&front.record) {
-            Ok((_, message)) => self.route(id, None, message, offset, failures).await,
-            // The decoder took it before: it is not pure. Dead-lettered
-            // with its key's later records let go.
-            Err(reason) => {
-                let reason = format!("cannot be decoded: {reason}");
-                return self.dead_letter_front(slots, &reason, "undecodable").await;
-            }
-        };
-        true
-    }
-
-    /// The front record is settled: acked, and the next record of its key,
-    /// if one is held, routed.
-    /// `shard`: where the handled record's entity lives (`None`: it changed
-    /// nothing, it was dead-lettered).
-    async fn ack_front(&mut self, slots: &mut Slots<E>, shard: Option<ShardId>) {
-        let Some((record, next)) = slots.pop() else {
-            return;
-        };
-        self.settle_ack(record.ack, shard);
-        if let Some((number, id, message)) = next {
-            let at = (number - slots.front) as usize;
-            let Some(offset) = slots.queue.get(at).map(|slot| slot.record.offset) else {
-                return;
-            };
-            let step = self.route(id, None, *message, offset, 0).await;
-            if let Some(slot) = slots.queue.get_mut(at) {
-                slot.step = step;
-            }
         }
     }
 
-    /// A record's origin, for a durable entity type whose entity lives in
-    /// the record's partition: what lets the entity skip it if it applied
-    /// it already. A record in another partition than its key's carries
-    /// none (it is applied at least once; DEVELOPERS.md).
-    fn origin(&self, shard: ShardId, offset: i64) -> Option<Box<Origin>> {
+    /// Whether `shard` is the one this partition hosts here: its records
+    /// are handled by it only.
+    fn hosts(&self, shard: ShardId) -> bool {
+        self.shard != ShardPlace::Elsewhere
+            && i64::from(shard.0) == i64::from(self.partition.partition)
+    }
+
+    /// A record's origin, for a durable entity type: what lets its entity
+    /// skip it if it applied it already. Its source is the topic for the
+    /// records of the entity's shard's partition, the topic and this
+    /// partition for the others (see `Origin::source`).
+    /// `previous`: its key's previous record's offset while that one may
+    /// not be durable (see `Origin::previous`), checked for the records
+    /// this partition's own shard handles here (an ask is answered only
+    /// once durable).
+    fn origin(&self, shard: ShardId, offset: i64, previous: Option<i64>) -> Option<Box<Origin>> {
         if !self.durable {
             return None;
         }
         let offset = u64::try_from(offset).ok()?;
-        (i64::from(shard.0) == i64::from(self.partition.partition)).then(|| {
-            Box::new(Origin {
-                topic: self.origin_topic.clone(),
-                offset,
-            })
-        })
-    }
-
-    /// Acks a settled record: at once, or, for a durable entity type, once
-    /// what its shard changed so far is durable.
-    fn settle_ack(&mut self, ack: Ack, shard: Option<ShardId>) {
-        match shard {
-            // Handled by a shard here (`Reply::Record`): acked once its
-            // change is written.
-            Some(shard) if self.durable && self.shard != ShardPlace::Elsewhere => {
-                let region = &self.region;
-                self.unflushed.push(shard, ack, || region.durability(shard));
-            }
-            // Dead-lettered (it changed nothing), not durable, or forwarded
-            // to the shard's node, which answered once its change was
-            // written.
-            _ => ack.handled(),
-        }
+        let source = if i64::from(shard.0) == i64::from(self.partition.partition) {
+            self.origin_topic.clone()
+        } else {
+            self.misplaced_source.clone()
+        };
+        let previous = previous
+            .filter(|_| self.hosts(shard))
+            .and_then(|p| u64::try_from(p).ok());
+        Some(Box::new(Origin {
+            source,
+            offset,
+            previous,
+        }))
     }
 }
 
@@ -465,42 +462,6 @@ impl<E: Entity> PartitionTask<E> {
                     if !warned {
                         warned = true;
                         tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, error = %e, "partition's shard not hosted here yet; the partition waits");
-                    }
-                    tokio::time::sleep(self.settings.retry_backoff).await;
-                }
-            }
-        }
-    }
-
-    /// Writes the front record to the dead-letter topic, waiting (and
-    /// retrying) while it cannot be written, then acks it. False if the
-    /// region stops meanwhile: unacked, consumed again after a restart.
-    async fn dead_letter_front(
-        &mut self,
-        slots: &mut Slots<E>,
-        reason: &str,
-        outcome: &'static str,
-    ) -> bool {
-        let mut warned = false;
-        loop {
-            let Some(front) = slots.front_mut() else {
-                return true;
-            };
-            let offset = front.record.offset;
-            match self.dead_letters.send(&front.record, reason).await {
-                Ok(()) => {
-                    tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, offset, dead_letter_topic = %self.dead_letters.topic(), %reason, "record dead-lettered");
-                    self.metrics.record(&self.partition.topic, outcome);
-                    self.ack_front(slots, None).await;
-                    return true;
-                }
-                Err(e) => {
-                    if !warned {
-                        warned = true;
-                        tracing::error!(topic = %self.partition.topic, partition = self.partition.partition, offset, dead_letter_topic = %self.dead_letters.topic(), error = %e, "dead-letter topic cannot be written; the partition waits");
-                    }
-                    if self.region.is_stopped() {
-                        return false;
                     }
                     tokio::time::sleep(self.settings.retry_backoff).await;
                 }

@@ -6,6 +6,7 @@ use super::durable_acks::DurableAcks;
 use super::partition::{PartitionTask, ShardPlace};
 use super::{IngestHealth, IngestSettings, RecordDecoder};
 use crate::entity::Entity;
+use crate::envelope::Origin;
 use crate::metrics::KafkaMetrics;
 use crate::region::{PlacementError, Region};
 use colo_allocation::ShardId;
@@ -92,6 +93,11 @@ impl<E: Entity> Rebalances<E> {
                 .insert(partition.partition.clone(), Running { give_up, ended });
             let handled = self.metrics.records(&partition.partition.topic, "handled");
             let origin_topic = Arc::from(partition.partition.topic.as_str());
+            let misplaced_source =
+                Origin::other_partition(&partition.partition.topic, partition.partition.partition);
+            let assigned = self.region.partition_assigned(ShardId(
+                u32::try_from(partition.partition.partition).unwrap_or(u32::MAX),
+            ));
             let task = PartitionTask {
                 region: self.region.clone(),
                 settings: self.settings.clone(),
@@ -105,8 +111,11 @@ impl<E: Entity> Rebalances<E> {
                 shard: ShardPlace::Unknown,
                 durable: self.region.is_durable(),
                 origin_topic,
+                misplaced_source,
                 unflushed: DurableAcks::new(self.settings.source.max_in_flight),
                 rewind: partition.rewind,
+                _assigned: assigned,
+                revoked: false,
             };
             self.region.context().tasks.spawn(async move {
                 task.run(partition.gate, partition.records, given_up).await;

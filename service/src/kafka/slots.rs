@@ -4,10 +4,13 @@
 //! are handled one after another while different keys run side by side.
 
 use crate::entity::{Entity, EntityId};
+use crate::envelope::RecordAnswer;
 use crate::error::unanswered;
 use crate::error::{AskError, TellError};
+use crate::store::ShardDurability;
 use colo_connectors::Record;
 use std::collections::{HashMap, VecDeque};
+use std::sync::Weak;
 use tokio::sync::oneshot;
 
 /// The records in the partition's hands, in offset order, and which keys
@@ -79,17 +82,19 @@ pub(super) enum Step<E: Entity> {
     /// On its way to its entity or there; the outcome comes on `reply`.
     Routed {
         id: EntityId,
-        reply: oneshot::Receiver<Result<E::Reply, AskError>>,
-        failures: u32,
+        reply: Awaiting<E::Reply>,
+        tries: Tries,
     },
-    /// Routed, its outcome in, not settled yet (records settle in order).
+    /// Routed (or refused on the way), its outcome in, not settled yet
+    /// (records settle in order).
     Answered {
         id: EntityId,
-        failures: u32,
+        tries: Tries,
         outcome: Outcome,
+        start: Start,
     },
     /// To be delivered again once it is at the front, after the backoff.
-    Again { id: EntityId, failures: u32 },
+    Again { id: EntityId, tries: Tries },
     /// Can never be handled: dead-lettered once at the front.
     Refused {
         reason: String,
@@ -97,6 +102,90 @@ pub(super) enum Step<E: Entity> {
     },
     /// Taken out while it is being settled.
     Settling,
+}
+
+/// The start of the shard that handled a record, when its answer names
+/// one (see `RecordAnswer`).
+pub(super) type Start = Option<Weak<ShardDurability>>;
+
+/// Where a routed record's answer comes from.
+pub(super) enum Awaiting<R> {
+    /// Its partition's own shard here (`Reply::Record`), naming the start
+    /// of the shard that handled it.
+    Record(oneshot::Receiver<RecordAnswer<R>>),
+    /// An ask that follows its shard wherever it is (`Reply::Local`),
+    /// sent again if no answer comes by `deadline`: a node that dies with
+    /// it answers nothing, and its durable entity skips a copy it applied.
+    Ask {
+        rx: oneshot::Receiver<Result<R, AskError>>,
+        deadline: tokio::time::Instant,
+    },
+}
+
+/// What an ask's missing answer is reported as.
+fn unanswered_ask() -> (Outcome, Start) {
+    let reason = "no answer from its shard's node within kafka.delivery_timeout".to_string();
+    (Outcome::Waits(reason), None)
+}
+
+impl<R> Awaiting<R> {
+    /// The answer if it is in; a channel dropped unanswered means the
+    /// record was not handled.
+    pub(super) fn try_answer(&mut self) -> Option<(Outcome, Start)> {
+        use oneshot::error::TryRecvError;
+        match self {
+            Awaiting::Record(rx) => match rx.try_recv() {
+                Ok(answer) => Some((Outcome::of(answer.result.map(drop)), answer.start)),
+                Err(TryRecvError::Closed) => Some((Outcome::of(Err(unanswered())), None)),
+                Err(TryRecvError::Empty) => None,
+            },
+            Awaiting::Ask { rx, deadline } => match rx.try_recv() {
+                Ok(result) => Some((Outcome::of(result.map(drop)), None)),
+                Err(TryRecvError::Closed) => Some((Outcome::of(Err(unanswered())), None)),
+                Err(TryRecvError::Empty) if tokio::time::Instant::now() >= *deadline => {
+                    Some(unanswered_ask())
+                }
+                Err(TryRecvError::Empty) => None,
+            },
+        }
+    }
+
+    /// Waits for the answer.
+    pub(super) async fn answer(&mut self) -> (Outcome, Start) {
+        match self {
+            Awaiting::Record(rx) => match rx.await {
+                Ok(answer) => (Outcome::of(answer.result.map(drop)), answer.start),
+                Err(_) => (Outcome::of(Err(unanswered())), None),
+            },
+            Awaiting::Ask { rx, deadline } => match tokio::time::timeout_at(*deadline, rx).await {
+                Ok(Ok(result)) => (Outcome::of(result.map(drop)), None),
+                Ok(Err(_)) => (Outcome::of(Err(unanswered())), None),
+                Err(_) => unanswered_ask(),
+            },
+        }
+    }
+}
+
+/// How a record's deliveries went so far: what bounds its retries.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Tries {
+    /// Its handler's failures (up to `max_attempts`).
+    pub(super) failures: u32,
+    /// Since when its deliveries have failed in a row for a reason that
+    /// does not pass by waiting (up to `redelivery_timeout`).
+    pub(super) undelivered_since: Option<std::time::Instant>,
+    /// The offset of its key's previous record, whose change may not be
+    /// durable yet when it was routed (`Origin::previous`).
+    pub(super) previous: Option<i64>,
+}
+
+/// Whether a record taken in is routed now or held behind its key's.
+pub(super) enum Chained {
+    /// Held until its key's unsettled record is handled.
+    Held,
+    /// Routed now; `previous`: its key's last record, handled and not
+    /// settled yet, if there is one.
+    Route { previous: Option<i64> },
 }
 
 /// A held record to route now: its number, key and message.
@@ -108,16 +197,28 @@ pub(super) enum Outcome {
     /// The handler failed (or its reply could not be decoded): counts
     /// toward `max_attempts`.
     Failed(String),
-    /// It never reached a handler, or its node went away unconfirmed.
+    /// It never reached a handler, or its node went away unconfirmed:
+    /// delivered again, up to `redelivery_timeout`.
     NotDelivered(String),
+    /// Refused for a while only (a full buffer, a coordinator away):
+    /// delivered again, without a bound, since waiting is what passes it.
+    Waits(String),
+    /// A record of the partition's own shard, which runs on another node
+    /// while the partition is consumed here: the partition must claim its
+    /// shard back (its claim was lost with a coordinator, say).
+    Moved(String),
     /// It can never be handled.
     Refused(String),
+    /// Its key's previous record was lost with the start of its shard
+    /// that handled it: the partition is consumed again.
+    Lost(String),
 }
 
 impl Outcome {
     pub(super) fn of(result: Result<(), AskError>) -> Self {
         match result {
             Ok(()) | Err(AskError::AlreadyApplied) => Outcome::Handled,
+            Err(e @ AskError::PreviousLost) => Outcome::Lost(e.to_string()),
             Err(e @ (AskError::EntityFailed(_) | AskError::Codec(_))) => {
                 Outcome::Failed(e.to_string())
             }
@@ -131,7 +232,11 @@ impl Outcome {
     pub(super) fn refusal(e: TellError) -> Self {
         match e {
             TellError::EmptyEntityId | TellError::Codec(_) => Outcome::Refused(e.to_string()),
-            e => Outcome::NotDelivered(e.to_string()),
+            TellError::BufferFull { .. }
+            | TellError::MailboxFull { .. }
+            | TellError::CoordinatorUnreachable(_)
+            | TellError::RegionStopped(_) => Outcome::Waits(e.to_string()),
+            TellError::NotHere(_) => Outcome::Moved(e.to_string()),
         }
     }
 }
@@ -140,18 +245,16 @@ impl<E: Entity> Slot<E> {
     /// Whether it was handled, its reply taken in if it came.
     pub(super) fn handled(&mut self) -> bool {
         if let Step::Routed { reply, .. } = &mut self.step {
-            let result = match reply.try_recv() {
-                Ok(result) => result.map(drop),
-                Err(oneshot::error::TryRecvError::Closed) => Err(unanswered()),
-                Err(oneshot::error::TryRecvError::Empty) => return false,
+            let Some((outcome, start)) = reply.try_answer() else {
+                return false;
             };
-            if let Step::Routed { id, failures, .. } =
+            if let Step::Routed { id, tries, .. } =
                 std::mem::replace(&mut self.step, Step::Settling)
             {
-                let outcome = Outcome::of(result);
                 self.step = Step::Answered {
                     id,
-                    failures,
+                    tries,
+                    start,
                     outcome,
                 };
             }
@@ -190,46 +293,47 @@ impl<E: Entity> Slots<E> {
     }
 
     /// Chains the next record, of key `key`, behind the key's unsettled
-    /// ones: true if it must be held, false if it is routed now (the key
-    /// had none, or only handled ones waiting to settle in order).
-    pub(super) fn chain(&mut self, key: u64) -> bool {
+    /// ones: held, or routed now (the key had none, or only handled ones
+    /// waiting to settle in order).
+    pub(super) fn chain(&mut self, key: u64) -> Chained {
         let number = self.next_number();
         match self.busy.entry(key) {
             std::collections::hash_map::Entry::Occupied(mut tail) => {
                 let last = std::mem::replace(tail.get_mut(), number);
                 let Some(slot) = self.queue.get_mut((last - self.front) as usize) else {
-                    return false;
+                    return Chained::Route { previous: None };
                 };
                 // Every record of a key routed before its last one was
                 // handled (a record is routed only then): once the last is
                 // handled too, the next may go.
                 if slot.handled() {
-                    return false;
+                    let previous = Some(slot.record.offset);
+                    return Chained::Route { previous };
                 }
                 slot.next = Some(number);
-                true
+                Chained::Held
             }
             std::collections::hash_map::Entry::Vacant(tail) => {
                 tail.insert(number);
-                false
+                Chained::Route { previous: None }
             }
         }
     }
 
-    /// Takes the settled front out: returns its record, and the next
-    /// record of its key if one is held, to be routed now.
-    pub(super) fn pop(&mut self) -> Option<(Record, Next<E>)> {
+    /// Takes the settled front out: returns its record, its key, and the
+    /// next record of its key if one is held, to be routed now.
+    pub(super) fn pop(&mut self) -> Option<(Record, Option<u64>, Next<E>)> {
         let slot = self.queue.pop_front()?;
         let number = self.front;
         self.front += 1;
         let Some(key) = slot.key else {
-            return Some((slot.record, None));
+            return Some((slot.record, None, None));
         };
         let Some(next) = slot.next else {
             if self.busy.get(&key) == Some(&number) {
                 self.busy.remove(&key);
             }
-            return Some((slot.record, None));
+            return Some((slot.record, Some(key), None));
         };
         let held = self
             .queue
@@ -239,7 +343,7 @@ impl<E: Entity> Slots<E> {
             Some(Step::Held { id, message }) => Some((next, id, message)),
             _ => unreachable!("a record chained behind another is held until that one settles"),
         };
-        Some((slot.record, next))
+        Some((slot.record, Some(key), next))
     }
 
     pub(super) fn front_mut(&mut self) -> Option<&mut Slot<E>> {

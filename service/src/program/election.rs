@@ -20,10 +20,15 @@
 //!
 //! The same broker keeps a dead leader's partitions of an entity type's
 //! own consumer group without an owner. The elected node watches for it:
-//! when shards of a Kafka-driven entity type stay without a home for
+//! when shards of a Kafka-driven entity type stay without a home, and
+//! without a node whose consumer holds their partition, for
 //! `coordinator.election_timeout`, it has its own consumers of that group
 //! leave and join again (a Kafka broker moves such partitions when the
-//! session times out, long before).
+//! session times out, long before), and waits twice, then four times as
+//! long before the next rejoin while they stay so. A shard whose partition
+//! a node holds is waiting for something a rejoin would only set back (its
+//! previous owner's release, its restore, a record that does not settle):
+//! each rejoin revokes every partition of the node.
 
 use super::coordinators::{self, Hosted};
 use super::ProgramError;
@@ -67,6 +72,39 @@ enum Phase {
     /// A higher leader record came while the group still assigns it the
     /// partition: it stopped its coordinators and waits for the revoke.
     Outranked,
+}
+
+/// Shards without a home and whose partitions no node's consumer holds,
+/// as the elected node watches them.
+#[derive(Debug, Clone, Copy)]
+enum Orphans {
+    None,
+    /// Some, since `since` (or since the last rejoin), after `rejoins`
+    /// rejoins in a row.
+    Since {
+        since: Instant,
+        rejoins: u32,
+    },
+}
+
+/// Shards of `number_of_shards` that no region hosts, hands off, restores
+/// or consumes the partition of.
+fn unheld_shards(stats: &crate::inspection::ClusterShardingStats, number_of_shards: u32) -> usize {
+    let held: std::collections::BTreeSet<u32> = stats
+        .regions
+        .values()
+        .flat_map(|r| {
+            r.stats
+                .keys()
+                .chain(&r.failed)
+                .chain(&r.handing_off)
+                .chain(&r.restoring)
+                .chain(&r.assigned)
+                .map(|s| s.0)
+        })
+        .filter(|s| *s < number_of_shards)
+        .collect();
+    (number_of_shards as usize).saturating_sub(held.len())
 }
 
 /// This node's part in the election, running.
@@ -114,7 +152,7 @@ impl Electing {
         let driver = Driver {
             node: node.clone(),
             ingests: ingests.clone(),
-            orphans_since: None,
+            orphans: Orphans::None,
             config: config.clone(),
             types,
             hosting,
@@ -173,9 +211,9 @@ struct Driver {
     node: Arc<OnceLock<Weak<Node>>>,
     /// This node's consumers of Kafka-driven entity types, once started.
     ingests: Arc<OnceLock<Vec<GroupRejoin>>>,
-    /// Since when, while leading, a Kafka-driven entity type has had shards
-    /// without a home.
-    orphans_since: Option<Instant>,
+    /// While leading: whether Kafka-driven entity types have shards
+    /// without a home and without an assigned partition.
+    orphans: Orphans,
     config: NodeConfig,
     types: Vec<Hosted>,
     hosting: Arc<ElectedHosting>,
@@ -291,7 +329,7 @@ impl Driver {
         if matches!(self.phase, Phase::Leading { .. }) {
             self.watch_orphans().await;
         } else {
-            self.orphans_since = None;
+            self.orphans = Orphans::None;
         }
         let alive = match &self.phase {
             Phase::Elected { .. } | Phase::Claiming { .. } | Phase::Leading { .. } => true,
@@ -316,9 +354,14 @@ impl Driver {
         }
     }
 
-    /// While leading: whether a Kafka-driven entity type has shards without
-    /// a home, for how long; past `election_timeout`, this node's consumers
-    /// rejoin their groups (then it waits as long again).
+    /// While leading: whether a Kafka-driven entity type has shards that
+    /// neither run anywhere nor have their partition held by any node's
+    /// consumer, for how long; past `election_timeout` (then twice, then
+    /// four times it, while they stay so), this node's consumers rejoin
+    /// their groups. A shard whose partition is held waits for something a
+    /// rejoin would only set back (a release, a restore, a stuck record);
+    /// one a region that does not answer may hold is not counted as
+    /// without a home either.
     async fn watch_orphans(&mut self) {
         let Some(node) = self.node.get().and_then(Weak::upgrade) else {
             return;
@@ -331,32 +374,33 @@ impl Driver {
             let Ok(stats) = region.cluster_stats(TICK).await else {
                 return;
             };
-            let placed: std::collections::BTreeSet<u32> = stats
-                .regions
-                .values()
-                .flat_map(|r| {
-                    r.stats
-                        .keys()
-                        .chain(&r.failed)
-                        .chain(&r.handing_off)
-                        .chain(&r.restoring)
-                        .map(|s| s.0)
-                })
-                .collect();
-            orphans += (t.settings.number_of_shards as usize).saturating_sub(placed.len());
+            if !stats.failed_regions.is_empty() {
+                // Not known: neither counted nor cleared.
+                return;
+            }
+            orphans += unheld_shards(&stats, t.settings.number_of_shards);
         }
         if orphans == 0 {
-            self.orphans_since = None;
+            self.orphans = Orphans::None;
             return;
         }
-        let since = *self.orphans_since.get_or_insert_with(Instant::now);
+        let (since, rejoins) = match self.orphans {
+            Orphans::None => (Instant::now(), 0),
+            Orphans::Since { since, rejoins } => (since, rejoins),
+        };
         let timeout = self.config.coordinator.election_timeout;
-        if since.elapsed() >= timeout {
-            tracing::warn!(orphans, ?timeout, "shards of Kafka-driven entity types without a home: this node's consumers rejoin their groups");
+        let wait = timeout * (1 << rejoins.min(REJOIN_BACKOFF));
+        if since.elapsed() >= wait {
+            tracing::warn!(orphans, ?wait, "shards of Kafka-driven entity types neither run anywhere nor have their partitions assigned to any node: this node's consumers rejoin their groups");
             for ingest in self.ingests.get().into_iter().flatten() {
                 ingest.rejoin();
             }
-            self.orphans_since = Some(Instant::now());
+            self.orphans = Orphans::Since {
+                since: Instant::now(),
+                rejoins: rejoins + 1,
+            };
+        } else {
+            self.orphans = Orphans::Since { since, rejoins };
         }
     }
 
@@ -451,5 +495,36 @@ impl Driver {
             }
             tracing::info!(coordinators = stopped, why, "stepped down");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unheld_shards;
+    use crate::inspection::{ClusterShardingStats, RegionStats};
+    use colo_allocation::{RegionId, ShardId};
+    use std::collections::BTreeMap;
+
+    fn region(hosted: &[u32], assigned: &[u32]) -> RegionStats {
+        RegionStats {
+            stats: hosted.iter().map(|s| (ShardId(*s), 1)).collect(),
+            assigned: assigned.iter().copied().map(ShardId).collect(),
+            ..RegionStats::default()
+        }
+    }
+
+    #[test]
+    fn a_shard_whose_partition_a_node_holds_is_not_without_a_home() {
+        let stats = ClusterShardingStats {
+            regions: BTreeMap::from([
+                // Shard 2's partition is assigned to b, which waits for its
+                // previous owner's release.
+                (RegionId::new("a:1"), region(&[0, 1], &[0, 1])),
+                (RegionId::new("b:1"), region(&[], &[2])),
+            ]),
+            failed_regions: Vec::new(),
+        };
+        assert_eq!(unheld_shards(&stats, 4), 1, "shard 3 only");
+        assert_eq!(unheld_shards(&stats, 3), 0);
     }
 }

@@ -48,9 +48,12 @@ impl<R> From<Result<R, AskError>> for Delivery<R> {
                 Delivery::Failed(e.to_string())
             }
             // Only a Kafka record's own delivery sees it.
-            Err(e @ (AskError::Tell(_) | AskError::Dropped(_) | AskError::AlreadyApplied)) => {
-                Delivery::NotDelivered(e.to_string())
-            }
+            Err(
+                e @ (AskError::Tell(_)
+                | AskError::Dropped(_)
+                | AskError::AlreadyApplied
+                | AskError::PreviousLost),
+            ) => Delivery::NotDelivered(e.to_string()),
             Err(e @ (AskError::Timeout(_) | AskError::Unconfirmed(_))) => {
                 Delivery::Unconfirmed(e.to_string())
             }

@@ -5,7 +5,7 @@ use super::command::RegionCmd;
 use super::mail::Mail;
 use crate::codec;
 use crate::entity::Entity;
-use crate::envelope::{Envelope, Reply, ReplyTo, WireEnvelope};
+use crate::envelope::{Envelope, Origin, Reply, ReplyTo, WireEnvelope};
 use crate::error::AskError;
 use crate::mailbox::{Consumer, Mailbox};
 use crate::metrics::RegionMetrics;
@@ -226,18 +226,19 @@ fn encode_batch<E: Entity>(
                 return false;
             }
         };
-        if let Reply::Local(_) = env.reply {
-            if let Reply::Local(tx) = std::mem::replace(&mut env.reply, Reply::None) {
+        if let Reply::Local(..) = env.reply {
+            if let Reply::Local(tx, origin) = std::mem::replace(&mut env.reply, Reply::None) {
                 let correlation = node.pending.register(tx);
-                env.reply = Reply::Remote(Box::new(ReplyTo {
+                let to = ReplyTo {
                     node: node.id.clone(),
                     incarnation: node.incarnation,
                     correlation,
-                }));
+                };
+                env.reply = Reply::Remote(Box::new(to), origin);
             }
         }
         let reply_to = match &env.reply {
-            Reply::Remote(to) => Some((**to).clone()),
+            Reply::Remote(to, _) => Some((**to).clone()),
             _ => None,
         };
         wire.push(WireEnvelope {
@@ -247,6 +248,7 @@ fn encode_batch<E: Entity>(
             payload,
             reply_to,
             delayed: env.delayed,
+            origin: env.origin().map(Origin::to_wire),
         });
         true
     });

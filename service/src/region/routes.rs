@@ -402,7 +402,27 @@ impl<E: Entity> Routes<E> {
         }
     }
 
-    /// Shards with buffered messages, which need a home.
+    /// Where messages for `shard` go now, in words, for a log line about
+    /// a message that waits.
+    pub fn describe(&self, shard: ShardId) -> String {
+        match &self.slot(shard).lock().route {
+            Route::Buffering { queue, requested } => format!(
+                "buffered here ({} messages), its home {}",
+                queue.len(),
+                if *requested {
+                    "asked of the coordinator"
+                } else {
+                    "not asked yet"
+                }
+            ),
+            Route::Home(Home { remote: None, .. }) => "hosted here".to_string(),
+            Route::Home(Home {
+                remote: Some(node), ..
+            }) => format!("hosted on {node}"),
+            Route::Stopped => "the region has stopped".to_string(),
+        }
+    }
+
     /// Whether messages wait for `shard`'s home.
     pub fn is_waiting(&self, shard: ShardId) -> bool {
         self.slots.get(shard.0 as usize).is_some_and(|slot| {
@@ -410,6 +430,7 @@ impl<E: Entity> Routes<E> {
         })
     }
 
+    /// Shards with buffered messages, which need a home.
     pub fn waiting_shards(&self) -> Vec<ShardId> {
         (0..self.slots.len())
             .filter_map(|i| {

@@ -30,6 +30,8 @@ pub(crate) struct Shared<E: Entity> {
     pub contact: PublishedContact,
     /// How far each local durable shard's changes are durable.
     pub durable: Arc<crate::store::DurableShards>,
+    /// The shards whose partitions this node's consumers hold.
+    pub assignments: Arc<super::assigned::Assignments>,
 }
 
 impl<E: Entity> Shared<E> {

@@ -103,6 +103,7 @@ pub fn ingest_settings(bootstrap: &str, topic: &str) -> IngestSettings {
         delivery_timeout: Duration::from_secs(5),
         placement_timeout: Duration::from_secs(10),
         max_attempts: 3,
+        redelivery_timeout: Duration::from_secs(60),
         retry_backoff: Duration::from_millis(50),
         dead_letter_topic: format!("{topic}.dlq"),
     }

@@ -106,6 +106,7 @@ async fn records_waiting_for_a_write_do_not_wait_for_the_flush_interval_at_the_i
             delivery_timeout: Duration::from_secs(5),
             placement_timeout: Duration::from_secs(10),
             max_attempts: 3,
+            redelivery_timeout: Duration::from_secs(60),
             retry_backoff: Duration::from_millis(50),
             dead_letter_topic: format!("{topic}.dlq"),
         },

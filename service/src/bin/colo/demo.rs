@@ -23,7 +23,7 @@ use colo::{
     ClusterShardingStats, CoordinatorHandle, EntityType, InMemoryNetwork, InMemoryStore, Node,
     Region, ShardingSettings,
 };
-use colo_connectors::{MockKafka, SourceSettings};
+use colo_connectors::{MockKafka, Partitioning, SourceSettings};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -203,28 +203,55 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     for name in ["node-1", "node-2", "node-3"] {
         nodes.push(starter.start(name).await?);
     }
+    // One event in ten comes from a producer left at librdkafka's default
+    // partitioner (CRC32 of the key), as most non-Java clients are: most of
+    // its users' events land in another partition than their shard's, and
+    // are forwarded to their shard's node.
+    let other = (options.records / 10, (options.users / 10).max(1));
+    let own = (options.records - other.0, options.users);
     println!(
-        "three nodes consume in the group demo.user; producing {} purchase events of {} users at {}/s",
-        options.records, options.users, options.rate
+        "three nodes consume in the group demo.user; producing {} purchase events of {} users at {}/s, {} of them (users app-user-*) with librdkafka's default partitioner",
+        options.records,
+        own.1 + other.1,
+        options.rate,
+        other.0
     );
 
-    let produce = ProduceSettings {
-        bootstrap_servers: bootstrap.clone(),
-        topic: USER_EVENTS.to_string(),
-        client: Vec::new(),
-        users: options.users,
-        user_prefix: "user-".into(),
-        rate: Some(options.rate),
-        count: Some(options.records),
-        duration: None,
-        seed: 1,
+    let produce = |user_prefix: &str, (count, users): (u64, usize), rate: u64, partitioning| {
+        ProduceSettings {
+            bootstrap_servers: bootstrap.clone(),
+            topic: USER_EVENTS.to_string(),
+            client: Vec::new(),
+            users,
+            user_prefix: user_prefix.into(),
+            rate: Some(rate.max(1)),
+            count: Some(count),
+            duration: None,
+            seed: 1,
+            partitioning,
+        }
     };
-    let sent = Arc::new(AtomicU64::new(0));
+    let rate_share = |count: u64| options.rate * count / options.records.max(1);
+    let producers = [
+        produce("user-", own, rate_share(own.0), Partitioning::Shards),
+        produce(
+            "app-user-",
+            other,
+            rate_share(other.0),
+            Partitioning::LibrdkafkaDefault,
+        ),
+    ];
+    let sent = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
     let stop = Arc::new(AtomicBool::new(false));
-    let producer = {
-        let (sent, stop) = (sent.clone(), stop.clone());
-        tokio::task::spawn_blocking(move || purchases::produce(&produce, &stop, &sent))
-    };
+    let producers: Vec<_> = producers
+        .into_iter()
+        .zip(&sent)
+        .map(|(settings, sent)| {
+            let (sent, stop) = (sent.clone(), stop.clone());
+            tokio::task::spawn_blocking(move || purchases::produce(&settings, &stop, &sent))
+        })
+        .collect();
+    let sent_now = || sent.iter().map(|s| s.load(Ordering::Relaxed)).sum::<u64>();
 
     let mut membership = Membership::new(starter, options.partitions as usize);
     let started = Instant::now();
@@ -234,21 +261,29 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     // burst making up for it.
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
-    while !producer.is_finished() {
+    while !producers.iter().all(|p| p.is_finished()) {
         tokio::select! {
             _ = tick.tick() => {
-                progress(started, &sent, tally, &nodes, stats_wait).await;
-                let share = sent.load(Ordering::Relaxed) as f64 / options.records.max(1) as f64;
+                progress(started, sent_now(), tally, &nodes, stats_wait).await;
+                let share = sent_now() as f64 / options.records.max(1) as f64;
                 membership.due(share, true, &mut nodes);
             }
             Some(change) = membership.changes.recv() => membership.changed(change?, &mut nodes),
         }
     }
-    let produced = producer
-        .await
-        .map_err(step("producer"))?
-        .map_err(step("produce"))?;
-    let expected = produced.totals;
+    let mut expected = purchases::Totals::default();
+    let mut misplaced = 0;
+    for (producer, partitioning) in producers.into_iter().zip([false, true]) {
+        let produced = producer
+            .await
+            .map_err(step("producer"))?
+            .map_err(step("produce"))?;
+        if partitioning {
+            misplaced = misplaced_events(&produced.totals, options.partitions);
+        }
+        expected.records += produced.totals.records;
+        expected.users.extend(produced.totals.users);
+    }
 
     let deadline = Instant::now() + Duration::from_secs(120);
     while !membership.settled() || !all_handled(tally, &expected) {
@@ -257,7 +292,7 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
         }
         tokio::select! {
             _ = tick.tick() => {
-                progress(started, &sent, tally, &nodes, stats_wait).await;
+                progress(started, sent_now(), tally, &nodes, stats_wait).await;
                 membership.due(1.0, false, &mut nodes);
             }
             Some(change) = membership.changes.recv() => membership.changed(change?, &mut nodes),
@@ -266,7 +301,7 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     // Nothing is left to run in it but a change stuck past the deadline,
     // which the summary reports as records not handled.
     membership.tasks.abort_all().await;
-    progress(started, &sent, tally, &nodes, stats_wait).await;
+    progress(started, sent_now(), tally, &nodes, stats_wait).await;
 
     let missing = missing(tally, &expected);
     let handled = tally.handled.load(Ordering::Relaxed);
@@ -280,6 +315,9 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     );
     println!(
         "  handled {handled} ({again} of them again, after a hand-off that left them uncommitted)"
+    );
+    println!(
+        "  {misplaced} events were in another partition than their user's shard (librdkafka's default partitioner): each was forwarded to its shard's node"
     );
     let stats = cluster_stats(&nodes[0].region, Duration::from_secs(5)).await?;
     print_placement(&stats);
@@ -402,9 +440,29 @@ fn ingest_settings(bootstrap: &str, settings: &ShardingSettings) -> IngestSettin
         delivery_timeout,
         placement_timeout: settings.handoff_timeout,
         max_attempts: 3,
+        redelivery_timeout: Duration::from_secs(60),
         retry_backoff: Duration::from_millis(100),
         dead_letter_topic: "demo.user.dlq".into(),
     }
+}
+
+/// The events of `totals` whose user's CRC32 partition (where
+/// librdkafka's default partitioner put them) is not its murmur2 one (its
+/// shard).
+fn misplaced_events(totals: &purchases::Totals, partitions: u32) -> u64 {
+    use colo::allocation::{ConsistentRandomExtractor, MessageExtractor};
+    let (Ok(crc), Ok(murmur2)) = (
+        ConsistentRandomExtractor::new(partitions),
+        KafkaMurmur2Extractor::new(partitions),
+    ) else {
+        return 0;
+    };
+    totals
+        .users
+        .iter()
+        .filter(|(user, _)| crc.shard_id(user) != murmur2.shard_id(user))
+        .map(|(_, stats)| stats.purchases)
+        .sum()
 }
 
 fn all_handled(tally: &Tally, expected: &purchases::Totals) -> bool {
@@ -427,12 +485,11 @@ fn missing(tally: &Tally, expected: &purchases::Totals) -> Vec<String> {
 /// so that the line is not late.
 async fn progress(
     started: Instant,
-    sent: &AtomicU64,
+    produced: u64,
     tally: &Tally,
     nodes: &[DemoNode],
     stats_wait: Duration,
 ) {
-    let produced = sent.load(Ordering::Relaxed);
     let handled = tally.handled.load(Ordering::Relaxed);
     let lag = produced.saturating_sub(handled);
     let (entities, shards) = match cluster_stats(&nodes[0].region, stats_wait).await {

@@ -29,7 +29,7 @@ use super::loads::{Loaded, Loads};
 use super::recovery::{Recovery, Stored};
 use super::Map;
 use crate::entity::{Entity, EntityId, StateCodec};
-use crate::envelope::{Origin, Reply};
+use crate::envelope::{Origin, RecordAnswer, Reply};
 use crate::error::AskError;
 use crate::metrics::StateMetrics;
 use crate::node_context::NodeContext;
@@ -78,9 +78,10 @@ type WriteTask = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 /// A shard's restore, while it runs.
 type Restoring = Pin<Box<dyn Future<Output = Restored> + Send>>;
 
-/// Per source topic, the offset of the last record applied. Checked for
-/// every record: most entities read one topic, kept inline, and a topic
-/// is the shard's shared name, compared by pointer first.
+/// Per source (a topic, or a topic's other partition: see
+/// `Origin::source`), the offset of the last record applied. Checked for
+/// every record: most entities read one topic, kept inline, and a source
+/// is the partition's shared name, compared by pointer first.
 type Applied = SmallVec<[(Arc<str>, u64); 1]>;
 
 /// What an active durable entity keeps beside its value.
@@ -232,12 +233,28 @@ impl<E: Entity> DurableShard<E> {
         let applied = self.kept.get(id).is_some_and(|kept| {
             kept.applied
                 .iter()
-                .any(|(topic, last)| same_topic(topic, &origin.topic) && origin.offset <= *last)
+                .any(|(topic, last)| same_topic(topic, &origin.source) && origin.offset <= *last)
         });
         if applied {
             self.metrics.skipped.increment(1);
         }
         applied
+    }
+
+    /// Whether a record's key's previous record in its partition is missing
+    /// from its entity's state (see [`Origin::previous`]): then the record
+    /// is not applied. Only an active entity is asked.
+    pub fn lacks_previous(&self, id: &EntityId, origin: Option<&Origin>) -> bool {
+        let Some((origin, previous)) = origin.and_then(|o| Some((o, o.previous?))) else {
+            return false;
+        };
+        let applied = self.kept.get(id).and_then(|kept| {
+            kept.applied
+                .iter()
+                .find(|(source, _)| same_topic(source, &origin.source))
+                .map(|(_, last)| *last)
+        });
+        applied.is_none_or(|last| last < previous)
     }
 
     /// Where a starting entity's state comes from: what changed here and is
@@ -335,16 +352,16 @@ impl<E: Entity> DurableShard<E> {
             match kept
                 .applied
                 .iter_mut()
-                .find(|(topic, _)| same_topic(topic, &origin.topic))
+                .find(|(topic, _)| same_topic(topic, &origin.source))
             {
                 Some((topic, last)) => {
                     *last = (*last).max(origin.offset);
-                    if !Arc::ptr_eq(topic, &origin.topic) {
+                    if !Arc::ptr_eq(topic, &origin.source) {
                         // Compared by pointer from now on.
-                        *topic = origin.topic.clone();
+                        *topic = origin.source.clone();
                     }
                 }
-                None => kept.applied.push((origin.topic.clone(), origin.offset)),
+                None => kept.applied.push((origin.source.clone(), origin.offset)),
             }
         }
         let value = StateRecord::encode_parts(
@@ -390,11 +407,30 @@ impl<E: Entity> DurableShard<E> {
                 .as_ref()
                 .is_some_and(|w| w.states.contains_key(id));
         let waits =
-            matches!(reply, Reply::Local(_) | Reply::Remote(_)) && result.is_ok() && unwritten;
+            matches!(reply, Reply::Local(..) | Reply::Remote(..)) && result.is_ok() && unwritten;
         if waits {
             self.held.push((reply, result));
         } else {
-            node.reply(reply, result);
+            self.answer_now(node, reply, result);
+        }
+    }
+
+    /// Sends an answer now; a record's says which start of the shard
+    /// handled it (see [`RecordAnswer`]).
+    pub fn answer_now(
+        &self,
+        node: &NodeContext,
+        reply: Reply<E::Reply>,
+        result: Result<E::Reply, AskError>,
+    ) {
+        match reply {
+            Reply::Record(tx, _) => {
+                let _ = tx.send(RecordAnswer {
+                    result,
+                    start: Some(Arc::downgrade(&self.durability)),
+                });
+            }
+            reply => node.reply(reply, result),
         }
     }
 

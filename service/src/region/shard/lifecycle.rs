@@ -37,12 +37,35 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             .durable
             .as_ref()
             .is_some_and(|d| d.applied_already(&env.entity_id, env.origin()));
+        let lacks_previous = !replayed
+            && self
+                .durable
+                .as_ref()
+                .is_some_and(|d| d.lacks_previous(&env.entity_id, env.origin()));
+        if lacks_previous {
+            if let Some(active) = self.entities.get_mut(&env.entity_id) {
+                active.entity = Some(entity);
+            }
+            let id = env.entity_id.clone();
+            if let Some(durable) = self.durable.as_ref() {
+                durable.answer_now(&self.node, env.reply, Err(AskError::PreviousLost));
+            }
+            self.after_run(&id);
+            return;
+        }
         if replayed {
             if let Some(active) = self.entities.get_mut(&env.entity_id) {
                 active.entity = Some(entity);
             }
             let id = env.entity_id.clone();
-            self.node.reply(env.reply, Err(AskError::AlreadyApplied));
+            // The skip rests on this start's state, which may be unwritten
+            // yet: the answer names the start, like a handled record's.
+            match self.durable.as_ref() {
+                Some(durable) => {
+                    durable.answer_now(&self.node, env.reply, Err(AskError::AlreadyApplied))
+                }
+                None => self.node.reply(env.reply, Err(AskError::AlreadyApplied)),
+            }
             self.after_run(&id);
             return;
         }

@@ -453,6 +453,7 @@ impl<E: Entity> RegionTask<E> {
                 let query = self.query_shards(timeout);
                 let handing_off = self.shards.stopping().collect();
                 let restoring = self.shared.durable.restoring();
+                let assigned = self.shared.assignments.shards();
                 self.shared.node.tasks.spawn(async move {
                     let state = query.await;
                     let stats = RegionStats {
@@ -464,6 +465,7 @@ impl<E: Entity> RegionTask<E> {
                         failed: state.failed,
                         handing_off,
                         restoring,
+                        assigned,
                     };
                     let _ = link.send(RegionToCoordinator::RegionStats { request, stats });
                 });

@@ -4,7 +4,7 @@
 
 use super::generate::{Generator, Totals};
 use super::records::encode_event;
-use colo_connectors::{KeyedProducer, ProduceError, ProducerSettings};
+use colo_connectors::{KeyedProducer, Partitioning, ProduceError, ProducerSettings};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -27,6 +27,9 @@ pub struct ProduceSettings {
     pub duration: Option<Duration>,
     /// The same seed sends the same events.
     pub seed: u64,
+    /// Which partition each event goes to: its user's shard's, unless the
+    /// demo shows a producer with librdkafka's default partitioner.
+    pub partitioning: Partitioning,
 }
 
 /// What was sent.
@@ -56,6 +59,7 @@ pub fn produce(
         topic: settings.topic.clone(),
         client: settings.client.clone(),
         rate: settings.rate,
+        partitioning: settings.partitioning,
     })?;
     let mut generator = Generator::new(&settings.user_prefix, settings.users, settings.seed);
     loop {

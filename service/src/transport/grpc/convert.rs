@@ -2,7 +2,7 @@
 //! wire is checked here, so a malformed frame is refused with a reason
 //! instead of reaching a region or the coordinator.
 
-use crate::envelope::{ReplyTo, WireEnvelope, WireReply};
+use crate::envelope::{ReplyTo, WireEnvelope, WireOrigin, WireReply};
 use crate::error::AskError;
 use crate::inspection::{ClusterShardingStats, RegionStats};
 use crate::protocol::{CoordinatorToRegion, RegionToCoordinator};
@@ -36,6 +36,10 @@ pub fn envelope_to_pb(env: WireEnvelope) -> pb::Envelope {
             incarnation: r.incarnation,
         }),
         delayed: env.delayed,
+        origin: env.origin.map(|o| pb::Origin {
+            source: o.source,
+            offset: o.offset,
+        }),
     }
 }
 
@@ -55,6 +59,19 @@ pub fn envelope_from_pb(env: pb::Envelope) -> Result<WireEnvelope, Malformed> {
         }),
         None => None,
     };
+    // A record's origin comes with an ask only: its partition waits for
+    // the answer.
+    let origin = match (env.origin, &reply_to) {
+        (None, _) => None,
+        (Some(_), None) => return Err(malformed("envelope", "an origin without reply_to")),
+        (Some(o), Some(_)) if o.source.is_empty() => {
+            return Err(malformed("envelope", "empty origin.source"))
+        }
+        (Some(o), Some(_)) => Some(WireOrigin {
+            source: o.source,
+            offset: o.offset,
+        }),
+    };
     Ok(WireEnvelope {
         entity_type: env.entity_type,
         entity_id: env.entity_id.into(),
@@ -62,6 +79,7 @@ pub fn envelope_from_pb(env: pb::Envelope) -> Result<WireEnvelope, Malformed> {
         payload: env.payload.into(),
         reply_to,
         delayed: env.delayed,
+        origin,
     })
 }
 
@@ -84,8 +102,10 @@ pub fn reply_to_pb(reply: WireReply) -> pb::Reply {
                 AskError::Dropped(m) => failure(Kind::Dropped, m),
                 AskError::Codec(m) => failure(Kind::Codec, m),
                 AskError::Unconfirmed(m) => failure(Kind::Unconfirmed, m),
-                // Only a record's own node sees it; never sent.
-                AskError::AlreadyApplied => failure(Kind::Dropped, message),
+                AskError::AlreadyApplied => failure(Kind::AlreadyApplied, message),
+                // Only a record of its partition's own shard here gets it;
+                // never sent.
+                AskError::PreviousLost => failure(Kind::Dropped, message),
             }
         }
     };
@@ -107,6 +127,7 @@ pub fn reply_from_pb(reply: pb::Reply) -> Result<WireReply, Malformed> {
             Ok(Kind::EntityFailed) => AskError::EntityFailed(f.message),
             Ok(Kind::Codec) => AskError::Codec(f.message),
             Ok(Kind::Unconfirmed) => AskError::Unconfirmed(f.message),
+            Ok(Kind::AlreadyApplied) => AskError::AlreadyApplied,
             Ok(Kind::Refused | Kind::Timeout | Kind::Dropped | Kind::Unspecified) | Err(_) => {
                 AskError::Dropped(f.message)
             }
@@ -153,6 +174,7 @@ fn stats_to_pb(stats: RegionStats) -> pb::RegionStats {
         failed: stats.failed.into_iter().map(|s| s.0).collect(),
         handing_off: stats.handing_off.into_iter().map(|s| s.0).collect(),
         restoring: stats.restoring.into_iter().map(|s| s.0).collect(),
+        assigned: stats.assigned.into_iter().map(|s| s.0).collect(),
     }
 }
 
@@ -166,6 +188,7 @@ fn stats_from_pb(stats: pb::RegionStats) -> RegionStats {
         failed: shards(stats.failed),
         handing_off: shards(stats.handing_off),
         restoring: shards(stats.restoring),
+        assigned: shards(stats.assigned),
     }
 }
 
@@ -458,6 +481,10 @@ mod tests {
                 correlation: 9,
             }),
             delayed: true,
+            origin: Some(WireOrigin {
+                source: "user-events/3".into(),
+                offset: 41,
+            }),
         };
         assert_eq!(envelope_from_pb(envelope_to_pb(env.clone())), Ok(env));
         let ok = WireReply {
@@ -504,6 +531,7 @@ mod tests {
             failed: vec![ShardId(2)],
             handing_off: vec![ShardId(4)],
             restoring: vec![ShardId(2)],
+            assigned: vec![ShardId(1), ShardId(5)],
         };
         let up = [
             RegionToCoordinator::Register {

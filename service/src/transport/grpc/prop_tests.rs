@@ -79,13 +79,15 @@ fn region_stats() -> impl Strategy<Value = pb::RegionStats> {
         shards(),
         shards(),
         shards(),
+        shards(),
     )
         .prop_map(
-            |(entities, failed, handing_off, restoring)| pb::RegionStats {
+            |(entities, failed, handing_off, restoring, assigned)| pb::RegionStats {
                 entities,
                 failed,
                 handing_off,
                 restoring,
+                assigned,
             },
         )
 }
@@ -108,22 +110,24 @@ pub(super) fn envelope() -> impl Strategy<Value = pb::Envelope> {
         prop::collection::vec(any::<u8>(), 0..16),
         proptest::option::of(reply_to),
         any::<bool>(),
+        proptest::option::of((text(), number())),
     )
         .prop_map(
-            |(entity_type, entity_id, shard, payload, reply_to, delayed)| pb::Envelope {
+            |(entity_type, entity_id, shard, payload, reply_to, delayed, origin)| pb::Envelope {
                 entity_type,
                 entity_id,
                 shard,
                 payload,
                 reply_to,
                 delayed,
+                origin: origin.map(|(source, offset)| pb::Origin { source, offset }),
             },
         )
 }
 
 pub(super) fn reply() -> impl Strategy<Value = pb::Reply> {
     use pb::reply::Result as R;
-    let kind = prop_oneof![0i32..=6, any::<i32>()];
+    let kind = prop_oneof![0i32..=7, any::<i32>()];
     let result = prop_oneof![
         prop::collection::vec(any::<u8>(), 0..16).prop_map(R::Payload),
         (kind, text()).prop_map(|(kind, message)| R::Failure(pb::AskFailure { kind, message })),

@@ -192,6 +192,7 @@ fn run_sample(args: &ProduceArgs) -> Result<Totals, ProduceCliError> {
         count: args.count,
         duration: args.duration,
         seed: args.seed,
+        partitioning: colo_connectors::Partitioning::Shards,
     };
     let sent = Arc::new(AtomicU64::new(0));
     let stop = AtomicBool::new(false);

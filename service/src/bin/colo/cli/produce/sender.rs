@@ -60,6 +60,7 @@ pub fn send(
         topic: settings.topic.clone(),
         client: settings.client.clone(),
         rate: settings.rate,
+        partitioning: colo_connectors::Partitioning::Shards,
     })?;
     let mut keys = BTreeSet::new();
     for record in records {
