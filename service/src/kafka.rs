@@ -209,6 +209,7 @@ impl KafkaIngest {
             health: health.clone(),
             metrics,
             dead_letters,
+            mismatch_warned: Arc::default(),
         };
         let (finished, ended) = oneshot::channel();
         node.tasks.spawn(async move {

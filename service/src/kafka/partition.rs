@@ -52,6 +52,7 @@ use crate::metrics::KafkaMetrics;
 use crate::region::{AssignedShard, PlacementError, Region};
 use colo_allocation::ShardId;
 use colo_connectors::{DeadLetters, Gate, Record, Rewind, TopicPartition};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
@@ -70,9 +71,11 @@ pub(super) struct PartitionTask<E: Entity> {
     pub(super) decode: RecordDecoder<E::Message>,
     pub(super) partition: TopicPartition,
     pub(super) metrics: KafkaMetrics,
-    /// A record in the wrong partition was warned about (once per
-    /// partition: a producer with another partitioner sends many).
-    pub(super) mismatch_warned: bool,
+    /// A record in another partition than its key's was warned about, by
+    /// any partition of the entity type's ingest here: a producer with
+    /// another partitioner sends many, to every partition (the counter
+    /// says how many).
+    pub(super) mismatch_warned: Arc<AtomicBool>,
     pub(super) dead_letters: DeadLetters,
     /// When the partition was assigned here, until its first record is
     /// handled.
@@ -256,9 +259,11 @@ impl<E: Entity> PartitionTask<E> {
                     format!("its entity's answer (shard {shard}: {route})"),
                 )
             }
-            Step::Answered { id, .. } | Step::Again { id, .. } => {
-                (Some(id), "its next delivery".to_string())
+            Step::Answered { id, outcome, .. } => {
+                let last = outcome.reason().unwrap_or("handled, waiting to settle");
+                (Some(id), format!("its next delivery (last: {last})"))
             }
+            Step::Again { id, .. } => (Some(id), "its next delivery".to_string()),
             Step::Held { id, .. } => (Some(id), "an earlier record of its key".to_string()),
             Step::Refused { .. } | Step::Settling => (None, "the dead-letter topic".to_string()),
         };
@@ -320,15 +325,14 @@ impl<E: Entity> PartitionTask<E> {
         slots.push(record, step, Some(key));
     }
 
-    /// Counts, and warns about (once per assignment), a record whose key's
+    /// Counts, and warns about (once per ingest), a record whose key's
     /// murmur2 partition is another. Its shard, the key's murmur2
     /// partition.
     fn check_partition(&mut self, id: &str) -> ShardId {
         let shard = self.region.shard_of(id);
         if i64::from(shard.0) != i64::from(self.partition.partition) {
             self.metrics.partitioner_mismatch(&self.partition.topic);
-            if !self.mismatch_warned {
-                self.mismatch_warned = true;
+            if !self.mismatch_warned.swap(true, Ordering::Relaxed) {
                 tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, entity_id = %id, %shard, "record in another partition than its key's murmur2 partition (a producer with another partitioner?): sent to its shard's node and handled there, one hop away when that is another node; such records are counted in colo_kafka_partitioner_mismatches_total");
             }
         }

@@ -29,6 +29,8 @@ pub(super) struct Rebalances<E: Entity> {
     pub(super) health: IngestHealth,
     pub(super) metrics: KafkaMetrics,
     pub(super) dead_letters: DeadLetters,
+    /// Shared by the partitions' tasks (see `PartitionTask`).
+    pub(super) mismatch_warned: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// An assigned partition's task, as its rebalances see it.
@@ -104,7 +106,7 @@ impl<E: Entity> Rebalances<E> {
                 decode: self.decode.clone(),
                 partition: partition.partition,
                 metrics: self.metrics.clone(),
-                mismatch_warned: false,
+                mismatch_warned: self.mismatch_warned.clone(),
                 dead_letters: self.dead_letters.clone(),
                 assigned_at: Some(assigned_at),
                 handled,

@@ -215,6 +215,19 @@ pub(super) enum Outcome {
 }
 
 impl Outcome {
+    /// Why it was not handled, for a log line (`None`: it was).
+    pub(super) fn reason(&self) -> Option<&str> {
+        match self {
+            Outcome::Handled => None,
+            Outcome::Failed(reason)
+            | Outcome::NotDelivered(reason)
+            | Outcome::Waits(reason)
+            | Outcome::Moved(reason)
+            | Outcome::Refused(reason)
+            | Outcome::Lost(reason) => Some(reason),
+        }
+    }
+
     pub(super) fn of(result: Result<(), AskError>) -> Self {
         match result {
             Ok(()) | Err(AskError::AlreadyApplied) => Outcome::Handled,

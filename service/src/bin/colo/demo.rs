@@ -317,7 +317,7 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
         "  handled {handled} ({again} of them again, after a hand-off that left them uncommitted)"
     );
     println!(
-        "  {misplaced} events were in another partition than their user's shard (librdkafka's default partitioner): each was forwarded to its shard's node"
+        "  {misplaced} events were in another partition than their user's shard (librdkafka's default partitioner): each was handled on its shard's node, once"
     );
     let stats = cluster_stats(&nodes[0].region, Duration::from_secs(5)).await?;
     print_placement(&stats);
