@@ -282,3 +282,60 @@ pub fn java_partition(key: &str, partitions: u32) -> i32 {
     h ^= h >> 15;
     ((h & 0x7fff_ffff) % partitions) as i32
 }
+
+/// A record of a dead-letter topic, as colo wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    pub key: String,
+    pub reason: String,
+    pub source_topic: String,
+    pub source_partition: Option<i32>,
+    pub source_offset: Option<i64>,
+}
+
+/// Reads the dead-letter topic `dlq` from its start, in consumer group
+/// `group`, until `enough` says the letters read suffice or a minute has
+/// passed; what was read.
+pub fn dead_letters(
+    bootstrap: &str,
+    dlq: &str,
+    group: &str,
+    enough: impl Fn(&[DeadLetter]) -> bool,
+) -> Vec<DeadLetter> {
+    use rdkafka::message::{Headers, Message};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[dlq]).expect("subscribe");
+    let mut letters = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !enough(&letters) && std::time::Instant::now() < deadline {
+        let Some(Ok(message)) = consumer.poll(Duration::from_millis(500)) else {
+            continue;
+        };
+        let header = |name: &str| {
+            message
+                .headers()
+                .and_then(|h| h.iter().find(|h| h.key == name))
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_default()
+        };
+        letters.push(DeadLetter {
+            key: message
+                .key()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .unwrap_or_default(),
+            reason: header(colo_connectors::REASON_HEADER),
+            source_topic: header(colo_connectors::SOURCE_TOPIC_HEADER),
+            source_partition: header(colo_connectors::SOURCE_PARTITION_HEADER)
+                .parse()
+                .ok(),
+            source_offset: header(colo_connectors::SOURCE_OFFSET_HEADER).parse().ok(),
+        });
+    }
+    letters
+}

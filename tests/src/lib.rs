@@ -11,8 +11,9 @@
 //! - [`client`]: asks to the built-in counter and the inspection queries.
 //! - [`process`]: a node process started from a generated config, stopped
 //!   by its PID when dropped.
-//! - [`kafka`]: a group's committed offsets, and a Kafka source's
-//!   assignments and records awaited with a deadline.
+//! - [`kafka`]: a group's committed offsets, a Kafka source's
+//!   assignments and records awaited with a deadline, and what a
+//!   dead-letter topic holds.
 //! - [`http`]: a minimal HTTP/1.1 GET for the admin endpoints.
 //! - [`lifecycle`]: the at-most-one checker across processes, from logs.
 //! - [`purchases`]: `colo produce` as a process, and the purchases the

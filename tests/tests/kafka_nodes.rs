@@ -219,8 +219,6 @@ async fn a_restarted_cluster_resumes_from_the_committed_offsets() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_records_go_to_the_dead_letter_topic_and_the_rest_is_handled() {
     use prost::Message as _;
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::message::{Headers, Message};
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
 
     let broker = Broker::start();
@@ -285,42 +283,18 @@ async fn bad_records_go_to_the_dead_letter_topic_and_the_rest_is_handled() {
     elsewhere.flush(Duration::from_secs(10)).expect("flushed");
 
     await_all_handled(&[&a], &expected).await;
-    let dead_letters: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
-        .set("group.id", format!("{cluster}.dlq-reader"))
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .expect("consumer");
     let dlq = format!("{cluster}.user.dlq");
-    dead_letters.subscribe(&[&dlq]).expect("subscribe");
-    let mut reasons: Vec<(String, String)> = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while reasons.len() < 8 && std::time::Instant::now() < deadline {
-        let Some(Ok(message)) = dead_letters.poll(Duration::from_millis(500)) else {
-            continue;
-        };
-        let headers = message.headers().expect("dead letters carry headers");
-        let header = |name: &str| {
-            headers
-                .iter()
-                .find(|h| h.key == name)
-                .and_then(|h| h.value)
-                .map(|v| String::from_utf8_lossy(v).into_owned())
-                .unwrap_or_default()
-        };
-        assert_eq!(header(colo_connectors::SOURCE_TOPIC_HEADER), topic);
-        assert!(header(colo_connectors::SOURCE_PARTITION_HEADER)
-            .parse::<i32>()
-            .is_ok());
-        assert!(header(colo_connectors::SOURCE_OFFSET_HEADER)
-            .parse::<i64>()
-            .is_ok());
-        let key = message
-            .key()
-            .map(|k| String::from_utf8_lossy(k).into_owned())
-            .unwrap_or_default();
-        reasons.push((key, header(colo_connectors::REASON_HEADER)));
+    let letters = colo_tests::kafka::dead_letters(
+        broker.bootstrap(),
+        &dlq,
+        &format!("{cluster}.dlq-reader"),
+        |read| read.len() >= 8,
+    );
+    for letter in &letters {
+        assert_eq!(letter.source_topic, topic);
+        assert!(letter.source_partition.is_some() && letter.source_offset.is_some());
     }
+    let reasons: Vec<(String, String)> = letters.into_iter().map(|l| (l.key, l.reason)).collect();
     let undecodable = reasons
         .iter()
         .filter(|(k, r)| k == "user-0" && r.contains("not a PurchaseEvent"))
