@@ -30,9 +30,16 @@ pub(crate) struct Envelope<E: Entity> {
 
 impl<E: Entity> Envelope<E> {
     /// A Kafka record its partition gave up on: dropped rather than
-    /// handled (see [`Reply::Record`]).
+    /// handled (see [`Reply::Record`]). So is a copy of a record sent as
+    /// an ask (it has an origin) that its partition stopped waiting for:
+    /// sent again, or given up; the partition's own copy, or its next
+    /// owner's, takes its place.
     pub fn abandoned(&self) -> bool {
-        matches!(&self.reply, Reply::Record(waiter, _) if waiter.is_closed())
+        match &self.reply {
+            Reply::Record(waiter, _) => waiter.is_closed(),
+            Reply::Local(waiter, Some(_)) => waiter.is_closed(),
+            _ => false,
+        }
     }
 
     /// A Kafka record handled by this node's shard only (see

@@ -43,14 +43,22 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
+/// The shard of a partition (shard = partition); `None` for a partition
+/// number no shard has (Kafka's are never negative).
+fn partition_shard(partition: i32) -> Option<colo_allocation::ShardId> {
+    u32::try_from(partition).ok().map(colo_allocation::ShardId)
+}
+
 /// How an entity type consumes its topics.
 #[derive(Debug, Clone)]
 pub struct IngestSettings {
     pub source: SourceSettings,
     /// How long a revoke (or a graceful stop) waits for the records in
     /// hand to settle; those left then are given up, uncommitted, and
-    /// handled again by the partition's next owner. A record is never
-    /// delivered again because it waits: only when its delivery failed.
+    /// handled again by the partition's next owner. A record is delivered
+    /// again only when its delivery failed, never because it waits, but
+    /// for a record sent to another node: one unanswered this long is sent
+    /// again (that node may have died with it).
     pub delivery_timeout: Duration,
     /// How long hosting or releasing shards may take in a rebalance.
     pub placement_timeout: Duration,

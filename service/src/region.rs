@@ -302,12 +302,6 @@ impl<E: Entity> Region<E> {
         self.shared.entity_type.is_durable() && self.shared.node.store.is_some()
     }
 
-    /// How far `shard`'s changes are durable, if it runs here and is
-    /// durable.
-    pub(crate) fn durability(&self, shard: ShardId) -> Option<Arc<crate::store::ShardDurability>> {
-        self.shared.durable.get(shard)
-    }
-
     /// Waits until `shard`'s state is restored, if it is durable and runs
     /// here; false if its task ended first.
     pub(crate) async fn restored(&self, shard: ShardId) -> bool {

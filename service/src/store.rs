@@ -333,9 +333,4 @@ impl DurableShards {
             .map(|(shard, _)| *shard)
             .collect()
     }
-
-    /// The durability of `shard`, if it runs here.
-    pub fn get(&self, shard: ShardId) -> Option<Arc<ShardDurability>> {
-        self.running.lock().get(&shard).cloned()
-    }
 }

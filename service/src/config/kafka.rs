@@ -50,8 +50,10 @@ pub struct KafkaSection {
     /// hand to be handled; those left then are not committed, and the
     /// partition's next owner handles them again. Also how long a
     /// partition may make no progress with records waiting before it is
-    /// reported stalled (logged at warn). A record is delivered again only
-    /// when its delivery failed, never because it waited.
+    /// reported stalled (logged at warn), and how long a record sent to
+    /// another node (its shard's) waits for an answer before it is sent
+    /// again. Otherwise a record is delivered again only when its delivery
+    /// failed, never because it waited.
     #[serde(default = "default_delivery_timeout", with = "humantime_serde")]
     pub delivery_timeout: Duration,
     /// Handler failures of one record before it goes to the dead-letter

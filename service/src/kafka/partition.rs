@@ -44,7 +44,7 @@ mod settle;
 
 use super::durable_acks::DurableAcks;
 use super::slots::{Awaiting, Chained, Outcome, Slots, Start, Step, Tries};
-use super::{IngestSettings, RecordDecoder};
+use super::{partition_shard, IngestSettings, RecordDecoder};
 use crate::entity::{Entity, EntityId};
 use crate::envelope::Origin;
 use crate::error::TellError;
@@ -101,7 +101,7 @@ pub(super) struct PartitionTask<E: Entity> {
     pub(super) rewind: Rewind,
     /// Says the partition's shard is assigned here while the task runs
     /// (region stats carry it: see `region/assigned.rs`).
-    pub(super) _assigned: AssignedShard,
+    pub(super) _assigned: Option<AssignedShard>,
     /// Its records' stream has ended: the partition was revoked (or the
     /// node stops). What is in hand settles, but a record whose delivery
     /// failed is left to the partition's next owner rather than tried
@@ -145,9 +145,12 @@ impl<E: Entity> PartitionTask<E> {
             // the gate being closed.
             None = records.recv() => return,
         }
-        if self.durable && self.shard == ShardPlace::Here {
+        if let (true, ShardPlace::Here, Some(shard)) = (
+            self.durable,
+            self.shard,
+            partition_shard(self.partition.partition),
+        ) {
             // Consumed only once the shard's state is restored.
-            let shard = ShardId(u32::try_from(self.partition.partition).unwrap_or(u32::MAX));
             tokio::select! {
                 biased;
                 _ = &mut give_up => return,
@@ -197,7 +200,8 @@ impl<E: Entity> PartitionTask<E> {
             }
             // What came back, in order, without waiting.
             while let Some(outcome) = self.front_outcome_now(slots) {
-                if !self.settle_front(slots, outcome).await || self.rewound_if_lost() {
+                let ended = records.is_closed();
+                if !self.settle_front(slots, outcome, ended).await || self.rewound_if_lost() {
                     return;
                 }
                 // A record delivered again and again keeps this loop busy:
@@ -215,7 +219,7 @@ impl<E: Entity> PartitionTask<E> {
                     None => self.revoked = true,
                 },
                 outcome = Self::front_outcome(slots), if !slots.queue.is_empty() => {
-                    if !self.settle_front(slots, outcome).await {
+                    if !self.settle_front(slots, outcome, records.is_closed()).await {
                         return;
                     }
                 }
@@ -436,7 +440,7 @@ impl<E: Entity> PartitionTask<E> {
     /// another node (an entity type fed by several topics) stays there: the
     /// partition is consumed at once, its records forwarded to the shard.
     async fn host(&self) -> Option<ShardPlace> {
-        let Ok(shard) = u32::try_from(self.partition.partition).map(ShardId) else {
+        let Some(shard) = partition_shard(self.partition.partition) else {
             return Some(ShardPlace::Elsewhere);
         };
         let mut warned = false;

@@ -4,7 +4,7 @@
 
 use super::durable_acks::DurableAcks;
 use super::partition::{PartitionTask, ShardPlace};
-use super::{IngestHealth, IngestSettings, RecordDecoder};
+use super::{partition_shard, IngestHealth, IngestSettings, RecordDecoder};
 use crate::entity::Entity;
 use crate::envelope::Origin;
 use crate::metrics::KafkaMetrics;
@@ -97,9 +97,8 @@ impl<E: Entity> Rebalances<E> {
             let origin_topic = Arc::from(partition.partition.topic.as_str());
             let misplaced_source =
                 Origin::other_partition(&partition.partition.topic, partition.partition.partition);
-            let assigned = self.region.partition_assigned(ShardId(
-                u32::try_from(partition.partition.partition).unwrap_or(u32::MAX),
-            ));
+            let assigned = partition_shard(partition.partition.partition)
+                .map(|shard| self.region.partition_assigned(shard));
             let task = PartitionTask {
                 region: self.region.clone(),
                 settings: self.settings.clone(),
@@ -243,7 +242,7 @@ async fn release_until_done<E: Entity>(
 
 fn shards_of<'a>(partitions: impl Iterator<Item = &'a TopicPartition>) -> Vec<ShardId> {
     let shards: BTreeSet<ShardId> = partitions
-        .filter_map(|tp| u32::try_from(tp.partition).ok().map(ShardId))
+        .filter_map(|tp| partition_shard(tp.partition))
         .collect();
     shards.into_iter().collect()
 }

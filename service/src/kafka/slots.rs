@@ -22,8 +22,11 @@ pub(super) struct Slots<E: Entity> {
     pub(super) front: u64,
     /// Each key with an unsettled record, by the key's hash: the number of
     /// its last record in the queue. Its records are chained through
-    /// [`Slot::next`] from the one routed. Keys whose hashes collide share
-    /// a chain: handled one after another, never out of order.
+    /// [`Slot::next`] from the one routed. Keys whose hashes collide (one
+    /// chance in 2^64, with a seed of each task's own) share a chain:
+    /// handled one after another, never out of order; the second may then
+    /// name the first as its key's previous record (`Origin::previous`),
+    /// which at worst has the partition consumed again once.
     pub(super) busy: HashMap<u64, u64, Prehashed>,
     pub(super) keys: foldhash::fast::RandomState,
 }

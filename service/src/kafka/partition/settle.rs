@@ -18,12 +18,14 @@ impl<E: Entity> PartitionTask<E> {
     /// hand are given up: the region has stopped, the partition is to be
     /// consumed again (its shard runs elsewhere, or a record's key lost its
     /// previous record), or a record to deliver again was revoked with its
-    /// partition (its next owner delivers it); they stay unacked, consumed
-    /// again later.
+    /// partition (its next owner delivers it; `ended`: the partition's
+    /// stream has ended, which a record retried at the front is the first
+    /// to see); they stay unacked, consumed again later.
     pub(super) async fn settle_front(
         &mut self,
         slots: &mut Slots<E>,
         outcome: Option<(Outcome, Start)>,
+        ended: bool,
     ) -> bool {
         let Some(front) = slots.front_mut() else {
             return true;
@@ -125,7 +127,7 @@ impl<E: Entity> PartitionTask<E> {
                 unreachable!("a routed record at the front is settled with its outcome")
             }
         };
-        if self.region.is_stopped() || self.revoked {
+        if self.region.is_stopped() || self.revoked || ended {
             // Revoked: the partition's next owner delivers it again, and a
             // revoke waits for records in flight, not for retries.
             return false;
@@ -182,9 +184,7 @@ impl<E: Entity> PartitionTask<E> {
             // acked once the start of the shard that handled it has
             // written its change.
             Some((shard, start)) if self.durable && self.hosts(shard) => {
-                let region = &self.region;
-                self.unflushed
-                    .push(ack, key, start, || region.durability(shard));
+                self.unflushed.push(ack, key, start);
             }
             // Dead-lettered (it changed nothing), not durable, or an ask
             // (`Reply::Local`), answered once its change was written.

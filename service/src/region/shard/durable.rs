@@ -49,6 +49,17 @@ use tokio::time::{Instant, Sleep};
 /// A reply that waits for the write that makes its change durable.
 type Held<R> = (Reply<R>, Result<R, AskError>);
 
+/// Whether an answer waits for the write that holds its entity's unwritten
+/// state: an ask's that the state answers, a change or a Kafka record
+/// skipped as applied already (the skip rests on that state: a record
+/// acked on it would be lost with it). A Kafka record of its partition's
+/// own shard is answered at once: its partition waits for the write
+/// itself, naming the start.
+fn waits_for_write<R>(reply: &Reply<R>, result: &Result<R, AskError>, unwritten: bool) -> bool {
+    let answered_by_state = matches!(result, Ok(_) | Err(AskError::AlreadyApplied));
+    matches!(reply, Reply::Local(..) | Reply::Remote(..)) && answered_by_state && unwritten
+}
+
 /// Where an entity's state comes from when it starts.
 pub(super) enum Start<E> {
     /// Its state, decoded.
@@ -406,9 +417,7 @@ impl<E: Entity> DurableShard<E> {
                 .writing
                 .as_ref()
                 .is_some_and(|w| w.states.contains_key(id));
-        let waits =
-            matches!(reply, Reply::Local(..) | Reply::Remote(..)) && result.is_ok() && unwritten;
-        if waits {
+        if waits_for_write(&reply, &result, unwritten) {
             self.held.push((reply, result));
         } else {
             self.answer_now(node, reply, result);
@@ -598,3 +607,6 @@ impl<E: Entity> Drop for DurableShard<E> {
         self.shards.write_settled(self.shard);
     }
 }
+
+#[cfg(test)]
+mod tests;

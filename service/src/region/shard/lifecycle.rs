@@ -33,38 +33,27 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
     }
 
     pub(super) fn start_message(&mut self, entity: E, env: Envelope<E>, cx: &mut Context<'_>) {
-        let replayed = self
-            .durable
-            .as_ref()
-            .is_some_and(|d| d.applied_already(&env.entity_id, env.origin()));
-        let lacks_previous = !replayed
-            && self
-                .durable
-                .as_ref()
-                .is_some_and(|d| d.lacks_previous(&env.entity_id, env.origin()));
-        if lacks_previous {
+        // A Kafka record a durable entity applied already is skipped; one
+        // whose key's previous record is missing from its state is refused
+        // (see `Origin::previous`). Either answer rests on this start's
+        // state, which may be unwritten yet: it names the start, like a
+        // handled record's, and an ask's skip waits for the write.
+        let skipped = self.durable.as_ref().and_then(|durable| {
+            if durable.applied_already(&env.entity_id, env.origin()) {
+                Some(AskError::AlreadyApplied)
+            } else if durable.lacks_previous(&env.entity_id, env.origin()) {
+                Some(AskError::PreviousLost)
+            } else {
+                None
+            }
+        });
+        if let Some(skipped) = skipped {
             if let Some(active) = self.entities.get_mut(&env.entity_id) {
                 active.entity = Some(entity);
             }
             let id = env.entity_id.clone();
-            if let Some(durable) = self.durable.as_ref() {
-                durable.answer_now(&self.node, env.reply, Err(AskError::PreviousLost));
-            }
-            self.after_run(&id);
-            return;
-        }
-        if replayed {
-            if let Some(active) = self.entities.get_mut(&env.entity_id) {
-                active.entity = Some(entity);
-            }
-            let id = env.entity_id.clone();
-            // The skip rests on this start's state, which may be unwritten
-            // yet: the answer names the start, like a handled record's.
-            match self.durable.as_ref() {
-                Some(durable) => {
-                    durable.answer_now(&self.node, env.reply, Err(AskError::AlreadyApplied))
-                }
-                None => self.node.reply(env.reply, Err(AskError::AlreadyApplied)),
+            if let Some(durable) = self.durable.as_mut() {
+                durable.answer(&self.node, &id, env.reply, Err(skipped));
             }
             self.after_run(&id);
             return;
