@@ -28,7 +28,7 @@ use colo_tests::process::{NodeProcess, Program};
 use colo_tests::purchases::Producer;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::time::{Duration, Instant};
-use support::env;
+use support::{cpu_seconds, env};
 
 const PARTITIONS: u32 = 24;
 
@@ -121,27 +121,6 @@ fn bare(bootstrap: &str, topic: &str, group: &str, count: u64) -> Rate {
     Rate {
         records_per_second: count as f64 / started.elapsed().as_secs_f64(),
         cpu_per_million: (cpu_seconds(Some(std::process::id())) - cpu) * 1e6 / count as f64,
-    }
-}
-
-/// The CPU time a process has used, user and system, in seconds: where a
-/// node's rate is bound by the two cores it shares, this says what each
-/// record costs it.
-fn cpu_seconds(pid: Option<u32>) -> f64 {
-    let Some(stat) = pid.and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
-    else {
-        return f64::NAN;
-    };
-    // The fields after the command's closing parenthesis; utime and stime
-    // are the 14th and 15th of the line, in USER_HZ (100 on Linux).
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
-    match (ticks(11), ticks(12)) {
-        (Some(user), Some(system)) => (user + system) / 100.0,
-        _ => f64::NAN,
     }
 }
 

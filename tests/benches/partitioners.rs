@@ -53,12 +53,7 @@ async fn handled(nodes: &[NodeProcess]) -> f64 {
 fn cpu_seconds(nodes: &[NodeProcess]) -> f64 {
     nodes
         .iter()
-        .filter_map(|node| {
-            let stat = std::fs::read_to_string(format!("/proc/{}/stat", node.pid()?)).ok()?;
-            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-            let ticks = |i: usize| fields.get(i)?.parse::<f64>().ok();
-            Some((ticks(11)? + ticks(12)?) / 100.0)
-        })
+        .map(|node| support::cpu_seconds(node.pid()))
         .sum()
 }
 

@@ -64,3 +64,24 @@ pub fn percentile(samples: &[Duration], p: f64) -> Duration {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
     sorted[rank.min(sorted.len()) - 1]
 }
+
+/// The CPU time a process has used, user and system, in seconds: where a
+/// node's rate is bound by the two cores it shares, this says what each
+/// record costs it.
+pub fn cpu_seconds(pid: Option<u32>) -> f64 {
+    let Some(stat) = pid.and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+    else {
+        return f64::NAN;
+    };
+    // The fields after the command's closing parenthesis; utime and stime
+    // are the 14th and 15th of the line, in USER_HZ (100 on Linux).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+    match (ticks(11), ticks(12)) {
+        (Some(user), Some(system)) => (user + system) / 100.0,
+        _ => f64::NAN,
+    }
+}
