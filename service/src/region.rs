@@ -331,10 +331,11 @@ impl<E: Entity> Region<E> {
             || (passivation.active_entity_limit.is_some() && passivation.replacement.is_some())
     }
 
-    /// Notes that a partition of `shard` is assigned to this node's
-    /// consumer, until the returned value is dropped (see `assigned.rs`).
-    pub(crate) fn partition_assigned(&self, shard: ShardId) -> AssignedShard {
-        self.shared.assignments.hold(shard)
+    /// Notes that `topic`'s partition of `shard` is assigned to this
+    /// node's consumer, until the returned value is dropped (see
+    /// `assigned.rs`).
+    pub(crate) fn partition_assigned(&self, topic: Arc<str>, shard: ShardId) -> AssignedShard {
+        self.shared.assignments.hold(topic, shard)
     }
 
     /// Where messages for `shard` go now, in words (see

@@ -94,11 +94,11 @@ impl<E: Entity> Rebalances<E> {
             self.partitions
                 .insert(partition.partition.clone(), Running { give_up, ended });
             let handled = self.metrics.records(&partition.partition.topic, "handled");
-            let origin_topic = Arc::from(partition.partition.topic.as_str());
+            let origin_topic: Arc<str> = Arc::from(partition.partition.topic.as_str());
             let misplaced_source =
                 Origin::other_partition(&partition.partition.topic, partition.partition.partition);
             let assigned = partition_shard(partition.partition.partition)
-                .map(|shard| self.region.partition_assigned(shard));
+                .map(|shard| self.region.partition_assigned(origin_topic.clone(), shard));
             let task = PartitionTask {
                 region: self.region.clone(),
                 settings: self.settings.clone(),

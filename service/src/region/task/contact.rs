@@ -396,6 +396,30 @@ impl<E: Entity> RegionTask<E> {
         self.unlink();
     }
 
+    /// Claims again, by topic, the shards whose Kafka partitions this
+    /// node's consumers hold (see `region/assigned.rs`): a coordinator
+    /// elected anew knows no claims, and a shard this region stopped when it
+    /// fenced itself would otherwise wait for a record or an ask to be
+    /// placed again (or be placed with whoever asks first). Each claim is a
+    /// placement of its own, answered in the background.
+    fn claim_assigned(&self) {
+        if self.shared.proxy {
+            return;
+        }
+        let timeout = self.shared.entity_type.settings.handoff_timeout;
+        for (topic, shards) in self.shared.assignments.by_topic() {
+            let region = crate::region::Region {
+                shared: self.shared.clone(),
+                commands: self.commands.clone(),
+            };
+            self.shared.node.tasks.spawn(async move {
+                if let Err(e) = region.claim_shards(shards, &topic, timeout).await {
+                    tracing::debug!(entity_type = %region.entity_type_name(), %topic, error = %e, "the shards of assigned partitions not claimed again at registration");
+                }
+            });
+        }
+    }
+
     pub(super) fn on_coordinator(&mut self, message: CoordinatorToRegion) {
         match message {
             CoordinatorToRegion::RegisterAck { ping } => {
@@ -408,6 +432,8 @@ impl<E: Entity> RegionTask<E> {
                 self.ask_waiting_homes();
                 if matches!(self.phase, Phase::ShuttingDown { .. }) && !self.shared.proxy {
                     self.send(RegionToCoordinator::GracefulShutdown);
+                } else {
+                    self.claim_assigned();
                 }
             }
             CoordinatorToRegion::RegisterRefused { reason } => {
