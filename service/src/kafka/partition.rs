@@ -334,7 +334,7 @@ impl<E: Entity> PartitionTask<E> {
     /// partition.
     fn check_partition(&mut self, id: &str) -> ShardId {
         let shard = self.region.shard_of(id);
-        if i64::from(shard.0) != i64::from(self.partition.partition) {
+        if !self.is_own(shard) {
             self.metrics.partitioner_mismatch(&self.partition.topic);
             if !self.mismatch_warned.swap(true, Ordering::Relaxed) {
                 tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, entity_id = %id, %shard, "record in another partition than its key's murmur2 partition (a producer with another partitioner?): sent to its shard's node and handled there, one hop away when that is another node; such records are counted in colo_kafka_partitioner_mismatches_total");
@@ -394,8 +394,12 @@ impl<E: Entity> PartitionTask<E> {
     /// Whether `shard` is the one this partition hosts here: its records
     /// are handled by it only.
     fn hosts(&self, shard: ShardId) -> bool {
-        self.shard != ShardPlace::Elsewhere
-            && i64::from(shard.0) == i64::from(self.partition.partition)
+        self.shard != ShardPlace::Elsewhere && self.is_own(shard)
+    }
+
+    /// Whether `shard` is this partition's (shard = partition).
+    fn is_own(&self, shard: ShardId) -> bool {
+        partition_shard(self.partition.partition) == Some(shard)
     }
 
     /// A record's origin, for a durable entity type: what lets its entity
@@ -411,7 +415,7 @@ impl<E: Entity> PartitionTask<E> {
             return None;
         }
         let offset = u64::try_from(offset).ok()?;
-        let source = if i64::from(shard.0) == i64::from(self.partition.partition) {
+        let source = if self.is_own(shard) {
             self.origin_topic.clone()
         } else {
             self.misplaced_source.clone()

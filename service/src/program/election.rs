@@ -49,6 +49,12 @@ use tokio::time::Instant;
 const TICK: Duration = Duration::from_secs(1);
 /// Rejoins in a row wait up to 2^REJOIN_BACKOFF election timeouts.
 const REJOIN_BACKOFF: u32 = 2;
+
+/// How long to wait before a rejoin after `rejoins` in a row: the timeout,
+/// then twice, then four times it.
+fn rejoin_wait(timeout: Duration, rejoins: u32) -> Duration {
+    timeout * (1 << rejoins.min(REJOIN_BACKOFF))
+}
 /// How long a revoke waits for this node to stop its coordinators.
 const STEP_DOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -343,8 +349,7 @@ impl Driver {
         // REJOIN_BACKOFF times the timeout): a rejoin starts a new round of
         // the group, and on a slow broker rounds that keep being restarted
         // never assign the partition.
-        let wait =
-            self.config.coordinator.election_timeout * (1 << self.rejoins.min(REJOIN_BACKOFF));
+        let wait = rejoin_wait(self.config.coordinator.election_timeout, self.rejoins);
         if self.alive.elapsed() >= wait {
             tracing::warn!(?wait, leader = ?self.hosting.leader(), "no coordinator reachable and not elected: joining the election group again");
             crate::metrics::coordinator_election_rejoined();
@@ -389,7 +394,7 @@ impl Driver {
             Orphans::Since { since, rejoins } => (since, rejoins),
         };
         let timeout = self.config.coordinator.election_timeout;
-        let wait = timeout * (1 << rejoins.min(REJOIN_BACKOFF));
+        let wait = rejoin_wait(timeout, rejoins);
         if since.elapsed() >= wait {
             tracing::warn!(orphans, ?wait, "shards of Kafka-driven entity types neither run anywhere nor have their partitions assigned to any node: this node's consumers rejoin their groups");
             for ingest in self.ingests.get().into_iter().flatten() {

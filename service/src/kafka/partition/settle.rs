@@ -94,16 +94,16 @@ impl<E: Entity> PartitionTask<E> {
                     tracing::debug!(entity_id = %id, %reason, "record refused for now; delivered again");
                     (id, tries)
                 }
-                Outcome::Lost(reason) => {
+                Outcome::Lost(ref reason) | Outcome::Moved(ref reason) => {
+                    // Given up either way; consumed again here unless the
+                    // partition is leaving this node.
                     if !self.revoked && !self.region.is_stopped() {
-                        tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, offset, %reason, "a record was not applied: the partition is consumed again from its committed offset");
-                        self.rewind.rewind();
-                    }
-                    return false;
-                }
-                Outcome::Moved(reason) => {
-                    if !self.revoked && !self.region.is_stopped() {
-                        tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, offset, %reason, "partition's shard runs on another node while the partition is consumed here (placed there while this node was out of touch with its coordinator): the partition is consumed again from its committed offset and claims its shard back");
+                        let why = if matches!(outcome, Outcome::Moved(_)) {
+                            "partition's shard runs on another node while the partition is consumed here (placed there while this node was out of touch with its coordinator): the partition is consumed again from its committed offset and claims its shard back"
+                        } else {
+                            "a record was not applied: the partition is consumed again from its committed offset"
+                        };
+                        tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, offset, %reason, "{why}");
                         self.rewind.rewind();
                     }
                     return false;
