@@ -4,6 +4,10 @@
 //! Stderr, so that a command whose stdout is its output (the demo, the
 //! simulator) can log without corrupting it.
 
+mod expected_wait;
+
+pub use expected_wait::{ExpectedWait, Say};
+
 use serde::{Deserialize, Serialize};
 use std::io::IsTerminal;
 use tracing_subscriber::EnvFilter;

@@ -48,6 +48,7 @@ use super::{partition_shard, IngestSettings, RecordDecoder};
 use crate::entity::{Entity, EntityId};
 use crate::envelope::Origin;
 use crate::error::TellError;
+use crate::logging::{ExpectedWait, Say};
 use crate::metrics::KafkaMetrics;
 use crate::region::{AssignedShard, PlacementError, Region};
 use colo_allocation::ShardId;
@@ -447,7 +448,10 @@ impl<E: Entity> PartitionTask<E> {
         let Some(shard) = partition_shard(self.partition.partition) else {
             return Some(ShardPlace::Elsewhere);
         };
-        let mut warned = false;
+        // Expected while the cluster forms (no coordinator yet): a warning
+        // only once it lasts `delivery_timeout`, the bound past which a
+        // partition's stall is reported.
+        let mut wait = ExpectedWait::Idle;
         loop {
             match self
                 .region
@@ -471,9 +475,15 @@ impl<E: Entity> PartitionTask<E> {
                     return Some(ShardPlace::Elsewhere);
                 }
                 Err(e) => {
-                    if !warned {
-                        warned = true;
-                        tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, error = %e, "partition's shard not hosted here yet; the partition waits");
+                    let (topic, partition) = (&self.partition.topic, self.partition.partition);
+                    match wait.waits(self.settings.delivery_timeout) {
+                        Say::Began => {
+                            tracing::info!(%topic, partition, error = %e, "partition's shard not placed yet (the cluster is forming, or its coordinator is away); the partition waits")
+                        }
+                        Say::Overdue(lasted) => {
+                            tracing::warn!(%topic, partition, error = %e, ?lasted, "partition's shard still not placed after kafka.delivery_timeout; the partition waits")
+                        }
+                        Say::Nothing => {}
                     }
                     tokio::time::sleep(self.settings.retry_backoff).await;
                 }

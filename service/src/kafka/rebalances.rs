@@ -7,6 +7,7 @@ use super::partition::{PartitionTask, ShardPlace};
 use super::{partition_shard, IngestHealth, IngestSettings, RecordDecoder};
 use crate::entity::Entity;
 use crate::envelope::Origin;
+use crate::logging::{ExpectedWait, Say};
 use crate::metrics::KafkaMetrics;
 use crate::region::{PlacementError, Region};
 use colo_allocation::ShardId;
@@ -184,7 +185,10 @@ impl<E: Entity> Rebalances<E> {
             if matches!(e, PlacementError::Stopped) {
                 return;
             }
-            tracing::warn!(entity_type = %self.region.entity_type_name(), %topic, ?shards, error = %e, "{why} partitions' shards not released; retried until the coordinator takes the release (their next owner waits for it)");
+            // A cluster forming moves partitions before its coordinator is
+            // reachable: a warning only if the retries outlast
+            // placement_timeout.
+            tracing::info!(entity_type = %self.region.entity_type_name(), %topic, ?shards, error = %e, "{why} partitions' shards not released yet; retried until the coordinator takes the release (their next owner waits for it)");
             self.releasing.retain(|_, retrying| !retrying.is_closed());
             for tp in partitions {
                 let (retrying, stop) = oneshot::channel();
@@ -216,6 +220,8 @@ async fn release_until_done<E: Entity>(
     let Some(&shard) = shards_of(std::iter::once(&partition)).first() else {
         return;
     };
+    let mut wait = ExpectedWait::Idle;
+    let _began = wait.waits(settings.placement_timeout);
     loop {
         tokio::select! {
             biased;
@@ -233,9 +239,14 @@ async fn release_until_done<E: Entity>(
                 return;
             }
             Err(PlacementError::Stopped) => return,
-            Err(e) => {
-                tracing::debug!(entity_type = %region.entity_type_name(), %shard, error = %e, "shard release retried");
-            }
+            Err(e) => match wait.waits(settings.placement_timeout) {
+                Say::Overdue(lasted) => {
+                    tracing::warn!(entity_type = %region.entity_type_name(), %shard, error = %e, ?lasted, "{why} partition's shard still not released after kafka.placement_timeout; retried until the coordinator takes the release (its next owner waits for it)")
+                }
+                Say::Began | Say::Nothing => {
+                    tracing::debug!(entity_type = %region.entity_type_name(), %shard, error = %e, "shard release retried")
+                }
+            },
         }
     }
 }

@@ -20,8 +20,8 @@ pub type RecordDecoder<M> = Arc<dyn Fn(&Record) -> Result<(String, M), String> +
 pub fn json_records<M: DeserializeOwned + 'static>() -> RecordDecoder<M> {
     Arc::new(|record: &Record| {
         let id = key_id(record)?;
-        let message = serde_json::from_slice(payload(record)?)
-            .map_err(|e| format!("the payload is not a message: {e}"))?;
+        let message = decode_json::<M>(payload(record)?)
+            .map_err(|e| format!("the payload is not a {}: {e}", short_type_name::<M>()))?;
         Ok((id, message))
     })
 }
@@ -112,7 +112,7 @@ impl<V: DeserializeOwned + 'static> JsonEvents<V> {
         let event_type = short_type_name::<V>();
         let id = self.id;
         Arc::new(move |record: &Record| {
-            let event: V = serde_json::from_slice(payload(record)?)
+            let event: V = decode_json(payload(record)?)
                 .map_err(|e| format!("the payload is not a {event_type}: {e}"))?;
             let id = match &id {
                 EventId::Key => key_id(record)?,
@@ -142,6 +142,33 @@ fn key_id(record: &Record) -> Result<String, String> {
     }
     let id = std::str::from_utf8(key).map_err(|_| "the key is not UTF-8".to_string())?;
     Ok(id.to_string())
+}
+
+/// `bytes` as JSON of type `V`, or why not, naming where in the document
+/// it failed (`at items[2].price: ...`): serde's own message names only
+/// what it expected there, which for a payload of many fields does not
+/// tell a person which one to fix.
+fn decode_json<V: DeserializeOwned>(bytes: &[u8]) -> Result<V, String> {
+    let mut json = serde_json::Deserializer::from_slice(bytes);
+    let value: V = serde_path_to_error::deserialize(&mut json).map_err(|e| {
+        let path = e.path().to_string();
+        // serde_json's message ends with the line and column; the path,
+        // when there is one, says more.
+        let inner = e.into_inner();
+        let position = format!("line {}, column {}", inner.line(), inner.column());
+        let reason = inner.to_string();
+        let reason = reason
+            .rsplit_once(" at line ")
+            .map_or(reason.as_str(), |(reason, _)| reason);
+        if path == "." || path.is_empty() {
+            format!("{reason} ({position})")
+        } else {
+            format!("at {path}: {reason} ({position})")
+        }
+    })?;
+    json.end()
+        .map_err(|e| format!("trailing characters after the JSON value ({e})"))?;
+    Ok(value)
 }
 
 fn payload(record: &Record) -> Result<&[u8], String> {
@@ -176,6 +203,67 @@ fn short_type_name<V>() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(payload: &[u8]) -> Record {
+        Record {
+            topic: "stock".into(),
+            partition: 0,
+            offset: 0,
+            key: Some(b"sku-1".to_vec()),
+            payload: Some(payload.to_vec()),
+            ack: Ack::detached(),
+        }
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)] // read only by Debug
+    struct StockEvent {
+        sku: String,
+        delta: i64,
+        lines: Vec<Line>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)] // read only by Debug
+    struct Line {
+        price: u64,
+    }
+
+    fn refusal(payload: &[u8]) -> String {
+        let decode = json_events::<StockEvent>().into_messages(|event| event);
+        match decode(&record(payload)) {
+            Ok(decoded) => panic!("decoded {decoded:?}"),
+            Err(reason) => reason,
+        }
+    }
+
+    /// A dead letter's reason tells the person reading it what the record
+    /// should have been and which part of it was wrong.
+    #[test]
+    fn a_refused_payload_names_the_event_type_and_where_it_failed() {
+        assert_eq!(
+            refusal(b"[1,2,3]"),
+            "the payload is not a StockEvent: at [0]: invalid type: integer `1`, expected a string (line 1, column 2)"
+        );
+        assert_eq!(
+            refusal(br#"{"sku": "a", "delta": 1, "lines": [{"price": 1}, {"price": -2}]}"#),
+            "the payload is not a StockEvent: at lines[1].price: invalid value: integer `-2`, expected u64 (line 1, column 61)"
+        );
+        assert_eq!(
+            refusal(br#"{"sku": "a"}"#),
+            "the payload is not a StockEvent: missing field `delta` (line 1, column 12)"
+        );
+        assert_eq!(
+            refusal(br#"{"sku": "a", "delta": 1, "lines": []} x"#),
+            "the payload is not a StockEvent: trailing characters after the JSON value (trailing characters at line 1 column 39)"
+        );
+        let decode = json_records::<StockEvent>();
+        let reason = decode(&record(b"{\"sku\": 5}")).expect_err("refused");
+        assert_eq!(
+            reason,
+            "the payload is not a StockEvent: at sku: invalid type: integer `5`, expected a string (line 1, column 9)"
+        );
+    }
 
     #[test]
     fn type_names_lose_their_module_paths() {

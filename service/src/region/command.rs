@@ -18,9 +18,10 @@ pub(crate) const COMMAND_CAPACITY: usize = 1024;
 
 /// What the region task is asked to do, by handles and by its own helpers.
 pub(crate) enum RegionCmd<E: Entity> {
-    /// The task opening the coordinator link is done (`None`: not reached).
+    /// The task opening the coordinator link is done (or why it was not
+    /// reached).
     CoordinatorLinked {
-        link: Option<crate::protocol::CoordinatorLink>,
+        link: Result<crate::protocol::CoordinatorLink, String>,
     },
     /// A shard finished its hand-off; `leftovers` were still in its mailbox.
     ShardStopped {

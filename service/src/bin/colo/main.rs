@@ -69,9 +69,11 @@ enum Command {
     /// totals each user must reach), or records of one's own from a file
     /// (--records) or a template (--payload).
     Produce(cli::produce::ProduceArgs),
-    /// Asks every user of the sample for its totals and compares them with
-    /// the file `colo produce --expected` wrote: how many match, and each
-    /// that does not. Exits non-zero unless all match.
+    /// Asks every entity a file names and compares each reply with the one
+    /// it expects: the sample's users against the totals `colo produce
+    /// --expected` wrote, or, with --ask, any entity type's against a JSON
+    /// object of entity id → expected reply. Prints how many match and
+    /// each that does not; exits non-zero unless all match.
     Verify(cli::verify::VerifyArgs),
     /// Deletes a stopped cluster's internal data from its brokers: its
     /// coordinator topic and, with --state, its changelog topics. Refuses

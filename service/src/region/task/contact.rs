@@ -12,6 +12,7 @@
 use super::{Phase, RegionTask};
 use crate::entity::Entity;
 use crate::inspection::RegionStats;
+use crate::logging::{ExpectedWait, Say};
 use crate::protocol::{CoordinatorLink, CoordinatorToRegion, RegionToCoordinator};
 use crate::region::command::RegionCmd;
 use crate::region::placement::{PlacementError, PlacementReply, PlacementRequest};
@@ -61,8 +62,9 @@ pub(super) struct Contact {
     registered_once: bool,
     /// The last registration refusal, logged once.
     refused: Option<String>,
-    /// The outage has been logged.
-    warned: bool,
+    /// How long the coordinator has been out of reach: expected while the
+    /// cluster forms or elects it, a warning only past `region_timeout`.
+    outage: ExpectedWait,
 }
 
 impl Default for Contact {
@@ -75,7 +77,7 @@ impl Default for Contact {
             fenced: false,
             registered_once: false,
             refused: None,
-            warned: false,
+            outage: ExpectedWait::Idle,
         }
     }
 }
@@ -222,29 +224,44 @@ impl<E: Entity> RegionTask<E> {
         let transport = self.shared.node.transport.clone();
         let (entity_type, region) = (self.name().to_string(), self.shared.id.clone());
         let commands = self.commands.clone();
-        let warned = self.contact.warned;
         self.shared.node.tasks.spawn(async move {
             let link = transport.connect_coordinator(&entity_type, region).await;
-            if let Err(e) = &link {
-                if warned {
-                    tracing::debug!(%entity_type, error = %e, "coordinator still unreachable");
-                } else {
-                    tracing::warn!(%entity_type, error = %e, "coordinator unreachable; messages for shards without a known home are buffered");
-                }
-            }
             let _ = commands
-                .send(RegionCmd::CoordinatorLinked { link: link.ok() })
+                .send(RegionCmd::CoordinatorLinked {
+                    link: link.map_err(|e| e.to_string()),
+                })
                 .await;
         });
-        self.contact.warned = true;
     }
 
-    pub(super) fn on_linked(&mut self, link: Option<CoordinatorLink>) {
+    /// A connect failed. A cluster forming, or electing its coordinator,
+    /// has none to reach for a while: said at info, and as a warning once
+    /// it lasts `region_timeout` (past which the coordinator itself would
+    /// give up on a silent region).
+    fn say_unreachable(&mut self, error: &str) {
+        let bound = self.shared.entity_type.settings.region_timeout;
+        let say = self.contact.outage.waits(bound);
+        let entity_type = self.name();
+        match say {
+            Say::Began => {
+                tracing::info!(%entity_type, %error, "no coordinator to reach yet (the cluster is forming, or electing it); messages for shards without a known home are buffered")
+            }
+            Say::Overdue(lasted) => {
+                tracing::warn!(%entity_type, %error, ?lasted, "coordinator unreachable for longer than region_timeout; messages for shards without a known home are buffered")
+            }
+            Say::Nothing => tracing::debug!(%entity_type, %error, "coordinator still unreachable"),
+        }
+    }
+
+    pub(super) fn on_linked(&mut self, link: Result<CoordinatorLink, String>) {
         if !matches!(self.contact.state, LinkState::Unlinked { connecting: true }) {
             return; // unreachable: one connect at a time
         }
+        if let Err(error) = &link {
+            self.say_unreachable(error);
+        }
         match link {
-            Some(link) if !matches!(self.phase, Phase::Stopped) => {
+            Ok(link) if !matches!(self.phase, Phase::Stopped) => {
                 self.contact.state = LinkState::Registering(Link {
                     to: link.to_coordinator,
                     from: link.from_coordinator,
@@ -292,7 +309,12 @@ impl<E: Entity> RegionTask<E> {
             .lease
             .renew(fence_at, sent + settings.region_timeout);
         self.fence_timer.as_mut().reset(fence_at);
-        self.contact.warned = false;
+        let overdue = self.contact.outage.is_overdue();
+        if let Some(lasted) = self.contact.outage.ended() {
+            if overdue {
+                tracing::info!(entity_type = %self.name(), ?lasted, "coordinator reachable again");
+            }
+        }
         self.publish_contact();
     }
 
@@ -311,9 +333,22 @@ impl<E: Entity> RegionTask<E> {
 
     /// The coordinator went away: keep serving known homes while the lease
     /// holds, buffer the rest, and register again when it is back.
+    ///
+    /// A coordinator that moves (a new one elected while a cluster forms, or
+    /// its node stopping) breaks the link as a matter of course: said at
+    /// info, and a warning only when no coordinator is reached again within
+    /// `region_timeout`.
     pub(super) fn link_lost(&mut self) {
         if self.contact.is_registered() {
-            tracing::warn!(entity_type = %self.name(), "lost the coordinator link; reconnecting");
+            let bound = self.shared.entity_type.settings.region_timeout;
+            match self.contact.outage.waits(bound) {
+                Say::Overdue(lasted) => {
+                    tracing::warn!(entity_type = %self.name(), ?lasted, "lost the coordinator link again, unreachable for longer than region_timeout; reconnecting")
+                }
+                Say::Began | Say::Nothing => {
+                    tracing::info!(entity_type = %self.name(), "lost the coordinator link; reconnecting")
+                }
+            }
         }
         self.unlink();
     }

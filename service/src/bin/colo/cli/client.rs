@@ -366,7 +366,7 @@ const NO_ENTITY_TYPE: &str = "?";
 /// # Errors
 /// The node runs several entity types (the error names them), or its
 /// answer does not list them.
-async fn entity_type(client: &mut Client, given: String) -> Result<String, ClientCliError> {
+pub async fn entity_type(client: &mut Client, given: String) -> Result<String, ClientCliError> {
     if !given.is_empty() {
         return Ok(given);
     }
