@@ -28,7 +28,8 @@ enum AccountReply {
     Refused(String),
 }
 
-/// A balance, in memory until the durable-state issue lands.
+/// A balance, in memory: it starts again from 0 after passivation, a move
+/// or a restart (`examples/inventory` shows a durable entity type).
 #[derive(Debug, Default)]
 struct Account {
     balance: u64,

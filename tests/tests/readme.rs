@@ -362,6 +362,128 @@ async fn the_kafka_sample_commands_run_as_shown() {
     );
 }
 
+/// The dependencies README lists for a program of one's own are the ones
+/// `examples/inventory` builds with, and no others: that crate, built by
+/// the test command, is a program written from README alone. Only colo's
+/// path differs (README's is a clone beside the program).
+#[test]
+fn readme_lists_the_dependencies_a_program_of_ones_own_builds_with() {
+    let root = root();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let listed = block_after(&readme, "serde, with these features");
+    assert_eq!(listed.first().map(String::as_str), Some("[dependencies]"));
+    let manifest = std::fs::read_to_string(root.join("examples/inventory/Cargo.toml"))
+        .expect("examples/inventory/Cargo.toml");
+    let built: Vec<String> = manifest
+        .lines()
+        .skip_while(|l| *l != "[dependencies]")
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.replace(r#"path = "../../service""#, r#"path = "../colo/service""#))
+        .collect();
+    assert_eq!(listed, built);
+}
+
+/// README's program of one's own as written: the `inventory` crate built
+/// and started next to the test broker, fed stock events with `colo
+/// produce`, and every SKU's level checked with `colo verify --ask`. Then
+/// what a user gets wrong: an expectation that differs names the SKU with
+/// both replies, and a file that is not one of expected replies is refused
+/// with why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_program_of_ones_own_commands_run_as_shown() {
+    let broker = colo_tests::broker::Broker::start();
+    let root = root();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let at_broker = |lines: Vec<String>| -> Vec<String> {
+        lines
+            .into_iter()
+            .map(|l| l.replace("127.0.0.1:9092", broker.bootstrap()))
+            .collect()
+    };
+    let node = at_broker(block_after(&readme, "Built and started next to a broker"));
+    let checks = at_broker(block_after(&readme, "then fed stock events and checked"));
+    assert!(
+        node.iter()
+            .any(|l| l.starts_with("cargo build -p inventory"))
+            && checks.last().is_some_and(|l| l.contains(" verify ")),
+        "README's blocks changed: {node:?} {checks:?}"
+    );
+    let data = tempfile::tempdir().expect("a temporary directory");
+    let (status, printed, started) = start_block(&root, &node, data.path());
+    let logs = || std::fs::read_to_string(data.path().join("block.err")).unwrap_or_default();
+    assert!(status.success(), "{printed}\n{}", logs());
+    assert_eq!(started.1.len(), 1, "{printed}");
+    await_ready(&["127.0.0.1:9301"], logs).await;
+    // From a directory of its own, so stock.txt and levels.json land there.
+    let debug = root.join("target/debug/");
+    let shell = |lines: &[String]| {
+        let lines = lines
+            .join("\n")
+            .replace("target/debug/", &debug.display().to_string());
+        Command::new("bash")
+            .arg("-c")
+            .arg(format!("set -euo pipefail\n{lines}"))
+            .current_dir(data.path())
+            .output()
+            .expect("run bash")
+    };
+    let text = |out: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let (feed, verify) = checks.split_at(checks.len() - 1);
+    let fed = shell(feed);
+    assert!(fed.status.success(), "{}\nlogs:\n{}", text(&fed), logs());
+    let mut last = String::new();
+    let matched = wait::held_within(Duration::from_secs(60), || {
+        let checked = shell(verify);
+        last = text(&checked);
+        std::future::ready(checked.status.success())
+    })
+    .await;
+    assert!(
+        matched && last.contains("2 of 2 item entities match levels.json"),
+        "colo verify: {last}\nlogs:\n{}",
+        logs()
+    );
+
+    std::fs::write(
+        data.path().join("levels.json"),
+        r#"{"sku-1": {"on_hand": 3, "events": 2}, "sku-2": {"on_hand": 6, "events": 1}}"#,
+    )
+    .expect("write levels.json");
+    let differs = shell(verify);
+    assert!(!differs.status.success(), "{}", text(&differs));
+    assert!(
+        text(&differs)
+            .contains(r#"sku-2: expected {"events":1,"on_hand":6}; got {"events":1,"on_hand":7}"#),
+        "{}",
+        text(&differs)
+    );
+    std::fs::write(data.path().join("levels.json"), "[1, 2]").expect("write levels.json");
+    let refused = shell(verify);
+    assert!(!refused.status.success(), "{}", text(&refused));
+    assert!(
+        text(&refused)
+            .contains("cannot read levels.json: not a JSON object of entity id → expected reply"),
+        "{}",
+        text(&refused)
+    );
+    started.signal("-TERM");
+    let stopped = wait::held_within(Duration::from_secs(60), || {
+        std::future::ready(!started.running())
+    })
+    .await;
+    assert!(
+        stopped,
+        "the node did not stop on SIGTERM; logs:\n{}",
+        logs()
+    );
+}
+
 /// README's records of one's own, as written, against librdkafka's
 /// in-process mock cluster (its address in place of 127.0.0.1:9092; it
 /// serves a topic and produce and fetch, all these commands need, without

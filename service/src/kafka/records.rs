@@ -265,6 +265,20 @@ mod tests {
         );
     }
 
+    /// README's example of a dead letter's reason.
+    #[test]
+    fn readmes_refused_reading_reads_as_shown() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)] // read only by Debug
+        struct Reading {
+            celsius: f64,
+        }
+        let decode = json_events::<Reading>().into_messages(|reading| reading);
+        let reason = decode(&record(br#"{"celsius": "warm"}"#)).expect_err("refused");
+        let readme = include_str!("../../../README.md").replace('\n', " ");
+        assert!(readme.contains(&format!("(`{reason}`)")), "{reason}");
+    }
+
     #[test]
     fn type_names_lose_their_module_paths() {
         assert_eq!(short_type_name::<String>(), "String");
