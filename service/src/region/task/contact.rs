@@ -244,7 +244,7 @@ impl<E: Entity> RegionTask<E> {
         let entity_type = self.name();
         match say {
             Say::Began => {
-                tracing::info!(%entity_type, %error, "no coordinator to reach yet (the cluster is forming, or electing it); messages for shards without a known home are buffered")
+                tracing::info!(%entity_type, %error, "coordinator unreachable, as while a cluster forms or elects it; messages for shards without a known home are buffered")
             }
             Say::Overdue(lasted) => {
                 tracing::warn!(%entity_type, %error, ?lasted, "coordinator unreachable for longer than region_timeout; messages for shards without a known home are buffered")
