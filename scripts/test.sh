@@ -16,12 +16,6 @@ fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked
 fi
-# The Kafka-protocol broker the Kafka tests start on loopback (tansu, in
-# memory). Built once (about 20 minutes on two cores), then reused.
-if ! command -v tansu >/dev/null 2>&1 \
-  && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/tansu" ]; then
-  cargo install tansu --locked --version 0.6.0 --features dynostore,libsql
-fi
 
 # The operations tests (and the TLS tests' certificates): a real Prometheus (and promtool) scraping test
 # nodes, docker-compose to resolve and validate the compose file (its
@@ -33,6 +27,10 @@ command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # scripts/certs.sh makes the TLS tests' CA and certificates with it.
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# Apache Kafka, the broker the Kafka tests and benchmarks start on loopback,
+# runs on Java 17 and comes from Maven Central through Maven.
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo_if_needed=()
   [ "$(id -u)" -eq 0 ] || sudo_if_needed=(sudo)
@@ -40,6 +38,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${sudo_if_needed[@]}" apt-get install -y -qq \
     --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# Apache Kafka's server and a logging backend (tests/kafka/pom.xml), copied
+# from Maven's repository into target/kafka/lib; once.
+bash tests/kafka/fetch.sh
 
 # A Kafka client no one here wrote, with its default partitioner (not
 # murmur2): confluent-kafka for Python, from PyPI, in a virtual environment

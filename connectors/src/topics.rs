@@ -181,7 +181,56 @@ pub async fn create_missing_topics(
             }
         }
     }
+    // Those that existed already too: another node may have created them
+    // a moment ago.
+    let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
+    await_listed(bootstrap_servers, client, &names, timeout).await?;
     Ok(created)
+}
+
+/// Waits until the brokers list `topics`. Kafka answers CreateTopics (or
+/// says a topic exists) once its controller has the topics, and its
+/// brokers learn them from the metadata log a moment later: a check of a
+/// topic just created (its partition count, at startup) must not find it
+/// missing meanwhile.
+async fn await_listed(
+    bootstrap_servers: &str,
+    client: &[(String, String)],
+    topics: &[String],
+    timeout: Duration,
+) -> Result<(), SourceError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut missing: Vec<String> = topics.to_vec();
+    while !missing.is_empty() {
+        let (servers, client, wanted) = (
+            bootstrap_servers.to_string(),
+            client.to_vec(),
+            missing.clone(),
+        );
+        let listed = tokio::task::spawn_blocking(move || {
+            crate::cluster_data::topics_named(
+                &servers,
+                &client,
+                &|name| wanted.iter().any(|w| w == name),
+                timeout,
+            )
+        })
+        .await
+        // A listing that panicked lists nothing: asked again.
+        .unwrap_or_else(|_| Ok(Vec::new()))?;
+        missing.retain(|topic| !listed.contains(topic));
+        if missing.is_empty() {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(TopicError::Missing {
+                topic: missing.remove(0),
+            }
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -44,6 +44,17 @@ fn the_compose_file_runs_kafka_three_colo_nodes_a_producer_prometheus_and_grafan
             "{name}'s image {image:?} is not pinned"
         );
     }
+    // The Kafka users start with is the one the tests run.
+    let pom = std::fs::read_to_string(deploy::repo().join("tests/kafka/pom.xml")).expect("pom");
+    let tested = pom
+        .split("<kafka.version>")
+        .nth(1)
+        .and_then(|rest| rest.split('<').next())
+        .expect("the pom names kafka.version");
+    assert_eq!(
+        compose["services"]["kafka"]["image"].as_str(),
+        Some(format!("apache/kafka:{tested}").as_str())
+    );
     let ignored = std::fs::read_to_string(deploy::repo().join(".dockerignore")).expect("ignore");
     assert!(
         ignored.lines().any(|l| l.trim() == "target/"),

@@ -133,9 +133,12 @@ fn changelog_keys(
     keys
 }
 
-/// tansu compacts only on its SQLite storage: once the changelog is
-/// compacted (each user's newest state left), a node on an empty data
-/// directory restores from it the same totals.
+/// Once Kafka's log cleaner has compacted the changelog, a node on an
+/// empty data directory restores from it the same totals. The cleaner
+/// leaves each key's newest record in the segments it cleans and never
+/// touches the active one (the broker rolls a segment at the first write
+/// a second after it began): the changelog then holds fewer than half of
+/// the states written, most of them the last second's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_after_compaction_gives_the_same_totals() {
     let broker = Broker::start_compacting("1s");
@@ -175,7 +178,8 @@ async fn a_restore_after_compaction_gives_the_same_totals() {
                     tokio::task::spawn_blocking(move || changelog_keys(&bootstrap, &topic, 12))
                         .await
                         .expect("reader");
-                keys.values().all(|&n| n == 1)
+                let records = keys.values().sum::<usize>() as f64;
+                records > 0.0 && records < written / 2.0
             }
         },
     )

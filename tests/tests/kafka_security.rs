@@ -3,10 +3,10 @@
 //! password it stops at startup with an error that names the refusal and
 //! not the password. Neither password shows in a log or on `/metrics`.
 //!
-//! tansu 0.6.0 checks SCRAM credentials on its SQLite storage only, and its
-//! listener is plain text (its TLS flags are not wired): Kafka over TLS is
-//! checked as configuration only (`config/secrets.rs`'s and the
-//! connectors' tests), not against a broker.
+//! The broker is Apache Kafka with a SASL_PLAINTEXT listener, the user
+//! added when its log directory is formatted. Kafka over TLS is checked as
+//! configuration only so far (`config/secrets.rs`'s and the connectors'
+//! tests).
 
 use colo_tests::broker::Broker;
 use colo_tests::process::colo_binary;
