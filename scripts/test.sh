@@ -31,6 +31,9 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # runs on Java 17 and comes from Maven Central through Maven.
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
+# kcat, the command-line client, with its default partitioner (not murmur2)
+# (tests/tests/partitioners.rs).
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo_if_needed=()
   [ "$(id -u)" -eq 0 ] || sudo_if_needed=(sudo)
@@ -111,6 +114,8 @@ grep -qF "cargo bench -p colo-tests --bench scale" README.md
 # shards and ten million.
 COLO_BENCH_NODES=3 COLO_BENCH_SHARDS=64 COLO_BENCH_ENTITIES=5000 COLO_BENCH_ACTIVE=1000 \
   cargo bench -p colo-tests --locked --bench scale | tail -n 5
+grep -qF "cargo bench -p colo-tests --bench broker" README.md
+COLO_BENCH_RUNS=2 cargo bench -p colo-tests --locked --bench broker | tail -n 3
 grep -qF "cargo bench -p colo-tests --bench partitioners" README.md
 # One run of each partitioner, 20,000 records instead of two of 100,000.
 COLO_BENCH_RUNS=1 COLO_BENCH_RECORDS=20000 COLO_BENCH_USERS=2000 \

@@ -28,6 +28,8 @@ pub struct Broker {
     /// The client properties a client of this broker needs besides
     /// `bootstrap.servers` (SASL's, for [`Broker::start_authenticating`]).
     client: Vec<(String, String)>,
+    /// How long formatting its log directory took.
+    formatted_in: Duration,
     dir: tempfile::TempDir,
 }
 
@@ -174,7 +176,9 @@ impl Broker {
                 .arg("--add-scram")
                 .arg(format!("SCRAM-SHA-256=[name={user},password={password}]"));
         }
+        let formatting = Instant::now();
         let formatted = format.output().expect("run kafka.tools.StorageTool");
+        let formatted_in = formatting.elapsed();
         assert!(
             formatted.status.success(),
             "formatting the broker's log directory failed:\n{}{}",
@@ -185,6 +189,7 @@ impl Broker {
             child: None,
             bootstrap,
             client,
+            formatted_in,
             dir,
         };
         broker.spawn();
@@ -274,6 +279,16 @@ impl Broker {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// The broker process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// How long formatting its log directory took, before it started.
+    pub fn formatted_in(&self) -> Duration {
+        self.formatted_in
     }
 
     /// `host:port` for `bootstrap.servers`.

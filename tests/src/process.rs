@@ -19,6 +19,12 @@ pub fn example_binary(name: &str) -> PathBuf {
     package_example("colo", name)
 }
 
+/// The binary of a crate of the workspace named after it (a program of
+/// one's own such as `examples/inventory`), built like [`colo_binary`].
+pub fn crate_binary(package: &str) -> PathBuf {
+    binary(package, package, &["--bin", package])
+}
+
 /// An example binary of a crate of the workspace, built like
 /// [`colo_binary`].
 pub fn package_example(package: &str, name: &str) -> PathBuf {
@@ -141,6 +147,8 @@ pub enum Program {
     /// An example of the colo crate that is a node program of its own, with
     /// the entity types it registers.
     Example(&'static str),
+    /// A crate of the workspace that is a node program of its own.
+    Crate(&'static str),
 }
 
 impl Program {
@@ -149,6 +157,7 @@ impl Program {
         match self {
             Program::Colo => (colo_binary(), vec!["run"]),
             Program::Example(name) => (example_binary(name), vec![]),
+            Program::Crate(name) => (crate_binary(name), vec![]),
         }
     }
 }
