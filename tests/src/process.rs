@@ -14,6 +14,33 @@ pub fn colo_binary() -> PathBuf {
     binary("colo", "colo", &["--bin", "colo"])
 }
 
+/// Runs `colo verify` with `args` again until it passes or a minute has
+/// passed (a shard that moves or restores meanwhile answers late; a wrong
+/// reply never comes right). Its output, or why it failed (its last
+/// output, with the differences).
+pub async fn colo_verify(args: &[&str]) -> Result<String, String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let mut command = Command::new(colo_binary());
+        command.arg("verify").args(args).stdin(Stdio::null());
+        let output = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .expect("colo verify thread")
+            .expect("run colo verify");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        if output.status.success() {
+            return Ok(text);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(text);
+        }
+    }
+}
+
 /// An example binary of the colo crate, built like [`colo_binary`].
 pub fn example_binary(name: &str) -> PathBuf {
     package_example("colo", name)

@@ -139,30 +139,9 @@ impl Drop for Producer {
 /// right). Its output, or why it failed (its last output, with the
 /// mismatches).
 pub async fn verify(expected: &Path, addr: &str) -> Result<String, String> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let mut command = Command::new(colo_binary());
-        command
-            .args(["verify", "--timeout", "20s", "--expected"])
-            .arg(expected)
-            .args(["--addr", addr])
-            .stdin(Stdio::null());
-        let output = tokio::task::spawn_blocking(move || command.output())
-            .await
-            .expect("colo verify thread")
-            .expect("run colo verify");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        if output.status.success() {
-            return Ok(text);
-        }
-        if std::time::Instant::now() >= deadline {
-            return Err(text);
-        }
-    }
+    let expected = expected.display().to_string();
+    crate::process::colo_verify(&["--timeout", "20s", "--expected", &expected, "--addr", addr])
+        .await
 }
 
 /// One handled purchase, as a node logged it.

@@ -9,38 +9,6 @@ use colo_tests::process::{NodeProcess, Program};
 use colo_tests::user_nodes::{unique, FIRST_SHARDS, READY};
 use colo_tests::wait;
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::time::Duration;
-
-/// `colo verify --ask` on `node`: every entity of `expected` (id →
-/// expected reply) asked `message`, again until all match or a minute has
-/// passed; its last output, and whether all matched.
-fn verify_replies(node: &NodeProcess, message: &str, expected: &Path) -> (bool, String) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let output = std::process::Command::new(colo_tests::process::colo_binary())
-            .args([
-                "verify",
-                "--addr",
-                &node.grpc,
-                "--ask",
-                message,
-                "--expected",
-            ])
-            .arg(expected)
-            .output()
-            .expect("run colo verify");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        if output.status.success() || std::time::Instant::now() >= deadline {
-            return (output.status.success(), text);
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
 
 /// kcat, the command-line client most Kafka users reach for, with nothing
 /// but the brokers, the topic and a key delimiter: its partitioner is
@@ -124,12 +92,21 @@ async fn records_from_kcat_with_its_defaults_reach_a_program_of_ones_own_exactly
         String::from_utf8_lossy(&kcat.stderr)
     );
 
-    let (a_node, expected_path) = (&a, expected_file.clone());
-    let (matched, out) =
-        tokio::task::block_in_place(|| verify_replies(a_node, "Level", &expected_path));
+    let expected_path = expected_file.display().to_string();
+    let verified = colo_tests::process::colo_verify(&[
+        "--addr",
+        &a.grpc,
+        "--ask",
+        "Level",
+        "--expected",
+        &expected_path,
+    ])
+    .await;
     assert!(
-        matched && out.contains("40 of 40 item entities match"),
-        "{out}\n{}\n{}",
+        verified
+            .as_ref()
+            .is_ok_and(|out| out.contains("40 of 40 item entities match")),
+        "{verified:?}\n{}\n{}",
         a.logs(),
         b.logs()
     );
