@@ -31,6 +31,15 @@ fn block_after(readme: &str, marker: &str) -> Vec<String> {
         .collect()
 }
 
+/// The block after `marker`, with the broker at `bootstrap` where README
+/// names 127.0.0.1:9092.
+fn block_at_broker(readme: &str, marker: &str, bootstrap: &str) -> Vec<String> {
+    block_after(readme, marker)
+        .into_iter()
+        .map(|l| l.replace("127.0.0.1:9092", bootstrap))
+        .collect()
+}
+
 /// The nodes the block started, stopped by their PIDs however the test
 /// ends, then their data directories removed.
 struct Started(Vec<PathBuf>, Vec<u32>);
@@ -43,6 +52,21 @@ impl Started {
                 .arg(pid.to_string())
                 .status();
         }
+    }
+
+    /// SIGTERM to every node the block started, which must all stop
+    /// within a minute.
+    async fn stop_on_sigterm(&self, logs: impl Fn() -> String) {
+        self.signal("-TERM");
+        let stopped = wait::held_within(Duration::from_secs(60), || {
+            std::future::ready(!self.running())
+        })
+        .await;
+        assert!(
+            stopped,
+            "the nodes did not stop on SIGTERM; logs:\n{}",
+            logs()
+        );
     }
 
     fn running(&self) -> bool {
@@ -232,16 +256,7 @@ async fn the_three_node_cluster_and_the_client_commands_run_as_shown() {
     assert_eq!(nodes.len(), 3, "{map}");
     let entities: u64 = nodes.iter().filter_map(|n| n["entities"].as_u64()).sum();
     assert!(entities >= 1, "alice is live somewhere: {map}");
-    started.signal("-TERM");
-    let stopped = wait::held_within(Duration::from_secs(60), || {
-        std::future::ready(!started.running())
-    })
-    .await;
-    assert!(
-        stopped,
-        "the nodes did not stop on SIGTERM; logs:\n{}",
-        logs()
-    );
+    started.stop_on_sigterm(logs).await;
 }
 
 /// README's Kafka sample as written, against the test broker (its address
@@ -253,14 +268,12 @@ async fn the_kafka_sample_commands_run_as_shown() {
     let broker = colo_tests::broker::Broker::start();
     let root = root();
     let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let at_broker = |lines: Vec<String>| -> Vec<String> {
-        lines
-            .into_iter()
-            .map(|l| l.replace("127.0.0.1:9092", broker.bootstrap()))
-            .collect()
-    };
-    let node = at_broker(block_after(&readme, "one node that consumes the topic"));
-    let sample = at_broker(block_after(&readme, "Then some purchase events"));
+    let node = block_at_broker(
+        &readme,
+        "one node that consumes the topic",
+        broker.bootstrap(),
+    );
+    let sample = block_at_broker(&readme, "Then some purchase events", broker.bootstrap());
     let (produce, ask, verify) = match sample.as_slice() {
         [produce, ask, verify]
             if produce.contains(" produce ")
@@ -350,16 +363,7 @@ async fn the_kafka_sample_commands_run_as_shown() {
         "colo verify: {last}\nlogs:\n{}",
         logs()
     );
-    started.signal("-TERM");
-    let stopped = wait::held_within(Duration::from_secs(60), || {
-        std::future::ready(!started.running())
-    })
-    .await;
-    assert!(
-        stopped,
-        "the node did not stop on SIGTERM; logs:\n{}",
-        logs()
-    );
+    started.stop_on_sigterm(logs).await;
 }
 
 /// The dependencies README lists for a program of one's own are the ones
@@ -394,14 +398,16 @@ async fn the_program_of_ones_own_commands_run_as_shown() {
     let broker = colo_tests::broker::Broker::start();
     let root = root();
     let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let at_broker = |lines: Vec<String>| -> Vec<String> {
-        lines
-            .into_iter()
-            .map(|l| l.replace("127.0.0.1:9092", broker.bootstrap()))
-            .collect()
-    };
-    let node = at_broker(block_after(&readme, "Built and started next to a broker"));
-    let checks = at_broker(block_after(&readme, "then fed stock events and checked"));
+    let node = block_at_broker(
+        &readme,
+        "Built and started next to a broker",
+        broker.bootstrap(),
+    );
+    let checks = block_at_broker(
+        &readme,
+        "then fed stock events and checked",
+        broker.bootstrap(),
+    );
     assert!(
         node.iter()
             .any(|l| l.starts_with("cargo build -p inventory"))
@@ -472,16 +478,7 @@ async fn the_program_of_ones_own_commands_run_as_shown() {
         "{}",
         text(&refused)
     );
-    started.signal("-TERM");
-    let stopped = wait::held_within(Duration::from_secs(60), || {
-        std::future::ready(!started.running())
-    })
-    .await;
-    assert!(
-        stopped,
-        "the node did not stop on SIGTERM; logs:\n{}",
-        logs()
-    );
+    started.stop_on_sigterm(logs).await;
 }
 
 /// README's records of one's own, as written, against librdkafka's
