@@ -5,6 +5,7 @@
 //! copied into `target/kafka/lib` by `tests/kafka/fetch.sh`, which the
 //! test command runs and which runs here when they are missing).
 
+use crate::tls::Certs;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::ClientConfig;
@@ -38,9 +39,127 @@ pub struct Broker {
 struct Options {
     /// `server.properties` lines added to the defaults.
     properties: Vec<String>,
-    /// SCRAM-SHA-256 users (name, password), with a SASL listener.
-    scram: Option<(String, String)>,
+    /// What its clients' listener asks of them.
+    security: Security,
 }
+
+/// The security of a broker's client listener. The broker talks to itself
+/// (controller, replication) in plain text on listeners of its own.
+#[derive(Debug, Default)]
+enum Security {
+    #[default]
+    Plaintext,
+    /// SASL with SCRAM-SHA-256 over plain text, for the user (name,
+    /// password).
+    SaslPlaintext(String, String),
+    /// TLS, with a certificate for [`HOST`].
+    Ssl(Tls),
+    /// SASL with SCRAM-SHA-512 over TLS.
+    SaslSsl(Tls, String, String),
+}
+
+/// The broker's side of TLS: its key and certificate, one PEM file as
+/// Kafka's PEM key store wants it, and the CA its clients trust.
+#[derive(Debug, Clone)]
+struct Tls {
+    key_and_cert: PathBuf,
+    ca: PathBuf,
+}
+
+impl Tls {
+    fn from(certs: &Certs) -> Self {
+        if !certs.cert(HOST).is_file() {
+            certs.issue(&[HOST]);
+        }
+        let key = std::fs::read_to_string(certs.key(HOST)).expect("the broker's key");
+        let cert = std::fs::read_to_string(certs.cert(HOST)).expect("the broker's certificate");
+        let key_and_cert = certs.path("broker-keystore.pem");
+        std::fs::write(&key_and_cert, key + &cert).expect("the broker's key store");
+        Self {
+            key_and_cert,
+            ca: certs.ca(),
+        }
+    }
+
+    /// The listener's `server.properties` lines.
+    fn properties(&self, listener: &str) -> Vec<String> {
+        let prefix = format!("listener.name.{listener}.");
+        vec![
+            format!("{prefix}ssl.keystore.type=PEM"),
+            format!(
+                "{prefix}ssl.keystore.location={}",
+                self.key_and_cert.display()
+            ),
+            format!("{prefix}ssl.truststore.type=PEM"),
+            format!("{prefix}ssl.truststore.location={}", self.ca.display()),
+        ]
+    }
+}
+
+impl Security {
+    /// The client listener's `security.protocol`, if it is not plain text.
+    fn protocol(&self) -> Option<&'static str> {
+        match self {
+            Self::Plaintext => None,
+            Self::SaslPlaintext(..) => Some("SASL_PLAINTEXT"),
+            Self::Ssl(_) => Some("SSL"),
+            Self::SaslSsl(..) => Some("SASL_SSL"),
+        }
+    }
+
+    /// The SCRAM mechanism and its user, added when the log directory is
+    /// formatted (the broker keeps SCRAM credentials in its metadata log).
+    fn scram(&self) -> Option<(&'static str, &str, &str)> {
+        match self {
+            Self::Plaintext | Self::Ssl(_) => None,
+            Self::SaslPlaintext(user, password) => Some(("SCRAM-SHA-256", user, password)),
+            Self::SaslSsl(_, user, password) => Some(("SCRAM-SHA-512", user, password)),
+        }
+    }
+
+    /// The `server.properties` lines of the client listener `listener`.
+    fn listener_properties(&self, listener: &str) -> Vec<String> {
+        let mut properties = Vec::new();
+        if let Self::Ssl(tls) | Self::SaslSsl(tls, ..) = self {
+            properties.extend(tls.properties(listener));
+        }
+        if let Some((mechanism, _, _)) = self.scram() {
+            properties.extend([
+                format!("sasl.enabled.mechanisms={mechanism}"),
+                format!(
+                    "listener.name.{listener}.{}.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;",
+                    mechanism.to_lowercase()
+                ),
+            ]);
+        }
+        properties
+    }
+
+    /// What a client of the listener sets besides `bootstrap.servers`.
+    fn client(&self) -> Vec<(String, String)> {
+        let mut client = Vec::new();
+        if let Some(protocol) = self.protocol() {
+            client.push(("security.protocol", protocol.to_string()));
+        }
+        if let Self::Ssl(tls) | Self::SaslSsl(tls, ..) = self {
+            client.push(("ssl.ca.location", tls.ca.display().to_string()));
+        }
+        if let Some((mechanism, user, password)) = self.scram() {
+            client.extend([
+                ("sasl.mechanism", mechanism.to_string()),
+                ("sasl.username", user.to_string()),
+                ("sasl.password", password.to_string()),
+            ]);
+        }
+        client
+            .into_iter()
+            .map(|(key, value)| (key.to_string(), value))
+            .collect()
+    }
+}
+
+/// The host the brokers' certificates are for: clients verify it.
+pub const HOST: &str = "127.0.0.1";
 
 impl Broker {
     /// Starts a broker and waits until it answers metadata.
@@ -81,7 +200,7 @@ impl Broker {
                 "log.cleaner.min.compaction.lag.ms=0".to_string(),
                 "log.segment.delete.delay.ms=0".to_string(),
             ],
-            scram: None,
+            security: Security::Plaintext,
         })
     }
 
@@ -93,7 +212,33 @@ impl Broker {
     pub fn start_authenticating(user: &str, password: &str) -> Self {
         Self::start_with(Options {
             properties: Vec::new(),
-            scram: Some((user.to_string(), password.to_string())),
+            security: Security::SaslPlaintext(user.to_string(), password.to_string()),
+        })
+    }
+
+    /// Starts a broker whose client listener speaks TLS only, with the
+    /// certificate `certs` has for [`HOST`] (issued now if it has none).
+    /// Its clients trust `certs`' CA ([`Broker::client`]).
+    ///
+    /// # Panics
+    /// As [`Broker::start`].
+    pub fn start_tls(certs: &Certs) -> Self {
+        Self::start_with(Options {
+            properties: Vec::new(),
+            security: Security::Ssl(Tls::from(certs)),
+        })
+    }
+
+    /// Starts a broker whose client listener asks for SASL with
+    /// SCRAM-SHA-512 over TLS ([`Broker::start_tls`]'s) and knows the user
+    /// `user`.
+    ///
+    /// # Panics
+    /// As [`Broker::start`].
+    pub fn start_sasl_tls(certs: &Certs, user: &str, password: &str) -> Self {
+        Self::start_with(Options {
+            properties: Vec::new(),
+            security: Security::SaslSsl(Tls::from(certs), user.to_string(), password.to_string()),
         })
     }
 
@@ -127,8 +272,8 @@ impl Broker {
             "auto.create.topics.enable=false".to_string(),
             "num.partitions=1".to_string(),
         ];
-        let mut client = Vec::new();
-        match &options.scram {
+        let security = &options.security;
+        match security.protocol() {
             None => properties.extend([
                 format!("listeners=PLAINTEXT://{bootstrap},CONTROLLER://127.0.0.1:{controller}"),
                 format!("advertised.listeners=PLAINTEXT://{bootstrap}"),
@@ -136,29 +281,20 @@ impl Broker {
                     .to_string(),
                 "inter.broker.listener.name=PLAINTEXT".to_string(),
             ]),
-            Some((user, password)) => {
+            Some(protocol) => {
                 // Clients authenticate; the broker talks to itself on a
                 // listener of its own.
                 let internal = crate::process::free_port();
                 properties.extend([
                     format!("listeners=CLIENT://{bootstrap},INTERNAL://127.0.0.1:{internal},CONTROLLER://127.0.0.1:{controller}"),
                     format!("advertised.listeners=CLIENT://{bootstrap},INTERNAL://127.0.0.1:{internal}"),
-                    "listener.security.protocol.map=CLIENT:SASL_PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT".to_string(),
+                    format!("listener.security.protocol.map=CLIENT:{protocol},INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"),
                     "inter.broker.listener.name=INTERNAL".to_string(),
-                    "sasl.enabled.mechanisms=SCRAM-SHA-256".to_string(),
-                    "listener.name.client.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;".to_string(),
                 ]);
-                client.extend([
-                    (
-                        "security.protocol".to_string(),
-                        "SASL_PLAINTEXT".to_string(),
-                    ),
-                    ("sasl.mechanism".to_string(), "SCRAM-SHA-256".to_string()),
-                    ("sasl.username".to_string(), user.clone()),
-                    ("sasl.password".to_string(), password.clone()),
-                ]);
+                properties.extend(security.listener_properties("client"));
             }
         }
+        let client = security.client();
         properties.extend(options.properties);
         let config = dir.path().join("server.properties");
         std::fs::write(&config, properties.join("\n") + "\n").expect("server.properties");
@@ -171,10 +307,10 @@ impl Broker {
         let mut format = java(&lib, dir.path(), Run::Tool);
         format.args(["kafka.tools.StorageTool", "format", "--standalone", "-t"]);
         format.arg(CLUSTER_ID).arg("-c").arg(&config);
-        if let Some((user, password)) = &options.scram {
+        if let Some((mechanism, user, password)) = options.security.scram() {
             format
                 .arg("--add-scram")
-                .arg(format!("SCRAM-SHA-256=[name={user},password={password}]"));
+                .arg(format!("{mechanism}=[name={user},password={password}]"));
         }
         let formatting = Instant::now();
         let formatted = format.output().expect("run kafka.tools.StorageTool");
@@ -294,6 +430,13 @@ impl Broker {
     /// `host:port` for `bootstrap.servers`.
     pub fn bootstrap(&self) -> &str {
         &self.bootstrap
+    }
+
+    /// The properties a client of this broker sets besides
+    /// `bootstrap.servers`: none for plain text, else the security
+    /// protocol, the CA to trust and the SASL user.
+    pub fn client(&self) -> &[(String, String)] {
+        &self.client
     }
 
     /// What the broker logged so far (warnings and errors, and its start),
