@@ -12,6 +12,11 @@ pub enum SourceError {
     /// A client property the source sets itself.
     #[error("client property {0:?} is set by colo and cannot be overridden")]
     OwnProperty(String),
+    /// `isolation.level` other than `read_committed`: records of aborted
+    /// transactions would be handled, and a transaction's records handled
+    /// before it is known to commit.
+    #[error("client property \"isolation.level\" must be \"read_committed\", not {0:?}: records of transactions that abort would be handled")]
+    Isolation(String),
     /// `group.protocol` names no protocol librdkafka has.
     #[error("client property \"group.protocol\" must be \"classic\" or \"consumer\", not {0:?}")]
     GroupProtocol(String),

@@ -144,6 +144,11 @@ impl SourceSettings {
                 return Err(SourceError::OwnProperty(key.clone()));
             }
         }
+        if let Some((_, level)) = self.client.iter().find(|(k, _)| k == "isolation.level") {
+            if level.trim() != "read_committed" {
+                return Err(SourceError::Isolation(level.clone()));
+            }
+        }
         // Under both protocols the member has this long to answer a
         // rebalance: the classic protocol throws out a member that does not
         // poll for it, and the consumer protocol sends it to the broker as
@@ -192,6 +197,10 @@ impl SourceSettings {
             .set("bootstrap.servers", &self.bootstrap_servers)
             .set("group.id", &self.group_id)
             .set("enable.auto.offset.store", "false")
+            // librdkafka's default, set so that a change of it does not
+            // change what colo handles: a transactional producer's records
+            // once their transaction commits, never if it aborts.
+            .set("isolation.level", "read_committed")
             // librdkafka commits what was stored every commit_interval, and
             // when partitions are unassigned; the source commits itself,
             // and waits, at every revoke and at shutdown.
@@ -278,6 +287,26 @@ mod tests {
         let mut s = settings();
         s.max_in_flight = 0;
         assert!(matches!(s.validate(), Err(SourceError::NoInFlight)));
+    }
+
+    /// Records of aborted transactions are never handled: colo reads
+    /// committed records only, and refuses a config that would not.
+    #[test]
+    fn only_committed_records_are_read() {
+        let config = settings().consumer_config().expect("config");
+        assert_eq!(config.get("isolation.level"), Some("read_committed"));
+        let explicit = with_client(&[("isolation.level", "read_committed")]);
+        assert!(explicit.consumer_config().is_ok());
+        let error = with_client(&[("isolation.level", "read_uncommitted")])
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("isolation.level")
+                && error.contains("read_uncommitted")
+                && error.contains("abort"),
+            "{error}"
+        );
     }
 
     fn with_client(client: &[(&str, &str)]) -> SourceSettings {
