@@ -83,6 +83,11 @@ simulate=$(awk '/^    cargo run --release -p colo -- simulate/ {on = 1}
 test -n "$simulate"
 bash -c "set -euo pipefail; $simulate" | tail -n 3
 cargo nextest run --workspace --locked
+# The tests of rebalances, hand-offs, durable state and the election once
+# more with the consumer group protocol (KIP-848): the broker assigns.
+COLO_TEST_GROUP_PROTOCOL=consumer cargo nextest run -p colo-tests --locked \
+  --test kafka_nodes --test durable_state --test coordinator_election \
+  -E 'test(joins_stops) | test(graceful_changes) | test(session_expiry) | test(totals_are_exact_through) | test(three_nodes) | test(killed_under_load)'
 # Doc tests (the runner above does not run them).
 cargo test --workspace --locked --doc
 # Every benchmark README shows, as shown: it must run for a new user (its

@@ -267,6 +267,13 @@ impl Broker {
             // A group's first member is assigned at once rather than 3 s
             // later: tests start groups all the time.
             "group.initial.rebalance.delay.ms=0".to_string(),
+            // Consumer-protocol (KIP-848) groups: a member found dead
+            // after 6 s and heartbeating every 500 ms, as the tests set
+            // classic groups' members (their minimums are 45 s and 5 s).
+            "group.consumer.min.session.timeout.ms=6000".to_string(),
+            "group.consumer.session.timeout.ms=6000".to_string(),
+            "group.consumer.min.heartbeat.interval.ms=500".to_string(),
+            "group.consumer.heartbeat.interval.ms=500".to_string(),
             // Topics are created by colo (kafka.create_topics) or by the
             // test, with the partition counts they need.
             "auto.create.topics.enable=false".to_string(),
@@ -427,6 +434,40 @@ impl Broker {
         self.formatted_in
     }
 
+    /// The protocol of the consumer group `group` as the broker knows it
+    /// (`Classic` or `Consumer`), from Kafka's own `kafka-groups.sh
+    /// --list`; `None` if it does not know the group.
+    ///
+    /// # Panics
+    /// The tool cannot be run, or fails.
+    pub fn group_type(&self, group: &str) -> Option<String> {
+        let config = self.dir.path().join("tool.properties");
+        let lines: Vec<String> = self
+            .client
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect();
+        std::fs::write(&config, lines.join("\n") + "\n").expect("tool.properties");
+        let listed = java(&kafka_lib(), self.dir.path(), Run::Tool)
+            .arg("org.apache.kafka.tools.GroupsCommand")
+            .args(["--bootstrap-server", &self.bootstrap, "--list"])
+            .arg("--command-config")
+            .arg(&config)
+            .output()
+            .expect("run kafka-groups");
+        let out = String::from_utf8_lossy(&listed.stdout);
+        assert!(
+            listed.status.success(),
+            "kafka-groups --list failed:\n{out}{}",
+            String::from_utf8_lossy(&listed.stderr)
+        );
+        // GROUP TYPE PROTOCOL, under a header.
+        out.lines().find_map(|line| {
+            let mut columns = line.split_whitespace();
+            (columns.next() == Some(group)).then(|| columns.next().unwrap_or_default().to_string())
+        })
+    }
+
     /// `host:port` for `bootstrap.servers`.
     pub fn bootstrap(&self) -> &str {
         &self.bootstrap
@@ -502,25 +543,29 @@ logger.server.level = info
     )
 }
 
-/// The broker's jars, fetched first when they are missing (the test
-/// command fetches them before any test runs; this is for a test run on
-/// its own).
+/// The broker's jars, fetched first when they are missing or the pom
+/// changed (the test command fetches them before any test runs; this is
+/// for a test run on its own), checked once per test process.
 fn kafka_lib() -> PathBuf {
+    static FETCHED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FETCHED.get_or_init(fetch).clone()
+}
+
+/// Runs `tests/kafka/fetch.sh`, which does nothing when the jars match the
+/// pom (a changed pom fetches again).
+fn fetch() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("the workspace")
         .to_path_buf();
-    let lib = root.join("target/kafka/lib");
-    if !lib.join(".pom-sha256").is_file() {
-        let fetched = Command::new("bash")
-            .arg(root.join("tests/kafka/fetch.sh"))
-            .output()
-            .expect("run tests/kafka/fetch.sh");
-        assert!(
-            fetched.status.success(),
-            "cannot fetch Apache Kafka's jars (tests/kafka/fetch.sh; it needs Maven and Maven Central):\n{}",
-            String::from_utf8_lossy(&fetched.stderr)
-        );
-    }
-    lib
+    let fetched = Command::new("bash")
+        .arg(root.join("tests/kafka/fetch.sh"))
+        .output()
+        .expect("run tests/kafka/fetch.sh");
+    assert!(
+        fetched.status.success(),
+        "cannot fetch Apache Kafka's jars (tests/kafka/fetch.sh; it needs Maven and Maven Central):\n{}",
+        String::from_utf8_lossy(&fetched.stderr)
+    );
+    root.join("target/kafka/lib")
 }

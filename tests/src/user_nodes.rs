@@ -22,6 +22,52 @@ pub fn unique(test: &str) -> (String, String) {
     (format!("{id}.user-events"), id)
 }
 
+/// The environment variable that runs the Kafka tests' nodes with another
+/// group protocol: `consumer` (KIP-848) or `classic` (the default). The
+/// test command runs the tests of rebalances, hand-offs, durable state and
+/// the election under both.
+pub const GROUP_PROTOCOL: &str = "COLO_TEST_GROUP_PROTOCOL";
+
+/// Whether the nodes use the consumer group protocol (KIP-848).
+pub fn consumer_protocol() -> bool {
+    match std::env::var(GROUP_PROTOCOL).as_deref() {
+        Err(_) | Ok("" | "classic") => false,
+        Ok("consumer") => true,
+        Ok(other) => panic!("{GROUP_PROTOCOL} is \"classic\" or \"consumer\", not {other:?}"),
+    }
+}
+
+/// The group's entries of a node's `[kafka.client]`, as TOML: under the
+/// classic protocol a member found dead after 6 s, as the tests want it;
+/// under the consumer protocol the broker sets those timeouts (the test
+/// broker sets them as short, `broker.rs`).
+pub fn group_client() -> Vec<String> {
+    if consumer_protocol() {
+        vec![r#""group.protocol"="consumer""#.to_string()]
+    } else {
+        vec![
+            r#""session.timeout.ms"="6000""#.to_string(),
+            r#""heartbeat.interval.ms"="500""#.to_string(),
+        ]
+    }
+}
+
+/// Asserts that the broker runs the consumer group `group` (the user
+/// entity type's `<cluster>.user`, the election's `<cluster>.coordinator`)
+/// under the protocol the tests ask for ([`GROUP_PROTOCOL`]).
+pub fn assert_group_protocol(broker: &crate::broker::Broker, group: &str) {
+    let wanted = if consumer_protocol() {
+        "Consumer"
+    } else {
+        "Classic"
+    };
+    assert_eq!(
+        broker.group_type(group).as_deref(),
+        Some(wanted),
+        "the broker's type of the group {group}"
+    );
+}
+
 /// A node of the user entity type consuming `topic` (created by the first
 /// node, with one partition per shard), logging each handled purchase.
 pub fn kafka_sets(bootstrap: &str, topic: &str, cluster: &str) -> Vec<String> {
@@ -32,7 +78,7 @@ pub fn kafka_sets(bootstrap: &str, topic: &str, cluster: &str) -> Vec<String> {
         format!(r#"kafka.topics.user=["{topic}"]"#),
         "kafka.create_topics=true".to_string(),
         r#"kafka.commit_interval="200ms""#.to_string(),
-        r#"kafka.client={"session.timeout.ms"="6000","heartbeat.interval.ms"="500"}"#.to_string(),
+        format!("kafka.client={{{}}}", group_client().join(",")),
     ];
     sets.extend(JSON_LOGS.iter().map(|s| s.to_string()));
     sets

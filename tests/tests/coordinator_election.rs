@@ -87,6 +87,7 @@ async fn three_nodes_started_at_once_elect_exactly_one_coordinator() {
     }
     let host = one_coordinator(&refs).await;
     agreed_epoch(&refs).await;
+    assert_group_protocol(&broker, &format!("{cluster}.coordinator"));
     wait::until("every shard is hosted", ELECTED, || async {
         let mut hosted = 0.0;
         for node in &refs {

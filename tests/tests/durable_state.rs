@@ -54,6 +54,7 @@ async fn through_a_join_a_kill_and_a_stop(test: &str, empty_data_dir: bool) {
     let producer = Producer::start(dir.path(), broker.bootstrap(), &topic, 40, 3600, Some(300));
     await_hosting(&a).await;
     await_hosting(&b).await;
+    assert_group_protocol(&broker, &format!("{cluster}.user"));
     until_handled(&[&a, &b], 900).await;
 
     let mut c = start(Some(&a.grpc), &sets);

@@ -31,6 +31,7 @@ async fn with_graceful_changes_every_record_is_handled_exactly_once_in_order() {
     let producer = Producer::start(dir.path(), broker.bootstrap(), &topic, 40, 3000, Some(300));
     await_hosting(&a).await;
     await_hosting(&b).await;
+    assert_group_protocol(&broker, &format!("{cluster}.user"));
 
     let c = start(Some(&a.grpc), &sets);
     c.await_ready(READY).await;
