@@ -153,24 +153,39 @@ async fn entity_types_sharing_the_topic_read_only_their_own_records() {
     assert_eq!(counters.load().await.expect("loaded"), [registered("c")]);
 }
 
-/// Records in the partition now: all of them (tombstones too), and those
-/// with a value.
-/// The records in the partition, those with a value, and the offset after
-/// the last (what was written: compaction keeps offsets).
-async fn read_log(log: &Arc<Changelog>) -> (u64, u64, i64) {
+/// What the partition holds now: its records (tombstones too), those
+/// with a value, the offset after the last (what was written: compaction
+/// keeps offsets), and the offset of its first tombstone, if any.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    all: u64,
+    values: u64,
+    end: i64,
+    first_tombstone: Option<i64>,
+}
+
+async fn read_log(log: &Arc<Changelog>) -> Held {
     let log = log.clone();
     tokio::task::spawn_blocking(move || {
-        let (mut values, mut end) = (0, 0);
+        let (mut values, mut end, mut first_tombstone) = (0, 0, None);
         // Up to an offset no test reaches: the read ends at the partition's
         // end.
         let all = log
             .read(0, None, i64::MAX, &mut |record| {
                 values += u64::from(record.value.is_some());
+                if record.value.is_none() {
+                    first_tombstone.get_or_insert(record.offset);
+                }
                 end = record.offset + 1;
                 ControlFlow::Continue(())
             })
             .expect("read");
-        (all, values, end)
+        Held {
+            all,
+            values,
+            end,
+            first_tombstone,
+        }
     })
     .await
     .expect("reader")
@@ -178,7 +193,8 @@ async fn read_log(log: &Arc<Changelog>) -> (u64, u64, i64) {
 
 /// Kafka's log cleaner compacts the coordinator topic (every segment but
 /// the active one; the broker rolls a segment at the first write a second
-/// after the segment began): a coordinator started after it reads the
+/// after the segment began) and removes its tombstones once their
+/// `delete.retention.ms` passed: a coordinator started after it reads the
 /// same state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_snapshots_and_compaction_a_new_coordinator_reads_the_same_state() {
@@ -188,23 +204,42 @@ async fn after_snapshots_and_compaction_a_new_coordinator_reads_the_same_state()
     let events = history(80);
     let store = KafkaCoordinatorStore::new(log.clone(), "user", 1).compacting_every(10);
     store.load().await.expect("loaded");
-    let (first, last) = events.split_at(90);
+    let (first, rest) = events.split_at(80);
+    let (second, third) = rest.split_at(15);
     write_all(&store, first).await;
-    // The segment of the first events must be older than a second when
-    // the next write comes, or it stays the active one, which the cleaner
-    // never touches: a time the broker counts, not a state to await.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    write_all(&store, last).await;
+    let first_end = read_log(&log).await.end;
+    // A segment must be older than a second when the next write comes, or
+    // it stays the active one, which the cleaner never touches: a time the
+    // broker counts, not a state to await.
+    let roll = Duration::from_millis(1100);
+    tokio::time::sleep(roll).await;
+    write_all(&store, second).await;
     // Every 10 events a snapshot, then tombstones for what it covers:
     // compaction drops the events a snapshot covers.
     let compacted = colo_tests::wait::held_within(Duration::from_secs(60), || async {
-        let (all, _, end) = read_log(&log).await;
-        all < u64::try_from(end).unwrap_or(0) / 2
+        let held = read_log(&log).await;
+        held.all < u64::try_from(held.end).unwrap_or(0) / 2
     })
     .await;
     assert!(
         compacted,
-        "not compacted: {:?} records (with a value, offset after the last)\n{}",
+        "not compacted: {:?}\n{}",
+        read_log(&log).await,
+        broker.log()
+    );
+    // The tombstones of the first events stay for delete.retention.ms
+    // after that pass; the next pass, once more is written in another
+    // segment, drops them.
+    tokio::time::sleep(roll).await;
+    write_all(&store, third).await;
+    let dropped = colo_tests::wait::held_within(Duration::from_secs(60), || async {
+        let held = read_log(&log).await;
+        held.first_tombstone.is_none_or(|offset| offset >= first_end)
+    })
+    .await;
+    assert!(
+        dropped,
+        "tombstones before offset {first_end} kept: {:?}\n{}",
         read_log(&log).await,
         broker.log()
     );

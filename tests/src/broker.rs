@@ -184,7 +184,8 @@ impl Broker {
     /// active segment rolls every `every` (the cleaner never touches the
     /// active one), and the cleaner looks every `every` at any partition
     /// with something to clean, keeping only the newest record of each
-    /// key. Tombstones stay for their topic's `delete.retention.ms`.
+    /// key. Tombstones stay for `every` too (`delete.retention.ms`), then
+    /// go at the cleaner's next pass.
     ///
     /// # Panics
     /// As [`Broker::start`], or `every` is not a duration.
@@ -198,6 +199,9 @@ impl Broker {
                 format!("log.cleaner.backoff.ms={ms}"),
                 "log.cleaner.min.cleanable.ratio=0.01".to_string(),
                 "log.cleaner.min.compaction.lag.ms=0".to_string(),
+                // Tombstones go at the next pass after `every`, rather
+                // than a day later.
+                format!("log.cleaner.delete.retention.ms={ms}"),
                 "log.segment.delete.delay.ms=0".to_string(),
             ],
             security: Security::Plaintext,
