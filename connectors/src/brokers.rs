@@ -22,6 +22,15 @@ pub enum BrokerError {
         /// librdkafka's reason, secrets scrubbed.
         reason: String,
     },
+    /// No broker answered within the time startup waits.
+    #[error("the brokers at {bootstrap_servers} did not answer within {waited:?} (kafka.startup_timeout); last error: {last_error}")]
+    Unreachable {
+        /// As configured.
+        bootstrap_servers: String,
+        waited: Duration,
+        /// librdkafka's, secrets scrubbed.
+        last_error: String,
+    },
     /// The client could not be created (a property librdkafka refuses).
     #[error("kafka client: {0}")]
     Client(String),

@@ -44,9 +44,15 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// The shard of a partition (shard = partition); `None` for a partition
-/// number no shard has (Kafka's are never negative).
-fn partition_shard(partition: i32) -> Option<colo_allocation::ShardId> {
-    u32::try_from(partition).ok().map(colo_allocation::ShardId)
+/// number no shard has: one added to the topic under running nodes, past
+/// the entity type's `number_of_shards` (Kafka's are never negative). Such
+/// a partition is consumed all the same, each record sent to its key's
+/// shard, as a record in another partition than its key's is.
+fn partition_shard(partition: i32, number_of_shards: u32) -> Option<colo_allocation::ShardId> {
+    u32::try_from(partition)
+        .ok()
+        .filter(|p| *p < number_of_shards)
+        .map(colo_allocation::ShardId)
 }
 
 /// How an entity type consumes its topics.

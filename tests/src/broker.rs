@@ -9,10 +9,14 @@ use crate::tls::Certs;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::ClientConfig;
+use security::{Security, Tls};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod security;
+pub use security::HOST;
 
 /// Any cluster id will do (each broker is a cluster of its own): a UUID,
 /// base64 without padding, as `kafka-storage.sh random-uuid` prints them.
@@ -41,125 +45,9 @@ struct Options {
     properties: Vec<String>,
     /// What its clients' listener asks of them.
     security: Security,
+    /// Its clients' port, when the test chose it.
+    port: Option<u16>,
 }
-
-/// The security of a broker's client listener. The broker talks to itself
-/// (controller, replication) in plain text on listeners of its own.
-#[derive(Debug, Default)]
-enum Security {
-    #[default]
-    Plaintext,
-    /// SASL with SCRAM-SHA-256 over plain text, for the user (name,
-    /// password).
-    SaslPlaintext(String, String),
-    /// TLS, with a certificate for [`HOST`].
-    Ssl(Tls),
-    /// SASL with SCRAM-SHA-512 over TLS.
-    SaslSsl(Tls, String, String),
-}
-
-/// The broker's side of TLS: its key and certificate, one PEM file as
-/// Kafka's PEM key store wants it, and the CA its clients trust.
-#[derive(Debug, Clone)]
-struct Tls {
-    key_and_cert: PathBuf,
-    ca: PathBuf,
-}
-
-impl Tls {
-    fn from(certs: &Certs) -> Self {
-        if !certs.cert(HOST).is_file() {
-            certs.issue(&[HOST]);
-        }
-        let key = std::fs::read_to_string(certs.key(HOST)).expect("the broker's key");
-        let cert = std::fs::read_to_string(certs.cert(HOST)).expect("the broker's certificate");
-        let key_and_cert = certs.path("broker-keystore.pem");
-        std::fs::write(&key_and_cert, key + &cert).expect("the broker's key store");
-        Self {
-            key_and_cert,
-            ca: certs.ca(),
-        }
-    }
-
-    /// The listener's `server.properties` lines.
-    fn properties(&self, listener: &str) -> Vec<String> {
-        let prefix = format!("listener.name.{listener}.");
-        vec![
-            format!("{prefix}ssl.keystore.type=PEM"),
-            format!(
-                "{prefix}ssl.keystore.location={}",
-                self.key_and_cert.display()
-            ),
-            format!("{prefix}ssl.truststore.type=PEM"),
-            format!("{prefix}ssl.truststore.location={}", self.ca.display()),
-        ]
-    }
-}
-
-impl Security {
-    /// The client listener's `security.protocol`, if it is not plain text.
-    fn protocol(&self) -> Option<&'static str> {
-        match self {
-            Self::Plaintext => None,
-            Self::SaslPlaintext(..) => Some("SASL_PLAINTEXT"),
-            Self::Ssl(_) => Some("SSL"),
-            Self::SaslSsl(..) => Some("SASL_SSL"),
-        }
-    }
-
-    /// The SCRAM mechanism and its user, added when the log directory is
-    /// formatted (the broker keeps SCRAM credentials in its metadata log).
-    fn scram(&self) -> Option<(&'static str, &str, &str)> {
-        match self {
-            Self::Plaintext | Self::Ssl(_) => None,
-            Self::SaslPlaintext(user, password) => Some(("SCRAM-SHA-256", user, password)),
-            Self::SaslSsl(_, user, password) => Some(("SCRAM-SHA-512", user, password)),
-        }
-    }
-
-    /// The `server.properties` lines of the client listener `listener`.
-    fn listener_properties(&self, listener: &str) -> Vec<String> {
-        let mut properties = Vec::new();
-        if let Self::Ssl(tls) | Self::SaslSsl(tls, ..) = self {
-            properties.extend(tls.properties(listener));
-        }
-        if let Some((mechanism, _, _)) = self.scram() {
-            properties.extend([
-                format!("sasl.enabled.mechanisms={mechanism}"),
-                format!(
-                    "listener.name.{listener}.{}.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;",
-                    mechanism.to_lowercase()
-                ),
-            ]);
-        }
-        properties
-    }
-
-    /// What a client of the listener sets besides `bootstrap.servers`.
-    fn client(&self) -> Vec<(String, String)> {
-        let mut client = Vec::new();
-        if let Some(protocol) = self.protocol() {
-            client.push(("security.protocol", protocol.to_string()));
-        }
-        if let Self::Ssl(tls) | Self::SaslSsl(tls, ..) = self {
-            client.push(("ssl.ca.location", tls.ca.display().to_string()));
-        }
-        if let Some((mechanism, user, password)) = self.scram() {
-            client.extend([
-                ("sasl.mechanism", mechanism.to_string()),
-                ("sasl.username", user.to_string()),
-                ("sasl.password", password.to_string()),
-            ]);
-        }
-        client
-            .into_iter()
-            .map(|(key, value)| (key.to_string(), value))
-            .collect()
-    }
-}
-
-/// The host the brokers' certificates are for: clients verify it.
-pub const HOST: &str = "127.0.0.1";
 
 impl Broker {
     /// Starts a broker and waits until it answers metadata.
@@ -169,6 +57,18 @@ impl Broker {
     /// answer within a minute.
     pub fn start() -> Self {
         Self::start_with(Options::default())
+    }
+
+    /// Starts a broker whose clients' port is `port` (one from
+    /// [`crate::process::free_port`]): a node may be started on it first.
+    ///
+    /// # Panics
+    /// As [`Broker::start`].
+    pub fn start_on(port: u16) -> Self {
+        Self::start_with(Options {
+            port: Some(port),
+            ..Options::default()
+        })
     }
 
     /// A broker whose data survives [`Broker::restart`]: every broker's
@@ -204,7 +104,7 @@ impl Broker {
                 format!("log.cleaner.delete.retention.ms={ms}"),
                 "log.segment.delete.delay.ms=0".to_string(),
             ],
-            security: Security::Plaintext,
+            ..Options::default()
         })
     }
 
@@ -215,8 +115,8 @@ impl Broker {
     /// As [`Broker::start`].
     pub fn start_authenticating(user: &str, password: &str) -> Self {
         Self::start_with(Options {
-            properties: Vec::new(),
             security: Security::SaslPlaintext(user.to_string(), password.to_string()),
+            ..Options::default()
         })
     }
 
@@ -228,8 +128,8 @@ impl Broker {
     /// As [`Broker::start`].
     pub fn start_tls(certs: &Certs) -> Self {
         Self::start_with(Options {
-            properties: Vec::new(),
             security: Security::Ssl(Tls::from(certs)),
+            ..Options::default()
         })
     }
 
@@ -241,15 +141,15 @@ impl Broker {
     /// As [`Broker::start`].
     pub fn start_sasl_tls(certs: &Certs, user: &str, password: &str) -> Self {
         Self::start_with(Options {
-            properties: Vec::new(),
             security: Security::SaslSsl(Tls::from(certs), user.to_string(), password.to_string()),
+            ..Options::default()
         })
     }
 
     fn start_with(options: Options) -> Self {
         let lib = kafka_lib();
         let dir = tempfile::tempdir().expect("broker directory");
-        let port = crate::process::free_port();
+        let port = options.port.unwrap_or_else(crate::process::free_port);
         let controller = crate::process::free_port();
         let bootstrap = format!("127.0.0.1:{port}");
         let mut properties = vec![

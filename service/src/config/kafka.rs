@@ -30,6 +30,11 @@ pub struct KafkaSection {
     /// `number_of_shards` partitions, dead-letter topics with one.
     #[serde(default)]
     pub create_topics: bool,
+    /// How long startup waits for the brokers' first answer (they may be
+    /// starting beside the node); past it the node stops, naming them. The
+    /// node serves nothing meanwhile.
+    #[serde(default = "default_startup_timeout", with = "humantime_serde")]
+    pub startup_timeout: Duration,
     /// The replication factor of topics the node creates.
     #[serde(default = "default_replication_factor")]
     pub replication_factor: i32,
@@ -81,6 +86,12 @@ pub struct KafkaSection {
 
 fn default_cluster() -> String {
     "colo".to_string()
+}
+
+/// Long enough for a broker started with the node (docker-compose starts
+/// both at once) to come up.
+fn default_startup_timeout() -> Duration {
+    Duration::from_secs(60)
 }
 
 fn default_replication_factor() -> i32 {
@@ -188,6 +199,9 @@ impl KafkaSection {
                     format!("`{topic}` is not a topic name"),
                 ));
             }
+        }
+        if self.startup_timeout.is_zero() {
+            return refuse("startup_timeout", "must be longer than zero");
         }
         if self.replication_factor < 1 {
             return refuse("replication_factor", "must be at least 1");

@@ -149,7 +149,7 @@ impl<E: Entity> PartitionTask<E> {
         if let (true, ShardPlace::Here, Some(shard)) = (
             self.durable,
             self.shard,
-            partition_shard(self.partition.partition),
+            partition_shard(self.partition.partition, self.region.number_of_shards()),
         ) {
             // Consumed only once the shard's state is restored.
             tokio::select! {
@@ -400,7 +400,7 @@ impl<E: Entity> PartitionTask<E> {
 
     /// Whether `shard` is this partition's (shard = partition).
     fn is_own(&self, shard: ShardId) -> bool {
-        partition_shard(self.partition.partition) == Some(shard)
+        partition_shard(self.partition.partition, self.region.number_of_shards()) == Some(shard)
     }
 
     /// A record's origin, for a durable entity type: what lets its entity
@@ -445,7 +445,15 @@ impl<E: Entity> PartitionTask<E> {
     /// another node (an entity type fed by several topics) stays there: the
     /// partition is consumed at once, its records forwarded to the shard.
     async fn host(&self) -> Option<ShardPlace> {
-        let Some(shard) = partition_shard(self.partition.partition) else {
+        let Some(shard) = partition_shard(self.partition.partition, self.region.number_of_shards())
+        else {
+            tracing::warn!(
+                entity_type = %self.region.entity_type_name(),
+                topic = %self.partition.topic,
+                partition = self.partition.partition,
+                number_of_shards = self.region.number_of_shards(),
+                "partition past the entity type's shards (partitions added to the topic under running nodes?): consumed here, each record sent to its key's shard; a node started now refuses the topic"
+            );
             return Some(ShardPlace::Elsewhere);
         };
         // Expected while the cluster forms (no coordinator yet): a warning

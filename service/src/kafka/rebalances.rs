@@ -98,8 +98,11 @@ impl<E: Entity> Rebalances<E> {
             let origin_topic: Arc<str> = Arc::from(partition.partition.topic.as_str());
             let misplaced_source =
                 Origin::other_partition(&partition.partition.topic, partition.partition.partition);
-            let assigned = partition_shard(partition.partition.partition)
-                .map(|shard| self.region.partition_assigned(origin_topic.clone(), shard));
+            let assigned = partition_shard(
+                partition.partition.partition,
+                self.region.number_of_shards(),
+            )
+            .map(|shard| self.region.partition_assigned(origin_topic.clone(), shard));
             let task = PartitionTask {
                 region: self.region.clone(),
                 settings: self.settings.clone(),
@@ -174,7 +177,7 @@ impl<E: Entity> Rebalances<E> {
             by_topic.entry(&tp.topic).or_default().push(tp);
         }
         for (topic, partitions) in by_topic {
-            let shards = shards_of(partitions.iter().copied());
+            let shards = shards_of(&self.region, partitions.iter().copied());
             let Err(e) = self
                 .region
                 .unclaim_shards(shards.clone(), topic, self.settings.placement_timeout)
@@ -217,7 +220,7 @@ async fn release_until_done<E: Entity>(
     why: &'static str,
     mut stop: oneshot::Receiver<()>,
 ) {
-    let Some(&shard) = shards_of(std::iter::once(&partition)).first() else {
+    let Some(&shard) = shards_of(&region, std::iter::once(&partition)).first() else {
         return;
     };
     let mut wait = ExpectedWait::Idle;
@@ -251,9 +254,12 @@ async fn release_until_done<E: Entity>(
     }
 }
 
-fn shards_of<'a>(partitions: impl Iterator<Item = &'a TopicPartition>) -> Vec<ShardId> {
+fn shards_of<'a, E: Entity>(
+    region: &Region<E>,
+    partitions: impl Iterator<Item = &'a TopicPartition>,
+) -> Vec<ShardId> {
     let shards: BTreeSet<ShardId> = partitions
-        .filter_map(|tp| partition_shard(tp.partition))
+        .filter_map(|tp| partition_shard(tp.partition, region.number_of_shards()))
         .collect();
     shards.into_iter().collect()
 }

@@ -99,28 +99,42 @@ pub(super) fn check(
     Ok(driven)
 }
 
-/// Creates the missing topics of the Kafka-driven entity types when
-/// How long startup waits for the brokers' first answer before it goes on
-/// without one (a broker still starting, say; the clients keep trying).
+/// How long startup waits for the brokers' first answer before it says it
+/// waits (a broker still starting, say).
 const BROKERS_ANSWER: Duration = Duration::from_secs(10);
 
-/// Refuses to start when the brokers refuse the node's credentials; goes
-/// on with a warning when they do not answer yet.
+/// Refuses to start when the brokers refuse the node's credentials, or do
+/// not answer within `kafka.startup_timeout`; says so at info when they do
+/// not answer at once, a wait expected while a cluster starts.
 pub(super) async fn check_brokers(config: &NodeConfig) -> Result<(), ProgramError> {
     let Some(kafka) = &config.kafka else {
         return Ok(());
     };
-    let reached = colo_connectors::check_brokers(
-        &kafka.bootstrap_servers,
-        &kafka.client_properties(),
-        &kafka.client.secrets(),
-        BROKERS_ANSWER,
-    )
-    .await?;
-    if let colo_connectors::Reached::NoAnswer(last) = reached {
-        tracing::warn!(bootstrap_servers = %kafka.bootstrap_servers, last_error = ?last, waited = ?BROKERS_ANSWER, "the kafka brokers do not answer yet; starting anyway");
+    let (client, secrets) = (kafka.client_properties(), kafka.client.secrets());
+    let check = |within| {
+        colo_connectors::check_brokers(&kafka.bootstrap_servers, &client, &secrets, within)
+    };
+    let first = BROKERS_ANSWER.min(kafka.startup_timeout);
+    let colo_connectors::Reached::NoAnswer(mut last) = check(first).await? else {
+        return Ok(());
+    };
+    let rest = kafka.startup_timeout.saturating_sub(first);
+    if !rest.is_zero() {
+        tracing::info!(bootstrap_servers = %kafka.bootstrap_servers, last_error = ?last, waiting = ?rest, "the kafka brokers do not answer yet; waiting for them (kafka.startup_timeout)");
+        match check(rest).await? {
+            colo_connectors::Reached::Answered => {
+                tracing::info!(bootstrap_servers = %kafka.bootstrap_servers, "the kafka brokers answer");
+                return Ok(());
+            }
+            colo_connectors::Reached::NoAnswer(again) => last = again.or(last),
+        }
     }
-    Ok(())
+    Err(colo_connectors::BrokerError::Unreachable {
+        bootstrap_servers: kafka.bootstrap_servers.clone(),
+        waited: kafka.startup_timeout,
+        last_error: last.unwrap_or_else(|| "none".to_string()),
+    }
+    .into())
 }
 
 /// `kafka.create_topics` is set: their topics with `number_of_shards`
