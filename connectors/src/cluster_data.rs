@@ -47,8 +47,7 @@ pub fn topics_named(
 }
 
 /// The consumer groups whose name starts with `prefix` and that have
-/// members now (as the brokers list groups: tansu 0.6 lists a group only
-/// once it has committed offsets). Blocking.
+/// members now, as the brokers list and describe groups. Blocking.
 ///
 /// # Errors
 /// The brokers cannot be reached within `timeout`.

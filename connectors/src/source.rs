@@ -53,9 +53,10 @@ pub struct KafkaSource {
 }
 
 /// Has a running source leave its group and join it again, as a new
-/// member: for a broker that left some of the group's partitions with no
-/// owner (tansu 0.6 after the group's leader died; DEVELOPERS.md). Its
-/// partitions are revoked first, as when it stops.
+/// member: for a group that left some of its partitions with no owner (a
+/// broker that lost them after the group's leader died; Kafka assigns
+/// them, and the rejoin is then never asked). Its partitions are revoked
+/// first, as when it stops.
 #[derive(Debug, Clone, Default)]
 pub struct GroupRejoin(Arc<AtomicBool>);
 

@@ -3,10 +3,8 @@
 //! has 1000000) written through the store by one coordinator, each awaited
 //! before the next as a coordinator does (a snapshot every 4,096 events,
 //! tombstones for what each covers); then a new coordinator starts, timed
-//! until its state is read. (One entity type: tansu's SQLite storage
-//! panicked when four coordinators wrote the partition at once;
-//! DEVELOPERS.md.) The topic is on
-//! the test broker (tansu on SQLite, compacting every second, on loopback);
+//! until its state is read. The topic is on the test broker (Apache
+//! Kafka, its segments rolled and cleaned every second, on loopback);
 //! the recovery is timed after the broker has compacted it. The baseline,
 //! in the same run: a bare read of the whole partition as it is then.
 //!

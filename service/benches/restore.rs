@@ -2,7 +2,7 @@
 //! empty store reads its changelog partition (`COLO_BENCH_ENTITIES`
 //! entity states, default 200000) into the node's store before its first
 //! message is answered; entities restored per second, for each engine, in
-//! one run. The changelog is on the test broker (tansu, memory storage, on
+//! one run. The changelog is on the test broker (Apache Kafka, on
 //! loopback, sharing the machine's two cores with the node). The baseline,
 //! in the same run: a bare consumer reading the same partition from its
 //! first record to its last, with the changelog reader's fetch settings.

@@ -1,5 +1,5 @@
 //! The coordinator's store on the cluster's coordinator topic, against the
-//! test broker (tansu): a coordinator started again, on any node, reads its
+//! test broker (Apache Kafka): a coordinator started again, on any node, reads its
 //! predecessor's state; a deposed coordinator's later writes count for no
 //! one; snapshots and the broker's compaction leave the same state; entity
 //! types sharing the topic do not see each other's records.

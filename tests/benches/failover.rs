@@ -1,5 +1,5 @@
 //! Coordinator failover, with `colo run` processes electing their
-//! coordinator through the test broker (tansu on loopback):
+//! coordinator through the test broker (Apache Kafka on loopback):
 //!
 //! three nodes of the built-in counter with `COLO_BENCH_SHARDS` shards
 //! (default 1000), most of them placed by telling entities across them;

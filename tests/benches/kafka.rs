@@ -1,4 +1,4 @@
-//! Kafka end to end, against the test broker (tansu on loopback):
+//! Kafka end to end, against the test broker (Apache Kafka on loopback):
 //!
 //! 1. throughput: records per second through a `colo run` node (consume,
 //!    decode, route, handle, write the users' state behind to the node's
@@ -32,12 +32,6 @@ use support::{cpu_seconds, env};
 
 const PARTITIONS: u32 = 24;
 
-/// tansu holds a fetch for `fetch.wait.max.ms` even when records are
-/// there (Kafka answers as soon as `fetch.min.bytes` are): a short wait
-/// keeps the test broker's fetch latency near Kafka's. Both consumers get
-/// it.
-const FETCH_WAIT_MS: u32 = 50;
-
 fn node_sets(bootstrap: &str, topic: &str, cluster: &str, debug: bool) -> Vec<String> {
     let mut sets = vec![
         r#"node.entity_types=["user"]"#.to_string(),
@@ -46,14 +40,7 @@ fn node_sets(bootstrap: &str, topic: &str, cluster: &str, debug: bool) -> Vec<St
         format!(r#"kafka.cluster="{cluster}""#),
         format!(r#"kafka.topics.user=["{topic}"]"#),
         "kafka.create_topics=true".to_string(),
-        // No partition is paused: tansu 0.6 answers nothing to a fetch
-        // from an offset inside a record batch, which is where librdkafka
-        // fetches from when a paused partition resumes, and the partition
-        // would stall (a Kafka broker returns the batch).
-        "kafka.max_in_flight=1000000".to_string(),
-        format!(
-            r#"kafka.client={{"session.timeout.ms"="6000","heartbeat.interval.ms"="500","fetch.wait.max.ms"="{FETCH_WAIT_MS}"}}"#
-        ),
+        r#"kafka.client={"session.timeout.ms"="6000","heartbeat.interval.ms"="500"}"#.to_string(),
     ];
     if debug {
         sets.extend(JSON_LOGS.iter().map(|s| s.to_string()));
@@ -94,7 +81,6 @@ fn bare(bootstrap: &str, topic: &str, group: &str, count: u64) -> Rate {
         .set("group.id", group)
         .set("auto.offset.reset", "earliest")
         .set("partition.assignment.strategy", "cooperative-sticky")
-        .set("fetch.wait.max.ms", FETCH_WAIT_MS.to_string())
         // What colo sets too (librdkafka's 1 s default idles a consumer
         // that drains its queue faster).
         .set(
@@ -320,8 +306,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// One hand-off's parts, in seconds.
 struct Pause {
-    /// A node joined (the joiner's group round is held by tansu for 3 s)
-    /// or left.
+    /// A node joined or left.
     join: bool,
     /// Old owner's revoke to the first moved record handled on the new.
     total: f64,

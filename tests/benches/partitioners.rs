@@ -5,7 +5,7 @@
 //! eleven records in twelve in another partition, each sent to its
 //! shard's node as an ask and answered once its change is durable),
 //! through three `colo run` nodes of the durable sample on the test broker
-//! (tansu on loopback), in one run.
+//! (Apache Kafka on loopback), in one run.
 //!
 //! Per partitioner: records per second from the first handled record to
 //! the last (the records are produced while the nodes consume, unpaced),
@@ -32,10 +32,7 @@ fn node_sets(bootstrap: &str, topic: &str, cluster: &str) -> Vec<String> {
         format!(r#"kafka.cluster="{cluster}""#),
         format!(r#"kafka.topics.user=["{topic}"]"#),
         "kafka.create_topics=true".to_string(),
-        // As in the throughput bench: tansu 0.6 answers nothing to a fetch
-        // from inside a record batch, where a resumed partition fetches.
-        "kafka.max_in_flight=1000000".to_string(),
-        r#"kafka.client={"session.timeout.ms"="6000","heartbeat.interval.ms"="500","fetch.wait.max.ms"="50"}"#.to_string(),
+        r#"kafka.client={"session.timeout.ms"="6000","heartbeat.interval.ms"="500"}"#.to_string(),
         r#"log.level="warn""#.to_string(),
     ]
 }

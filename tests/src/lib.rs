@@ -2,7 +2,7 @@
 //! clients for their gRPC and admin HTTP endpoints.
 //!
 //! # Layout
-//! - [`broker`]: a Kafka-protocol broker (tansu) on a loopback port.
+//! - [`broker`]: Apache Kafka (KRaft, one process) on loopback ports.
 //! - [`prometheus`]: a real Prometheus scraping test nodes, queried through
 //!   its HTTP API; [`deploy`]: the repository's compose file, Dockerfile
 //!   and Prometheus and Grafana files, read as a deployment sees them.

@@ -58,15 +58,7 @@ impl Producer {
             // next one, so each user's events stay in order.
             .args(["--client", "max.in.flight.requests.per.connection=1"]);
         if let Some(rate) = rate {
-            // Paced, as while nodes come and go: one record per batch, so
-            // that every offset a consumer starts from (a committed one)
-            // is a batch's first. tansu 0.6 skips the rest of a batch
-            // fetched from its middle (DEVELOPERS.md). Unpaced (the
-            // throughput bench), librdkafka's batches stay: at one request
-            // per record it could not keep up.
-            command
-                .args(["--rate", &rate.to_string()])
-                .args(["--client", "batch.num.messages=1"]);
+            command.args(["--rate", &rate.to_string()]);
         }
         let child = command
             .stdin(Stdio::null())

@@ -134,8 +134,8 @@ pub fn kafka_logs(nodes: &[&NodeProcess]) -> String {
 }
 
 /// How long a node may take to host its first shards: a joining node's
-/// shards wait until their previous owner released them, which on tansu
-/// may take a few rebalance rounds (DEVELOPERS.md).
+/// shards wait until their previous owner released them, which may take
+/// a rebalance round or two on two shared cores.
 pub const FIRST_SHARDS: Duration = Duration::from_secs(90);
 
 /// Waits until `node` hosts shards of the user entity type: its consumer

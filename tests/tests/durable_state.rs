@@ -1,6 +1,6 @@
 //! Durable entity state end to end: `colo run` nodes of the sample's user
 //! entity type (durable: its totals kept in each node's store and the
-//! changelog) on tansu, while records flow and nodes join, are killed and
+//! changelog) on Apache Kafka, while records flow and nodes join, are killed and
 //! restarted, or stop. What counts is every user's totals, asked of the
 //! cluster with `colo verify` and compared with what was produced: each
 //! purchase counted exactly once, whatever happened.

@@ -1,4 +1,4 @@
-//! The Kafka source against a real Kafka-protocol broker (tansu on
+//! The Kafka source against Apache Kafka (on
 //! loopback): a consumer group with the cooperative-sticky assignor, offset
 //! commits, and a member joining.
 

@@ -1,4 +1,4 @@
-//! Compressed topics, against a real Kafka-protocol broker (tansu on
+//! Compressed topics, against Apache Kafka (on
 //! loopback): producers compress record batches with whatever codec they
 //! are set to, and a consumer without that codec cannot read a batch at
 //! all, so its partition stops there. The source reads every codec Kafka

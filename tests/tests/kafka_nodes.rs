@@ -1,5 +1,5 @@
-//! `colo run` nodes driven by Kafka, against a real Kafka-protocol broker
-//! (tansu on loopback): the sample's purchase events produced by `colo
+//! `colo run` nodes driven by Kafka, against Apache Kafka
+//! (on loopback): the sample's purchase events produced by `colo
 //! produce`, consumed by the user entity type's group; nodes join, stop
 //! gracefully, are killed and restarted while records flow. What each node
 //! handled is read from its log (one debug line per purchase, with the
@@ -47,9 +47,9 @@ async fn with_graceful_changes_every_record_is_handled_exactly_once_in_order() {
 
     let expected = producer.finished(Duration::from_secs(60)).await;
     await_all_handled(&[&a, &b, &c], &expected).await;
-    // Also where the broker assigns a partition to a joiner before its
-    // owner revoked it (tansu does, DEVELOPERS.md): the joiner waits for
-    // the shard, which comes once the owner committed and released it.
+    // Also where a broker assigns a partition to a joiner before its
+    // owner revoked it: the joiner waits for the shard, which comes once
+    // the owner committed and released it.
     let problems = exactly_once_problems(&handled(&[&a, &b, &c]), &expected);
     assert!(
         problems.is_empty(),

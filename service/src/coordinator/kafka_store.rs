@@ -435,7 +435,7 @@ impl KafkaCoordinatorStore {
         // per slot, and the partition stays as long as the state and the
         // events since its snapshot however long the coordinator runs
         // (with a number per event, each left a tombstone, which Kafka
-        // keeps for the topic's delete.retention.ms and tansu for ever).
+        // keeps for the topic's delete.retention.ms).
         let slot = inner.next % (2 * self.compact_every as u64);
         let key = self.keys.event(epoch, slot);
         self.write_until_taken(

@@ -1,5 +1,5 @@
-//! The Kafka path's guarantees, against the test broker (tansu on
-//! loopback) with in-process nodes: a record that can never be handled is
+//! The Kafka path's guarantees, against the test broker (Apache Kafka
+//! on loopback) with in-process nodes: a record that can never be handled is
 //! dead-lettered at once, a retry keeps its place before the later records
 //! of its key, a record is delivered again only when its delivery failed,
 //! and a partition that stops progressing is reported.

@@ -1,9 +1,8 @@
 //! A durable entity type fed by Kafka: a record is acked only once the
 //! state it changed is written, so a partition's records in flight wait
 //! for the shard's next write. The broker is librdkafka's in-process mock
-//! cluster: the scenario pauses and resumes the partition at its in-flight
-//! bound, and the test broker (tansu 0.6) can leave a resumed partition
-//! without records (a fetch from inside a record batch returns nothing).
+//! cluster, as for the other in-process scenarios; the partition pauses
+//! and resumes at its in-flight bound.
 
 use crate::ledger::{open, Ledger, LedgerMsg};
 use colo::allocation::{
