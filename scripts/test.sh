@@ -82,12 +82,33 @@ simulate=$(awk '/^    cargo run --release -p colo -- simulate/ {on = 1}
   on {sub(/^    /, ""); print; if (!/\\$/) exit}' README.md)
 test -n "$simulate"
 bash -c "set -euo pipefail; $simulate" | tail -n 3
+# One Apache Kafka broker for the tests to share (each uses topics and
+# groups of its own; a test that restarts or measures its broker, or needs
+# one with compaction or credentials, starts its own): a broker takes
+# seconds of both cores to start. Stopped by its PID when this script
+# ends.
+cargo build --locked -p colo-tests --bin shared-broker
+shared_file=$(mktemp)
+target/debug/shared-broker "$shared_file" &
+shared_pid=$!
+trap 'kill "$shared_pid" 2>/dev/null || true; wait "$shared_pid" 2>/dev/null || true; rm -f "$shared_file"' EXIT
+for _ in $(seq 1 120); do
+  if [ -s "$shared_file" ]; then break; fi
+  kill -0 "$shared_pid"
+  sleep 1
+done
+COLO_TEST_BROKER=$(cat "$shared_file")
+test -n "$COLO_TEST_BROKER"
+export COLO_TEST_BROKER
 cargo nextest run --workspace --locked
 # The tests of rebalances, hand-offs, durable state and the election once
 # more with the consumer group protocol (KIP-848): the broker assigns.
 COLO_TEST_GROUP_PROTOCOL=consumer cargo nextest run -p colo-tests --locked \
   --test kafka_nodes --test durable_state --test coordinator_election \
   -E 'test(joins_stops) | test(graceful_changes) | test(session_expiry) | test(totals_are_exact_through) | test(three_nodes) | test(killed_under_load)'
+kill "$shared_pid"
+wait "$shared_pid" || true
+unset COLO_TEST_BROKER
 # Doc tests (the runner above does not run them).
 cargo test --workspace --locked --doc
 # Every benchmark README shows, as shown: it must run for a new user (its

@@ -35,7 +35,7 @@ fn main() {
     let mut residents = Vec::new();
     for run in 1..=runs {
         let started = Instant::now();
-        let broker = Broker::start();
+        let broker = Broker::start_own();
         let total = started.elapsed();
         let format = broker.formatted_in();
         // The broker's steady size once its start's allocations settle.

@@ -35,8 +35,31 @@ pub struct Broker {
     client: Vec<(String, String)>,
     /// How long formatting its log directory took.
     formatted_in: Duration,
-    dir: tempfile::TempDir,
+    dir: Dir,
 }
+
+/// Where a broker keeps its data, config and log.
+#[derive(Debug)]
+enum Dir {
+    /// Its own, removed with it.
+    Own(tempfile::TempDir),
+    /// The shared broker's, which outlives the test.
+    Shared(PathBuf),
+}
+
+impl Dir {
+    fn path(&self) -> &Path {
+        match self {
+            Self::Own(dir) => dir.path(),
+            Self::Shared(dir) => dir,
+        }
+    }
+}
+
+/// The environment variable through which the test command hands the
+/// tests the broker they share (`BOOTSTRAP=DIR`; `cargo run -p colo-tests
+/// --bin shared-broker`). Unset, each test starts its own.
+pub const SHARED: &str = "COLO_TEST_BROKER";
 
 /// What a broker is started with beyond the defaults.
 #[derive(Debug, Default)]
@@ -56,7 +79,34 @@ impl Broker {
     /// Java or the broker's jars cannot be had, or the broker does not
     /// answer within a minute.
     pub fn start() -> Self {
+        match std::env::var(SHARED) {
+            Ok(shared) if !shared.is_empty() => Self::shared(&shared),
+            _ => Self::start_own(),
+        }
+    }
+
+    /// Starts a broker of the test's own even where tests share one: for
+    /// a test that restarts it or measures it.
+    ///
+    /// # Panics
+    /// As [`Broker::start`].
+    pub fn start_own() -> Self {
         Self::start_with(Options::default())
+    }
+
+    /// The broker the test command started for the tests to share
+    /// (`SHARED` is `bootstrap=DIR`): not stopped when dropped.
+    fn shared(shared: &str) -> Self {
+        let (bootstrap, dir) = shared
+            .split_once('=')
+            .unwrap_or_else(|| panic!("{SHARED} is BOOTSTRAP=DIR, not {shared:?}"));
+        Self {
+            child: None,
+            bootstrap: bootstrap.to_string(),
+            client: Vec::new(),
+            formatted_in: Duration::ZERO,
+            dir: Dir::Shared(PathBuf::from(dir)),
+        }
     }
 
     /// Starts a broker whose clients' port is `port` (one from
@@ -71,13 +121,13 @@ impl Broker {
         })
     }
 
-    /// A broker whose data survives [`Broker::restart`]: every broker's
-    /// does (its log directory is on disk), so this is [`Broker::start`].
+    /// A broker of the test's own whose data survives
+    /// [`Broker::restart`] (its log directory is on disk).
     ///
     /// # Panics
     /// As [`Broker::start`].
     pub fn start_durable() -> Self {
-        Self::start()
+        Self::start_own()
     }
 
     /// Starts a broker whose log cleaner compacts soon: each partition's
@@ -237,7 +287,7 @@ impl Broker {
             bootstrap,
             client,
             formatted_in,
-            dir,
+            dir: Dir::Own(dir),
         };
         broker.spawn();
         broker
@@ -317,6 +367,10 @@ impl Broker {
     /// Kills the broker (SIGKILL: no clean shutdown) and starts it again on
     /// the same ports and log directory.
     pub fn restart(&mut self) {
+        assert!(
+            matches!(self.dir, Dir::Own(_)),
+            "the shared broker is not the test's to restart: start one of its own (Broker::start_own)"
+        );
         self.kill();
         self.spawn();
     }
@@ -345,18 +399,19 @@ impl Broker {
     /// # Panics
     /// The tool cannot be run, or fails.
     pub fn group_type(&self, group: &str) -> Option<String> {
-        let config = self.dir.path().join("tool.properties");
+        // A file of this call's own: tests share a broker's directory.
+        let config = tempfile::NamedTempFile::new().expect("tool.properties");
         let lines: Vec<String> = self
             .client
             .iter()
             .map(|(key, value)| format!("{key}={value}"))
             .collect();
-        std::fs::write(&config, lines.join("\n") + "\n").expect("tool.properties");
+        std::fs::write(config.path(), lines.join("\n") + "\n").expect("tool.properties");
         let listed = java(&kafka_lib(), self.dir.path(), Run::Tool)
             .arg("org.apache.kafka.tools.GroupsCommand")
             .args(["--bootstrap-server", &self.bootstrap, "--list"])
             .arg("--command-config")
-            .arg(&config)
+            .arg(config.path())
             .output()
             .expect("run kafka-groups");
         let out = String::from_utf8_lossy(&listed.stdout);
@@ -370,6 +425,11 @@ impl Broker {
             let mut columns = line.split_whitespace();
             (columns.next() == Some(group)).then(|| columns.next().unwrap_or_default().to_string())
         })
+    }
+
+    /// Its directory: data, config and log.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// `host:port` for `bootstrap.servers`.

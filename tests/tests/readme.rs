@@ -265,7 +265,9 @@ async fn the_three_node_cluster_and_the_client_commands_run_as_shown() {
 /// the producer says they must.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kafka_sample_commands_run_as_shown() {
-    let broker = colo_tests::broker::Broker::start();
+    // README names its topics and cluster as a user would: a broker of
+    // the test's own, where another test cannot have used them.
+    let broker = colo_tests::broker::Broker::start_own();
     let root = root();
     let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
     let node = block_at_broker(
@@ -395,7 +397,9 @@ fn readme_lists_the_dependencies_a_program_of_ones_own_builds_with() {
 /// with why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_program_of_ones_own_commands_run_as_shown() {
-    let broker = colo_tests::broker::Broker::start();
+    // README names its topics and cluster as a user would: a broker of
+    // the test's own, where another test cannot have used them.
+    let broker = colo_tests::broker::Broker::start_own();
     let root = root();
     let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
     let node = block_at_broker(

@@ -405,7 +405,7 @@ impl Cluster {
         let _ = metrics();
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         Self {
-            name: format!("{test}-{n}"),
+            name: format!("{test}-{}-{n}", std::process::id()),
             network: InMemoryNetwork::new(),
             settings,
             world: Arc::default(),
