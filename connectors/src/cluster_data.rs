@@ -46,6 +46,24 @@ pub fn topics_named(
     Ok(names)
 }
 
+/// The address (`host:port`) of every broker the cluster lists now, as
+/// clients reach them. Blocking.
+///
+/// # Errors
+/// The brokers cannot be reached within `timeout`.
+pub fn broker_addresses(
+    bootstrap_servers: &str,
+    client: &[(String, String)],
+    timeout: Duration,
+) -> Result<Vec<String>, SourceError> {
+    let metadata = consumer(bootstrap_servers, client)?.fetch_metadata(None, timeout)?;
+    Ok(metadata
+        .brokers()
+        .iter()
+        .map(|b| format!("{}:{}", b.host(), b.port()))
+        .collect())
+}
+
 /// The consumer groups whose name starts with `prefix` and that have
 /// members now, as the brokers list and describe groups. Blocking.
 ///

@@ -46,7 +46,7 @@ mod topics;
 pub use ack::Ack;
 pub use brokers::{check_brokers, BrokerError, Reached};
 pub use changelog::{Changelog, ChangelogError, ChangelogRecord, CHANGELOG_CONFIG};
-pub use cluster_data::{delete_topics, live_groups, topics_named, LiveGroup};
+pub use cluster_data::{broker_addresses, delete_topics, live_groups, topics_named, LiveGroup};
 pub use colo_allocation::MessageExtractor;
 pub use dead_letters::{
     DeadLetters, REASON_HEADER, SOURCE_OFFSET_HEADER, SOURCE_PARTITION_HEADER, SOURCE_TOPIC_HEADER,
@@ -64,6 +64,6 @@ pub use source::{
     SourceSettings, FETCH_QUEUE_BACKOFF_MS,
 };
 pub use topics::{
-    check_partition_counts, check_topic_usable, create_missing_topics, partition_counts,
-    NewTopicSpec,
+    await_listed, check_partition_counts, check_topic_usable, create_missing_topics,
+    partition_counts, NewTopicSpec,
 };

@@ -120,11 +120,17 @@ impl KeyedProducer {
                 .iter()
                 .filter(|(key, _)| !consumer_only(key)),
         );
-        // What the client properties do not say.
+        // What the client properties do not say. Idempotence: a batch
+        // whose answer was lost (its partition's leader died after writing
+        // it, or answered after socket.timeout.ms) is sent again, and
+        // without a producer id and sequence numbers the broker writes it
+        // twice, so a record would count twice downstream while the
+        // totals this producer reports count it once.
         for (key, value) in [
             ("bootstrap.servers", settings.bootstrap_servers.as_str()),
             ("partitioner", PARTITIONER),
             ("linger.ms", "5"),
+            ("enable.idempotence", "true"),
         ] {
             if config.get(key).is_none() {
                 config.set(key, value);
@@ -192,14 +198,23 @@ impl KeyedProducer {
         Ok(())
     }
 
+    /// Waits until the broker acknowledged every record sent so far, or
+    /// refused it (which [`KeyedProducer::finish`] reports).
+    ///
+    /// # Errors
+    /// Records still unacknowledged after 30 s.
+    pub fn flush(&self) -> Result<(), ProduceError> {
+        self.producer
+            .flush(FLUSH_TIMEOUT)
+            .map_err(|_| ProduceError::Flush(FLUSH_TIMEOUT))
+    }
+
     /// Waits until the broker acknowledged every record sent: their count.
     ///
     /// # Errors
     /// Records unacknowledged after 30 s, or refused by the broker.
     pub fn finish(self) -> Result<u64, ProduceError> {
-        self.producer
-            .flush(FLUSH_TIMEOUT)
-            .map_err(|_| ProduceError::Flush(FLUSH_TIMEOUT))?;
+        self.flush()?;
         let deliveries = self.producer.context();
         let failed = deliveries.failed.load(Ordering::Relaxed);
         if failed > 0 {

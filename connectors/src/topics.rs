@@ -188,50 +188,84 @@ pub async fn create_missing_topics(
     Ok(created)
 }
 
-/// Waits until the brokers list `topics`. Kafka answers CreateTopics (or
-/// says a topic exists) once its controller has the topics, and its
-/// brokers learn them from the metadata log a moment later: a check of a
-/// topic just created (its partition count, at startup) must not find it
-/// missing meanwhile.
-async fn await_listed(
+/// Waits until every broker lists `topics`. Kafka answers CreateTopics
+/// (or says a topic exists) once its controller has the topics, and each
+/// broker learns them from the metadata log a moment later, on its own:
+/// a check of a topic just created (its partition count, at startup) must
+/// not find it missing meanwhile, whichever broker answers it. Listed by
+/// one broker is not enough: with three, a node's next check went to
+/// another, which did not know the topic yet, and the node refused to
+/// start. A broker that does not answer (one that is down and not fenced
+/// yet) is not waited for.
+pub async fn await_listed(
     bootstrap_servers: &str,
     client: &[(String, String)],
     topics: &[String],
     timeout: Duration,
 ) -> Result<(), SourceError> {
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut missing: Vec<String> = topics.to_vec();
-    while !missing.is_empty() {
-        let (servers, client, wanted) = (
+    loop {
+        let (servers, client_owned, wanted) = (
             bootstrap_servers.to_string(),
             client.to_vec(),
-            missing.clone(),
+            topics.to_vec(),
         );
-        let listed = tokio::task::spawn_blocking(move || {
-            crate::cluster_data::topics_named(
-                &servers,
-                &client,
-                &|name| wanted.iter().any(|w| w == name),
-                timeout,
-            )
+        let missing = tokio::task::spawn_blocking(move || {
+            missing_on_some_broker(&servers, &client_owned, &wanted, timeout)
         })
         .await
         // A listing that panicked lists nothing: asked again.
-        .unwrap_or_else(|_| Ok(Vec::new()))?;
-        missing.retain(|topic| !listed.contains(topic));
-        if missing.is_empty() {
-            break;
-        }
+        .unwrap_or_else(|_| Ok(topics.to_vec()))?;
+        let Some(first) = missing.into_iter().next() else {
+            return Ok(());
+        };
         if tokio::time::Instant::now() >= deadline {
-            return Err(TopicError::Missing {
-                topic: missing.remove(0),
-            }
-            .into());
+            return Err(TopicError::Missing { topic: first }.into());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Ok(())
 }
+
+/// Those of `topics` that some answering broker of the cluster does not
+/// list. Blocking.
+fn missing_on_some_broker(
+    bootstrap_servers: &str,
+    client: &[(String, String)],
+    topics: &[String],
+    timeout: Duration,
+) -> Result<Vec<String>, SourceError> {
+    let listed = |servers: &str, timeout| {
+        crate::cluster_data::topics_named(
+            servers,
+            client,
+            &|name| topics.iter().any(|t| t == name),
+            timeout,
+        )
+    };
+    let mut missing: Vec<String> = Vec::new();
+    let mut note = |listed: &[String]| {
+        for topic in topics {
+            if !listed.contains(topic) && !missing.contains(topic) {
+                missing.push(topic.clone());
+            }
+        }
+    };
+    let brokers = crate::cluster_data::broker_addresses(bootstrap_servers, client, timeout)?;
+    if brokers.is_empty() {
+        note(&listed(bootstrap_servers, timeout)?);
+    }
+    for broker in brokers {
+        // Asked alone: a client of the whole cluster asks any one broker.
+        if let Ok(names) = listed(&broker, BROKER_ANSWER) {
+            note(&names);
+        }
+    }
+    Ok(missing)
+}
+
+/// How long one broker may take to list topics before it is taken for
+/// down and not waited for.
+const BROKER_ANSWER: Duration = Duration::from_secs(2);
 
 #[cfg(test)]
 mod tests {

@@ -464,7 +464,7 @@ impl Drop for Broker {
 
 /// What runs in a `java` process.
 #[derive(Debug, Clone, Copy)]
-enum Run {
+pub(crate) enum Run {
     /// A tool that runs for a second: compiled by the quick compiler only.
     Tool,
     /// The broker, with a heap of Kafka's default size.
@@ -472,7 +472,7 @@ enum Run {
 }
 
 /// `java` with the broker's class path and logging config, run in `dir`.
-fn java(lib: &Path, dir: &Path, run: Run) -> Command {
+pub(crate) fn java(lib: &Path, dir: &Path, run: Run) -> Command {
     let mut java = Command::new("java");
     match run {
         Run::Tool => java.args(["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]),
@@ -490,7 +490,7 @@ fn java(lib: &Path, dir: &Path, run: Run) -> Command {
 
 /// Warnings and errors to `file`, with the lines that say the broker
 /// started and stopped.
-fn log4j_config(file: &Path) -> String {
+pub(crate) fn log4j_config(file: &Path) -> String {
     format!(
         "status = error
 appender.file.type = File
@@ -510,7 +510,7 @@ logger.server.level = info
 /// The broker's jars, fetched first when they are missing or the pom
 /// changed (the test command fetches them before any test runs; this is
 /// for a test run on its own), checked once per test process.
-fn kafka_lib() -> PathBuf {
+pub(crate) fn kafka_lib() -> PathBuf {
     static FETCHED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     FETCHED.get_or_init(fetch).clone()
 }

@@ -3,6 +3,8 @@
 //!
 //! # Layout
 //! - [`broker`]: Apache Kafka (KRaft, one process) on loopback ports.
+//! - [`broker_cluster`]: three Apache Kafka brokers, every topic
+//!   replicated on all three, for the broker-fault tests.
 //! - [`prometheus`]: a real Prometheus scraping test nodes, queried through
 //!   its HTTP API; [`deploy`]: the repository's compose file, Dockerfile
 //!   and Prometheus and Grafana files, read as a deployment sees them.
@@ -34,6 +36,7 @@
 #![forbid(unsafe_code)]
 
 pub mod broker;
+pub mod broker_cluster;
 pub mod chromium;
 pub mod client;
 pub mod deploy;

@@ -88,6 +88,17 @@ pub(super) async fn topic(config: &NodeConfig) -> Result<Option<Arc<Changelog>>,
                 "the coordinator topic {name:?} could not be created: {e}"
             ))
         })?;
+    } else {
+        // Listed by the broker asked; another node may have created it a
+        // moment ago, and the check below may ask another broker.
+        colo_connectors::await_listed(
+            &kafka.bootstrap_servers,
+            &kafka.client_properties(),
+            std::slice::from_ref(&name),
+            CREATE_TIMEOUT,
+        )
+        .await
+        .map_err(|e| ProgramError::Settings(format!("the coordinator topic {name:?}: {e}")))?;
     }
     let config = config.clone();
     let log = tokio::task::spawn_blocking(move || super::ingest::coordinator_log(&config))
