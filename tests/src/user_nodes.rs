@@ -149,6 +149,20 @@ pub async fn await_hosting(node: &NodeProcess) {
     .await;
 }
 
+/// Purchases handled so far across `nodes` (a purchase handled twice, its
+/// first effect never made durable, counts twice).
+pub fn handled_so_far(nodes: &[&NodeProcess]) -> usize {
+    handled(nodes).values().map(Vec::len).sum()
+}
+
+/// Waits until `nodes` handled `count` purchases between them.
+pub async fn until_handled(nodes: &[&NodeProcess], count: usize) {
+    wait::until(&format!("{count} purchases handled"), ALL_HANDLED, || {
+        std::future::ready(handled_so_far(nodes) >= count)
+    })
+    .await;
+}
+
 pub async fn await_all_handled(nodes: &[&NodeProcess], expected: &BTreeMap<String, u64>) {
     let done = wait::held_within(ALL_HANDLED, || {
         std::future::ready(all_handled(&handled(nodes), expected))

@@ -42,18 +42,6 @@ fn sets_on(brokers: &BrokerCluster, topic: &str, cluster: &str, elected: bool) -
     sets
 }
 
-/// Purchases handled so far across `nodes`.
-fn handled_so_far(nodes: &[&NodeProcess]) -> usize {
-    handled(nodes).values().map(Vec::len).sum()
-}
-
-async fn until_handled(nodes: &[&NodeProcess], count: usize) {
-    wait::until(&format!("{count} purchases handled"), ALL_HANDLED, || {
-        std::future::ready(handled_so_far(nodes) >= count)
-    })
-    .await;
-}
-
 /// The shards whose users had purchases handled before `since` and none
 /// since: those not (yet) progressing.
 fn stalled_since(nodes: &[&NodeProcess], since: &str) -> BTreeSet<u32> {

@@ -10,25 +10,12 @@ use colo_tests::broker::Broker;
 use colo_tests::client::entities_on;
 use colo_tests::lifecycle::Lifecycle;
 use colo_tests::process::NodeProcess;
-use colo_tests::purchases::{handled, verify, Producer};
+use colo_tests::purchases::{verify, Producer};
 use colo_tests::user_nodes::*;
 use colo_tests::{http, wait};
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::time::Duration;
-
-/// Purchases handled so far across `nodes` (a purchase handled twice, its
-/// first effect never made durable, counts twice).
-fn handled_so_far(nodes: &[&NodeProcess]) -> usize {
-    handled(nodes).values().map(Vec::len).sum()
-}
-
-async fn until_handled(nodes: &[&NodeProcess], count: usize) {
-    wait::until(&format!("{count} purchases handled"), ALL_HANDLED, || {
-        std::future::ready(handled_so_far(nodes) >= count)
-    })
-    .await;
-}
 
 /// A series of a user metric on `node` whose labels include `label`.
 async fn series(node: &NodeProcess, name: &str, label: &str) -> f64 {
