@@ -84,6 +84,16 @@ pub fn kafka_sets(bootstrap: &str, topic: &str, cluster: &str) -> Vec<String> {
     sets
 }
 
+/// `sets` with the node's `[kafka.client]` made of the group's entries
+/// ([`group_client`]) and `client`, each value there a TOML value.
+pub fn with_client(mut sets: Vec<String>, client: &[(String, String)]) -> Vec<String> {
+    sets.retain(|s| !s.starts_with("kafka.client="));
+    let mut table = group_client();
+    table.extend(client.iter().map(|(key, value)| format!("{key:?}={value}")));
+    sets.push(format!("kafka.client={{{}}}", table.join(",")));
+    sets
+}
+
 /// The `--set`s of a node whose coordinator is elected through Kafka (no
 /// coordinator address), with `kafka_sets`' and a short election timeout.
 pub fn elected_sets(bootstrap: &str, topic: &str, cluster: &str) -> Vec<String> {
@@ -147,6 +157,18 @@ pub async fn await_hosting(node: &NodeProcess) {
         || async { metric(node, "colo_region_hosted_shards{").await > 0.0 },
     )
     .await;
+}
+
+/// Two nodes started with `sets`, the second joining the first, once both
+/// are ready and host shards.
+pub async fn two_hosting_nodes(sets: &[String]) -> (NodeProcess, NodeProcess) {
+    let a = start(None, sets);
+    a.await_ready(READY).await;
+    let b = start(Some(&a.grpc), sets);
+    b.await_ready(READY).await;
+    await_hosting(&a).await;
+    await_hosting(&b).await;
+    (a, b)
 }
 
 /// Purchases handled so far across `nodes` (a purchase handled twice, its

@@ -26,16 +26,6 @@ const USER: &str = "colo-node";
 const PASSWORD: &str = "right-password-4f1e2d3c";
 const WRONG: &str = "wrong-password-9a8b7c6d";
 
-/// `sets` with the node's `[kafka.client]` made of the group's entries and
-/// `client`, each value there a TOML value.
-fn with_client(mut sets: Vec<String>, client: &[(String, String)]) -> Vec<String> {
-    sets.retain(|s| !s.starts_with("kafka.client="));
-    let mut table = group_client();
-    table.extend(client.iter().map(|(key, value)| format!("{key:?}={value}")));
-    sets.push(format!("kafka.client={{{}}}", table.join(",")));
-    sets
-}
-
 /// `broker`'s client properties as TOML values, with `sasl.password`
 /// replaced by `password` (a TOML value) when given.
 fn client_of(broker: &Broker, password: Option<&str>) -> Vec<(String, String)> {

@@ -16,14 +16,13 @@ use std::time::Duration;
 /// `kafka_sets` whose consumers look for new partitions every second
 /// (librdkafka's default is every 5 minutes).
 fn watching_sets(bootstrap: &str, topic: &str, cluster: &str) -> Vec<String> {
-    let mut sets: Vec<String> = kafka_sets(bootstrap, topic, cluster)
-        .into_iter()
-        .filter(|s| !s.starts_with("kafka.client="))
-        .collect();
-    let mut client = group_client();
-    client.push(r#""topic.metadata.refresh.interval.ms"="1000""#.to_string());
-    sets.push(format!("kafka.client={{{}}}", client.join(",")));
-    sets
+    with_client(
+        kafka_sets(bootstrap, topic, cluster),
+        &[(
+            "topic.metadata.refresh.interval.ms".to_string(),
+            r#""1000""#.to_string(),
+        )],
+    )
 }
 
 async fn produce(
@@ -46,12 +45,7 @@ async fn partitions_added_under_running_nodes_are_handled_on_their_keys_shards()
     let (topic, cluster) = unique("more-partitions");
     let dir = tempfile::tempdir().expect("dir");
     let sets = watching_sets(broker.bootstrap(), &topic, &cluster);
-    let a = start(None, &sets);
-    a.await_ready(READY).await;
-    let b = start(Some(&a.grpc), &sets);
-    b.await_ready(READY).await;
-    await_hosting(&a).await;
-    await_hosting(&b).await;
+    let (a, b) = two_hosting_nodes(&sets).await;
     produce(dir.path(), &broker, &topic, "before-", &a).await;
 
     let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()

@@ -95,12 +95,7 @@ async fn committed_transactions_are_handled_once_aborted_ones_never_in_order_amo
     let dir = tempfile::tempdir().expect("dir");
     let (topic, cluster) = unique("transactions");
     let sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
-    let a = start(None, &sets);
-    a.await_ready(READY).await;
-    let b = start(Some(&a.grpc), &sets);
-    b.await_ready(READY).await;
-    await_hosting(&a).await;
-    await_hosting(&b).await;
+    let (a, b) = two_hosting_nodes(&sets).await;
 
     let (totals, aborted) = write(broker.bootstrap(), &topic).await;
     assert!(aborted > 0);
