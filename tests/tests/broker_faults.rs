@@ -42,23 +42,17 @@ fn sets_on(brokers: &BrokerCluster, topic: &str, cluster: &str, elected: bool) -
     sets
 }
 
-/// The shards whose users had purchases handled before `since` and none
-/// since: those not (yet) progressing.
-fn stalled_since(nodes: &[&NodeProcess], since: &str) -> BTreeSet<u32> {
+/// The shards none of whose users named `<prefix>n` had a purchase
+/// handled yet.
+fn shards_waiting(nodes: &[&NodeProcess], prefix: &str) -> BTreeSet<u32> {
     let extractor = KafkaMurmur2Extractor::new(SHARDS).expect("shards");
-    let mut before = BTreeSet::new();
-    let mut after = BTreeSet::new();
+    let mut waiting: BTreeSet<u32> = (0..SHARDS).collect();
     for (user, list) in handled(nodes) {
-        let shard = extractor.shard_id(&user).0;
-        for h in list {
-            if h.at.as_str() < since {
-                before.insert(shard);
-            } else {
-                after.insert(shard);
-            }
+        if user.starts_with(prefix) && !list.is_empty() {
+            waiting.remove(&extractor.shard_id(&user).0);
         }
     }
-    before.difference(&after).copied().collect()
+    waiting
 }
 
 fn now() -> String {
@@ -71,21 +65,65 @@ fn step(what: &str) {
     eprintln!("[{}] {what}", now());
 }
 
-/// Kills broker `id` while records flow, waits until every shard handled
-/// records since (its partitions have new leaders, its changelog
-/// partitions too), starts it again and waits until it caught up.
-async fn kill_and_start_again(brokers: &mut BrokerCluster, id: i32, nodes: &[&NodeProcess]) {
+/// Users of `colo produce --user-prefix <prefix>` whose keys land on
+/// every shard, for a load that every shard must keep handling: the
+/// first `users` ids of the first prefix `<phase>-<n>-user-` that covers
+/// all twelve (36 users cover them about half the time).
+fn prefix_on_every_shard(phase: &str, users: u64) -> String {
+    let extractor = KafkaMurmur2Extractor::new(SHARDS).expect("shards");
+    (0..100)
+        .map(|n| format!("{phase}-{n}-user-"))
+        .find(|prefix| {
+            let shards: BTreeSet<u32> = (0..users)
+                .map(|u| extractor.shard_id(&format!("{prefix}{u}")).0)
+                .collect();
+            shards.len() == SHARDS as usize
+        })
+        .expect("a prefix whose users cover every shard")
+}
+
+/// The users and purchases of the load started once a broker is killed:
+/// 15 s of purchases at 200 a second, for every shard.
+const LOAD_USERS: u64 = 36;
+const LOAD_PURCHASES: u64 = 3000;
+
+/// Kills broker `id`, starts a load of purchases for every shard (its
+/// producer bootstraps from a cluster with a dead broker), waits until
+/// every shard handled purchases of that load (its partitions have new
+/// leaders, its changelog partitions too, its groups a new coordinator),
+/// starts the broker again and waits until it caught up. The load is
+/// written after the kill, so a shard progresses only through the
+/// failover, however long the steps before took: a load that had all
+/// been handled before the kill (the broker started again earlier took
+/// long) once left every shard looking stalled.
+async fn kill_and_start_again(
+    brokers: &mut BrokerCluster,
+    id: i32,
+    nodes: &[&NodeProcess],
+    dir: &std::path::Path,
+    topic: &str,
+) -> Producer {
     let killed_at = now();
     brokers.kill(id);
     eprintln!("[{killed_at}] broker {id} killed");
+    let prefix = prefix_on_every_shard(&format!("after-{id}"), LOAD_USERS);
+    let load = Producer::start_for(
+        &prefix,
+        dir,
+        brokers.bootstrap(),
+        topic,
+        LOAD_USERS,
+        LOAD_PURCHASES,
+        Some(200),
+    );
     let progressed = wait::held_within(FAILED_OVER, || {
-        std::future::ready(stalled_since(nodes, &killed_at).is_empty())
+        std::future::ready(shards_waiting(nodes, &prefix).is_empty())
     })
     .await;
     if !progressed {
         panic!(
-            "with broker {id} killed at {killed_at}, shards {:?} handled nothing within {FAILED_OVER:?}\n{}\n{}",
-            stalled_since(nodes, &killed_at),
+            "with broker {id} killed at {killed_at}, shards {:?} handled none of the purchases written since within {FAILED_OVER:?}\n{}\n{}",
+            shards_waiting(nodes, &prefix),
             kafka_logs(nodes),
             brokers.log()
         );
@@ -97,6 +135,7 @@ async fn kill_and_start_again(brokers: &mut BrokerCluster, id: i32, nodes: &[&No
         brokers.await_in_sync();
     });
     step("every replica in sync");
+    load
 }
 
 /// Three nodes on `sets`, ready and hosting shards: the first one started
@@ -116,20 +155,26 @@ async fn three_nodes(sets: &[String], coordinator: bool) -> Vec<NodeProcess> {
     nodes
 }
 
-/// Waits for the producer and for every purchase to be handled, then
+/// Waits for the producers and for every purchase to be handled, then
 /// checks every user's totals and that no user was live on two nodes.
-async fn all_exact(producer: Producer, nodes: &[&NodeProcess], brokers: &BrokerCluster) {
-    let expected_file = producer.expected_file();
-    let expected = producer.finished(Duration::from_secs(90)).await;
-    step("the producer finished");
+async fn all_exact(producers: Vec<Producer>, nodes: &[&NodeProcess], brokers: &BrokerCluster) {
+    let mut expected = std::collections::BTreeMap::new();
+    let mut files = Vec::new();
+    for producer in producers {
+        files.push(producer.expected_file());
+        expected.extend(producer.finished(Duration::from_secs(90)).await);
+    }
+    step("the producers finished");
     await_all_handled(nodes, &expected).await;
     step("every purchase handled");
-    if let Err(mismatch) = verify(&expected_file, &nodes[0].grpc).await {
-        panic!(
-            "totals differ from the purchases produced: {mismatch}\n{}\n{}",
-            kafka_logs(nodes),
-            brokers.log()
-        );
+    for file in &files {
+        if let Err(mismatch) = verify(file, &nodes[0].grpc).await {
+            panic!(
+                "totals differ from the purchases produced: {mismatch}\n{}\n{}",
+                kafka_logs(nodes),
+                brokers.log()
+            );
+        }
     }
     let overlaps = Lifecycle::read(nodes, "user").overlaps();
     assert!(overlaps.is_empty(), "{overlaps:#?}");
@@ -180,7 +225,7 @@ async fn the_leader_of_shards_and_their_changelog_killed_under_load_loses_nothin
     let nodes = three_nodes(&sets, true).await;
     step("nodes ready");
     let refs: Vec<&NodeProcess> = nodes.iter().collect();
-    let producer = Producer::start(dir.path(), brokers.bootstrap(), &topic, 36, 6000, Some(200));
+    let producer = Producer::start(dir.path(), brokers.bootstrap(), &topic, 36, 1200, Some(200));
     for node in &refs {
         await_hosting(node).await;
     }
@@ -192,8 +237,8 @@ async fn the_leader_of_shards_and_their_changelog_killed_under_load_loses_nothin
         leader_of_shards_and_changelogs(&brokers, &topic, &changelog)
     });
     eprintln!("broker {victim} leads both for partitions {partitions:?}");
-    kill_and_start_again(&mut brokers, victim, &refs).await;
-    all_exact(producer, &refs, &brokers).await;
+    let load = kill_and_start_again(&mut brokers, victim, &refs, dir.path(), &topic).await;
+    all_exact(vec![producer, load], &refs, &brokers).await;
 }
 
 /// A cluster name whose two groups, the user entity type's
@@ -227,7 +272,7 @@ async fn the_group_coordinator_and_coordinator_topic_leader_killed_under_load_lo
     let nodes = three_nodes(&sets, false).await;
     step("nodes ready");
     let refs: Vec<&NodeProcess> = nodes.iter().collect();
-    let producer = Producer::start(dir.path(), brokers.bootstrap(), &topic, 36, 9000, Some(200));
+    let producer = Producer::start(dir.path(), brokers.bootstrap(), &topic, 36, 1200, Some(200));
     for node in &refs {
         await_hosting(node).await;
     }
@@ -242,11 +287,14 @@ async fn the_group_coordinator_and_coordinator_topic_leader_killed_under_load_lo
     eprintln!(
         "broker {groups} coordinates both groups, broker {coordinator_topic} leads the coordinator topic"
     );
-    kill_and_start_again(&mut brokers, groups, &refs).await;
+    let mut producers = vec![producer];
+    producers.push(kill_and_start_again(&mut brokers, groups, &refs, dir.path(), &topic).await);
     if coordinator_topic != groups {
-        kill_and_start_again(&mut brokers, coordinator_topic, &refs).await;
+        producers.push(
+            kill_and_start_again(&mut brokers, coordinator_topic, &refs, dir.path(), &topic).await,
+        );
     }
-    all_exact(producer, &refs, &brokers).await;
+    all_exact(producers, &refs, &brokers).await;
     wait::until("exactly one node hosts the coordinator", READY, || async {
         hosting_coordinator(&refs).await.len() == 1
     })
