@@ -6,11 +6,18 @@
 //! What each Kafka test pays before it starts, and what two tests running
 //! side by side hold.
 //!
-//! `COLO_BENCH_RUNS` (default 5) brokers, one after the other.
+//! Then the three-broker cluster of the broker-fault tests
+//! (`tests/src/broker_cluster.rs`): from nothing to all three listed in a
+//! metadata answer with the transaction coordinator loaded, and the three
+//! processes' resident memory, together, a few seconds after.
+//!
+//! `COLO_BENCH_RUNS` (default 5) brokers, one after the other, then
+//! `COLO_BENCH_CLUSTER_RUNS` (default 3) clusters.
 
 mod support;
 
 use colo_tests::broker::Broker;
+use colo_tests::broker_cluster::{BrokerCluster, BROKER_IDS};
 use std::time::{Duration, Instant};
 use support::env;
 
@@ -28,7 +35,17 @@ fn resident_mib(pid: u32) -> Option<u64> {
 }
 
 fn main() {
-    let runs = env("COLO_BENCH_RUNS", 5);
+    single_brokers(env("COLO_BENCH_RUNS", 5));
+    clusters(env("COLO_BENCH_CLUSTER_RUNS", 3));
+}
+
+/// The median of `values`, which are not empty.
+fn median<T: Ord + Copy>(values: &mut [T]) -> T {
+    values.sort_unstable();
+    values[values.len() / 2]
+}
+
+fn single_brokers(runs: u64) {
     println!("| run | format, s | start to ready, s | total, s | resident after 5 s, MiB |");
     println!("|---:|---:|---:|---:|---:|");
     let mut totals = Vec::new();
@@ -50,11 +67,37 @@ fn main() {
         totals.push(total);
         residents.push(resident);
     }
-    totals.sort();
-    residents.sort_unstable();
     println!(
         "median start {:.2} s, median resident {} MiB over {runs} brokers",
-        totals[totals.len() / 2].as_secs_f64(),
-        residents[residents.len() / 2]
+        median(&mut totals).as_secs_f64(),
+        median(&mut residents)
+    );
+}
+
+fn clusters(runs: u64) {
+    if runs == 0 {
+        return;
+    }
+    println!();
+    println!("| cluster run | start to ready, s | resident after 5 s, MiB (three brokers) |");
+    println!("|---:|---:|---:|");
+    let mut totals = Vec::new();
+    let mut residents = Vec::new();
+    for run in 1..=runs {
+        let cluster = BrokerCluster::start();
+        let total = cluster.started_in();
+        std::thread::sleep(Duration::from_secs(5));
+        let resident: u64 = BROKER_IDS
+            .iter()
+            .filter_map(|&id| cluster.pid(id).and_then(resident_mib))
+            .sum();
+        println!("| {run} | {:.2} | {resident} |", total.as_secs_f64());
+        totals.push(total);
+        residents.push(resident);
+    }
+    println!(
+        "median cluster start {:.2} s, median resident {} MiB over {runs} clusters of three brokers",
+        median(&mut totals).as_secs_f64(),
+        median(&mut residents)
     );
 }

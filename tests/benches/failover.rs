@@ -16,8 +16,9 @@
 //! `COLO_BENCH_RUNS` (default 10) clusters of each kind; p50 and p99 are
 //! the nearest-rank percentiles of the runs. The nodes use the tests'
 //! timings: heartbeats every 200 ms, `fence_timeout` 1.5 s,
-//! `region_timeout` 2.5 s, the election group's session timeout 6 s and
-//! `election_timeout` 5 s.
+//! `region_timeout` 2.5 s; the election group's session timeout 6 s and
+//! `election_timeout` 15 s are colo's defaults (`COLO_BENCH_ELECTION_TIMEOUT`
+//! sets another, at least twice the session timeout).
 
 mod support;
 
@@ -37,7 +38,10 @@ fn sets(bootstrap: &str, cluster: &str, shards: u64) -> Vec<String> {
         format!(r#"kafka.bootstrap_servers="{bootstrap}""#),
         format!(r#"kafka.cluster="{cluster}""#),
         r#"coordinator.address="""#.to_string(),
-        r#"coordinator.election_timeout="5s""#.to_string(),
+        format!(
+            r#"coordinator.election_timeout="{}""#,
+            std::env::var("COLO_BENCH_ELECTION_TIMEOUT").unwrap_or_else(|_| "15s".to_string())
+        ),
         format!(
             r#"log.level="{}""#,
             if std::env::var_os("COLO_BENCH_ELECTION_LOG").is_some() {

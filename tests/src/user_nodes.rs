@@ -95,11 +95,12 @@ pub fn with_client(mut sets: Vec<String>, client: &[(String, String)]) -> Vec<St
 }
 
 /// The `--set`s of a node whose coordinator is elected through Kafka (no
-/// coordinator address), with `kafka_sets`' and a short election timeout.
+/// coordinator address), with `kafka_sets`' and colo's election timings:
+/// Kafka moves a dead node's partition within the session timeout, before
+/// a rejoin would.
 pub fn elected_sets(bootstrap: &str, topic: &str, cluster: &str) -> Vec<String> {
     let mut sets = kafka_sets(bootstrap, topic, cluster);
     sets.push(r#"coordinator.address="""#.to_string());
-    sets.push(r#"coordinator.election_timeout="5s""#.to_string());
     sets
 }
 

@@ -568,6 +568,22 @@ fn without_a_coordinator_address_the_coordinator_is_elected_which_needs_kafka() 
     zero.push("coordinator.election_timeout=0s");
     let (field, _) = field_error(node_only, &[], &zero);
     assert_eq!(field, "coordinator.election_timeout");
+    // A rejoin before the group moved a dead node's partition delays the
+    // election: not before twice the session timeout.
+    let mut early = kafka.to_vec();
+    early.push("coordinator.election_timeout=11s");
+    let (field, shown) = field_error(node_only, &[], &early);
+    assert_eq!(field, "coordinator.election_timeout");
+    assert!(
+        shown.contains("at least twice coordinator.session_timeout (6s)"),
+        "{shown}"
+    );
+    let mut shorter = kafka.to_vec();
+    shorter.extend([
+        "coordinator.session_timeout=2s",
+        "coordinator.election_timeout=4s",
+    ]);
+    assert!(load(node_only, &[], &shorter).unwrap().elects_coordinator());
     // A configured address pins the coordinator, Kafka or not.
     let mut pinned = kafka.to_vec();
     pinned.push("coordinator.address=127.0.0.1:7001");

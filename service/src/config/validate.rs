@@ -63,6 +63,21 @@ impl NodeConfig {
                     return refuse(field, "must be longer than zero".to_string());
                 }
             }
+            // Kafka gives a dead node's partition to another member once
+            // its session times out, then a rebalance round; a rejoin
+            // before that starts the group's round again, and on Apache
+            // Kafka an election with 5 s against a 6 s session took 10.7 s
+            // (27 s at worst) where 15 s let it take 5.8 s (BENCHMARKS.md,
+            // "Coordinator failover on Apache Kafka").
+            if coordinator.election_timeout < coordinator.session_timeout * 2 {
+                return refuse(
+                    "coordinator.election_timeout",
+                    format!(
+                        "must be at least twice coordinator.session_timeout ({}): a node that joins the election group again before the group has moved a dead node's partition delays the election",
+                        humantime::format_duration(coordinator.session_timeout)
+                    ),
+                );
+            }
         } else {
             check_host_port("coordinator.address", &coordinator.address)?;
         }
