@@ -72,24 +72,33 @@ async fn with_graceful_changes_every_record_is_handled_exactly_once_in_order() {
         + metric(&c, "colo_kafka_records_total{").await;
     assert!(handled_total > 0.0);
     for node in [&a, &c] {
-        let (_, body) = http::get(&node.admin, "/metrics").await.expect("metrics");
-        for family in [
-            "colo_kafka_records_total",
-            "colo_kafka_consumer_lag",
-            "colo_kafka_records_in_flight",
-            "colo_kafka_partition_paused",
-            "colo_kafka_commits_total",
-            "colo_kafka_assignment_to_first_record_seconds",
-            "colo_kafka_rebalances_total",
-            "colo_kafka_rebalance_callback_seconds",
-            "colo_kafka_partitioner_mismatches_total",
-        ] {
-            assert!(
-                body.contains(&format!("# HELP {family} ")),
-                "no {family} on {}:\n{body}",
-                node.grpc
-            );
-        }
+        // The lag comes with librdkafka's next statistics, maybe a moment
+        // after a node's last record: awaited, not assumed.
+        let body = wait::until_ok(READY, || async {
+            let (_, body) = http::get(&node.admin, "/metrics")
+                .await
+                .map_err(|e| format!("no /metrics on {}: {e:?}", node.grpc))?;
+            let missing: Vec<&str> = [
+                "colo_kafka_records_total",
+                "colo_kafka_consumer_lag",
+                "colo_kafka_records_in_flight",
+                "colo_kafka_partition_paused",
+                "colo_kafka_commits_total",
+                "colo_kafka_assignment_to_first_record_seconds",
+                "colo_kafka_rebalances_total",
+                "colo_kafka_rebalance_callback_seconds",
+                "colo_kafka_partitioner_mismatches_total",
+            ]
+            .into_iter()
+            .filter(|family| !body.contains(&format!("# HELP {family} ")))
+            .collect();
+            if missing.is_empty() {
+                Ok(body)
+            } else {
+                Err(format!("no {missing:?} on {}:\n{body}", node.grpc))
+            }
+        })
+        .await;
         // A revoke's commit is waited for and timed: a gave partitions up.
         if node.grpc == a.grpc {
             assert!(
