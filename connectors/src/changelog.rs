@@ -234,6 +234,15 @@ impl Changelog {
     /// `until`, exclusive, handing each record to `visit` until it breaks.
     /// Blocking: call it from a blocking thread. Returns the records read.
     ///
+    /// The end of the partition as the broker answering reports it ends
+    /// the read only once it is at `until` or past it: a broker whose
+    /// view lags (a follower read through `client.rack`, a leader that
+    /// has not advanced its high watermark yet) reports an end before
+    /// records that exist, and a restore that stopped there would take
+    /// its store for up to date while records it never read are below
+    /// its checkpoint. `until` = `i64::MAX` reads to whatever end the
+    /// broker reports.
+    ///
     /// # Errors
     /// The partition cannot be read, or no record came for the timeout
     /// before `until` was reached.
@@ -285,8 +294,14 @@ impl Changelog {
                         });
                     }
                 }
-                // The end of the partition: nothing more up to `until`.
-                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(read),
+                // The end of the partition as this broker sees it: the end
+                // of the read if it is at `until`; otherwise records up to
+                // `until` are still to come (or the timeout says so).
+                Some(Err(KafkaError::PartitionEOF(_))) => {
+                    if until == i64::MAX || self.position(&consumer, partition) >= Some(until) {
+                        return Ok(read);
+                    }
+                }
                 Some(Err(e)) => return Err(self.error(e)),
                 Some(Ok(message)) => {
                     heard = Instant::now();
@@ -311,6 +326,17 @@ impl Changelog {
                     }
                 }
             }
+        }
+    }
+}
+
+impl Changelog {
+    /// The offset `consumer` fetches `partition` from next, if it knows it.
+    fn position(&self, consumer: &BaseConsumer, partition: i32) -> Option<i64> {
+        let positions = consumer.position().ok()?;
+        match positions.find_partition(&self.topic, partition)?.offset() {
+            Offset::Offset(at) => Some(at),
+            _ => None,
         }
     }
 }
@@ -358,7 +384,7 @@ mod tests {
             (
                 read_all(&reader, 2, None, 6),
                 read_all(&reader, 2, Some(3), 5),
-                read_all(&reader, 1, None, 10),
+                read_all(&reader, 1, None, i64::MAX),
             )
         })
         .await
@@ -375,5 +401,86 @@ mod tests {
         right.expect("4 partitions for 4 shards");
         let wrong = wrong.expect_err("4 partitions for 8 shards");
         assert!(wrong.to_string().contains("t.e.changelog"), "{wrong}");
+    }
+
+    /// A broker that reports the partition's end before the offset asked
+    /// for (its view lagging) does not end the read there: the records up
+    /// to that offset are read once they come. Before, the read stopped at
+    /// the reported end, and a restore took its copy for complete.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_goes_on_past_an_end_reported_before_the_offset_asked_for() {
+        let broker = MockCluster::new(1).expect("mock cluster");
+        broker
+            .create_topic("t.late.changelog", 1, 1)
+            .expect("topic");
+        let log = std::sync::Arc::new(
+            Changelog::new(
+                &broker.bootstrap_servers(),
+                &[],
+                "t.late.changelog",
+                TIMEOUT,
+            )
+            .expect("changelog"),
+        );
+        let batch: Vec<(Vec<u8>, Vec<u8>)> = (0..5)
+            .map(|i| (format!("e{i}").into_bytes(), vec![i]))
+            .collect();
+        log.write(0, &batch).await.expect("written");
+        // The reader says when it has read all there is so far; the rest
+        // is written only then, after the broker reported the end at 5.
+        let (seen_all, wait_for_it) = std::sync::mpsc::channel();
+        let reader = log.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let mut keys = Vec::new();
+            reader
+                .read(0, None, 8, &mut |r| {
+                    keys.push(String::from_utf8_lossy(r.key).into_owned());
+                    if r.offset == 4 {
+                        let _ = seen_all.send(());
+                    }
+                    ControlFlow::Continue(())
+                })
+                .map(|_| keys)
+        });
+        tokio::task::spawn_blocking(move || wait_for_it.recv_timeout(TIMEOUT))
+            .await
+            .expect("waiter")
+            .expect("the first five read");
+        log.write(0, &batch[..3]).await.expect("written");
+        let keys = read.await.expect("reader").expect("read up to offset 8");
+        assert_eq!(keys, ["e0", "e1", "e2", "e3", "e4", "e0", "e1", "e2"]);
+    }
+
+    /// An end that never reaches the offset asked for is an error once no
+    /// record came for the timeout, not a short read taken as whole.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_whose_partition_ends_short_of_the_offset_asked_for_fails() {
+        let broker = MockCluster::new(1).expect("mock cluster");
+        broker
+            .create_topic("t.short.changelog", 1, 1)
+            .expect("topic");
+        let log = std::sync::Arc::new(
+            Changelog::new(
+                &broker.bootstrap_servers(),
+                &[],
+                "t.short.changelog",
+                Duration::from_secs(1),
+            )
+            .expect("changelog"),
+        );
+        let batch: Vec<(Vec<u8>, Vec<u8>)> = (0..5)
+            .map(|i| (format!("e{i}").into_bytes(), vec![i]))
+            .collect();
+        log.write(0, &batch).await.expect("written");
+        let reader = log.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            reader.read(0, None, 8, &mut |_| ControlFlow::Continue(()))
+        })
+        .await
+        .expect("reader");
+        match read {
+            Err(ChangelogError::Stalled { until: 8, .. }) => {}
+            other => panic!("expected the read to stall short of offset 8, got {other:?}"),
+        }
     }
 }

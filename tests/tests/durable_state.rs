@@ -101,7 +101,7 @@ async fn totals_are_exact_when_the_killed_node_comes_back_without_its_data() {
 }
 
 /// The changelog's records per partition and key (entity ids, and the
-/// epoch markers under the empty key).
+/// epoch markers, each start's under a key of its own).
 fn changelog_keys(
     bootstrap: &str,
     topic: &str,

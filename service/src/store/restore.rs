@@ -2,9 +2,14 @@
 //! epoch taken, and its state brought up to date in the node's store
 //! before any of its entities runs.
 //!
-//! Epochs: a shard's start writes an epoch marker (a record with the empty
-//! key, which no entity has) to its changelog partition, and the marker's
-//! offset is the start's epoch. Offsets only grow and are never shared, so
+//! Epochs: a shard's start writes an epoch marker to its changelog
+//! partition, and the marker's offset is the start's epoch. A marker's key
+//! begins with the byte 0xFF, which no entity id (UTF-8) has, and is the
+//! start's own: compaction keeps the newest record of each key, so markers
+//! that shared one key (the empty key, as they did before; still read as
+//! markers) left only the newest, and the look-through below found no
+//! other start once the one it needed was compacted away. A marker per
+//! start stays for good: a record each time a shard starts. Offsets only grow and are never shared, so
 //! epochs grow across the cluster with each start of the shard, without
 //! asking anyone, and two starts racing for one shard (a node paused past
 //! its lease, a partition assigned twice for a while) get different ones:
@@ -30,8 +35,29 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The key of an epoch marker: no entity has the empty id.
-pub(crate) const MARKER_KEY: &[u8] = b"";
+/// The first byte of an epoch marker's key: no UTF-8 text, so no entity
+/// id, begins with it.
+const MARKER_TAG: u8 = 0xFF;
+
+/// Whether a changelog record is an epoch marker: a key that begins with
+/// [`MARKER_TAG`], or the empty key that every marker had before.
+pub(crate) fn is_marker(key: &[u8]) -> bool {
+    key.first().is_none_or(|&b| b == MARKER_TAG)
+}
+
+/// A key of this start's own for its marker: the tag, the node, the shard,
+/// the time and the process's count of starts, so that no other start's
+/// marker has it (a node started again has another time).
+fn marker_key(node: &str, shard: ShardId) -> Vec<u8> {
+    static STARTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let start = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut key = vec![MARKER_TAG];
+    key.extend_from_slice(format!("{node}/{shard}/{nanos}/{start}").as_bytes());
+    key
+}
 
 /// Records applied to the store at most per write while restoring.
 const BATCH: usize = 10_000;
@@ -108,7 +134,7 @@ impl Restore {
             .changelog
             .write(
                 self.partition(),
-                &[(MARKER_KEY.to_vec(), marker.into_bytes())],
+                &[(marker_key(&self.node, self.shard), marker.into_bytes())],
             )
             .await?;
         let Some(&epoch) = offsets.first() else {
@@ -146,7 +172,7 @@ impl Restore {
                 .read(self.partition(), Some(mine), until, &mut |r| {
                     if r.offset < from {
                         // In the store already, unless another start came.
-                        if r.key == MARKER_KEY && r.offset > mine {
+                        if is_marker(r.key) && r.offset > mine {
                             foreign = true;
                             return ControlFlow::Break(());
                         }
@@ -213,7 +239,7 @@ impl<'a> Applier<'a> {
             tracing::info!(entity_type = %self.restore.entity_type, shard = %self.restore.shard, read = self.read, offset = record.offset, "restoring");
         }
         let offset = u64::try_from(record.offset).unwrap_or(0);
-        if record.key == MARKER_KEY {
+        if is_marker(record.key) {
             self.current = self.current.max(offset);
             return Ok(());
         }
@@ -302,5 +328,24 @@ pub(crate) async fn restore_until_done(restore: Arc<Restore>, metrics: StateMetr
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each start's marker has a key of its own, which no entity id has:
+    /// compaction keeps them all. The empty key of the markers written
+    /// before is still a marker.
+    #[test]
+    fn each_start_marks_the_changelog_with_a_key_of_its_own_that_no_entity_has() {
+        let first = marker_key("a:1", ShardId(3));
+        let second = marker_key("a:1", ShardId(3));
+        assert_ne!(first, second, "two starts of one shard on one node");
+        assert!(is_marker(&first) && is_marker(&second));
+        assert!(std::str::from_utf8(&first).is_err(), "not an entity id");
+        assert!(is_marker(b""), "the markers' key before");
+        assert!(!is_marker(b"acct-1") && !is_marker("ÿ-user".as_bytes()));
     }
 }

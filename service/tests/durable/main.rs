@@ -4,6 +4,7 @@
 mod ledger;
 
 mod changelog;
+mod compaction;
 mod kafka;
 mod local;
 mod remember;

@@ -1,0 +1,184 @@
+//! A restore after Kafka's log cleaner compacted the changelog: what a
+//! restore's decisions rest on, the epoch markers of every start of a
+//! shard, is still there. The broker is Apache Kafka (the tests' broker,
+//! its cleaner rolling and cleaning segments every second): librdkafka's
+//! mock cluster does not compact.
+
+use crate::ledger::*;
+use colo::state::{Checkpoint, StateRecord, StateStore, WriteBatch};
+use colo::NodeStore;
+use colo_connectors::{Changelog, NewTopicSpec, CHANGELOG_CONFIG};
+use colo_tests::broker::Broker;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::time::Duration;
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How often the broker rolls segments and cleans.
+const ROLL: Duration = Duration::from_secs(1);
+
+/// A node's store with `entity_type`'s changelog on `broker`, writing
+/// each change at once.
+fn store(broker: &Broker, entity_type: &str, store: &Arc<dyn StateStore>) -> NodeStore {
+    let changelog = Changelog::new(
+        broker.bootstrap(),
+        &[],
+        &format!("{entity_type}.changelog"),
+        TIMEOUT,
+    )
+    .expect("changelog");
+    NodeStore::new(store.clone(), at_once()).with_changelog(entity_type, changelog)
+}
+
+/// `n` account ids on the shard of `first`, `first` included.
+fn same_shard(first: &str, prefix: &str, n: usize) -> Vec<String> {
+    let shard = shard_of(first);
+    std::iter::once(first.to_string())
+        .chain(
+            (0..10_000)
+                .map(|i| format!("{prefix}-{i}"))
+                .filter(|id| id != first && shard_of(id) == shard),
+        )
+        .take(n)
+        .collect()
+}
+
+/// A ledger's state record as a start at `epoch` writes it.
+fn state(epoch: u64, balance: i64) -> Vec<u8> {
+    let ledger = Ledger {
+        balance,
+        entries: 1,
+    };
+    let bytes = colo::codec::encode(&ledger).expect("encodes");
+    StateRecord::new(epoch, 1, Some(bytes.to_vec())).encode()
+}
+
+/// The offsets `partition` holds now.
+async fn offsets(changelog: &Arc<Changelog>, partition: i32) -> Vec<i64> {
+    let reader = changelog.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut held = Vec::new();
+        reader
+            .read(partition, None, i64::MAX, &mut |r| {
+                held.push(r.offset);
+                ControlFlow::Continue(())
+            })
+            .expect("read");
+        held
+    })
+    .await
+    .expect("reader")
+}
+
+/// Node a wrote shard S, then b owned S and wrote to it, while a, not
+/// knowing, wrote once more (a record that landed after b's marker, and
+/// that a's store took with its checkpoint). c owned S after. Kafka's
+/// cleaner then compacted the partition. a comes back on its store: the
+/// records between its own marker and its checkpoint hold b's start, so
+/// its copy is dropped and the whole partition read, giving b's write and
+/// ignoring a's deposed one. When every marker had the same key, the
+/// cleaner kept c's alone: a kept its copy, served its deposed write, and
+/// never had b's (it lay below a's checkpoint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_back_after_compaction_still_finds_the_start_that_deposed_it() {
+    let name = "ledger-compacted";
+    let broker = Broker::start_compacting(&humantime::format_duration(ROLL).to_string());
+    let topic = format!("{name}.changelog");
+    let spec = NewTopicSpec {
+        name: topic.clone(),
+        partitions: SHARDS as i32,
+        replication_factor: 1,
+        config: CHANGELOG_CONFIG
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    };
+    colo_connectors::create_missing_topics(broker.bootstrap(), &[], &[spec], TIMEOUT)
+        .await
+        .expect("changelog topic");
+    let changelog =
+        Arc::new(Changelog::new(broker.bootstrap(), &[], &topic, TIMEOUT).expect("changelog"));
+    let ids = same_shard("acct-1", "acct", 3);
+    let (a_kept, b_wrote, a_deposed) = (&ids[0], &ids[1], &ids[2]);
+    let partition = shard_of(a_kept).0 as i32;
+    let cluster = cluster(name);
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let stores: Vec<Arc<dyn StateStore>> = dirs.iter().map(open).collect();
+
+    // a's start and write; a leaves.
+    let a = cluster.node("a", store(&broker, name, &stores[0]), 1);
+    let got = a.region.ask(a_kept, LedgerMsg::Add(10), ASK).await;
+    assert_eq!(got.expect("added"), (10, 1));
+    a.node.shutdown().await;
+    let a_epoch = stores[0]
+        .checkpoint(name, shard_of(a_kept))
+        .expect("checkpoint")
+        .expect("a's checkpoint")
+        .epoch;
+
+    // b's start and write; b leaves.
+    let b = cluster.node("b", store(&broker, name, &stores[1]), 1);
+    let got = b.region.ask(b_wrote, LedgerMsg::Add(20), ASK).await;
+    assert_eq!(got.expect("added"), (20, 1));
+    b.node.shutdown().await;
+
+    // a's write that landed after b's start, in a's store with its
+    // checkpoint as a's flush would have put it.
+    let late = state(a_epoch, 999);
+    let offset = changelog
+        .write(partition, &[(a_deposed.as_bytes().to_vec(), late.clone())])
+        .await
+        .expect("written")[0];
+    let mut batch = WriteBatch::new(name);
+    batch.put(shard_of(a_deposed), a_deposed, late);
+    batch.checkpoint(
+        shard_of(a_deposed),
+        Checkpoint {
+            offset: u64::try_from(offset).expect("offset") + 1,
+            epoch: a_epoch,
+        },
+    );
+    stores[0].write(&batch).expect("a's store");
+
+    // c's start: it reads the partition and ignores a's late write.
+    let c = cluster.node("c", store(&broker, name, &stores[2]), 1);
+    let got = c.region.ask(a_deposed, LedgerMsg::Get, ASK).await;
+    assert_eq!(got.expect("got"), (0, 0), "a's late write ignored");
+    c.node.shutdown().await;
+
+    // Kafka cleans every segment but the one it writes to, and rolls that
+    // one on a write once ROLL has passed (a time the broker counts, which
+    // no state shows): three writes of one key, ROLL apart, leave the
+    // first in a segment the cleaner takes with the second's key known.
+    let roll = same_shard(a_kept, "roll", 2).remove(1);
+    let mut first = None;
+    for _ in 0..3 {
+        let at = changelog
+            .write(partition, &[(roll.as_bytes().to_vec(), state(a_epoch, 0))])
+            .await
+            .expect("written")[0];
+        first.get_or_insert(at);
+        tokio::time::sleep(ROLL + Duration::from_millis(100)).await;
+    }
+    let first = first.expect("written");
+    colo_tests::wait::until("the cleaner compacted the partition", TIMEOUT * 2, || {
+        let changelog = changelog.clone();
+        async move { !offsets(&changelog, partition).await.contains(&first) }
+    })
+    .await;
+
+    // a is back on its store.
+    let a = cluster.node("a2", store(&broker, name, &stores[0]), 1);
+    let got = a.region.ask(b_wrote, LedgerMsg::Get, ASK).await;
+    assert_eq!(
+        got.expect("got"),
+        (20, 1),
+        "b's write, below a's checkpoint"
+    );
+    let got = a.region.ask(a_deposed, LedgerMsg::Get, ASK).await;
+    assert_eq!(got.expect("got"), (0, 0), "a's deposed write ignored");
+    let got = a.region.ask(a_kept, LedgerMsg::Get, ASK).await;
+    assert_eq!(got.expect("got"), (10, 1), "a's own write before b");
+    a.node.shutdown().await;
+}
