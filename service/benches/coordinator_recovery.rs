@@ -18,7 +18,7 @@ use colo::allocation::{RegionId, ShardId};
 use colo::coordinator::kafka_store::KafkaCoordinatorStore;
 use colo::coordinator::state::{CoordinatorEvent, CoordinatorState};
 use colo::coordinator::store::CoordinatorStore;
-use colo_connectors::{Changelog, NewTopicSpec, CHANGELOG_CONFIG};
+use colo_connectors::Changelog;
 use colo_tests::broker::Broker;
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -72,18 +72,7 @@ async fn main() {
     let events = env("COLO_BENCH_EVENTS", 20_000);
     let broker = Broker::start_compacting(&humantime::format_duration(ROLL).to_string());
     let topic = format!("bench-{}.coordinator", std::process::id());
-    let spec = NewTopicSpec {
-        name: topic.clone(),
-        partitions: 1,
-        replication_factor: 1,
-        config: CHANGELOG_CONFIG
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    };
-    colo_connectors::create_missing_topics(broker.bootstrap(), &[], &[spec], TIMEOUT)
-        .await
-        .expect("topic");
+    colo_tests::kafka::create_compacted(broker.bootstrap(), &topic, 1).await;
     let log =
         Arc::new(Changelog::unbatched(broker.bootstrap(), &[], &topic, TIMEOUT).expect("log"));
 

@@ -8,7 +8,7 @@ use colo::allocation::{RegionId, ShardId};
 use colo::coordinator::kafka_store::KafkaCoordinatorStore;
 use colo::coordinator::state::{CoordinatorEvent, CoordinatorState};
 use colo::coordinator::store::CoordinatorStore;
-use colo_connectors::{Changelog, NewTopicSpec, CHANGELOG_CONFIG};
+use colo_connectors::Changelog;
 use colo_tests::broker::Broker;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -25,18 +25,7 @@ async fn topic(broker: &Broker) -> Arc<Changelog> {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     );
-    let spec = NewTopicSpec {
-        name: name.clone(),
-        partitions: 1,
-        replication_factor: 1,
-        config: CHANGELOG_CONFIG
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    };
-    colo_connectors::create_missing_topics(broker.bootstrap(), &[], &[spec], TIMEOUT)
-        .await
-        .expect("topic");
+    colo_tests::kafka::create_compacted(broker.bootstrap(), &name, 1).await;
     Arc::new(Changelog::unbatched(broker.bootstrap(), &[], &name, TIMEOUT).expect("log"))
 }
 

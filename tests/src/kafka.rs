@@ -1,7 +1,8 @@
 //! Kafka helpers shared by the connector's tests and the broker tests: a
 //! group's committed offsets, waiting for the source's assignments and
-//! records with a deadline, a topic read back from its start, and the
-//! partition Kafka's Java client gives a key.
+//! records with a deadline, a topic read back from its start, the
+//! partition Kafka's Java client gives a key, and a topic compacted as
+//! colo's changelogs and coordinator topics are.
 
 use colo_connectors::{
     Ack, AssignedPartition, Record, SourceEvent, SourceSettings, TopicPartition,
@@ -31,6 +32,26 @@ pub fn source_settings(bootstrap: &str, topic: &str, group: &str) -> SourceSetti
         commit_timeout: Duration::from_secs(5),
         stall_timeout: Duration::from_secs(10),
     }
+}
+
+/// Creates `name` with `partitions` partitions, one replica, compacted as
+/// colo creates its changelogs and coordinator topics.
+///
+/// # Panics
+/// The brokers at `bootstrap` do not create it within 30 s.
+pub async fn create_compacted(bootstrap: &str, name: &str, partitions: i32) {
+    let spec = colo_connectors::NewTopicSpec {
+        name: name.to_string(),
+        partitions,
+        replication_factor: 1,
+        config: colo_connectors::CHANGELOG_CONFIG
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    };
+    colo_connectors::create_missing_topics(bootstrap, &[], &[spec], Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("topic {name} not created: {e}"));
 }
 
 /// Produces `seqs` (as text) for every key, partitioned as Kafka's Java

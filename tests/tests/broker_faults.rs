@@ -155,6 +155,29 @@ async fn three_nodes(sets: &[String], coordinator: bool) -> Vec<NodeProcess> {
     nodes
 }
 
+/// Three nodes on `brokers` (their coordinator `elected` through Kafka, or
+/// on the first node), hosting shards, with purchases flowing: 1,200 of
+/// 36 users, 600 of them handled already.
+async fn loaded(
+    brokers: &BrokerCluster,
+    dir: &std::path::Path,
+    topic: &str,
+    cluster: &str,
+    elected: bool,
+) -> (Vec<NodeProcess>, Producer) {
+    let sets = sets_on(brokers, topic, cluster, elected);
+    let nodes = three_nodes(&sets, !elected).await;
+    step("nodes ready");
+    let producer = Producer::start(dir, brokers.bootstrap(), topic, 36, 1200, Some(200));
+    let refs: Vec<&NodeProcess> = nodes.iter().collect();
+    for node in &refs {
+        await_hosting(node).await;
+    }
+    until_handled(&refs, 600).await;
+    step("600 purchases handled");
+    (nodes, producer)
+}
+
 /// Waits for the producers and for every purchase to be handled, then
 /// checks every user's totals and that no user was live on two nodes.
 async fn all_exact(producers: Vec<Producer>, nodes: &[&NodeProcess], brokers: &BrokerCluster) {
@@ -221,16 +244,8 @@ async fn the_leader_of_shards_and_their_changelog_killed_under_load_loses_nothin
     step(&format!("brokers ready in {:?}", brokers.started_in()));
     let dir = tempfile::tempdir().expect("dir");
     let (topic, cluster) = unique("leader-killed");
-    let sets = sets_on(&brokers, &topic, &cluster, false);
-    let nodes = three_nodes(&sets, true).await;
-    step("nodes ready");
+    let (nodes, producer) = loaded(&brokers, dir.path(), &topic, &cluster, false).await;
     let refs: Vec<&NodeProcess> = nodes.iter().collect();
-    let producer = Producer::start(dir.path(), brokers.bootstrap(), &topic, 36, 1200, Some(200));
-    for node in &refs {
-        await_hosting(node).await;
-    }
-    until_handled(&refs, 600).await;
-    step("600 purchases handled");
 
     let changelog = format!("{cluster}.user.changelog");
     let (victim, partitions) = tokio::task::block_in_place(|| {
@@ -268,15 +283,8 @@ async fn the_group_coordinator_and_coordinator_topic_leader_killed_under_load_lo
     step(&format!("brokers ready in {:?}", brokers.started_in()));
     let dir = tempfile::tempdir().expect("dir");
     let (topic, cluster) = cluster_with_one_group_coordinator("group-coordinator-killed");
-    let sets = sets_on(&brokers, &topic, &cluster, true);
-    let nodes = three_nodes(&sets, false).await;
-    step("nodes ready");
+    let (nodes, producer) = loaded(&brokers, dir.path(), &topic, &cluster, true).await;
     let refs: Vec<&NodeProcess> = nodes.iter().collect();
-    let producer = Producer::start(dir.path(), brokers.bootstrap(), &topic, 36, 1200, Some(200));
-    for node in &refs {
-        await_hosting(node).await;
-    }
-    until_handled(&refs, 600).await;
 
     let (groups, coordinator_topic) = tokio::task::block_in_place(|| {
         (

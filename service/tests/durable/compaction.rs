@@ -7,7 +7,7 @@
 use crate::ledger::*;
 use colo::state::{Checkpoint, StateRecord, StateStore, WriteBatch};
 use colo::NodeStore;
-use colo_connectors::{Changelog, NewTopicSpec, CHANGELOG_CONFIG};
+use colo_connectors::Changelog;
 use colo_tests::broker::Broker;
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -85,18 +85,7 @@ async fn a_node_back_after_compaction_still_finds_the_start_that_deposed_it() {
     let name = "ledger-compacted";
     let broker = Broker::start_compacting(&humantime::format_duration(ROLL).to_string());
     let topic = format!("{name}.changelog");
-    let spec = NewTopicSpec {
-        name: topic.clone(),
-        partitions: SHARDS as i32,
-        replication_factor: 1,
-        config: CHANGELOG_CONFIG
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    };
-    colo_connectors::create_missing_topics(broker.bootstrap(), &[], &[spec], TIMEOUT)
-        .await
-        .expect("changelog topic");
+    colo_tests::kafka::create_compacted(broker.bootstrap(), &topic, SHARDS as i32).await;
     let changelog =
         Arc::new(Changelog::new(broker.bootstrap(), &[], &topic, TIMEOUT).expect("changelog"));
     let ids = same_shard("acct-1", "acct", 3);
