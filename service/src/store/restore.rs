@@ -9,11 +9,12 @@
 //! that shared one key (the empty key, as they did before; still read as
 //! markers) left only the newest, and the look-through below found no
 //! other start once the one it needed was compacted away. A marker per
-//! start stays for good: a record each time a shard starts. Offsets only grow and are never shared, so
-//! epochs grow across the cluster with each start of the shard, without
-//! asking anyone, and two starts racing for one shard (a node paused past
-//! its lease, a partition assigned twice for a while) get different ones:
-//! the later marker wins. Every state record carries the epoch of the start
+//! start stays for good: a record each time a shard starts.
+//!
+//! Offsets only grow and are never shared, so epochs grow across the
+//! cluster with each start of the shard, without asking anyone, and two
+//! starts racing for one shard (a node paused past its lease, a partition
+//! assigned twice for a while) get different ones: the later marker wins. Every state record carries the epoch of the start
 //! that wrote it, and a restore ignores a record whose epoch is older than
 //! one it has seen before it (a marker, or a newer record): that is a node
 //! that had lost the shard and wrote anyway.
