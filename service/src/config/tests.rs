@@ -584,6 +584,12 @@ fn without_a_coordinator_address_the_coordinator_is_elected_which_needs_kafka() 
         "coordinator.election_timeout=4s",
     ]);
     assert!(load(node_only, &[], &shorter).unwrap().elects_coordinator());
+    // A session too long to double is refused, not a panic.
+    let mut endless = kafka.to_vec();
+    endless.push("coordinator.session_timeout=18446744073709551615s");
+    let (field, shown) = field_error(node_only, &[], &endless);
+    assert_eq!(field, "coordinator.session_timeout");
+    assert!(shown.contains("too long"), "{shown}");
     // A configured address pins the coordinator, Kafka or not.
     let mut pinned = kafka.to_vec();
     pinned.push("coordinator.address=127.0.0.1:7001");

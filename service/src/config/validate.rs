@@ -69,7 +69,16 @@ impl NodeConfig {
             // Kafka an election with 5 s against a 6 s session took 10.7 s
             // (27 s at worst) where 15 s let it take 5.8 s (BENCHMARKS.md,
             // "Coordinator failover on Apache Kafka").
-            if coordinator.election_timeout < coordinator.session_timeout * 2 {
+            // Kafka's brokers refuse a session longer than their
+            // `group.max.session.timeout.ms` (30 minutes by default); a
+            // value past twice that cannot be meant.
+            let Some(twice) = coordinator.session_timeout.checked_mul(2) else {
+                return refuse(
+                    "coordinator.session_timeout",
+                    "is too long: Kafka's brokers accept a session of at most 30 minutes by default".to_string(),
+                );
+            };
+            if coordinator.election_timeout < twice {
                 return refuse(
                     "coordinator.election_timeout",
                     format!(
