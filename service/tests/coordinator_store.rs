@@ -1,7 +1,8 @@
 //! The coordinator's store on the cluster's coordinator topic, against the
 //! test broker (Apache Kafka): a coordinator started again, on any node, reads its
 //! predecessor's state; a deposed coordinator's later writes count for no
-//! one; snapshots and the broker's compaction leave the same state; entity
+//! one, and its snapshots take nothing from its successor; snapshots and
+//! the broker's compaction leave the same state; entity
 //! types sharing the topic do not see each other's records.
 
 use colo::allocation::{RegionId, ShardId};
@@ -232,4 +233,75 @@ async fn after_snapshots_and_compaction_a_new_coordinator_reads_the_same_state()
     );
     let reader = KafkaCoordinatorStore::new(log, "user", 2);
     assert_eq!(state(reader.load().await.expect("loaded")), state(events));
+}
+
+/// Whether the partition still holds the record at `offset`.
+async fn holds(log: &Arc<Changelog>, offset: i64) -> bool {
+    let log = log.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut held = false;
+        log.read(0, Some(offset), offset + 1, &mut |record| {
+            held |= record.offset == offset;
+            ControlFlow::Continue(())
+        })
+        .expect("read");
+        held
+    })
+    .await
+    .expect("reader")
+}
+
+/// A coordinator deposed while it runs may still reach its next snapshot
+/// and its tombstones. After Kafka's cleaner ran, a coordinator started
+/// later reads its successor's state whole, and the deposed one is told
+/// it is deposed rather than writing on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_coordinators_snapshot_takes_nothing_from_its_successors_state() {
+    let broker = Broker::start_compacting("1s");
+    let log = topic(&broker).await;
+    let deposed = KafkaCoordinatorStore::new(log.clone(), "user", 1).compacting_every(3);
+    deposed.load().await.expect("loaded");
+    write_all(&deposed, &[registered("a"), allocated(1, "a")]).await;
+    // Its first event: after the epoch record, before the second event.
+    let first_event = read_log(&log).await.end - 2;
+
+    let next = KafkaCoordinatorStore::new(log.clone(), "user", 2);
+    assert_eq!(
+        next.load().await.expect("loaded"),
+        [registered("a"), allocated(1, "a")]
+    );
+    write_all(&next, &[registered("b")]).await;
+    // The deposed one's third event reaches its snapshot.
+    let refused = deposed.persist(allocated(2, "a")).await;
+    let error = refused.expect_err("a deposed coordinator's snapshot is refused");
+    assert!(error.0.contains("deposed"), "{error}");
+    assert!(
+        deposed.persist(allocated(4, "a")).await.is_err(),
+        "a deposed coordinator writes nothing more"
+    );
+    // A segment rolls at the first write a second after it began (a time
+    // the broker counts, not a state to await); the cleaner then drops the
+    // first events, whose keys have tombstones.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    write_all(&next, &[allocated(3, "b")]).await;
+    let cleaned = colo_tests::wait::held_within(Duration::from_secs(60), || async {
+        !holds(&log, first_event).await
+    })
+    .await;
+    assert!(
+        cleaned,
+        "the cleaner kept offset {first_event}: {:?}\n{}",
+        read_log(&log).await,
+        broker.log()
+    );
+    let reader = KafkaCoordinatorStore::new(log, "user", 3);
+    assert_eq!(
+        state(reader.load().await.expect("loaded")),
+        state(vec![
+            registered("a"),
+            allocated(1, "a"),
+            registered("b"),
+            allocated(3, "b")
+        ])
+    );
 }

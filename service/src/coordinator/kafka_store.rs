@@ -9,7 +9,8 @@
 //! - an epoch record, written first by every coordinator that starts;
 //! - events, one record each, keyed by a slot that is reused once the
 //!   snapshot after it has made it stale (see `append`);
-//! - a snapshot of the whole state every [`COMPACT_EVERY`] events, after
+//! - a snapshot of the whole state every [`COMPACT_EVERY`] events, and
+//!   one when a coordinator takes over, each under a key of its own, after
 //!   which every earlier record of the entity type gets a tombstone, so
 //!   that compaction leaves the last snapshot and what follows it.
 //!
@@ -20,6 +21,16 @@
 //! from then on a record written with a lower epoch (a deposed coordinator
 //! that has not stopped yet) is ignored by every reader: a record counts
 //! only if no record before it in the partition has a higher epoch.
+//!
+//! Tombstones carry no epoch, so they are fenced by their writer instead: a
+//! coordinator writes the tombstones that follow a snapshot only once it
+//! has read that no higher epoch came before the snapshot, and stops
+//! writing otherwise. And since a deposed coordinator may still write them
+//! while its successor reads, a successor's first act is a snapshot of its
+//! own: from then on its state rests on nothing a predecessor wrote. Every
+//! reader replays what compaction may leave of the partition (each key's
+//! last record, at its place), so a reader today reads what one would after
+//! the cleaner ran.
 
 use super::state::{CoordinatorEvent, CoordinatorState};
 use super::store::{CoordinatorStore, StoreError, COMPACT_EVERY};
@@ -123,8 +134,16 @@ impl Keys {
         format!("{}epoch{SEPARATOR}{epoch:020}", self.prefix).into_bytes()
     }
 
-    fn snapshot(&self, epoch: u64) -> Vec<u8> {
-        format!("{}snapshot{SEPARATOR}{epoch:020}", self.prefix).into_bytes()
+    /// Each snapshot under a key of its own: a deposed coordinator's
+    /// snapshot, written again under the key of its last valid one, would
+    /// have compaction drop the valid one and keep a record every reader
+    /// ignores.
+    fn snapshot(&self, epoch: u64, number: u64) -> Vec<u8> {
+        format!(
+            "{}snapshot{SEPARATOR}{epoch:020}{SEPARATOR}{number:020}",
+            self.prefix
+        )
+        .into_bytes()
     }
 
     fn event(&self, epoch: u64, slot: u64) -> Vec<u8> {
@@ -161,13 +180,28 @@ struct Replayed {
     ignored: u64,
 }
 
-/// Replays records in partition order. A record counts only if no record
-/// before it has a higher epoch; a valid snapshot replaces what came
-/// before it.
+/// What compaction may leave of `records` (in partition order): each
+/// key's last record, at its place.
+fn compacted(records: &[Read]) -> impl Iterator<Item = &Read> {
+    let last: std::collections::HashMap<&[u8], usize> = records
+        .iter()
+        .enumerate()
+        .map(|(at, read)| (read.key.as_slice(), at))
+        .collect();
+    records
+        .iter()
+        .enumerate()
+        .filter(move |(at, read)| last.get(read.key.as_slice()) == Some(at))
+        .map(|(_, read)| read)
+}
+
+/// Replays what compaction may leave of records in partition order. A
+/// record counts only if no record before it has a higher epoch; a valid
+/// snapshot replaces what came before it.
 fn replay(records: &[Read]) -> Replayed {
     let mut replayed = Replayed::default();
     let mut fence = 0;
-    for read in records {
+    for read in compacted(records) {
         let Some(value) = &read.value else {
             continue;
         };
@@ -208,11 +242,40 @@ enum Failure {
     Unreadable(StoreError),
 }
 
-/// What the store holds between writes.
+/// Where a store is in its coordinator's life.
 #[derive(Debug, Default)]
+enum Phase {
+    #[default]
+    Unloaded,
+    Serving(Inner),
+    /// A coordinator with a higher epoch has started: nothing more is
+    /// written.
+    Deposed {
+        epoch: u64,
+        by: u64,
+    },
+}
+
+/// Why a snapshot did not go through.
+enum Halt {
+    Store(StoreError),
+    /// A record of epoch `by` came before the snapshot.
+    Deposed {
+        by: u64,
+    },
+}
+
+/// What the store holds between writes.
+#[derive(Debug)]
 struct Inner {
-    /// This coordinator's epoch, once loaded.
+    /// This coordinator's epoch.
     epoch: u64,
+    /// The offset up to which this coordinator has read that no higher
+    /// epoch wrote: its epoch record's at first.
+    checked: i64,
+    /// Snapshots written within the epoch (the next one's key comes from
+    /// it).
+    snapshots: u64,
     /// The number of the next event within the epoch (its key's slot
     /// comes from it).
     next: u64,
@@ -235,7 +298,7 @@ pub struct KafkaCoordinatorStore {
     /// The epoch it starts with, unless the topic holds a higher one.
     wanted: u64,
     compact_every: usize,
-    inner: tokio::sync::Mutex<Inner>,
+    phase: tokio::sync::Mutex<Phase>,
 }
 
 impl std::fmt::Debug for KafkaCoordinatorStore {
@@ -258,7 +321,7 @@ impl KafkaCoordinatorStore {
             keys: Keys::new(entity_type),
             wanted: epoch,
             compact_every: COMPACT_EVERY,
-            inner: tokio::sync::Mutex::default(),
+            phase: tokio::sync::Mutex::default(),
         }
     }
 
@@ -272,7 +335,19 @@ impl KafkaCoordinatorStore {
 
     /// This coordinator's epoch: 0 until its state is loaded.
     pub async fn epoch(&self) -> u64 {
-        self.inner.lock().await.epoch
+        match &*self.phase.lock().await {
+            Phase::Unloaded => 0,
+            Phase::Serving(inner) => inner.epoch,
+            Phase::Deposed { epoch, .. } => *epoch,
+        }
+    }
+
+    fn deposed(&self, epoch: u64, by: u64) -> StoreError {
+        StoreError(format!(
+            "the coordinator of epoch {epoch} (entity type {:?}) is deposed: one of epoch {by} started on topic {}",
+            self.entity_type,
+            self.log.topic()
+        ))
     }
 
     fn failed(&self, what: &str, e: impl std::fmt::Display) -> StoreError {
@@ -351,8 +426,23 @@ impl KafkaCoordinatorStore {
         }
     }
 
+    /// Reads until the broker answers.
+    async fn read_until_read(&self, from: i64, until: i64) -> Result<Vec<Read>, StoreError> {
+        loop {
+            match self.read(from, until).await {
+                Ok(records) => return Ok(records),
+                Err(Failure::Unreadable(e)) => return Err(e),
+                Err(Failure::Kafka(e)) => {
+                    tracing::warn!(entity_type = %self.entity_type, error = %e, retry_in = ?RETRY, "coordinator topic not read; tried again");
+                    tokio::time::sleep(RETRY).await;
+                }
+            }
+        }
+    }
+
     /// Loads until the broker answers; a record that cannot be read stops
-    /// it (the coordinator reports it and does not start).
+    /// it (the coordinator reports it and does not start), and so does a
+    /// successor found while taking over.
     async fn load_state(&self) -> Result<Vec<CoordinatorEvent>, StoreError> {
         loop {
             match self.try_load().await {
@@ -377,7 +467,7 @@ impl KafkaCoordinatorStore {
 
     async fn try_load(&self) -> Result<Vec<CoordinatorEvent>, Failure> {
         let started = std::time::Instant::now();
-        let mut inner = self.inner.lock().await;
+        let mut phase = self.phase.lock().await;
         let mut epoch = self.wanted.max(1);
         let mut end = self.write_epoch(epoch).await?;
         let mut records = self.read(0, end).await?;
@@ -405,14 +495,29 @@ impl KafkaCoordinatorStore {
             tracing::warn!(entity_type = %self.entity_type, ignored = replayed.ignored, "coordinator records of a deposed coordinator ignored");
         }
         let state = CoordinatorState::replay(replayed.events.iter().cloned()).unwrap_or_default();
-        *inner = Inner {
+        let mut inner = Inner {
             epoch,
+            checked: end,
+            snapshots: 0,
             next: 0,
             state,
             events_since: 0,
             superseded: replayed.superseded,
             since_snapshot: replayed.since_snapshot,
         };
+        if takeover {
+            // A deposed predecessor may still write tombstones for records
+            // this state rests on.
+            match self.snapshot(&mut inner).await {
+                Ok(()) => {}
+                Err(Halt::Deposed { by }) => {
+                    *phase = Phase::Deposed { epoch, by };
+                    return Err(Failure::Unreadable(self.deposed(epoch, by)));
+                }
+                Err(Halt::Store(e)) => return Err(Failure::Unreadable(e)),
+            }
+        }
+        *phase = Phase::Serving(inner);
         let took = started.elapsed();
         crate::metrics::coordinator_recovered(
             &self.entity_type,
@@ -426,7 +531,17 @@ impl KafkaCoordinatorStore {
     }
 
     async fn append(&self, event: CoordinatorEvent) -> Result<(), StoreError> {
-        let mut inner = self.inner.lock().await;
+        let mut phase = self.phase.lock().await;
+        let inner = match &mut *phase {
+            Phase::Serving(inner) => inner,
+            Phase::Deposed { epoch, by } => return Err(self.deposed(*epoch, *by)),
+            Phase::Unloaded => {
+                return Err(StoreError(format!(
+                    "the coordinator of entity type {:?} writes before its state was read",
+                    self.entity_type
+                )))
+            }
+        };
         let epoch = inner.epoch;
         // Slots, not numbers: the events between two snapshots take one
         // half of 2 × compact_every slots, the next ones the other half,
@@ -451,25 +566,51 @@ impl KafkaCoordinatorStore {
         inner.since_snapshot.push(key);
         inner.events_since += 1;
         if inner.events_since >= self.compact_every {
-            self.snapshot(&mut inner).await?;
+            match self.snapshot(inner).await {
+                Ok(()) => {}
+                Err(Halt::Store(e)) => return Err(e),
+                Err(Halt::Deposed { by }) => {
+                    *phase = Phase::Deposed { epoch, by };
+                    return Err(self.deposed(epoch, by));
+                }
+            }
         }
         Ok(())
     }
 
-    /// Writes the state as a snapshot, then tombstones every earlier key:
-    /// compaction keeps the snapshot and what follows.
-    async fn snapshot(&self, inner: &mut Inner) -> Result<(), StoreError> {
+    /// Writes the state as a snapshot, then, unless a higher epoch came
+    /// before it, tombstones every earlier key: compaction keeps the
+    /// snapshot and what follows.
+    async fn snapshot(&self, inner: &mut Inner) -> Result<(), Halt> {
         let epoch = inner.epoch;
-        let key = self.keys.snapshot(epoch);
+        let key = self.keys.snapshot(epoch, inner.snapshots);
+        inner.snapshots += 1;
         let events = inner.state.snapshot();
-        self.write_until_taken(
-            &key,
-            &Value {
-                epoch,
-                body: Body::Snapshot(events),
-            },
-        )
-        .await?;
+        let at = self
+            .write_until_taken(
+                &key,
+                &Value {
+                    epoch,
+                    body: Body::Snapshot(events),
+                },
+            )
+            .await
+            .map_err(Halt::Store)?;
+        let between = self
+            .read_until_read(inner.checked, at)
+            .await
+            .map_err(Halt::Store)?;
+        let higher = between
+            .iter()
+            .filter_map(|read| read.value.as_ref())
+            .map(|value| value.epoch)
+            .max()
+            .filter(|&highest| highest > epoch);
+        if let Some(by) = higher {
+            tracing::warn!(entity_type = %self.entity_type, epoch, by, "coordinator deposed: its snapshot came after a successor's start, and it writes nothing more");
+            return Err(Halt::Deposed { by });
+        }
+        inner.checked = at;
         let mut stale = std::mem::take(&mut inner.superseded);
         stale.append(&mut inner.since_snapshot);
         stale.retain(|k| *k != key);
@@ -572,6 +713,24 @@ mod tests {
         );
         assert_eq!(replayed.superseded, [b"a".to_vec(), b"b".to_vec()]);
         assert_eq!(replayed.since_snapshot, [b"s1".to_vec(), b"c".to_vec()]);
+    }
+
+    #[test]
+    fn a_replay_reads_what_compaction_may_leave() {
+        let records = vec![
+            event(1, "a", allocated(0, "r")),
+            event(1, "b", allocated(1, "r")),
+            // A tombstone removes what its key held; a key written again
+            // counts at its last place.
+            Read {
+                key: b"a".to_vec(),
+                value: None,
+            },
+            event(1, "c", allocated(2, "r")),
+            event(1, "b", allocated(3, "r")),
+        ];
+        let replayed = replay(&records);
+        assert_eq!(replayed.events, [allocated(2, "r"), allocated(3, "r")]);
     }
 
     #[test]
