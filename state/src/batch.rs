@@ -13,6 +13,11 @@ pub struct Checkpoint {
     /// restore here checks that no other start came between (see the
     /// runtime's restore).
     pub epoch: u64,
+    /// A fingerprint of that start's epoch marker, which names the
+    /// changelog the copy came from: a changelog made anew may hold
+    /// another start's marker at the same offset. 0: a checkpoint written
+    /// before checkpoints had it.
+    pub marker: u64,
 }
 
 /// One change to an entity type's state.

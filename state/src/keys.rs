@@ -42,19 +42,31 @@ pub fn entity_id(key: &[u8]) -> Option<&str> {
     key.get(5..).and_then(|id| std::str::from_utf8(id).ok())
 }
 
-/// A checkpoint's value: its offset, then its epoch, both big-endian.
-pub fn encode_checkpoint(checkpoint: Checkpoint) -> [u8; 16] {
-    let mut value = [0; 16];
+/// A checkpoint's value: its offset, its epoch and its marker's
+/// fingerprint, each big-endian.
+pub fn encode_checkpoint(checkpoint: Checkpoint) -> [u8; 24] {
+    let mut value = [0; 24];
     value[..8].copy_from_slice(&checkpoint.offset.to_be_bytes());
-    value[8..].copy_from_slice(&checkpoint.epoch.to_be_bytes());
+    value[8..16].copy_from_slice(&checkpoint.epoch.to_be_bytes());
+    value[16..].copy_from_slice(&checkpoint.marker.to_be_bytes());
     value
 }
 
+/// A checkpoint read back; one of 16 bytes, written before checkpoints
+/// had their marker's fingerprint, has none (0).
 pub fn decode_checkpoint(value: &[u8]) -> Option<Checkpoint> {
-    let (offset, epoch) = value.split_at_checked(8)?;
+    let word = |at: usize| -> Option<u64> {
+        Some(u64::from_be_bytes(value.get(at..at + 8)?.try_into().ok()?))
+    };
+    let marker = match value.len() {
+        16 => 0,
+        24 => word(16)?,
+        _ => return None,
+    };
     Some(Checkpoint {
-        offset: u64::from_be_bytes(offset.try_into().ok()?),
-        epoch: u64::from_be_bytes(epoch.try_into().ok()?),
+        offset: word(0)?,
+        epoch: word(8)?,
+        marker,
     })
 }
 
@@ -95,6 +107,28 @@ mod tests {
         let next = entity(ShardId(8), "");
         assert!(end.as_slice() <= next.as_slice());
         assert_eq!(entity_id(&e), Some("user-\u{e9}"));
+    }
+
+    #[test]
+    fn a_checkpoint_reads_back_and_one_from_before_markers_has_none() {
+        let checkpoint = Checkpoint {
+            offset: 42,
+            epoch: 7,
+            marker: 0xfeed,
+        };
+        assert_eq!(
+            decode_checkpoint(&encode_checkpoint(checkpoint)),
+            Some(checkpoint)
+        );
+        let before = &encode_checkpoint(checkpoint)[..16];
+        assert_eq!(
+            decode_checkpoint(before),
+            Some(Checkpoint {
+                marker: 0,
+                ..checkpoint
+            })
+        );
+        assert_eq!(decode_checkpoint(&[0; 9]), None);
     }
 
     #[test]

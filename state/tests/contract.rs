@@ -34,6 +34,7 @@ fn a_written_batch_is_loaded_scanned_by_shard_and_checkpointed_after_a_reopen() 
                 Checkpoint {
                     offset: 42,
                     epoch: 7,
+                    marker: 9,
                 },
             );
             store.write(&batch).expect("write");
@@ -65,7 +66,8 @@ fn a_written_batch_is_loaded_scanned_by_shard_and_checkpointed_after_a_reopen() 
             store.checkpoint("user", ShardId(1)).expect("cp"),
             Some(Checkpoint {
                 offset: 42,
-                epoch: 7
+                epoch: 7,
+                marker: 9,
             })
         );
         assert_eq!(store.checkpoint("user", ShardId(2)).expect("cp"), None);
@@ -86,6 +88,7 @@ fn batches_of_several_shards_and_types_written_together_are_all_there_after_a_re
                 Checkpoint {
                     offset: 3,
                     epoch: 1,
+                    marker: 9,
                 },
             );
             let mut second = WriteBatch::new("user");
@@ -117,7 +120,8 @@ fn batches_of_several_shards_and_types_written_together_are_all_there_after_a_re
             store.checkpoint("user", ShardId(1)).expect("cp"),
             Some(Checkpoint {
                 offset: 3,
-                epoch: 1
+                epoch: 1,
+                marker: 9,
             })
         );
     }
@@ -138,6 +142,7 @@ fn deletes_and_a_cleared_shard_are_gone_and_other_shards_stay() {
                 Checkpoint {
                     offset: 10,
                     epoch: 1,
+                    marker: 9,
                 },
             );
         }
@@ -162,7 +167,8 @@ fn deletes_and_a_cleared_shard_are_gone_and_other_shards_stay() {
             store.checkpoint("user", ShardId(2)).expect("cp"),
             Some(Checkpoint {
                 offset: 10,
-                epoch: 1
+                epoch: 1,
+                marker: 9,
             })
         );
     }

@@ -25,7 +25,10 @@
 //! marker and its checkpoint are looked through for another start's marker:
 //! one there means another node owned the shard while this one still wrote
 //! (it was deposed unknowingly), so its copy may hold writes a restore must
-//! ignore; it is dropped and the whole partition read instead. Without a
+//! ignore; it is dropped and the whole partition read instead. So is a copy
+//! whose own marker is not where its checkpoint says (by the fingerprint
+//! the checkpoint keeps of it): the copy came from another changelog, one
+//! since deleted and made anew, whose offsets mean nothing here. Without a
 //! checkpoint, the whole partition is read into an empty shard.
 
 use crate::metrics::StateMetrics;
@@ -60,6 +63,12 @@ fn marker_key(node: &str, shard: ShardId) -> Vec<u8> {
     key
 }
 
+/// What a checkpoint keeps of its start's marker key: never 0, which
+/// stands for a checkpoint written before checkpoints kept it.
+fn fingerprint(marker_key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(marker_key).max(1)
+}
+
 /// Records applied to the store at most per write while restoring.
 const BATCH: usize = 10_000;
 
@@ -85,6 +94,8 @@ pub(crate) enum RestoreError {
 pub(crate) struct Restored {
     /// This start's epoch: every state it writes carries it.
     pub epoch: u64,
+    /// Its marker's fingerprint, for its checkpoints.
+    pub marker: u64,
     /// Changelog records read and applied or ignored (markers included;
     /// not those looked through for another start's marker).
     pub read: u64,
@@ -131,21 +142,21 @@ impl Restore {
             "epoch marker: a start of shard {} on {}",
             self.shard, self.node
         );
+        let key = marker_key(&self.node, self.shard);
+        let mark = fingerprint(&key);
         let offsets = self
             .changelog
-            .write(
-                self.partition(),
-                &[(marker_key(&self.node, self.shard), marker.into_bytes())],
-            )
+            .write(self.partition(), &[(key, marker.into_bytes())])
             .await?;
         let Some(&epoch) = offsets.first() else {
             return Err(RestoreError::Thread("the marker got no offset".into()));
         };
         let this = self.clone();
         let (read, applied, ignored, from_checkpoint) =
-            blocking(&self.turns, move || this.apply(local, epoch)).await?;
+            blocking(&self.turns, move || this.apply(local, epoch, mark)).await?;
         Ok(Restored {
             epoch: u64::try_from(epoch).unwrap_or(0),
+            marker: mark,
             read,
             applied,
             ignored,
@@ -154,11 +165,13 @@ impl Restore {
         })
     }
 
-    /// Brings the store's copy of the shard up to the marker at `epoch`.
+    /// Brings the store's copy of the shard up to the marker at `epoch`,
+    /// whose fingerprint is `mark`.
     fn apply(
         &self,
         local: Option<Checkpoint>,
         epoch: i64,
+        mark: u64,
     ) -> Result<(u64, u64, u64, bool), RestoreError> {
         let until = epoch;
         if let Some(checkpoint) =
@@ -168,9 +181,22 @@ impl Restore {
             let from = i64::try_from(checkpoint.offset).unwrap_or(i64::MAX);
             let mut applier =
                 Applier::new(self, checkpoint.epoch, WriteBatch::new(&*self.entity_type));
-            let mut foreign = false;
+            let (mut foreign, mut anew, mut own_seen) = (false, false, false);
             self.changelog
                 .read(self.partition(), Some(mine), until, &mut |r| {
+                    if !own_seen {
+                        // The copy's own marker, unless the changelog is
+                        // another than the one the copy came from.
+                        own_seen = true;
+                        let own = r.offset == mine
+                            && is_marker(r.key)
+                            && (checkpoint.marker == 0 || fingerprint(r.key) == checkpoint.marker);
+                        if !own {
+                            anew = true;
+                            return ControlFlow::Break(());
+                        }
+                        return ControlFlow::Continue(());
+                    }
                     if r.offset < from {
                         // In the store already, unless another start came.
                         if is_marker(r.key) && r.offset > mine {
@@ -181,11 +207,14 @@ impl Restore {
                     }
                     applier.visit(r)
                 })?;
-            if !foreign {
-                let (read, applied, ignored) = applier.finish(until)?;
+            if anew || !own_seen {
+                tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, checkpoint = from, "the store's copy came from another changelog than this one (its topic deleted and made anew?): its copy here is dropped and the changelog partition read");
+            } else if foreign {
+                tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, "another start of the shard came while this node still wrote it: its copy here is dropped and the whole changelog partition read");
+            } else {
+                let (read, applied, ignored) = applier.finish(until, mark)?;
                 return Ok((read, applied, ignored, true));
             }
-            tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, "another start of the shard came while this node still wrote it: its copy here is dropped and the whole changelog partition read");
         } else if local.is_some() {
             tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, "the store's checkpoint is past the changelog's end (a changelog topic made anew?): its copy here is dropped and the changelog partition read");
         }
@@ -194,7 +223,7 @@ impl Restore {
         let mut applier = Applier::new(self, 0, batch);
         self.changelog
             .read(self.partition(), None, until, &mut |r| applier.visit(r))?;
-        let (read, applied, ignored) = applier.finish(until)?;
+        let (read, applied, ignored) = applier.finish(until, mark)?;
         Ok((read, applied, ignored, false))
     }
 }
@@ -274,9 +303,9 @@ impl<'a> Applier<'a> {
         Ok(())
     }
 
-    /// Writes the rest with the checkpoint of the start at `epoch`: what
-    /// was read, applied and ignored.
-    fn finish(mut self, epoch: i64) -> Result<(u64, u64, u64), RestoreError> {
+    /// Writes the rest with the checkpoint of the start at `epoch` (its
+    /// marker's fingerprint `marker`): what was read, applied and ignored.
+    fn finish(mut self, epoch: i64, marker: u64) -> Result<(u64, u64, u64), RestoreError> {
         if let Some(e) = self.failed.take() {
             return Err(e);
         }
@@ -286,6 +315,7 @@ impl<'a> Applier<'a> {
             Checkpoint {
                 offset: epoch + 1,
                 epoch,
+                marker,
             },
         );
         self.restore.store.write(&self.batch)?;

@@ -231,6 +231,77 @@ async fn what_a_deposed_owner_writes_after_a_newer_start_is_ignored_by_a_restore
     .expect("reader");
 }
 
+/// A node's store kept through its changelog's topic being deleted and
+/// made anew (`colo remove-internal-data --state` with the data
+/// directories kept), while other nodes wrote the new topic past the
+/// store's checkpoint: the node back on that store finds another start's
+/// marker where its own was, drops its copy and reads the new changelog,
+/// serving nothing of the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_from_a_changelog_made_anew_is_dropped_though_the_new_one_reaches_past_it() {
+    let name = "ledger-anew";
+    let broker = broker(name);
+    let anew = format!("{}.made-anew", topic(name));
+    broker
+        .create_topic(&anew, SHARDS as i32, 1)
+        .expect("the new changelog topic");
+    let on_new = |store: &Arc<dyn StateStore>| {
+        let changelog = Changelog::new(
+            &broker.bootstrap_servers(),
+            &[],
+            &anew,
+            Duration::from_secs(10),
+        )
+        .expect("changelog");
+        NodeStore::new(store.clone(), behind()).with_changelog(name, changelog)
+    };
+    let id = "acct-1";
+    let others: Vec<String> = accounts()
+        .into_iter()
+        .filter(|other| other != id && shard_of(other) == shard_of(id))
+        .take(2)
+        .collect();
+    assert_eq!(others.len(), 2, "two more accounts on acct-1's shard");
+    let cluster = cluster(name);
+    let (dir_a, dir_b) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let (store_a, store_b) = (open(&dir_a), open(&dir_b));
+
+    // a on the old changelog: its marker, its write, its checkpoint.
+    let a = cluster.node("a", store(&broker, name, &store_a), 1);
+    let got = a.region.ask(id, LedgerMsg::Add(10), ASK).await;
+    assert_eq!(got.expect("added"), (10, 1));
+    a.node.shutdown().await;
+
+    // b on the new one, with its own store: its marker where a's was, and
+    // writes past a's checkpoint.
+    let b = cluster.node("b", on_new(&store_b), 1);
+    let got = b.region.ask(id, LedgerMsg::Add(5), ASK).await;
+    assert_eq!(got.expect("added"), (5, 1));
+    for other in &others {
+        b.region
+            .ask(other, LedgerMsg::Add(1), ASK)
+            .await
+            .expect("added");
+    }
+    b.node.shutdown().await;
+
+    let a = cluster.node("a2", on_new(&store_a), 1);
+    let got = a.region.ask(id, LedgerMsg::Get, ASK).await;
+    assert_eq!(
+        got.expect("got"),
+        (5, 1),
+        "the new changelog's state, not the old copy"
+    );
+    for other in &others {
+        let got = a.region.ask(other, LedgerMsg::Get, ASK).await;
+        assert_eq!(got.expect("got"), (1, 1), "{other}");
+    }
+    a.node.shutdown().await;
+}
+
 /// The changelog's broker goes away: the write fails and is tried again,
 /// the node says it is not ready and why, the ask whose change it holds
 /// gets no acknowledgement, and what was acknowledged before stays.

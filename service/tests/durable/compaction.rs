@@ -100,11 +100,11 @@ async fn a_node_back_after_compaction_still_finds_the_start_that_deposed_it() {
     let got = a.region.ask(a_kept, LedgerMsg::Add(10), ASK).await;
     assert_eq!(got.expect("added"), (10, 1));
     a.node.shutdown().await;
-    let a_epoch = stores[0]
+    let a_checkpoint = stores[0]
         .checkpoint(name, shard_of(a_kept))
         .expect("checkpoint")
-        .expect("a's checkpoint")
-        .epoch;
+        .expect("a's checkpoint");
+    let a_epoch = a_checkpoint.epoch;
 
     // b's start and write; b leaves.
     let b = cluster.node("b", store(&broker, name, &stores[1]), 1);
@@ -125,7 +125,7 @@ async fn a_node_back_after_compaction_still_finds_the_start_that_deposed_it() {
         shard_of(a_deposed),
         Checkpoint {
             offset: u64::try_from(offset).expect("offset") + 1,
-            epoch: a_epoch,
+            ..a_checkpoint
         },
     );
     stores[0].write(&batch).expect("a's store");

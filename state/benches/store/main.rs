@@ -109,6 +109,7 @@ fn flush_all(store: &dyn Workload, ids: impl Iterator<Item = u64>, round: u64) -
                 Checkpoint {
                     offset: *flushes,
                     epoch: 1,
+                    marker: 0,
                 },
             );
         }
@@ -182,6 +183,7 @@ fn main() {
                 Checkpoint {
                     offset: 1,
                     epoch: 1,
+                    marker: 0,
                 },
             );
             store.flush(&batch);

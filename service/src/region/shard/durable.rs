@@ -123,6 +123,9 @@ pub(super) struct DurableShard<E: Entity> {
     shard: ShardId,
     /// The epoch of this start of the shard, in every record it writes.
     epoch: u64,
+    /// Its marker's fingerprint, in every checkpoint it writes (see
+    /// `Checkpoint::marker`).
+    marker: u64,
     changelog: Option<Arc<Changelog>>,
     /// Until it is done, the shard takes no mail.
     restoring: Option<Restoring>,
@@ -181,6 +184,7 @@ impl<E: Entity> DurableShard<E> {
             entity_type: Arc::from(entity_type),
             shard,
             epoch: 0,
+            marker: 0,
             changelog,
             restoring,
             recovery: remember.map(Recovery::new),
@@ -226,6 +230,7 @@ impl<E: Entity> DurableShard<E> {
         };
         self.restoring = None;
         self.epoch = restored.epoch;
+        self.marker = restored.marker;
         self.durability.restored();
         true
     }
@@ -486,7 +491,7 @@ impl<E: Entity> DurableShard<E> {
             self.changelog.clone(),
             self.entity_type.clone(),
             self.shard,
-            self.epoch,
+            (self.epoch, self.marker),
             states.clone(),
         ));
         self.writing = Some(Writing {
@@ -572,7 +577,7 @@ async fn write(
     changelog: Option<Arc<Changelog>>,
     entity_type: Arc<str>,
     shard: ShardId,
-    epoch: u64,
+    (epoch, marker): (u64, u64),
     states: Arc<Map<Vec<u8>>>,
 ) -> Result<(), String> {
     let mut checkpoint = None;
@@ -589,6 +594,7 @@ async fn write(
         checkpoint = offsets.iter().max().map(|last| Checkpoint {
             offset: u64::try_from(*last).unwrap_or(0) + 1,
             epoch,
+            marker,
         });
     }
     let mut batch = WriteBatch::new(&*entity_type);
