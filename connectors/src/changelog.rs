@@ -175,6 +175,23 @@ impl Changelog {
         self.send(partition, records).await
     }
 
+    /// Writes `records` (key, value, or `None` for a tombstone) to
+    /// `partition`, in order; returns the offset of each once the broker
+    /// has them all.
+    ///
+    /// # Errors
+    /// As [`Changelog::write`].
+    pub async fn write_or_delete<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        partition: i32,
+        records: &[(K, Option<V>)],
+    ) -> Result<Vec<i64>, ChangelogError> {
+        let records = records
+            .iter()
+            .map(|(key, value)| (key.as_ref(), value.as_ref().map(AsRef::as_ref)));
+        self.send(partition, records).await
+    }
+
     /// Writes a tombstone for each of `keys` to `partition`: compaction
     /// drops every earlier record of those keys. Returns once the broker
     /// has them all.

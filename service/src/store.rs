@@ -16,7 +16,7 @@ mod commit;
 mod restore;
 
 pub(crate) use calls::StoreCalls;
-pub(crate) use restore::{restore_until_done, Restore, Restored};
+pub(crate) use restore::{restore_until_done, state_key, Restore, Restored};
 
 use colo_allocation::ShardId;
 use colo_connectors::Changelog;

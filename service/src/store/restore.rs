@@ -14,10 +14,20 @@
 //! Offsets only grow and are never shared, so epochs grow across the
 //! cluster with each start of the shard, without asking anyone, and two
 //! starts racing for one shard (a node paused past its lease, a partition
-//! assigned twice for a while) get different ones: the later marker wins. Every state record carries the epoch of the start
-//! that wrote it, and a restore ignores a record whose epoch is older than
-//! one it has seen before it (a marker, or a newer record): that is a node
-//! that had lost the shard and wrote anyway.
+//! assigned twice for a while) get different ones: the later marker wins.
+//!
+//! Every state record carries the epoch of the start that wrote it, and is
+//! keyed by its entity and that epoch ([`state_key`]): a start writes its
+//! entity's state under a key of its own, and with its first write of the
+//! entity a tombstone for the key of the start before. A node that lost
+//! the shard and wrote anyway (cut off, paused, its writes landing late)
+//! writes under its own start's key, so compaction never drops a newer
+//! start's record for its: of an entity's records, a restore takes the one
+//! of the newest start (of one start, the last). A deposed start's late
+//! record is then taken only when no newer start wrote its entity, and it
+//! is right then: it holds the offsets it applied, its records were never
+//! acknowledged, and the next owner skips them as applied. Keys of one
+//! start per entity (no epoch: before this) are read the same way.
 //!
 //! What is read: with a checkpoint in the node's store (this node had the
 //! shard before), only the changelog after it, like Kafka Streams'
@@ -42,6 +52,30 @@ use std::time::{Duration, Instant};
 /// The first byte of an epoch marker's key: no UTF-8 text, so no entity
 /// id, begins with it.
 const MARKER_TAG: u8 = 0xFF;
+
+/// Between an entity id and the epoch in a state record's key: in no UTF-8
+/// text, so in no entity id, and not the marker's tag.
+const EPOCH_TAG: u8 = 0xFE;
+
+/// A state record's key: the entity, and the start that writes it.
+pub(crate) fn state_key(id: &str, epoch: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(id.len() + 9);
+    key.extend_from_slice(id.as_bytes());
+    key.push(EPOCH_TAG);
+    key.extend_from_slice(&epoch.to_be_bytes());
+    key
+}
+
+/// A state record's entity, and whether its key names a start (else it is
+/// the entity id alone, as written before).
+fn entity_of(key: &[u8]) -> Result<(&str, bool), String> {
+    let (id, keyed_by_start) = match key.iter().position(|&b| b == EPOCH_TAG) {
+        Some(at) => (&key[..at], true),
+        None => (key, false),
+    };
+    let id = std::str::from_utf8(id).map_err(|_| "its key is not an entity id (UTF-8)")?;
+    Ok((id, keyed_by_start))
+}
 
 /// Whether a changelog record is an epoch marker: a key that begins with
 /// [`MARKER_TAG`], or the empty key that every marker had before.
@@ -234,6 +268,13 @@ struct Applier<'a> {
     /// The newest epoch seen so far.
     current: u64,
     batch: WriteBatch,
+    /// The epoch of each entity's state put in `batch` (`None`: deleted):
+    /// a record older than `current` is taken only if it is its entity's
+    /// newest.
+    in_batch: std::collections::HashMap<String, Option<u64>>,
+    /// Whether `batch` clears the shard: the store's copy is not asked
+    /// then.
+    clears: bool,
     read: u64,
     applied: u64,
     ignored: u64,
@@ -242,10 +283,16 @@ struct Applier<'a> {
 
 impl<'a> Applier<'a> {
     fn new(restore: &'a Restore, current: u64, batch: WriteBatch) -> Self {
+        let clears = batch
+            .ops
+            .iter()
+            .any(|op| matches!(op, colo_state::Op::ClearShard { .. }));
         Self {
             restore,
             current,
             batch,
+            in_batch: std::collections::HashMap::new(),
+            clears,
             read: 0,
             applied: 0,
             ignored: 0,
@@ -277,21 +324,27 @@ impl<'a> Applier<'a> {
             offset: record.offset,
             error,
         };
-        let id = std::str::from_utf8(record.key)
-            .map_err(|_| bad("its key is not an entity id (UTF-8)".into()))?;
+        let (id, keyed_by_start) = entity_of(record.key).map_err(bad)?;
         let shard = self.restore.shard;
         match record.value {
+            // A start's key retired by a later start that wrote the entity
+            // under its own: for compaction, nothing for the state.
+            None if keyed_by_start => return Ok(()),
             // Not written by colo, but a tombstone means the entity is gone.
-            None => self.batch.delete(shard, id),
+            None => {
+                self.batch.delete(shard, id);
+                self.in_batch.insert(id.to_string(), None);
+            }
             Some(value) => {
                 let state =
                     StateRecord::decode(value).map_err(|e: RecordError| bad(e.to_string()))?;
-                if state.epoch < self.current {
+                if state.epoch < self.current && !self.newest_of(id, state.epoch)? {
                     self.ignored += 1;
                     return Ok(());
                 }
-                self.current = state.epoch;
+                self.current = self.current.max(state.epoch);
                 self.batch.put(shard, id, value.to_vec());
+                self.in_batch.insert(id.to_string(), Some(state.epoch));
             }
         }
         self.applied += 1;
@@ -299,8 +352,28 @@ impl<'a> Applier<'a> {
             let full =
                 std::mem::replace(&mut self.batch, WriteBatch::new(&*self.restore.entity_type));
             self.restore.store.write(&full)?;
+            self.in_batch.clear();
+            self.clears = false;
         }
         Ok(())
+    }
+
+    /// Whether a state of start `epoch`, older than one seen before it, is
+    /// its entity's newest so far: nothing of a later start is kept for
+    /// the entity (compaction may have left only this one of its records,
+    /// a deposed start's that landed late).
+    fn newest_of(&self, id: &str, epoch: u64) -> Result<bool, RestoreError> {
+        let kept = match self.in_batch.get(id) {
+            Some(kept) => *kept,
+            None if self.clears => None,
+            None => self
+                .restore
+                .store
+                .load(&self.restore.entity_type, self.restore.shard, id)?
+                .and_then(|value| StateRecord::decode(&value).ok())
+                .map(|state| state.epoch),
+        };
+        Ok(kept.is_none_or(|kept| kept <= epoch))
     }
 
     /// Writes the rest with the checkpoint of the start at `epoch` (its
@@ -369,6 +442,20 @@ mod tests {
     /// Each start's marker has a key of its own, which no entity id has:
     /// compaction keeps them all. The empty key of the markers written
     /// before is still a marker.
+    /// A start's key for an entity reads back as the entity, whatever its
+    /// id holds; a key of the id alone, as written before, too.
+    #[test]
+    fn a_state_records_key_names_its_entity_and_its_start() {
+        for id in ["acct-1", "", "caf\u{e9}\u{0}x", "ends-with-\u{ff}"] {
+            let key = state_key(id, 0x0102_0304_0506_07FE);
+            assert_eq!(entity_of(&key), Ok((id, true)), "{id:?}");
+            assert!(!is_marker(&key), "{id:?}");
+            assert_eq!(entity_of(id.as_bytes()), Ok((id, false)));
+        }
+        assert_ne!(state_key("a", 1), state_key("a", 2));
+        assert!(entity_of(&[0xC3, 0x28]).is_err());
+    }
+
     #[test]
     fn each_start_marks_the_changelog_with_a_key_of_its_own_that_no_entity_has() {
         let first = marker_key("a:1", ShardId(3));

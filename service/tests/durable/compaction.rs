@@ -72,14 +72,14 @@ async fn offsets(changelog: &Arc<Changelog>, partition: i32) -> Vec<i64> {
 }
 
 /// Node a wrote shard S, then b owned S and wrote to it, while a, not
-/// knowing, wrote once more (a record that landed after b's marker, and
-/// that a's store took with its checkpoint). c owned S after. Kafka's
-/// cleaner then compacted the partition. a comes back on its store: the
-/// records between its own marker and its checkpoint hold b's start, so
-/// its copy is dropped and the whole partition read, giving b's write and
-/// ignoring a's deposed one. When every marker had the same key, the
-/// cleaner kept c's alone: a kept its copy, served its deposed write, and
-/// never had b's (it lay below a's checkpoint).
+/// knowing, wrote once more an entity b wrote (a record that landed after
+/// b's, and that a's store took with its checkpoint). c owned S after.
+/// Kafka's cleaner then compacted the partition. a comes back on its
+/// store: the records between its own marker and its checkpoint hold b's
+/// start, so its copy is dropped and the whole partition read, giving b's
+/// write and ignoring a's deposed one. When every marker had the same key,
+/// the cleaner kept c's alone: a kept its copy, served its deposed write,
+/// and never had b's (it lay below a's checkpoint).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_back_after_compaction_still_finds_the_start_that_deposed_it() {
     let name = "ledger-compacted";
@@ -88,8 +88,8 @@ async fn a_node_back_after_compaction_still_finds_the_start_that_deposed_it() {
     colo_tests::kafka::create_compacted(broker.bootstrap(), &topic, SHARDS as i32).await;
     let changelog =
         Arc::new(Changelog::new(broker.bootstrap(), &[], &topic, TIMEOUT).expect("changelog"));
-    let ids = same_shard("acct-1", "acct", 3);
-    let (a_kept, b_wrote, a_deposed) = (&ids[0], &ids[1], &ids[2]);
+    let ids = same_shard("acct-1", "acct", 2);
+    let (a_kept, b_wrote) = (&ids[0], &ids[1]);
     let partition = shard_of(a_kept).0 as i32;
     let cluster = cluster(name);
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
@@ -112,17 +112,19 @@ async fn a_node_back_after_compaction_still_finds_the_start_that_deposed_it() {
     assert_eq!(got.expect("added"), (20, 1));
     b.node.shutdown().await;
 
-    // a's write that landed after b's start, in a's store with its
+    // a's write of b's entity that landed after b's, under the key a's
+    // start writes it (the id, 0xFE, a's epoch), and in a's store with its
     // checkpoint as a's flush would have put it.
     let late = state(a_epoch, 999);
+    let a_key = [b_wrote.as_bytes(), &[0xFE], &a_epoch.to_be_bytes()].concat();
     let offset = changelog
-        .write(partition, &[(a_deposed.as_bytes().to_vec(), late.clone())])
+        .write(partition, &[(a_key, late.clone())])
         .await
         .expect("written")[0];
     let mut batch = WriteBatch::new(name);
-    batch.put(shard_of(a_deposed), a_deposed, late);
+    batch.put(shard_of(b_wrote), b_wrote, late);
     batch.checkpoint(
-        shard_of(a_deposed),
+        shard_of(b_wrote),
         Checkpoint {
             offset: u64::try_from(offset).expect("offset") + 1,
             ..a_checkpoint
@@ -130,10 +132,11 @@ async fn a_node_back_after_compaction_still_finds_the_start_that_deposed_it() {
     );
     stores[0].write(&batch).expect("a's store");
 
-    // c's start: it reads the partition and ignores a's late write.
+    // c's start: it reads the partition and ignores a's late write, older
+    // than b's.
     let c = cluster.node("c", store(&broker, name, &stores[2]), 1);
-    let got = c.region.ask(a_deposed, LedgerMsg::Get, ASK).await;
-    assert_eq!(got.expect("got"), (0, 0), "a's late write ignored");
+    let got = c.region.ask(b_wrote, LedgerMsg::Get, ASK).await;
+    assert_eq!(got.expect("got"), (20, 1), "a's late write ignored");
     c.node.shutdown().await;
 
     // Kafka cleans every segment but the one it writes to, and rolls that
@@ -163,11 +166,126 @@ async fn a_node_back_after_compaction_still_finds_the_start_that_deposed_it() {
     assert_eq!(
         got.expect("got"),
         (20, 1),
-        "b's write, below a's checkpoint"
+        "b's write, below a's checkpoint, not a's deposed one in a's store"
     );
-    let got = a.region.ask(a_deposed, LedgerMsg::Get, ASK).await;
-    assert_eq!(got.expect("got"), (0, 0), "a's deposed write ignored");
     let got = a.region.ask(a_kept, LedgerMsg::Get, ASK).await;
     assert_eq!(got.expect("got"), (10, 1), "a's own write before b");
     a.node.shutdown().await;
+}
+
+/// The key of `id`'s last state record in `partition`, as whichever start
+/// wrote it keyed it.
+async fn key_of(changelog: &Arc<Changelog>, partition: i32, id: &str) -> Vec<u8> {
+    let reader = changelog.clone();
+    let id = id.as_bytes().to_vec();
+    tokio::task::spawn_blocking(move || {
+        let mut key = None;
+        reader
+            .read(partition, None, i64::MAX, &mut |r| {
+                let rest = r.key.strip_prefix(id.as_slice());
+                if r.value.is_some()
+                    && rest.is_some_and(|rest| rest.first().is_none_or(|&b| b == 0xFE))
+                {
+                    key = Some(r.key.to_vec());
+                }
+                ControlFlow::Continue(())
+            })
+            .expect("read");
+        key.expect("a state record of the entity")
+    })
+    .await
+    .expect("reader")
+}
+
+/// Node a wrote two accounts of shard S; b owned S next and wrote one of
+/// them; a, cut off and not knowing, had a write of each land after b's
+/// (what librdkafka still held for it). Kafka's cleaner then compacted
+/// the partition, which keeps one record per key. c, restoring after it:
+/// the account b wrote is b's (a's late record is older than b's, and
+/// could not take its place), and the other is a's late record, the newest
+/// of its account (a's state with the offsets it applied, which were
+/// never acknowledged and are skipped as applied when they come again).
+/// When a start's writes shared their key with every other start's, the
+/// cleaner kept a's late records alone, a restore ignored them as a
+/// deposed start's, and both accounts lost their whole history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_owners_late_writes_take_nothing_from_a_newer_one_after_compaction() {
+    let name = "ledger-late";
+    let broker = Broker::start_compacting(&humantime::format_duration(ROLL).to_string());
+    let topic = format!("{name}.changelog");
+    colo_tests::kafka::create_compacted(broker.bootstrap(), &topic, SHARDS as i32).await;
+    let changelog =
+        Arc::new(Changelog::new(broker.bootstrap(), &[], &topic, TIMEOUT).expect("changelog"));
+    let ids = same_shard("acct-1", "acct", 3);
+    let (b_wrote, a_only, roll) = (&ids[0], &ids[1], &ids[2]);
+    let partition = shard_of(b_wrote).0 as i32;
+    let cluster = cluster(name);
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let stores: Vec<Arc<dyn StateStore>> = dirs.iter().map(open).collect();
+
+    let a = cluster.node("a", store(&broker, name, &stores[0]), 1);
+    let got = a.region.ask(b_wrote, LedgerMsg::Add(10), ASK).await;
+    assert_eq!(got.expect("added"), (10, 1));
+    let got = a.region.ask(a_only, LedgerMsg::Add(20), ASK).await;
+    assert_eq!(got.expect("added"), (20, 1));
+    a.node.shutdown().await;
+    let a_epoch = stores[0]
+        .checkpoint(name, shard_of(b_wrote))
+        .expect("checkpoint")
+        .expect("a's checkpoint")
+        .epoch;
+    let a_keys = (
+        key_of(&changelog, partition, b_wrote).await,
+        key_of(&changelog, partition, a_only).await,
+    );
+    let a_wrote = offsets(&changelog, partition).await;
+
+    let b = cluster.node("b", store(&broker, name, &stores[1]), 1);
+    let got = b.region.ask(b_wrote, LedgerMsg::Add(5), ASK).await;
+    assert_eq!(got.expect("added"), (15, 2));
+    b.node.shutdown().await;
+
+    // a's late writes, under a's keys, with a's epoch.
+    changelog
+        .write(
+            partition,
+            &[
+                (a_keys.0, state(a_epoch, 999)),
+                (a_keys.1, state(a_epoch, 25)),
+            ],
+        )
+        .await
+        .expect("written");
+
+    // Kafka cleans every segment but the one it writes to, and rolls that
+    // one on a write once ROLL has passed (a time the broker counts, which
+    // no state shows).
+    for _ in 0..3 {
+        changelog
+            .write(partition, &[(roll.as_bytes().to_vec(), state(a_epoch, 0))])
+            .await
+            .expect("written");
+        tokio::time::sleep(ROLL + Duration::from_millis(100)).await;
+    }
+    colo_tests::wait::until("the cleaner dropped a's first writes", TIMEOUT * 2, || {
+        let changelog = changelog.clone();
+        let a_wrote = a_wrote.clone();
+        async move {
+            let held = offsets(&changelog, partition).await;
+            // a's marker stays; its two writes go.
+            a_wrote.iter().filter(|o| held.contains(o)).count() == 1
+        }
+    })
+    .await;
+
+    let c = cluster.node("c", store(&broker, name, &stores[2]), 1);
+    let got = c.region.ask(b_wrote, LedgerMsg::Get, ASK).await;
+    assert_eq!(got.expect("got"), (15, 2), "b's write, not a's late one");
+    let got = c.region.ask(a_only, LedgerMsg::Get, ASK).await;
+    assert_eq!(
+        got.expect("got"),
+        (25, 1),
+        "a's late write, the newest of its account"
+    );
+    c.node.shutdown().await;
 }

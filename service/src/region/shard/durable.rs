@@ -34,7 +34,7 @@ use crate::error::AskError;
 use crate::metrics::StateMetrics;
 use crate::node_context::NodeContext;
 use crate::settings::EntityRecovery;
-use crate::store::{restore_until_done, Restore, Restored};
+use crate::store::{restore_until_done, state_key, Restore, Restored};
 use crate::store::{DurableShards, NodeStore, ShardDurability};
 use colo_allocation::ShardId;
 use colo_connectors::Changelog;
@@ -76,6 +76,11 @@ pub(super) struct Writing<R> {
     seq: u64,
     /// Its states, read by entities that start while it runs.
     states: Arc<Map<Vec<u8>>>,
+    /// The earlier starts' keys it retires (tombstones).
+    retired: Arc<Map<u64>>,
+    /// The earlier starts' keys of entities it writes, retired by the next
+    /// write once it is durable.
+    retire_after: Map<u64>,
     /// The replies it answers.
     held: Vec<Held<R>>,
     task: WriteTask,
@@ -102,6 +107,9 @@ struct Kept {
     /// The 128-bit hash of its state as last kept: a message that changed
     /// nothing (a query) writes nothing and waits for nothing.
     state: Option<u128>,
+    /// The start whose key its changelog record has, if it has one: this
+    /// start's first write of it retires that key (see `store/restore.rs`).
+    written: Option<u64>,
 }
 
 fn same_topic(kept: &Arc<str>, topic: &Arc<str>) -> bool {
@@ -126,6 +134,15 @@ pub(super) struct DurableShard<E: Entity> {
     /// Its marker's fingerprint, in every checkpoint it writes (see
     /// `Checkpoint::marker`).
     marker: u64,
+    /// Entities whose record an earlier start's key holds, changed here:
+    /// once their state under this start's key is durable, a write retires
+    /// the earlier key with a tombstone. Never in the same write: a
+    /// tombstone that landed without the state after it (librdkafka may
+    /// leave gaps) would leave the entity no record at all.
+    retiring: Map<u64>,
+    /// Earlier keys whose entity's state is durable under this start's:
+    /// the next write retires them.
+    retirable: Map<u64>,
     changelog: Option<Arc<Changelog>>,
     /// Until it is done, the shard takes no mail.
     restoring: Option<Restoring>,
@@ -185,6 +202,8 @@ impl<E: Entity> DurableShard<E> {
             shard,
             epoch: 0,
             marker: 0,
+            retiring: Map::default(),
+            retirable: Map::default(),
             changelog,
             restoring,
             recovery: remember.map(Recovery::new),
@@ -324,6 +343,7 @@ impl<E: Entity> DurableShard<E> {
             Kept {
                 applied,
                 state: hash,
+                written: Some(record.epoch),
             },
         );
         Ok(start)
@@ -364,6 +384,10 @@ impl<E: Entity> DurableShard<E> {
             return Ok(());
         }
         kept.state = Some(hash);
+        if let Some(earlier) = kept.written.filter(|&start| start != self.epoch) {
+            self.retiring.insert(id.clone(), earlier);
+        }
+        kept.written = Some(self.epoch);
         if let Some(origin) = origin {
             match kept
                 .applied
@@ -452,7 +476,7 @@ impl<E: Entity> DurableShard<E> {
     /// serve (its lease ran out: another node may own it now) writes
     /// nothing.
     pub(super) fn write_if_due(&mut self, cx: &mut Context<'_>, now: bool, serving: bool) -> bool {
-        if self.writing.is_some() || self.dirty.is_empty() || !serving {
+        if self.writing.is_some() || self.settled() || !serving {
             return false;
         }
         if let Some(backoff) = self.backoff.as_mut() {
@@ -484,19 +508,26 @@ impl<E: Entity> DurableShard<E> {
         }
         self.timer = None;
         let states = Arc::new(std::mem::take(&mut self.dirty));
+        let retired = Arc::new(std::mem::take(&mut self.retirable));
+        let retire_after = states
+            .keys()
+            .filter_map(|id| Some((id.clone(), self.retiring.remove(id)?)))
+            .collect();
         let seq = self.seq;
         self.seq += 1;
         let task = Box::pin(write(
             self.store.clone(),
             self.changelog.clone(),
-            self.entity_type.clone(),
-            self.shard,
+            (self.entity_type.clone(), self.shard),
             (self.epoch, self.marker),
             states.clone(),
+            retired.clone(),
         ));
         self.writing = Some(Writing {
             seq,
             states,
+            retired,
+            retire_after,
             held: std::mem::take(&mut self.held),
             task,
             started: Instant::now(),
@@ -525,6 +556,7 @@ impl<E: Entity> DurableShard<E> {
                 self.metrics.writes_ok.increment(1);
                 self.metrics.written.increment(writing.states.len() as u64);
                 self.durability.flushed(writing.seq);
+                self.retirable.extend(writing.retire_after);
                 for (reply, result) in writing.held {
                     node.reply(reply, result);
                 }
@@ -537,6 +569,9 @@ impl<E: Entity> DurableShard<E> {
                 for (id, value) in states {
                     self.dirty.entry(id).or_insert(value);
                 }
+                let retired = Arc::try_unwrap(writing.retired).unwrap_or_else(|r| (*r).clone());
+                self.retirable.extend(retired);
+                self.retiring.extend(writing.retire_after);
                 let mut held = writing.held;
                 held.append(&mut self.held);
                 self.held = held;
@@ -549,6 +584,12 @@ impl<E: Entity> DurableShard<E> {
         true
     }
 
+    /// Whether nothing waits to be written: no changed state, no earlier
+    /// key to retire.
+    pub fn settled(&self) -> bool {
+        self.dirty.is_empty() && self.retirable.is_empty()
+    }
+
     /// Nothing more is written (the shard was fenced, or its hand-off or
     /// region gave up): whatever waits learns that it was not made durable.
     pub fn abandon(&mut self, node: &NodeContext) {
@@ -556,6 +597,8 @@ impl<E: Entity> DurableShard<E> {
             tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, entities = self.dirty.len(), "entity state not written (the shard stopped without it): what it covers was not acknowledged and is done again");
         }
         self.dirty.clear();
+        self.retiring.clear();
+        self.retirable.clear();
         let writing = self.writing.take().map(|w| w.held).unwrap_or_default();
         for (reply, _) in writing.into_iter().chain(self.held.drain(..)) {
             node.reply(
@@ -568,27 +611,34 @@ impl<E: Entity> DurableShard<E> {
     }
 }
 
-/// Writes a shard's changed states: to its changelog partition first, so
-/// that the store's checkpoint never runs ahead of the changelog, then to
-/// the store with that checkpoint, in one durable batch (committed with
-/// the other shards' writes of the moment, `store/commit.rs`).
+/// Writes a shard's changed states: to its changelog partition first
+/// (each under this start's key, and a tombstone for each earlier start's
+/// key that an earlier write made stale), so that the store's checkpoint never runs ahead of the
+/// changelog, then to the store with that checkpoint, in one durable batch
+/// (committed with the other shards' writes of the moment,
+/// `store/commit.rs`).
 async fn write(
     store: Arc<NodeStore>,
     changelog: Option<Arc<Changelog>>,
-    entity_type: Arc<str>,
-    shard: ShardId,
+    (entity_type, shard): (Arc<str>, ShardId),
     (epoch, marker): (u64, u64),
     states: Arc<Map<Vec<u8>>>,
+    retired: Arc<Map<u64>>,
 ) -> Result<(), String> {
     let mut checkpoint = None;
     if let Some(changelog) = changelog {
-        let records: Vec<(&[u8], &[u8])> = states
+        let records: Vec<(Vec<u8>, Option<&[u8]>)> = retired
             .iter()
-            .map(|(id, value)| (id.as_bytes(), value.as_slice()))
+            .map(|(id, earlier)| (state_key(id.as_str(), *earlier), None))
+            .chain(
+                states
+                    .iter()
+                    .map(|(id, value)| (state_key(id.as_str(), epoch), Some(value.as_slice()))),
+            )
             .collect();
         let partition = i32::try_from(shard.0).unwrap_or(i32::MAX);
         let offsets = changelog
-            .write(partition, &records)
+            .write_or_delete(partition, &records)
             .await
             .map_err(|e| e.to_string())?;
         checkpoint = offsets.iter().max().map(|last| Checkpoint {

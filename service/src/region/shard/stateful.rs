@@ -242,10 +242,15 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         if durable.writing.is_some() || !durable.loads.is_empty() {
             return false;
         }
-        if durable.dirty.is_empty() {
+        if durable.settled() {
             return true;
         }
-        durable.write_if_due(cx, true, serving);
+        if durable.write_if_due(cx, true, serving) {
+            // Polled on the next round, which nothing else may bring: the
+            // last write of a hand-off may hold nothing anyone waits for
+            // (earlier keys retired).
+            cx.waker().wake_by_ref();
+        }
         false
     }
 }
