@@ -77,7 +77,31 @@ impl Changelog {
         topic: &str,
         timeout: Duration,
     ) -> Result<Self, SourceError> {
-        Self::with_linger(bootstrap_servers, client, topic, timeout, None)
+        Self::with_linger(bootstrap_servers, client, topic, timeout, timeout, None)
+    }
+
+    /// As [`Changelog::new`], with a write given up (an error) once
+    /// `write_within` has passed, shorter than a read's `timeout`: what
+    /// librdkafka still holds for a write then is dropped rather than sent
+    /// later, when another node may own what it wrote.
+    ///
+    /// # Errors
+    /// As [`Changelog::new`].
+    pub fn writing_within(
+        bootstrap_servers: &str,
+        client: &[(String, String)],
+        topic: &str,
+        timeout: Duration,
+        write_within: Duration,
+    ) -> Result<Self, SourceError> {
+        Self::with_linger(
+            bootstrap_servers,
+            client,
+            topic,
+            timeout,
+            write_within,
+            None,
+        )
     }
 
     /// A log whose writes are one record each, each awaited before the
@@ -93,7 +117,14 @@ impl Changelog {
         topic: &str,
         timeout: Duration,
     ) -> Result<Self, SourceError> {
-        Self::with_linger(bootstrap_servers, client, topic, timeout, Some("0"))
+        Self::with_linger(
+            bootstrap_servers,
+            client,
+            topic,
+            timeout,
+            timeout,
+            Some("0"),
+        )
     }
 
     fn with_linger(
@@ -101,15 +132,17 @@ impl Changelog {
         client: &[(String, String)],
         topic: &str,
         timeout: Duration,
+        write_within: Duration,
         linger: Option<&str>,
     ) -> Result<Self, SourceError> {
         let mut config = non_consumer_config(bootstrap_servers, client);
         // A shard's records keep their order even when the broker answers
         // late and librdkafka sends again: a state must never land after a
         // newer one of the same entity.
-        config
-            .set("enable.idempotence", "true")
-            .set("message.timeout.ms", timeout.as_millis().max(1).to_string());
+        config.set("enable.idempotence", "true").set(
+            "message.timeout.ms",
+            write_within.as_millis().max(1).to_string(),
+        );
         if let Some(linger) = linger {
             config.set("linger.ms", linger);
         }

@@ -11,6 +11,22 @@ use std::time::Duration;
 /// wait for its next record may take before it is tried again.
 const CHANGELOG_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a shard's changelog write may take: half the fencing margin
+/// (`coordinator.region_timeout - fence_timeout`, 2.5 s by default), and no
+/// more than [`CHANGELOG_TIMEOUT`]. A write is checked against its shard's
+/// fence only when it starts, so one that took longer could land after the
+/// node fenced itself and another node took the shard over (harmless to
+/// the state, see `store/restore.rs`, but the next owner's restore would
+/// have missed it). A write given up is tried again while the shard
+/// serves.
+pub(super) fn changelog_write_bound(config: &NodeConfig) -> Duration {
+    let margin = config
+        .coordinator
+        .region_timeout
+        .saturating_sub(config.coordinator.fence_timeout);
+    (margin / 2).clamp(Duration::from_millis(100), CHANGELOG_TIMEOUT)
+}
+
 /// The changelog of each durable entity type when the node has `[kafka]`:
 /// checked to exist with one partition per shard (created before, when
 /// `kafka.create_topics` is set). Blocking: call it off the runtime.
@@ -25,11 +41,12 @@ pub(super) fn changelogs(
         .iter()
         .map(|(name, number_of_shards)| {
             let topic = kafka.changelog_topic(name);
-            let changelog = colo_connectors::Changelog::new(
+            let changelog = colo_connectors::Changelog::writing_within(
                 &kafka.bootstrap_servers,
                 &kafka.client_properties(),
                 &topic,
                 CHANGELOG_TIMEOUT,
+                changelog_write_bound(config),
             )
             .and_then(|c| c.check(*number_of_shards).map(|()| c))
             .map_err(|e| {

@@ -48,3 +48,39 @@ fn a_kafka_driven_entity_type_keeps_the_node_unready_while_its_consumer_starts_o
     );
     assert!(kafka_not_ready(&[("user".into(), Some(IngestHealth::default()))]).is_empty());
 }
+
+/// A shard's changelog write that the broker does not take is given up
+/// (an error, tried again while the shard serves) within the fencing
+/// margin, `coordinator.region_timeout - fence_timeout`: librdkafka drops
+/// what it holds for it rather than sending it once the node has fenced
+/// itself and another node owns the shard. It waited 30 s before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changelog_write_the_broker_does_not_take_is_given_up_within_the_fencing_margin() {
+    use colo_tests::rdkafka::mocking::MockCluster;
+    use colo_tests::rdkafka::producer::DefaultProducerContext;
+    let broker: MockCluster<'static, DefaultProducerContext> =
+        MockCluster::new(1).expect("mock cluster");
+    broker
+        .create_topic("bounded.counter.changelog", 2, 1)
+        .expect("changelog topic");
+    let bootstrap = format!("kafka.bootstrap_servers={}", broker.bootstrap_servers());
+    let config = config(&[bootstrap.as_str(), "kafka.cluster=bounded"]);
+    let margin = config.coordinator.region_timeout - config.coordinator.fence_timeout;
+    assert_eq!(ingest::changelog_write_bound(&config), margin / 2);
+    let changelogs =
+        tokio::task::spawn_blocking(move || ingest::changelogs(&config, &[(COUNTER.into(), 2)]))
+            .await
+            .expect("checked")
+            .expect("the changelog");
+    let changelog = &changelogs[0].1;
+    changelog
+        .write(0, &[(b"k", b"taken")])
+        .await
+        .expect("written while the broker is up");
+    broker.broker_down(1).expect("broker down");
+    let given_up = tokio::time::timeout(margin, changelog.write(0, &[(b"k", b"held")])).await;
+    assert!(
+        matches!(given_up, Ok(Err(_))),
+        "the write still waits, or was taken, after the fencing margin: {given_up:?}"
+    );
+}
