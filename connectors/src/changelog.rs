@@ -139,10 +139,22 @@ impl Changelog {
         // A shard's records keep their order even when the broker answers
         // late and librdkafka sends again: a state must never land after a
         // newer one of the same entity.
-        config.set("enable.idempotence", "true").set(
-            "message.timeout.ms",
-            write_within.as_millis().max(1).to_string(),
-        );
+        // A record sent and not answered is not timed out before its
+        // request is: the same bound for both. And while its broker is
+        // away, librdkafka looks for timed-out records only between tries
+        // to connect, up to 10 s apart by default: a write waited up to 12 s
+        // for a bound of 2.5 s (and at most 3.5 s with tries 1 s apart).
+        let within = write_within.as_millis().max(1);
+        let reconnect =
+            (write_within / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
+        config
+            .set("enable.idempotence", "true")
+            .set("message.timeout.ms", within.to_string())
+            .set("request.timeout.ms", within.to_string())
+            .set(
+                "reconnect.backoff.max.ms",
+                reconnect.as_millis().to_string(),
+            );
         if let Some(linger) = linger {
             config.set("linger.ms", linger);
         }

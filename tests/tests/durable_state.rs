@@ -100,8 +100,9 @@ async fn totals_are_exact_when_the_killed_node_comes_back_without_its_data() {
     through_a_join_a_kill_and_a_stop("empty-dir", true).await;
 }
 
-/// The changelog's records per partition and key (entity ids, and the
-/// epoch markers, each start's under a key of its own).
+/// The changelog's records per partition and key (each entity's under
+/// the key of the start that wrote it, and the epoch markers, each start's
+/// under a key of its own).
 fn changelog_keys(
     bootstrap: &str,
     topic: &str,

@@ -268,13 +268,6 @@ struct Applier<'a> {
     /// The newest epoch seen so far.
     current: u64,
     batch: WriteBatch,
-    /// The epoch of each entity's state put in `batch` (`None`: deleted):
-    /// a record older than `current` is taken only if it is its entity's
-    /// newest.
-    in_batch: std::collections::HashMap<String, Option<u64>>,
-    /// Whether `batch` clears the shard: the store's copy is not asked
-    /// then.
-    clears: bool,
     read: u64,
     applied: u64,
     ignored: u64,
@@ -283,16 +276,10 @@ struct Applier<'a> {
 
 impl<'a> Applier<'a> {
     fn new(restore: &'a Restore, current: u64, batch: WriteBatch) -> Self {
-        let clears = batch
-            .ops
-            .iter()
-            .any(|op| matches!(op, colo_state::Op::ClearShard { .. }));
         Self {
             restore,
             current,
             batch,
-            in_batch: std::collections::HashMap::new(),
-            clears,
             read: 0,
             applied: 0,
             ignored: 0,
@@ -331,10 +318,7 @@ impl<'a> Applier<'a> {
             // under its own: for compaction, nothing for the state.
             None if keyed_by_start => return Ok(()),
             // Not written by colo, but a tombstone means the entity is gone.
-            None => {
-                self.batch.delete(shard, id);
-                self.in_batch.insert(id.to_string(), None);
-            }
+            None => self.batch.delete(shard, id),
             Some(value) => {
                 let state =
                     StateRecord::decode(value).map_err(|e: RecordError| bad(e.to_string()))?;
@@ -344,17 +328,18 @@ impl<'a> Applier<'a> {
                 }
                 self.current = self.current.max(state.epoch);
                 self.batch.put(shard, id, value.to_vec());
-                self.in_batch.insert(id.to_string(), Some(state.epoch));
             }
         }
         self.applied += 1;
         if self.batch.ops.len() >= BATCH {
-            let full =
-                std::mem::replace(&mut self.batch, WriteBatch::new(&*self.restore.entity_type));
-            self.restore.store.write(&full)?;
-            self.in_batch.clear();
-            self.clears = false;
+            self.flush()?;
         }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), RestoreError> {
+        let full = std::mem::replace(&mut self.batch, WriteBatch::new(&*self.restore.entity_type));
+        self.restore.store.write(&full)?;
         Ok(())
     }
 
@@ -362,17 +347,18 @@ impl<'a> Applier<'a> {
     /// its entity's newest so far: nothing of a later start is kept for
     /// the entity (compaction may have left only this one of its records,
     /// a deposed start's that landed late).
-    fn newest_of(&self, id: &str, epoch: u64) -> Result<bool, RestoreError> {
-        let kept = match self.in_batch.get(id) {
-            Some(kept) => *kept,
-            None if self.clears => None,
-            None => self
-                .restore
-                .store
-                .load(&self.restore.entity_type, self.restore.shard, id)?
-                .and_then(|value| StateRecord::decode(&value).ok())
-                .map(|state| state.epoch),
-        };
+    /// Rare (a deposed start's write that landed late): what was read so
+    /// far is written first, and the store asked.
+    fn newest_of(&mut self, id: &str, epoch: u64) -> Result<bool, RestoreError> {
+        if !self.batch.ops.is_empty() {
+            self.flush()?;
+        }
+        let kept = self
+            .restore
+            .store
+            .load(&self.restore.entity_type, self.restore.shard, id)?
+            .and_then(|value| StateRecord::decode(&value).ok())
+            .map(|state| state.epoch);
         Ok(kept.is_none_or(|kept| kept <= epoch))
     }
 
