@@ -234,6 +234,52 @@ fn replay(records: &[Read]) -> Replayed {
     replayed
 }
 
+/// A coordinator's epoch, above every one written before its record.
+struct Outranked {
+    epoch: u64,
+    /// The offset of its epoch record.
+    end: i64,
+    /// This entity type's records before it.
+    records: Vec<Read>,
+    /// Whether a predecessor wrote any (before this start's first record).
+    takeover: bool,
+}
+
+/// Writes an epoch record (`write_epoch`: its offset) and reads what came
+/// before it (`read`: from, until); while an epoch as high as its own is
+/// there (a clock that went back, a quicker restart, or a coordinator
+/// that started meanwhile), writes one above it and reads on, so that no
+/// record before its epoch record has an epoch as high.
+async fn outrank<W, R>(
+    wanted: u64,
+    mut write_epoch: impl FnMut(u64) -> W,
+    mut read: impl FnMut(i64, i64) -> R,
+) -> Result<Outranked, Failure>
+where
+    W: std::future::Future<Output = Result<i64, Failure>>,
+    R: std::future::Future<Output = Result<Vec<Read>, Failure>>,
+{
+    let mut epoch = wanted.max(1);
+    let mut end = write_epoch(epoch).await?;
+    let mut records = read(0, end).await?;
+    let takeover = !records.is_empty();
+    loop {
+        let highest = replay(&records).highest;
+        if highest < epoch {
+            return Ok(Outranked {
+                epoch,
+                end,
+                records,
+                takeover,
+            });
+        }
+        let start = end;
+        epoch = highest + 1;
+        end = write_epoch(epoch).await?;
+        records.extend(read(start, end).await?);
+    }
+}
+
 /// Why a load or a write did not go through.
 enum Failure {
     /// The broker did not answer or refused: tried again.
@@ -370,19 +416,34 @@ impl KafkaCoordinatorStore {
             .ok_or_else(|| Failure::Kafka(self.failed("write", "no offset acknowledged")))
     }
 
-    /// Writes until the broker takes it: the coordinator cannot decide
-    /// anything before its decision is stored, so it waits (and says so).
-    async fn write_until_taken(&self, key: &[u8], value: &Value) -> Result<i64, StoreError> {
+    /// Tries until the broker answers: the coordinator cannot go on
+    /// without it, so it waits (and says so, as `what`). A record that
+    /// cannot be read stops it.
+    async fn until_answered<T, F>(
+        &self,
+        what: &str,
+        mut attempt: impl FnMut() -> F,
+    ) -> Result<T, StoreError>
+    where
+        F: std::future::Future<Output = Result<T, Failure>>,
+    {
         loop {
-            match self.write(key, value).await {
-                Ok(offset) => return Ok(offset),
+            match attempt().await {
+                Ok(done) => return Ok(done),
                 Err(Failure::Unreadable(e)) => return Err(e),
                 Err(Failure::Kafka(e)) => {
-                    tracing::warn!(entity_type = %self.entity_type, error = %e, retry_in = ?RETRY, "coordinator state not written; tried again");
+                    tracing::warn!(entity_type = %self.entity_type, error = %e, retry_in = ?RETRY, "{what}; tried again");
                     tokio::time::sleep(RETRY).await;
                 }
             }
         }
+    }
+
+    /// Writes until the broker takes it: the coordinator cannot decide
+    /// anything before its decision is stored.
+    async fn write_until_taken(&self, key: &[u8], value: &Value) -> Result<i64, StoreError> {
+        self.until_answered("coordinator state not written", || self.write(key, value))
+            .await
     }
 
     /// This entity type's records from `from` up to `until`, exclusive.
@@ -426,34 +487,12 @@ impl KafkaCoordinatorStore {
         }
     }
 
-    /// Reads until the broker answers.
-    async fn read_until_read(&self, from: i64, until: i64) -> Result<Vec<Read>, StoreError> {
-        loop {
-            match self.read(from, until).await {
-                Ok(records) => return Ok(records),
-                Err(Failure::Unreadable(e)) => return Err(e),
-                Err(Failure::Kafka(e)) => {
-                    tracing::warn!(entity_type = %self.entity_type, error = %e, retry_in = ?RETRY, "coordinator topic not read; tried again");
-                    tokio::time::sleep(RETRY).await;
-                }
-            }
-        }
-    }
-
     /// Loads until the broker answers; a record that cannot be read stops
     /// it (the coordinator reports it and does not start), and so does a
     /// successor found while taking over.
     async fn load_state(&self) -> Result<Vec<CoordinatorEvent>, StoreError> {
-        loop {
-            match self.try_load().await {
-                Ok(events) => return Ok(events),
-                Err(Failure::Unreadable(e)) => return Err(e),
-                Err(Failure::Kafka(e)) => {
-                    tracing::warn!(entity_type = %self.entity_type, error = %e, retry_in = ?RETRY, "coordinator state not read; tried again");
-                    tokio::time::sleep(RETRY).await;
-                }
-            }
-        }
+        self.until_answered("coordinator state not read", || self.try_load())
+            .await
     }
 
     /// Writes the epoch record of `epoch`: its offset.
@@ -468,20 +507,17 @@ impl KafkaCoordinatorStore {
     async fn try_load(&self) -> Result<Vec<CoordinatorEvent>, Failure> {
         let started = std::time::Instant::now();
         let mut phase = self.phase.lock().await;
-        let mut epoch = self.wanted.max(1);
-        let mut end = self.write_epoch(epoch).await?;
-        let mut records = self.read(0, end).await?;
-        // Anything a predecessor wrote, before this start's own records.
-        let takeover = !records.is_empty();
-        let highest = replay(&records).highest;
-        if highest >= epoch {
-            // A coordinator with an epoch as high ran before (a clock that
-            // went back, or a quicker restart): this one goes above it.
-            let start = end;
-            epoch = highest + 1;
-            end = self.write_epoch(epoch).await?;
-            records.extend(self.read(start, end).await?);
-        }
+        let Outranked {
+            epoch,
+            end,
+            mut records,
+            takeover,
+        } = outrank(
+            self.wanted,
+            |epoch| self.write_epoch(epoch),
+            |from, until| self.read(from, until),
+        )
+        .await?;
         let ours = self.keys.epoch(epoch);
         records.push(Read {
             key: ours,
@@ -597,7 +633,9 @@ impl KafkaCoordinatorStore {
             .await
             .map_err(Halt::Store)?;
         let between = self
-            .read_until_read(inner.checked, at)
+            .until_answered("coordinator topic not read", || {
+                self.read(inner.checked, at)
+            })
             .await
             .map_err(Halt::Store)?;
         let higher = between
@@ -731,6 +769,54 @@ mod tests {
         ];
         let replayed = replay(&records);
         assert_eq!(replayed.events, [allocated(2, "r"), allocated(3, "r")]);
+    }
+
+    /// A coordinator that starts while this one raises its epoch above a
+    /// predecessor's writes an epoch higher still between this one's two
+    /// epoch records: this one goes above that too (it took the rival's
+    /// state for its own, and deleted its records, before).
+    #[tokio::test]
+    async fn an_epoch_written_while_this_one_rises_is_outranked_too() {
+        let log = std::sync::Mutex::new(vec![epoch_record(5)]);
+        let writes = std::sync::atomic::AtomicU32::new(0);
+        let outranked = outrank(
+            5,
+            |epoch| {
+                let mut log = log.lock().expect("log");
+                if writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 1 {
+                    // The rival, between this one's two epoch records.
+                    log.push(epoch_record(7));
+                }
+                log.push(epoch_record(epoch));
+                std::future::ready(Ok(i64::try_from(log.len()).expect("offset") - 1))
+            },
+            |from, until| {
+                let log = log.lock().expect("log");
+                let range =
+                    usize::try_from(from).expect("from")..usize::try_from(until).expect("until");
+                std::future::ready(Ok(log[range]
+                    .iter()
+                    .map(|r| Read {
+                        key: r.key.clone(),
+                        value: r.value.clone(),
+                    })
+                    .collect()))
+            },
+        )
+        .await
+        .unwrap_or_else(|_| panic!("outranked"));
+        assert_eq!(outranked.epoch, 8, "above the rival's 7");
+        assert!(outranked.takeover);
+    }
+
+    fn epoch_record(epoch: u64) -> Read {
+        Read {
+            key: format!("user\0epoch\0{epoch:020}").into_bytes(),
+            value: Some(Value {
+                epoch,
+                body: Body::Epoch,
+            }),
+        }
     }
 
     #[test]

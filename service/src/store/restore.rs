@@ -25,9 +25,11 @@
 //! start's record for its: of an entity's records, a restore takes the one
 //! of the newest start (of one start, the last). A deposed start's late
 //! record is then taken only when no newer start wrote its entity, and it
-//! is right then: it holds the offsets it applied, its records were never
-//! acknowledged, and the next owner skips them as applied. Keys of one
-//! start per entity (no epoch: before this) are read the same way.
+//! is right then for what Kafka records changed: it holds the offsets it
+//! applied, those records were never acknowledged, and the next owner
+//! skips them as applied. (An ask's change carries no offset: it may take
+//! effect this way, like an ask whose answer was lost.) Keys of one start
+//! per entity (no epoch: before this) are read the same way.
 //!
 //! What is read: with a checkpoint in the node's store (this node had the
 //! shard before), only the changelog after it, like Kafka Streams'

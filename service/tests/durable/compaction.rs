@@ -54,14 +54,15 @@ fn state(epoch: u64, balance: i64) -> Vec<u8> {
     StateRecord::new(epoch, 1, Some(bytes.to_vec())).encode()
 }
 
-/// The offsets `partition` holds now.
-async fn offsets(changelog: &Arc<Changelog>, partition: i32) -> Vec<i64> {
+/// What `partition` holds now: each record's offset, key and whether it
+/// has a value (not a tombstone).
+async fn held(changelog: &Arc<Changelog>, partition: i32) -> Vec<(i64, Vec<u8>, bool)> {
     let reader = changelog.clone();
     tokio::task::spawn_blocking(move || {
         let mut held = Vec::new();
         reader
             .read(partition, None, i64::MAX, &mut |r| {
-                held.push(r.offset);
+                held.push((r.offset, r.key.to_vec(), r.value.is_some()));
                 ControlFlow::Continue(())
             })
             .expect("read");
@@ -69,6 +70,12 @@ async fn offsets(changelog: &Arc<Changelog>, partition: i32) -> Vec<i64> {
     })
     .await
     .expect("reader")
+}
+
+/// The offsets `partition` holds now.
+async fn offsets(changelog: &Arc<Changelog>, partition: i32) -> Vec<i64> {
+    let held = held(changelog, partition).await;
+    held.into_iter().map(|(offset, _, _)| offset).collect()
 }
 
 /// Node a wrote shard S, then b owned S and wrote to it, while a, not
@@ -176,25 +183,17 @@ async fn a_node_back_after_compaction_still_finds_the_start_that_deposed_it() {
 /// The key of `id`'s last state record in `partition`, as whichever start
 /// wrote it keyed it.
 async fn key_of(changelog: &Arc<Changelog>, partition: i32, id: &str) -> Vec<u8> {
-    let reader = changelog.clone();
-    let id = id.as_bytes().to_vec();
-    tokio::task::spawn_blocking(move || {
-        let mut key = None;
-        reader
-            .read(partition, None, i64::MAX, &mut |r| {
-                let rest = r.key.strip_prefix(id.as_slice());
-                if r.value.is_some()
-                    && rest.is_some_and(|rest| rest.first().is_none_or(|&b| b == 0xFE))
-                {
-                    key = Some(r.key.to_vec());
-                }
-                ControlFlow::Continue(())
-            })
-            .expect("read");
-        key.expect("a state record of the entity")
-    })
-    .await
-    .expect("reader")
+    let of_id = |key: &[u8]| {
+        key.strip_prefix(id.as_bytes())
+            .is_some_and(|rest| rest.first().is_none_or(|&b| b == 0xFE))
+    };
+    held(changelog, partition)
+        .await
+        .into_iter()
+        .rev()
+        .find(|(_, key, value)| *value && of_id(key))
+        .map(|(_, key, _)| key)
+        .expect("a state record of the entity")
 }
 
 /// Node a wrote two accounts of shard S; b owned S next and wrote one of
