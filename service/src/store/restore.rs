@@ -68,6 +68,17 @@ pub(crate) fn state_key(id: &str, epoch: u64) -> Vec<u8> {
     key
 }
 
+/// The start that wrote a state record, from its key (or, keyed by the
+/// entity alone, from its value).
+fn written_by(record: &ChangelogRecord<'_>) -> Option<u64> {
+    match record.key.iter().position(|&b| b == EPOCH_TAG) {
+        Some(at) => Some(u64::from_be_bytes(
+            record.key.get(at + 1..)?.try_into().ok()?,
+        )),
+        None => Some(StateRecord::decode(record.value?).ok()?.epoch),
+    }
+}
+
 /// A state record's entity, and whether its key names a start (else it is
 /// the entity id alone, as written before).
 fn entity_of(key: &[u8]) -> Result<(&str, bool), String> {
@@ -234,12 +245,19 @@ impl Restore {
                         return ControlFlow::Continue(());
                     }
                     if r.offset < from {
-                        // In the store already, unless another start came.
-                        if is_marker(r.key) && r.offset > mine {
-                            foreign = true;
-                            return ControlFlow::Break(());
+                        // In the store already, unless another start came,
+                        // or an older start's write landed late among this
+                        // start's own (taken as a full read would take it).
+                        if is_marker(r.key) {
+                            if r.offset > mine {
+                                foreign = true;
+                                return ControlFlow::Break(());
+                            }
+                            return ControlFlow::Continue(());
                         }
-                        return ControlFlow::Continue(());
+                        if r.value.is_none() || written_by(&r) == Some(checkpoint.epoch) {
+                            return ControlFlow::Continue(());
+                        }
                     }
                     applier.visit(r)
                 })?;

@@ -231,6 +231,80 @@ async fn what_a_deposed_owner_writes_after_a_newer_start_is_ignored_by_a_restore
     .expect("reader");
 }
 
+/// An older start's write that landed late, among a later start's own
+/// writes on the same node: the node restoring from its store's checkpoint
+/// takes it as a node reading the whole partition does (the newest record
+/// of its entity), rather than keeping its older copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_write_among_a_nodes_own_is_taken_from_its_checkpoint_as_from_the_whole_partition() {
+    let name = "ledger-late-among";
+    let broker = broker(name);
+    let changelog = Arc::new(
+        Changelog::new(
+            &broker.bootstrap_servers(),
+            &[],
+            &topic(name),
+            Duration::from_secs(10),
+        )
+        .expect("changelog"),
+    );
+    let id = "acct-1";
+    let other = accounts()
+        .into_iter()
+        .find(|other| other != id && shard_of(other) == shard_of(id))
+        .expect("another account on acct-1's shard");
+    let cluster = cluster(name);
+    let (dir_a, dir_c) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let store_a = open(&dir_a);
+
+    let a = cluster.node("a", store(&broker, name, &store_a), 1);
+    let got = a.region.ask(id, LedgerMsg::Add(10), ASK).await;
+    assert_eq!(got.expect("added"), (10, 1));
+    a.node.shutdown().await;
+    let first = store_a
+        .checkpoint(name, shard_of(id))
+        .expect("checkpoint")
+        .expect("a's checkpoint")
+        .epoch;
+
+    // a again, on its store: its start (its shard starts with a message),
+    // then a's first start's write of acct-1 that landed late, then its
+    // own write of another account.
+    let a = cluster.node("a2", store(&broker, name, &store_a), 1);
+    let got = a.region.ask(&other, LedgerMsg::Add(1), ASK).await;
+    assert_eq!(got.expect("added"), (1, 1));
+    let ledger = Ledger {
+        balance: 25,
+        entries: 2,
+    };
+    let late = StateRecord::new(
+        first,
+        1,
+        Some(colo::codec::encode(&ledger).expect("encodes").to_vec()),
+    )
+    .encode();
+    let key = [id.as_bytes(), &[0xFE], &first.to_be_bytes()].concat();
+    changelog
+        .write(shard_of(id).0 as i32, &[(key, late)])
+        .await
+        .expect("written");
+    let got = a.region.ask(&other, LedgerMsg::Add(1), ASK).await;
+    assert_eq!(got.expect("added"), (2, 2));
+    a.node.shutdown().await;
+
+    let c = cluster.node("c", store(&broker, name, &open(&dir_c)), 1);
+    let got = c.region.ask(id, LedgerMsg::Get, ASK).await;
+    assert_eq!(got.expect("got"), (25, 2), "the late write, read whole");
+    c.node.shutdown().await;
+    let a = cluster.node("a3", store(&broker, name, &store_a), 1);
+    let got = a.region.ask(id, LedgerMsg::Get, ASK).await;
+    assert_eq!(got.expect("got"), (25, 2), "the same, from a's checkpoint");
+    a.node.shutdown().await;
+}
+
 /// A node's store kept through its changelog's topic being deleted and
 /// made anew (`colo remove-internal-data --state` with the data
 /// directories kept), while other nodes wrote the new topic past the
