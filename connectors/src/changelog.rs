@@ -471,31 +471,25 @@ mod tests {
         assert!(wrong.to_string().contains("t.e.changelog"), "{wrong}");
     }
 
-    /// A broker that reports the partition's end before the offset asked
-    /// for (its view lagging) does not end the read there: the records up
-    /// to that offset are read once they come. Before, the read stopped at
-    /// the reported end, and a restore took its copy for complete.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_read_goes_on_past_an_end_reported_before_the_offset_asked_for() {
-        let broker = MockCluster::new(1).expect("mock cluster");
-        broker
-            .create_topic("t.late.changelog", 1, 1)
-            .expect("topic");
+    /// A one-partition changelog `topic` on `broker` with five records,
+    /// and a read up to offset 8 under way that has read those five (the
+    /// rest is written only then, after the broker reported the end at 5).
+    async fn five_read_of_eight(
+        broker: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+        topic: &str,
+    ) -> (
+        std::sync::Arc<Changelog>,
+        Vec<(Vec<u8>, Vec<u8>)>,
+        tokio::task::JoinHandle<Result<Vec<String>, ChangelogError>>,
+    ) {
+        broker.create_topic(topic, 1, 1).expect("topic");
         let log = std::sync::Arc::new(
-            Changelog::new(
-                &broker.bootstrap_servers(),
-                &[],
-                "t.late.changelog",
-                TIMEOUT,
-            )
-            .expect("changelog"),
+            Changelog::new(&broker.bootstrap_servers(), &[], topic, TIMEOUT).expect("changelog"),
         );
         let batch: Vec<(Vec<u8>, Vec<u8>)> = (0..5)
             .map(|i| (format!("e{i}").into_bytes(), vec![i]))
             .collect();
         log.write(0, &batch).await.expect("written");
-        // The reader says when it has read all there is so far; the rest
-        // is written only then, after the broker reported the end at 5.
         let (seen_all, wait_for_it) = std::sync::mpsc::channel();
         let reader = log.clone();
         let read = tokio::task::spawn_blocking(move || {
@@ -514,6 +508,17 @@ mod tests {
             .await
             .expect("waiter")
             .expect("the first five read");
+        (log, batch, read)
+    }
+
+    /// A broker that reports the partition's end before the offset asked
+    /// for (its view lagging) does not end the read there: the records up
+    /// to that offset are read once they come. Before, the read stopped at
+    /// the reported end, and a restore took its copy for complete.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_goes_on_past_an_end_reported_before_the_offset_asked_for() {
+        let broker = MockCluster::new(1).expect("mock cluster");
+        let (log, batch, read) = five_read_of_eight(&broker, "t.late.changelog").await;
         log.write(0, &batch[..3]).await.expect("written");
         let keys = read.await.expect("reader").expect("read up to offset 8");
         assert_eq!(keys, ["e0", "e1", "e2", "e3", "e4", "e0", "e1", "e2"]);
@@ -525,40 +530,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_read_goes_on_through_its_broker_away_for_a_while() {
         let broker = MockCluster::new(1).expect("mock cluster");
-        broker
-            .create_topic("t.away.changelog", 1, 1)
-            .expect("topic");
-        let log = std::sync::Arc::new(
-            Changelog::new(
-                &broker.bootstrap_servers(),
-                &[],
-                "t.away.changelog",
-                TIMEOUT,
-            )
-            .expect("changelog"),
-        );
-        let batch: Vec<(Vec<u8>, Vec<u8>)> = (0..5)
-            .map(|i| (format!("e{i}").into_bytes(), vec![i]))
-            .collect();
-        log.write(0, &batch).await.expect("written");
-        let (seen_all, wait_for_it) = std::sync::mpsc::channel();
-        let reader = log.clone();
-        let read = tokio::task::spawn_blocking(move || {
-            let mut keys = Vec::new();
-            reader
-                .read(0, None, 8, &mut |r| {
-                    keys.push(String::from_utf8_lossy(r.key).into_owned());
-                    if r.offset == 4 {
-                        let _ = seen_all.send(());
-                    }
-                    ControlFlow::Continue(())
-                })
-                .map(|_| keys)
-        });
-        tokio::task::spawn_blocking(move || wait_for_it.recv_timeout(TIMEOUT))
-            .await
-            .expect("waiter")
-            .expect("the first five read");
+        let (log, batch, read) = five_read_of_eight(&broker, "t.away.changelog").await;
         broker.broker_down(1).expect("down");
         // How long the broker is away: the fault, not a wait for a state.
         tokio::time::sleep(Duration::from_millis(1500)).await;
