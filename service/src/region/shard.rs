@@ -336,7 +336,9 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                             unreachable!("still handing off")
                         };
                         let leftovers = std::mem::take(leftovers);
-                        self.entities.clear();
+                        // Any entity still here never ran its stop: it
+                        // ends with the shard, logged and counted as gone.
+                        self.drop_entities();
                         return Poll::Ready(leftovers);
                     }
                 }

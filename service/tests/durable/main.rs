@@ -5,6 +5,7 @@ mod ledger;
 
 mod changelog;
 mod compaction;
+mod handoff;
 mod kafka;
 mod local;
 mod remember;
