@@ -34,6 +34,10 @@ command -v mvn >/dev/null 2>&1 || missing+=(maven)
 # kcat, the command-line client, with its default partitioner (not murmur2)
 # (tests/tests/partitioners.rs).
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+# ip (iproute2): the seeded fault schedules put each node in a network
+# namespace of its own and cut its link
+# (tests/tests/exactly_once_under_faults.rs); that needs root.
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo_if_needed=()
   [ "$(id -u)" -eq 0 ] || sudo_if_needed=(sudo)

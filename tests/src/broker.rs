@@ -140,20 +140,8 @@ impl Broker {
     /// # Panics
     /// As [`Broker::start`], or `every` is not a duration.
     pub fn start_compacting(every: &str) -> Self {
-        let ms = humantime::parse_duration(every)
-            .unwrap_or_else(|e| panic!("{every:?} is not a duration: {e}"))
-            .as_millis();
         Self::start_with(Options {
-            properties: vec![
-                format!("log.roll.ms={ms}"),
-                format!("log.cleaner.backoff.ms={ms}"),
-                "log.cleaner.min.cleanable.ratio=0.01".to_string(),
-                "log.cleaner.min.compaction.lag.ms=0".to_string(),
-                // Tombstones go at the next pass after `every`, rather
-                // than a day later.
-                format!("log.cleaner.delete.retention.ms={ms}"),
-                "log.segment.delete.delay.ms=0".to_string(),
-            ],
+            properties: compacting(every),
             ..Options::default()
         })
     }
@@ -532,4 +520,25 @@ fn fetch() -> PathBuf {
         String::from_utf8_lossy(&fetched.stderr)
     );
     root.join("target/kafka/lib")
+}
+
+/// The `server.properties` lines of a broker whose log cleaner compacts
+/// every `every` ([`Broker::start_compacting`]).
+///
+/// # Panics
+/// `every` is not a duration.
+pub fn compacting(every: &str) -> Vec<String> {
+    let ms = humantime::parse_duration(every)
+        .unwrap_or_else(|e| panic!("{every:?} is not a duration: {e}"))
+        .as_millis();
+    vec![
+        format!("log.roll.ms={ms}"),
+        format!("log.cleaner.backoff.ms={ms}"),
+        "log.cleaner.min.cleanable.ratio=0.01".to_string(),
+        "log.cleaner.min.compaction.lag.ms=0".to_string(),
+        // Tombstones go at the next pass after `every`, rather than a day
+        // later.
+        format!("log.cleaner.delete.retention.ms={ms}"),
+        "log.segment.delete.delay.ms=0".to_string(),
+    ]
 }

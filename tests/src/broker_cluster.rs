@@ -87,6 +87,18 @@ impl BrokerCluster {
     /// Java or the jars cannot be had, formatting fails, a broker exits,
     /// or the cluster is not ready within 90 s.
     pub fn start() -> Self {
+        Self::start_on("127.0.0.1", &[])
+    }
+
+    /// [`BrokerCluster::start`] with the brokers' client listeners on
+    /// `host` (a bridge's address, for nodes in network namespaces: see
+    /// [`crate::netns`]) and `extra` added to each broker's
+    /// `server.properties` (a compacting log cleaner:
+    /// [`crate::broker::compacting`]). The controllers stay on loopback.
+    ///
+    /// # Panics
+    /// As [`BrokerCluster::start`].
+    pub fn start_on(host: &str, extra: &[String]) -> Self {
         let starting = Instant::now();
         let lib = kafka_lib();
         let dir = tempfile::tempdir().expect("cluster directory");
@@ -104,8 +116,10 @@ impl BrokerCluster {
         for (id, (port, controller)) in BROKER_IDS.iter().zip(&ports) {
             let member_dir = dir.path().join(format!("broker-{id}"));
             std::fs::create_dir(&member_dir).expect("broker directory");
-            let address = format!("127.0.0.1:{port}");
-            let properties = properties(*id, &address, *controller, &voters, &member_dir);
+            let address = format!("{host}:{port}");
+            let mut properties =
+                server_properties(*id, &address, *controller, &voters, &member_dir);
+            properties.extend_from_slice(extra);
             std::fs::write(
                 member_dir.join("server.properties"),
                 properties.join("\n") + "\n",
@@ -461,7 +475,7 @@ impl Drop for BrokerCluster {
 }
 
 /// Broker `id`'s `server.properties`.
-fn properties(
+fn server_properties(
     id: i32,
     address: &str,
     controller: u16,

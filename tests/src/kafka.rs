@@ -360,3 +360,21 @@ pub fn dead_letters(
     }
     letters
 }
+
+/// How many distinct source records (partition and offset) the
+/// dead-letter topic `dlq` holds, read until `expected` of them are there
+/// or a minute has passed: a record dead-lettered just before its node
+/// was killed, its offset not committed, is dead-lettered again, with
+/// the same source headers (README, "Kafka").
+pub fn distinct_dead_letters(bootstrap: &str, dlq: &str, group: &str, expected: usize) -> usize {
+    let distinct = |letters: &[DeadLetter]| {
+        letters
+            .iter()
+            .map(|l| (l.source_partition, l.source_offset))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    };
+    distinct(&dead_letters(bootstrap, dlq, group, |l| {
+        distinct(l) >= expected
+    }))
+}

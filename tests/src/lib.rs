@@ -25,6 +25,8 @@
 //!   for every purchase handled.
 //! - [`recorded`]: metrics recorded in a test process, read back by name
 //!   and labels.
+//! - [`netns`]: hosts with networks of their own (network namespaces on
+//!   a bridge), whose links a test cuts and heals.
 //! - [`proxy`]: a TCP proxy that forwards, holds (a partition) or breaks
 //!   connections.
 //! - [`tls`]: certificates made by `scripts/certs.sh`, and clients that
@@ -43,6 +45,7 @@ pub mod deploy;
 pub mod http;
 pub mod kafka;
 pub mod lifecycle;
+pub mod netns;
 pub mod process;
 pub mod prometheus;
 pub mod proxy;

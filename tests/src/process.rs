@@ -197,6 +197,8 @@ pub struct NodeProcess {
     /// Its admin HTTP address.
     pub admin: String,
     program: Program,
+    /// The network namespace it runs in, if not this machine's own.
+    namespace: Option<String>,
     config: PathBuf,
     sets: Vec<String>,
     log: PathBuf,
@@ -222,6 +224,34 @@ impl NodeProcess {
     /// certificates that name different hosts.
     pub fn start_on(
         host: &str,
+        program: Program,
+        coordinator: Option<&str>,
+        sets: &[&str],
+    ) -> Self {
+        Self::launch(host, None, program, coordinator, sets)
+    }
+
+    /// Starts a node of `program` inside the network namespace of `host`,
+    /// listening on its address: a node whose network a test can cut
+    /// ([`crate::netns::Network::cut`]).
+    pub fn start_in(
+        host: &crate::netns::Host,
+        program: Program,
+        coordinator: Option<&str>,
+        sets: &[&str],
+    ) -> Self {
+        Self::launch(
+            &host.address,
+            Some(host.namespace.clone()),
+            program,
+            coordinator,
+            sets,
+        )
+    }
+
+    fn launch(
+        host: &str,
+        namespace: Option<String>,
         program: Program,
         coordinator: Option<&str>,
         sets: &[&str],
@@ -260,6 +290,7 @@ level = "info,colo=debug"
         let log = dir.path().join("colo.log");
         let mut node = Self {
             program,
+            namespace,
             sets: sets.iter().map(|s| s.to_string()).collect(),
             grpc,
             admin,
@@ -280,8 +311,18 @@ level = "info,colo=debug"
             .expect("open log file");
         let err = log.try_clone().expect("clone log file");
         let (binary, leading) = self.program.command();
+        // `ip netns exec` enters the namespace and executes the node in its
+        // place: the process started is the node.
+        let mut command = match &self.namespace {
+            Some(namespace) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", namespace]).arg(binary);
+                command
+            }
+            None => Command::new(binary),
+        };
         // A node exits with its test process, however that one ends.
-        let child = Command::new(binary)
+        let child = command
             .args(leading)
             .arg("--exit-with-parent")
             .arg("--config")

@@ -12,15 +12,16 @@
 //! partition it was in. A last test produces with a client no one here
 //! wrote, confluent-kafka for Python, with its defaults.
 
+mod common;
+
 use colo::samples::purchases::{encode_event, Generator, Totals};
 use colo_tests::broker::Broker;
-use colo_tests::kafka::{dead_letters, DeadLetter};
+use colo_tests::kafka::distinct_dead_letters;
 use colo_tests::process::NodeProcess;
 use colo_tests::purchases::{handled, verify, Producer};
-use colo_tests::rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
-use colo_tests::rdkafka::ClientConfig;
 use colo_tests::user_nodes::*;
 use colo_tests::wait;
+use common::OtherPartitioner;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -28,99 +29,6 @@ use std::time::Duration;
 /// How long the misplaced records may take to settle after the last
 /// change: each is a hop, and a moved shard restores first.
 const SETTLED: Duration = Duration::from_secs(90);
-
-/// Purchases sent by a librdkafka producer with `partitioner`, paced,
-/// mixed with undecodable records; what they add up to once it is done.
-struct OtherPartitioner {
-    thread: Option<std::thread::JoinHandle<Totals>>,
-    /// Where the totals go, as `colo produce --expected` writes them.
-    expected: PathBuf,
-}
-
-impl OtherPartitioner {
-    /// `count` purchases of `users` users `<prefix><n>`, `rate` a second,
-    /// with an undecodable record (keyed `bad-<n>`) every `bad_every`.
-    #[allow(clippy::too_many_arguments)]
-    fn start(
-        dir: &Path,
-        bootstrap: &str,
-        topic: &str,
-        partitioner: &str,
-        prefix: &str,
-        users: usize,
-        count: u64,
-        rate: u64,
-        bad_every: Option<u64>,
-    ) -> Self {
-        let producer: BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("partitioner", partitioner)
-            // One request in flight, one record a batch: each key's
-            // records stay in order, and every offset a consumer starts
-            // from begins a batch (the test broker skips the rest of a
-            // batch fetched from its middle: DEVELOPERS.md).
-            .set("max.in.flight.requests.per.connection", "1")
-            .set("batch.num.messages", "1")
-            .create()
-            .expect("producer");
-        let topic = topic.to_string();
-        let mut generator = Generator::new(prefix, users, 11);
-        let thread = std::thread::spawn(move || {
-            let started = std::time::Instant::now();
-            for n in 0..count {
-                // Paced: the producer serves its callbacks until the next
-                // record is due.
-                let due = started + Duration::from_secs_f64(n as f64 / rate as f64);
-                while let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
-                    producer.poll(wait);
-                }
-                if bad_every.is_some_and(|every| n % every == every - 1) {
-                    let key = format!("bad-{n}");
-                    send(&producer, &topic, key.as_bytes(), b"not a purchase");
-                }
-                let (user, purchase) = generator.next_event();
-                send(
-                    &producer,
-                    &topic,
-                    user.as_bytes(),
-                    &encode_event(&user, &purchase),
-                );
-            }
-            producer.flush(Duration::from_secs(30)).expect("flushed");
-            generator.totals().clone()
-        });
-        Self {
-            thread: Some(thread),
-            expected: dir.join(format!("{prefix}expected.json")),
-        }
-    }
-
-    /// Waits for it to finish; its totals, also written to `expected`.
-    async fn finished(mut self) -> Totals {
-        let thread = self.thread.take().expect("running");
-        let totals = tokio::task::spawn_blocking(move || thread.join().expect("producer thread"))
-            .await
-            .expect("join");
-        let json = serde_json::to_string(&totals).expect("totals as JSON");
-        std::fs::write(&self.expected, json).expect("write totals");
-        totals
-    }
-}
-
-/// Sends one record, waiting for room in the producer's queue.
-fn send(producer: &BaseProducer, topic: &str, key: &[u8], payload: &[u8]) {
-    let mut record = BaseRecord::to(topic).key(key).payload(payload);
-    loop {
-        match producer.send(record) {
-            Ok(()) => break,
-            Err((_, back)) => {
-                producer.poll(Duration::from_millis(50));
-                record = back;
-            }
-        }
-    }
-    producer.poll(Duration::ZERO);
-}
 
 /// Every user's totals, asked through `node`: what `colo verify` compares,
 /// for users whose events may have been handled in any order (a `random`
@@ -314,7 +222,7 @@ async fn other_partitioners_through(test: &str, changes: Changes) {
     };
     let murmur2_file = murmur2.expected_file();
     let murmur2 = murmur2.finished(Duration::from_secs(90)).await;
-    let crc_file = crc.expected.clone();
+    let crc_file = crc.expected_file();
     let crc = crc.finished().await;
     let random = random.finished().await;
     let refs: Vec<&NodeProcess> = nodes.iter().collect();
@@ -349,20 +257,7 @@ async fn other_partitioners_through(test: &str, changes: Changes) {
     let letters = tokio::task::spawn_blocking({
         let bootstrap = bootstrap.to_string();
         let group = format!("{cluster}.dlq-reader");
-        // Distinct source offsets: a record dead-lettered just before its
-        // node was killed, its offset not committed, is dead-lettered again.
-        let distinct = |letters: &[DeadLetter]| {
-            letters
-                .iter()
-                .map(|l| (l.source_partition, l.source_offset))
-                .collect::<BTreeSet<_>>()
-                .len()
-        };
-        move || {
-            distinct(&dead_letters(&bootstrap, &dlq, &group, |l| {
-                distinct(l) >= bad
-            }))
-        }
+        move || distinct_dead_letters(&bootstrap, &dlq, &group, bad)
     })
     .await
     .expect("dead letters");
