@@ -1,7 +1,8 @@
 //! A durable shard's hand-off stops every entity it started, the ones
 //! whose stored state was still being read when the hand-off began
 //! included: each runs the entity type's stop message before the shard
-//! ends.
+//! ends, once, and one whose stop was already running is not stopped
+//! twice.
 
 use crate::ledger::*;
 use colo::state::{Checkpoint, Engine, StateStore, StoreError, WriteBatch};
@@ -10,9 +11,15 @@ use serde::{Deserialize, Serialize};
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
-/// Stop messages handled by [`Tally`] entities (only this test has them).
+/// Stop messages handled by [`Tally`] entities, by kind (only these
+/// tests have them).
 static STOPS: AtomicUsize = AtomicUsize::new(0);
+static SLOW_STOPS: AtomicUsize = AtomicUsize::new(0);
+
+/// Where a slow stop waits until the test lets it go on.
+static SLOW_STOP_GATE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
 
 /// A count whose stop message is counted.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -24,18 +31,28 @@ struct Tally {
 enum TallyMsg {
     Add,
     Stop,
+    /// A stop that waits at [`SLOW_STOP_GATE`].
+    SlowStop,
+    Passivate,
 }
 
 impl Entity for Tally {
     type Message = TallyMsg;
     type Reply = u32;
 
-    async fn handle(&mut self, _: &EntityContext, message: TallyMsg) -> Result<u32, EntityError> {
+    async fn handle(&mut self, ctx: &EntityContext, message: TallyMsg) -> Result<u32, EntityError> {
         match message {
             TallyMsg::Add => self.n += 1,
             TallyMsg::Stop => {
                 STOPS.fetch_add(1, Ordering::SeqCst);
             }
+            TallyMsg::SlowStop => {
+                SLOW_STOPS.fetch_add(1, Ordering::SeqCst);
+                SLOW_STOP_GATE.acquire().await.expect("gate").forget();
+                // What a stop changes is kept too.
+                self.n += 100;
+            }
+            TallyMsg::Passivate => ctx.passivate(),
         }
         Ok(self.n)
     }
@@ -160,4 +177,72 @@ async fn an_entity_whose_state_was_being_read_when_its_shard_handed_off_runs_its
         1,
         "t-1 started on b and must run its stop before its shard ends"
     );
+}
+
+/// The hand-off begins while an entity's passivation runs its stop: the
+/// entity goes once that stop ends, what the stop changed is written, and
+/// the hand-off ends, without a panic. Before, the hand-off gave the
+/// stopping entity a second stop, which found no entity and ended its
+/// shard's task with a panic (what the shard still held was lost with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_that_begins_while_an_entity_stops_ends_with_one_stop() {
+    // Each test runs in a process of its own: a panic on any thread of
+    // this one is the shard's.
+    static PANICS: AtomicUsize = AtomicUsize::new(0);
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICS.fetch_add(1, Ordering::SeqCst);
+        report(info);
+    }));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir);
+    let cluster = cluster("tally-slow");
+    let node = Node::with_state_store(
+        cluster.network.transport("a"),
+        NodeStore::new(store.clone(), at_once()),
+    );
+    let region = Arc::new(
+        node.start_region(
+            EntityType::new("tally-slow", |_| Tally::default())
+                .with_settings(settings())
+                .with_stop_message(|| TallyMsg::SlowStop)
+                .durable(1),
+        )
+        .expect("registers"),
+    );
+    assert_eq!(
+        region.ask("s-1", TallyMsg::Add, ASK).await.expect("added"),
+        1
+    );
+    region
+        .ask("s-1", TallyMsg::Passivate, ASK)
+        .await
+        .expect("passivation asked");
+    colo_tests::wait::until("s-1's stop runs", ASK, || {
+        std::future::ready(SLOW_STOPS.load(Ordering::SeqCst) == 1)
+    })
+    .await;
+    let shutdown = tokio::spawn({
+        let region = region.clone();
+        async move { region.shutdown().await }
+    });
+    // The region has taken the shutdown once it answers the query behind
+    // it. Nothing outside the shard's task tells when it took its
+    // hand-off mail from its mailbox: it is given 100 ms for that, as the
+    // fault is a stop that lasts past the hand-off's start.
+    let _ = region.state(ASK).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    SLOW_STOP_GATE.add_permits(10);
+    tokio::time::timeout(ASK, shutdown)
+        .await
+        .expect("the hand-off ends")
+        .expect("shutdown task");
+    assert_eq!(SLOW_STOPS.load(Ordering::SeqCst), 1, "s-1 stopped once");
+    assert_eq!(PANICS.load(Ordering::SeqCst), 0, "a shard's task panicked");
+    let record = stored_as(&store, "tally-slow", "s-1")
+        .await
+        .expect("s-1 stored");
+    let tally: Tally =
+        colo::codec::decode(record.state.as_deref().expect("state")).expect("decodes");
+    assert_eq!(tally.n, 101, "what s-1's stop changed is written");
 }

@@ -54,14 +54,6 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                 active.busy = true;
             }
         }
-        // An entity whose stored state is still being read starts once it
-        // is, handles what waits for it, and stops like the others: the
-        // read's return lists it.
-        for busy in self.busy.values_mut() {
-            if busy.stop.is_none() {
-                busy.stop = Some(Stop::Last);
-            }
-        }
         self.fill_slots(cx);
     }
 

@@ -295,6 +295,11 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             }
         };
         match next {
+            // A hand-off that began while the entity's own stop ran asked
+            // for a stop of an entity that is gone by now.
+            Next::Stop(_) if self.entities.get(&id).is_none_or(|a| a.entity.is_none()) => {
+                self.after_run(&id);
+            }
             Next::Stop(reason) => self.start_stop(id, reason, cx),
             Next::Message(env) if env.abandoned() => {
                 self.queued -= 1;

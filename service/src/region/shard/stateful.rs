@@ -6,7 +6,7 @@
 
 use super::durable::Start;
 use super::runs::Done;
-use super::{Active, Phase, Shard, LIFECYCLE};
+use super::{Active, Phase, Shard, Stop, LIFECYCLE};
 use crate::entity::{Entity, EntityId};
 use crate::envelope::{Envelope, Origin, Reply};
 use crate::error::AskError;
@@ -209,6 +209,17 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
 
     /// Puts a started entity among the active ones.
     pub(super) fn insert_active(&mut self, id: &EntityId, entity: E) {
+        // One that starts while its shard hands off (its stored state was
+        // still being read when the hand-off began) handles what waits for
+        // it and stops like the others.
+        if matches!(self.phase, Phase::HandingOff { .. }) {
+            let busy = self.busy.entry(id.clone()).or_default();
+            busy.stop.get_or_insert(Stop::Last);
+            if busy.running.is_none() && !busy.listed {
+                busy.listed = true;
+                self.runnable.push_back(id.clone());
+            }
+        }
         self.count_entities(1.0);
         self.metrics.activations.increment(1);
         self.counts.activations += 1;
