@@ -87,3 +87,73 @@ async fn only_a_durable_entity_type_remembers_its_entities() {
         "{refused}"
     );
 }
+
+/// An entity that a message started, changed and stopped while its
+/// shard was still starting its remembered entities is not started again
+/// from what the shard's first read of the store held: its change stays.
+/// Before, the remembered start came after the change and brought the
+/// older state back (a lost update: 1 instead of 11).
+#[tokio::test]
+async fn an_entity_changed_and_stopped_while_its_shard_remembers_keeps_its_change() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = open(&dir);
+    let ids = ids_in_one_shard(6);
+    let a = start(&store, at_once(), 1);
+    for id in &ids {
+        a.region
+            .ask(id, LedgerMsg::Add(1), ASK)
+            .await
+            .expect("added");
+    }
+    a.node.kill().await;
+
+    // One remembered entity every 300 ms, in id order: the fourth comes
+    // about a second after the shard starts.
+    let remembering = ShardingSettings {
+        remember_entities: Some(EntityRecovery::Constant {
+            frequency: Duration::from_millis(300),
+            number: 1,
+        }),
+        ..settings()
+    };
+    let b = cluster(LEDGER).node_with(
+        "b",
+        NodeStore::new(store.clone(), at_once()),
+        remembering,
+        1,
+    );
+    let mut sorted = ids.clone();
+    sorted.sort();
+    let (changed, last) = (&sorted[3], &sorted[5]);
+    // Its message starts the shard; then it changes and stops before the
+    // shard's remembered entities reach it.
+    let got = b
+        .region
+        .ask(changed, LedgerMsg::Add(10), ASK)
+        .await
+        .expect("added");
+    assert_eq!(got, (11, 2));
+    b.region
+        .ask(changed, LedgerMsg::Passivate, ASK)
+        .await
+        .expect("passivated");
+    colo_tests::wait::until_ok(ASK, || async {
+        let state = b.region.state(Duration::from_secs(2)).await.expect("state");
+        let active: Vec<String> = state
+            .shards
+            .values()
+            .flat_map(|ids| ids.iter().map(|e| e.to_string()))
+            .collect();
+        match active.contains(last) {
+            true => Ok(()),
+            false => Err(format!("{last} not remembered yet: {active:?}")),
+        }
+    })
+    .await;
+    let got = b
+        .region
+        .ask(changed, LedgerMsg::Get, ASK)
+        .await
+        .expect("got");
+    assert_eq!(got, (11, 2), "{changed} after the shard remembered past it");
+}

@@ -234,6 +234,14 @@ impl<E: Entity> DurableShard<E> {
         }
     }
 
+    /// An entity started: remembering does not start it again (see
+    /// `recovery.rs`).
+    pub fn started(&mut self, id: &EntityId) {
+        if let Some(recovery) = self.recovery.as_mut() {
+            recovery.started(id);
+        }
+    }
+
     /// Whether its state is still being restored: it takes no mail.
     pub fn restoring(&self) -> bool {
         self.restoring.is_some()

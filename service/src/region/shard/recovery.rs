@@ -9,7 +9,7 @@ use crate::settings::EntityRecovery;
 use crate::store::NodeStore;
 use colo_allocation::ShardId;
 use colo_state::StoreError;
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -23,6 +23,11 @@ pub(super) struct Recovery {
     strategy: EntityRecovery,
     phase: RecoveryPhase,
     timer: Option<Pin<Box<Sleep>>>,
+    /// Entities started otherwise (by a message) while remembered ones
+    /// are still to start: the scan's copy of their state may be older
+    /// than what they made since, and one that stopped again stays
+    /// stopped until its next message, as after an explicit passivation.
+    started: HashSet<EntityId>,
 }
 
 /// A shard's stored entities: id and stored record.
@@ -46,6 +51,15 @@ impl Recovery {
             strategy,
             phase: RecoveryPhase::Unread,
             timer: None,
+            started: HashSet::new(),
+        }
+    }
+
+    /// An entity of the shard started: it is not started again from the
+    /// scan.
+    pub(super) fn started(&mut self, id: &EntityId) {
+        if !matches!(self.phase, RecoveryPhase::Done) {
+            self.started.insert(id.clone());
         }
     }
 }
@@ -111,10 +125,15 @@ impl Recovery {
                             number
                         }
                     };
-                    let batch: Vec<_> = pending.drain(..number.min(pending.len())).collect();
+                    let started = &recovery.started;
+                    let batch: Vec<_> = pending
+                        .drain(..number.min(pending.len()))
+                        .filter(|(id, _)| !started.contains(id))
+                        .collect();
                     if pending.is_empty() {
                         recovery.phase = RecoveryPhase::Done;
                         recovery.timer = None;
+                        recovery.started = HashSet::new();
                     }
                     return batch;
                 }

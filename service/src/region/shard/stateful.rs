@@ -209,6 +209,9 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
 
     /// Puts a started entity among the active ones.
     pub(super) fn insert_active(&mut self, id: &EntityId, entity: E) {
+        if let Some(durable) = self.durable.as_mut() {
+            durable.started(id);
+        }
         // One that starts while its shard hands off (its stored state was
         // still being read when the hand-off began) handles what waits for
         // it and stops like the others.
