@@ -116,7 +116,8 @@ async fn the_kafka_demo_runs_hands_off_and_handles_every_record() {
         assert!(out.contains(expected), "no {expected:?} in:\n{out}");
     }
     // A join and a leave take rounds of the group (seconds on the mock
-    // cluster): the progress lines go on while they run.
+    // cluster): the progress lines, one every 250 ms, go on while they
+    // run. A leave once took 0.2 s, with no progress line to print between.
     for (begins, ends) in [(" joins:", " hosts "), (" leaves:", " left in ")] {
         let lines: Vec<&str> = out.lines().collect();
         let from = lines.iter().position(|l| l.contains(begins));
@@ -124,9 +125,19 @@ async fn the_kafka_demo_runs_hands_off_and_handles_every_record() {
         let (Some(from), Some(to)) = (from, to) else {
             panic!("no {begins:?} or {ends:?} in:\n{out}");
         };
+        // The first duration the line that ends it names ("... 2.9s ...").
+        let took = lines[to]
+            .split_whitespace()
+            .find_map(|word| {
+                word.trim_end_matches([';', ',', ')'])
+                    .strip_suffix('s')?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no duration in {:?}", lines[to]));
         assert!(
-            lines[from..to].iter().any(|l| l.starts_with('[')),
-            "no progress between {begins:?} and {ends:?}:\n{out}"
+            took < 0.5 || lines[from..to].iter().any(|l| l.starts_with('[')),
+            "no progress between {begins:?} and {ends:?}, {took} s apart:\n{out}"
         );
     }
 }

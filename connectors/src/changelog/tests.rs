@@ -129,12 +129,15 @@ async fn a_read_whose_partition_ends_short_of_the_offset_asked_for_fails() {
     broker
         .create_topic("t.short.changelog", 1, 1)
         .expect("topic");
+    // A read stalls after 1 s without a record; the write before it has
+    // the usual time (a loaded machine once took longer than 1 s for it).
     let log = std::sync::Arc::new(
-        Changelog::new(
+        Changelog::writing_within(
             &broker.bootstrap_servers(),
             &[],
             "t.short.changelog",
             Duration::from_secs(1),
+            TIMEOUT,
         )
         .expect("changelog"),
     );
