@@ -17,32 +17,61 @@ fn ids_in_one_shard(count: usize) -> Vec<String> {
         .collect()
 }
 
+/// Writes `ids` on a node of its own, each its `amount`, then kills it.
+async fn written_then_killed(
+    store: &std::sync::Arc<dyn colo::state::StateStore>,
+    ids: &[String],
+    amount: impl Fn(usize) -> i64,
+) {
+    let a = start(store, at_once(), 1);
+    for (n, id) in ids.iter().enumerate() {
+        a.region
+            .ask(id, LedgerMsg::Add(amount(n)), ASK)
+            .await
+            .expect("added");
+    }
+    a.node.kill().await;
+}
+
+/// A node on `store` that remembers `number` entities every `frequency`.
+fn remembering_node(
+    store: &std::sync::Arc<dyn colo::state::StateStore>,
+    state: StateSettings,
+    frequency: Duration,
+    number: usize,
+) -> OneNode {
+    let remembering = ShardingSettings {
+        remember_entities: Some(EntityRecovery::Constant { frequency, number }),
+        ..settings()
+    };
+    cluster(LEDGER).node_with("b", NodeStore::new(store.clone(), state), remembering, 1)
+}
+
+/// The entities active on `node`.
+async fn active(node: &OneNode) -> Vec<String> {
+    let state = node
+        .region
+        .state(Duration::from_secs(2))
+        .await
+        .expect("state");
+    state
+        .shards
+        .values()
+        .flat_map(|ids| ids.iter().map(|e| e.to_string()))
+        .collect()
+}
+
 #[tokio::test]
 async fn remembered_entities_start_with_their_shard_at_the_constant_rate() {
     let dir = tempfile::tempdir().expect("dir");
     let store = open(&dir);
     let ids = ids_in_one_shard(6);
-    let a = start(&store, at_once(), 1);
-    for (n, id) in ids.iter().enumerate() {
-        a.region
-            .ask(id, LedgerMsg::Add(n as i64 + 1), ASK)
-            .await
-            .expect("added");
-    }
-    a.node.kill().await;
-
-    let remembering = ShardingSettings {
-        remember_entities: Some(EntityRecovery::Constant {
-            frequency: Duration::from_millis(20),
-            number: 2,
-        }),
-        ..settings()
-    };
-    let b = cluster(LEDGER).node_with(
-        "b",
-        NodeStore::new(store.clone(), StateSettings::default()),
-        remembering,
-        1,
+    written_then_killed(&store, &ids, |n| n as i64 + 1).await;
+    let b = remembering_node(
+        &store,
+        StateSettings::default(),
+        Duration::from_millis(20),
+        2,
     );
     // One message starts the shard; its other entities come without one.
     let first = b
@@ -52,12 +81,7 @@ async fn remembered_entities_start_with_their_shard_at_the_constant_rate() {
         .expect("got");
     assert_eq!(first, (1, 1));
     colo_tests::wait::until_ok(ASK, || async {
-        let state = b.region.state(Duration::from_secs(2)).await.expect("state");
-        let active: Vec<String> = state
-            .shards
-            .values()
-            .flat_map(|ids| ids.iter().map(|e| e.to_string()))
-            .collect();
+        let active = active(&b).await;
         match ids.iter().all(|id| active.contains(id)) {
             true => Ok(()),
             false => Err(format!("remembered {ids:?}, active {active:?}")),
@@ -98,30 +122,10 @@ async fn an_entity_changed_and_stopped_while_its_shard_remembers_keeps_its_chang
     let dir = tempfile::tempdir().expect("dir");
     let store = open(&dir);
     let ids = ids_in_one_shard(6);
-    let a = start(&store, at_once(), 1);
-    for id in &ids {
-        a.region
-            .ask(id, LedgerMsg::Add(1), ASK)
-            .await
-            .expect("added");
-    }
-    a.node.kill().await;
-
+    written_then_killed(&store, &ids, |_| 1).await;
     // One remembered entity every 300 ms, in id order: the fourth comes
     // about a second after the shard starts.
-    let remembering = ShardingSettings {
-        remember_entities: Some(EntityRecovery::Constant {
-            frequency: Duration::from_millis(300),
-            number: 1,
-        }),
-        ..settings()
-    };
-    let b = cluster(LEDGER).node_with(
-        "b",
-        NodeStore::new(store.clone(), at_once()),
-        remembering,
-        1,
-    );
+    let b = remembering_node(&store, at_once(), Duration::from_millis(300), 1);
     let mut sorted = ids.clone();
     sorted.sort();
     let (changed, last) = (&sorted[3], &sorted[5]);
@@ -138,12 +142,7 @@ async fn an_entity_changed_and_stopped_while_its_shard_remembers_keeps_its_chang
         .await
         .expect("passivated");
     colo_tests::wait::until_ok(ASK, || async {
-        let state = b.region.state(Duration::from_secs(2)).await.expect("state");
-        let active: Vec<String> = state
-            .shards
-            .values()
-            .flat_map(|ids| ids.iter().map(|e| e.to_string()))
-            .collect();
+        let active = active(&b).await;
         match active.contains(last) {
             true => Ok(()),
             false => Err(format!("{last} not remembered yet: {active:?}")),
