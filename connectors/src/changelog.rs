@@ -12,7 +12,7 @@ use crate::error::SourceError;
 use futures::future::join_all;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
@@ -23,6 +23,9 @@ use std::time::{Duration, Instant};
 /// it keeps each entity's last state, however long it lives.
 pub const CHANGELOG_CONFIG: [(&str, &str); 1] = [("cleanup.policy", "compact")];
 
+/// The header that carries a record's tag (see [`ChangelogWrite::tag`]).
+const TAG_HEADER: &str = "tag";
+
 /// One record read back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChangelogRecord<'a> {
@@ -30,6 +33,39 @@ pub struct ChangelogRecord<'a> {
     pub key: &'a [u8],
     /// `None` for a tombstone.
     pub value: Option<&'a [u8]>,
+    /// As written (see [`ChangelogWrite::tag`]).
+    pub tag: Option<&'a [u8]>,
+}
+
+/// One record to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangelogWrite<'a> {
+    pub key: &'a [u8],
+    /// `None` for a tombstone.
+    pub value: Option<&'a [u8]>,
+    /// Read back with the record, in a header: a tombstone has no value,
+    /// so what it means beyond its key being gone (the runtime's tombstones
+    /// say whether an entity was deleted or only moved to another key)
+    /// travels here.
+    pub tag: Option<&'a [u8]>,
+}
+
+impl<'a> ChangelogWrite<'a> {
+    pub fn value(key: &'a [u8], value: &'a [u8]) -> Self {
+        Self {
+            key,
+            value: Some(value),
+            tag: None,
+        }
+    }
+
+    pub fn tombstone(key: &'a [u8]) -> Self {
+        Self {
+            key,
+            value: None,
+            tag: None,
+        }
+    }
 }
 
 /// How often a write whose records find librdkafka's queue full tries
@@ -226,25 +262,22 @@ impl Changelog {
     ) -> Result<Vec<i64>, ChangelogError> {
         let records = records
             .iter()
-            .map(|(key, value)| (key.as_ref(), Some(value.as_ref())));
+            .map(|(key, value)| ChangelogWrite::value(key.as_ref(), value.as_ref()));
         self.send(partition, records).await
     }
 
-    /// Writes `records` (key, value, or `None` for a tombstone) to
+    /// Writes `records` (values, tombstones, tagged or not) to
     /// `partition`, in order; returns the offset of each once the broker
     /// has them all.
     ///
     /// # Errors
     /// As [`Changelog::write`].
-    pub async fn write_or_delete<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+    pub async fn write_or_delete(
         &self,
         partition: i32,
-        records: &[(K, Option<V>)],
+        records: &[ChangelogWrite<'_>],
     ) -> Result<Vec<i64>, ChangelogError> {
-        let records = records
-            .iter()
-            .map(|(key, value)| (key.as_ref(), value.as_ref().map(AsRef::as_ref)));
-        self.send(partition, records).await
+        self.send(partition, records.iter().copied()).await
     }
 
     /// Writes a tombstone for each of `keys` to `partition`: compaction
@@ -258,23 +291,31 @@ impl Changelog {
         partition: i32,
         keys: &[K],
     ) -> Result<(), ChangelogError> {
-        let records = keys.iter().map(|key| (key.as_ref(), None));
+        let records = keys
+            .iter()
+            .map(|key| ChangelogWrite::tombstone(key.as_ref()));
         self.send(partition, records).await.map(drop)
     }
 
     async fn send<'a>(
         &self,
         partition: i32,
-        records: impl ExactSizeIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+        records: impl ExactSizeIterator<Item = ChangelogWrite<'a>>,
     ) -> Result<Vec<i64>, ChangelogError> {
         let mut pending = Vec::with_capacity(records.len());
         let queue_by = tokio::time::Instant::now() + self.queue_within;
-        for (key, value) in records {
+        for write in records {
             let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic)
                 .partition(partition)
-                .key(key);
-            if let Some(value) = value {
+                .key(write.key);
+            if let Some(value) = write.value {
                 record = record.payload(value);
+            }
+            if let Some(tag) = write.tag {
+                record = record.headers(OwnedHeaders::new().insert(Header {
+                    key: TAG_HEADER,
+                    value: Some(tag),
+                }));
             }
             loop {
                 match self.producer.send_result(record) {
@@ -405,6 +446,7 @@ impl Changelog {
                         offset: message.offset(),
                         key: message.key().unwrap_or_default(),
                         value: message.payload(),
+                        tag: tag_of(&message),
                     };
                     if visit(record).is_break() {
                         return Ok(read);
@@ -413,6 +455,15 @@ impl Changelog {
             }
         }
     }
+}
+
+/// A record's tag, if it has one (see [`ChangelogWrite::tag`]).
+fn tag_of<'a>(message: &'a BorrowedMessage<'_>) -> Option<&'a [u8]> {
+    let headers = message.headers()?;
+    headers
+        .iter()
+        .find(|header| header.key == TAG_HEADER)
+        .and_then(|header| header.value)
 }
 
 impl Changelog {

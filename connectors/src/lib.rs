@@ -45,7 +45,7 @@ mod topics;
 
 pub use ack::Ack;
 pub use brokers::{check_brokers, BrokerError, Reached};
-pub use changelog::{Changelog, ChangelogError, ChangelogRecord, CHANGELOG_CONFIG};
+pub use changelog::{Changelog, ChangelogError, ChangelogRecord, ChangelogWrite, CHANGELOG_CONFIG};
 pub use cluster_data::{broker_addresses, delete_topics, live_groups, topics_named, LiveGroup};
 pub use colo_allocation::MessageExtractor;
 pub use dead_letters::{

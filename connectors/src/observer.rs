@@ -39,6 +39,11 @@ pub trait SourceObserver: Send + Sync + 'static {
     /// librdkafka's commit was refused because the group was rebalancing;
     /// a later commit carries its offsets.
     fn commit_refused_in_rebalance(&self) {}
+    /// The group now holds `offset` as the partition's committed offset
+    /// (the next record it is consumed from): records below it are not
+    /// consumed again, here or by another member. Reported for each
+    /// partition of each commit that succeeded.
+    fn offset_committed(&self, _partition: &TopicPartition, _offset: i64) {}
 }
 
 /// Reports nowhere.

@@ -96,6 +96,19 @@ impl Origin {
         Arc::from(format!("{topic}/{partition}"))
     }
 
+    /// The topic and partition of a source's records, for an entity of
+    /// `shard` (see [`Origin::other_partition`]).
+    pub fn partition_of(source: &str, shard: ShardId) -> (&str, i32) {
+        let own = i32::try_from(shard.0).unwrap_or(i32::MAX);
+        match source.rsplit_once('/') {
+            Some((topic, partition)) => match partition.parse() {
+                Ok(partition) => (topic, partition),
+                Err(_) => (source, own),
+            },
+            None => (source, own),
+        }
+    }
+
     pub fn to_wire(&self) -> WireOrigin {
         WireOrigin {
             source: self.source.to_string(),

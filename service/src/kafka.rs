@@ -210,8 +210,12 @@ impl KafkaIngest {
             &settings.dead_letter_topic,
             settings.delivery_timeout,
         )?;
+        let observer = Observer {
+            metrics: metrics.clone(),
+            durable: region.durable_shards(),
+        };
         let (source, events) =
-            KafkaSource::start_observed(settings.source.clone(), Arc::new(metrics.clone()))?;
+            KafkaSource::start_observed(settings.source.clone(), Arc::new(observer))?;
         let node = region.context().clone();
         let health = IngestHealth::default();
         let rebalances = Rebalances {
@@ -256,5 +260,40 @@ impl KafkaIngest {
         if let Some(ended) = self.ended.take() {
             let _ = ended.await;
         }
+    }
+}
+
+/// What the consumer reports: to the metrics, and its commits to the
+/// region's durable shards, whose deleted entities are removed once the
+/// offsets they applied are committed.
+struct Observer {
+    metrics: KafkaMetrics,
+    durable: Arc<crate::store::DurableShards>,
+}
+
+impl colo_connectors::SourceObserver for Observer {
+    fn partition(
+        &self,
+        partition: &colo_connectors::TopicPartition,
+        state: colo_connectors::PartitionState,
+    ) {
+        self.metrics.partition(partition, state);
+    }
+
+    fn partition_gone(&self, partition: &colo_connectors::TopicPartition) {
+        self.metrics.partition_gone(partition);
+    }
+
+    fn committed(&self, latency: Option<Duration>, ok: bool) {
+        self.metrics.committed(latency, ok);
+    }
+
+    fn commit_refused_in_rebalance(&self) {
+        self.metrics.commit_refused_in_rebalance();
+    }
+
+    fn offset_committed(&self, partition: &colo_connectors::TopicPartition, offset: i64) {
+        self.durable
+            .offset_committed(&partition.topic, partition.partition, offset);
     }
 }

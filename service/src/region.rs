@@ -302,6 +302,11 @@ impl<E: Entity> Region<E> {
         self.shared.entity_type.is_durable() && self.shared.node.store.is_some()
     }
 
+    /// Its local durable shards, told of committed offsets by its ingest.
+    pub(crate) fn durable_shards(&self) -> Arc<crate::store::DurableShards> {
+        self.shared.durable.clone()
+    }
+
     /// Waits until `shard`'s state is restored, if it is durable and runs
     /// here; false if its task ended first.
     pub(crate) async fn restored(&self, shard: ShardId) -> bool {

@@ -193,6 +193,9 @@ pub(crate) struct ShardDurability {
     hurry: AtomicBool,
     /// The shard task, woken when hurried.
     shard: AtomicWaker,
+    /// A source's committed offset moved since the shard last looked: its
+    /// deleted entities may be removed now.
+    commits: AtomicBool,
 }
 
 impl ShardDurability {
@@ -203,7 +206,19 @@ impl ShardDurability {
             restored: watch::Sender::new(restored),
             hurry: AtomicBool::new(false),
             shard: AtomicWaker::new(),
+            commits: AtomicBool::new(false),
         }
+    }
+
+    /// A committed offset moved: the shard task is woken to look.
+    fn commits_moved(&self) {
+        self.commits.store(true, Ordering::Release);
+        self.shard.wake();
+    }
+
+    /// Whether a committed offset moved since the last call.
+    pub fn take_commits_moved(&self) -> bool {
+        self.commits.swap(false, Ordering::AcqRel)
     }
 
     /// Asks for the next write now: a Kafka partition whose records wait
@@ -266,6 +281,12 @@ pub(crate) struct DurableShards {
     running: Mutex<HashMap<ShardId, Arc<ShardDurability>>>,
     /// The shards whose last write failed, with its reason.
     failing: Mutex<std::collections::BTreeMap<ShardId, String>>,
+    /// Per source partition (topic, partition), the group's committed
+    /// offset as this node's commits last set it. Offsets committed by
+    /// other nodes are not here: a deletion whose records came through
+    /// another node's partition waits until this node commits past them
+    /// (or is kept, as before).
+    committed: Mutex<HashMap<(String, i32), i64>>,
 }
 
 impl DurableShards {
@@ -288,6 +309,42 @@ impl DurableShards {
             "state writes of shard(s) {} failing (retried; nothing they cover is acknowledged): {reason}",
             shards.join(", ")
         ))
+    }
+
+    /// The group committed `offset` for `topic`'s `partition`: the local
+    /// shards look at their deleted entities again if it moved.
+    pub fn offset_committed(&self, topic: &str, partition: i32, offset: i64) {
+        let moved = {
+            let mut committed = self.committed.lock();
+            match committed.get_mut(&(topic.to_string(), partition)) {
+                Some(at) if *at >= offset => false,
+                Some(at) => {
+                    *at = offset;
+                    true
+                }
+                None => {
+                    committed.insert((topic.to_string(), partition), offset);
+                    true
+                }
+            }
+        };
+        if moved {
+            for durability in self.running.lock().values() {
+                durability.commits_moved();
+            }
+        }
+    }
+
+    /// Whether the record at `offset` of `source` (an entity's applied
+    /// offset, see [`Origin::source`](crate::envelope::Origin)) is below
+    /// its partition's committed offset: no member of the group consumes it
+    /// again.
+    pub fn committed_past(&self, source: &str, shard: ShardId, offset: u64) -> bool {
+        let (topic, partition) = crate::envelope::Origin::partition_of(source, shard);
+        self.committed
+            .lock()
+            .get(&(topic.to_string(), partition))
+            .is_some_and(|&committed| u64::try_from(committed).is_ok_and(|c| c > offset))
     }
 
     /// A shard's task starts (`restored`: it has nothing to restore).

@@ -15,13 +15,24 @@
 //!   another partitioner put in another partition (offsets grow within a
 //!   partition only; `/` is never in a topic's name).
 //!
+//! - `earlier`: the earlier starts' keys that may still hold a record of
+//!   the entity in its changelog (each start writes under a key of its
+//!   own, and retires the one before only once its own record is durable:
+//!   a start stopped in between leaves that key behind). A deletion's
+//!   tombstones cover them all: a record left under one of them would
+//!   otherwise be all that compaction leaves of the entity.
+//!
 //! The first byte is the record format, so that a later colo can read what
-//! this one wrote.
+//! this one wrote: format 1 without `earlier`, format 2 with it after the
+//! rest (written only when there are any).
 
 use serde::{Deserialize, Serialize};
 
-/// The record format this colo writes.
+/// The record format this colo writes when no earlier key is named.
 const FORMAT: u8 = 1;
+
+/// The record format that names earlier keys after the rest.
+const FORMAT_EARLIER: u8 = 2;
 
 /// One entity's stored state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +47,10 @@ pub struct StateRecord {
     /// applied offsets: a record replayed from before the deletion is
     /// still known as applied.
     pub state: Option<Vec<u8>>,
+    /// The earlier starts whose keys may still hold a record of the entity
+    /// (see the module's doc).
+    #[serde(skip)]
+    pub earlier: Vec<u64>,
 }
 
 /// The same record, borrowed: what the runtime encodes without copying the
@@ -62,9 +77,9 @@ fn topics_as_str<T: AsRef<str>, S: serde::Serializer>(
 pub enum RecordError {
     #[error("empty state record")]
     Empty,
-    #[error("state record of format {0}, but this colo reads format {FORMAT}: it was written by a newer colo")]
+    #[error("state record of format {0}, but this colo reads formats {FORMAT} and {FORMAT_EARLIER}: it was written by a newer colo")]
     Format(u8),
-    #[error("malformed state record (format {FORMAT}): {0}")]
+    #[error("malformed state record: {0}")]
     Malformed(String),
 }
 
@@ -75,6 +90,7 @@ impl StateRecord {
             version,
             applied: Vec::new(),
             state,
+            earlier: Vec::new(),
         }
     }
 
@@ -84,6 +100,7 @@ impl StateRecord {
             self.version,
             &self.applied,
             self.state.as_deref(),
+            &self.earlier,
         )
     }
 
@@ -93,6 +110,7 @@ impl StateRecord {
         version: u32,
         applied: &[(T, u64)],
         state: Option<&[u8]>,
+        earlier: &[u64],
     ) -> Vec<u8> {
         // Room for it all at once (a varint of a u64 takes at most 10
         // bytes, of a u32 or a length 5): format, epoch, version, the
@@ -102,9 +120,14 @@ impl StateRecord {
             .iter()
             .map(|(topic, _)| 5 + topic.as_ref().len() + 10)
             .sum();
-        let room = 1 + 10 + 5 + 5 + topics + 1 + state.map_or(0, |s| 5 + s.len());
+        let room =
+            1 + 10 + 5 + 5 + topics + 1 + state.map_or(0, |s| 5 + s.len()) + 5 + 10 * earlier.len();
         let mut out = Vec::with_capacity(room);
-        out.push(FORMAT);
+        out.push(if earlier.is_empty() {
+            FORMAT
+        } else {
+            FORMAT_EARLIER
+        });
         let record = RecordRef {
             epoch,
             version,
@@ -113,7 +136,14 @@ impl StateRecord {
         };
         // Serializing plain integers, strings and bytes into a Vec cannot
         // fail; `Malformed` covers the reverse.
-        match postcard::to_extend(&record, out) {
+        let encoded = match postcard::to_extend(&record, out) {
+            Ok(encoded) => encoded,
+            Err(e) => unreachable!("a state record always encodes: {e}"),
+        };
+        if earlier.is_empty() {
+            return encoded;
+        }
+        match postcard::to_extend(earlier, encoded) {
             Ok(encoded) => encoded,
             Err(e) => unreachable!("a state record always encodes: {e}"),
         }
@@ -124,11 +154,14 @@ impl StateRecord {
     /// record.
     pub fn decode(value: &[u8]) -> Result<Self, RecordError> {
         let (&format, rest) = value.split_first().ok_or(RecordError::Empty)?;
-        if format != FORMAT {
+        if format != FORMAT && format != FORMAT_EARLIER {
             return Err(RecordError::Format(format));
         }
-        let (record, tail) = postcard::take_from_bytes::<Self>(rest)
-            .map_err(|e| RecordError::Malformed(e.to_string()))?;
+        let malformed = |e: postcard::Error| RecordError::Malformed(e.to_string());
+        let (mut record, mut tail) = postcard::take_from_bytes::<Self>(rest).map_err(malformed)?;
+        if format == FORMAT_EARLIER {
+            (record.earlier, tail) = postcard::take_from_bytes(tail).map_err(malformed)?;
+        }
         if !tail.is_empty() {
             return Err(RecordError::Malformed(format!(
                 "{} bytes after the record",
@@ -175,9 +208,13 @@ mod tests {
         record.state = None;
         assert_eq!(
             StateRecord::decode(&record.encode()),
-            Ok(record),
+            Ok(record.clone()),
             "a deletion keeps its applied offsets"
         );
+        record.earlier = vec![3, 5];
+        let encoded = record.encode();
+        assert_eq!(encoded[0], FORMAT_EARLIER, "format 2 names earlier keys");
+        assert_eq!(StateRecord::decode(&encoded), Ok(record));
     }
 
     #[test]

@@ -193,3 +193,43 @@ async fn a_write_that_finds_the_queue_full_gives_up_within_its_bound() {
         "gave up after {took:?}; its bound is {bound:?}"
     );
 }
+
+/// A tombstone has no value: what it means beyond its key being gone
+/// (the runtime's say whether an entity was deleted) reads back as its
+/// tag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_records_tag_reads_back_with_it() {
+    let broker = MockCluster::new(1).expect("mock cluster");
+    broker.create_topic("t.tag.changelog", 1, 1).expect("topic");
+    let log = Changelog::new(&broker.bootstrap_servers(), &[], "t.tag.changelog", TIMEOUT)
+        .expect("changelog");
+    let writes = [
+        ChangelogWrite::value(b"a", b"1"),
+        ChangelogWrite {
+            tag: Some(b"deleted"),
+            ..ChangelogWrite::tombstone(b"a")
+        },
+        ChangelogWrite::tombstone(b"b"),
+    ];
+    log.write_or_delete(0, &writes).await.expect("written");
+    let log = std::sync::Arc::new(log);
+    let read = tokio::task::spawn_blocking(move || {
+        let mut read = Vec::new();
+        log.read(0, None, 3, &mut |r| {
+            read.push((r.value.is_some(), r.tag.map(<[u8]>::to_vec)));
+            ControlFlow::Continue(())
+        })
+        .expect("read");
+        read
+    })
+    .await
+    .expect("reader");
+    assert_eq!(
+        read,
+        [
+            (true, None),
+            (false, Some(b"deleted".to_vec())),
+            (false, None)
+        ]
+    );
+}

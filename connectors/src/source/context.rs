@@ -377,10 +377,23 @@ impl ConsumerContext for SourceContext {
     fn commit_callback(
         &self,
         result: rdkafka::error::KafkaResult<()>,
-        _offsets: &TopicPartitionList,
+        offsets: &TopicPartitionList,
     ) {
         use rdkafka::error::KafkaError::ConsumerCommit;
         use rdkafka::types::RDKafkaErrorCode::{IllegalGeneration, NoOffset, RebalanceInProgress};
+        if result.is_ok() {
+            for element in offsets.elements() {
+                if let (Ok(()), rdkafka::Offset::Offset(offset)) =
+                    (element.error(), element.offset())
+                {
+                    let partition = TopicPartition {
+                        topic: element.topic().to_string(),
+                        partition: element.partition(),
+                    };
+                    self.observer.offset_committed(&partition, offset);
+                }
+            }
+        }
         if self.committing.load(Ordering::Acquire) {
             // The source's own commit: counted and logged where it waits.
             return;

@@ -12,6 +12,7 @@ pub const STATE_UNDECODABLE: &str = "colo_state_undecodable_total";
 pub const STATE_RESTORES: &str = "colo_state_restores_total";
 pub const STATE_RESTORE_DURATION: &str = "colo_state_restore_seconds";
 pub const STATE_RESTORED_RECORDS: &str = "colo_state_restore_records_total";
+pub const STATE_REMOVED_ENTITIES: &str = "colo_state_removed_entities_total";
 
 pub(super) fn describe() {
     use metrics::{describe_counter, describe_histogram};
@@ -53,6 +54,10 @@ pub(super) fn describe() {
         STATE_RESTORED_RECORDS,
         "Changelog records read by shard restores"
     );
+    describe_counter!(
+        STATE_REMOVED_ENTITIES,
+        "Deleted entities removed from the changelog and the node's store (tombstones), once the offsets they applied were committed"
+    );
 }
 
 /// A durable entity type's metric handles.
@@ -68,6 +73,7 @@ pub(crate) struct StateMetrics {
     pub skipped: Counter,
     pub undecodable: Counter,
     pub restore_failures: Counter,
+    pub removed: Counter,
     restores: [Counter; 2],
     restore_duration: [Histogram; 2],
     restored_records: Counter,
@@ -95,6 +101,7 @@ impl StateMetrics {
                 |from| metrics::histogram!(STATE_RESTORE_DURATION, "entity_type" => et(), "from" => from),
             ),
             restored_records: metrics::counter!(STATE_RESTORED_RECORDS, "entity_type" => et()),
+            removed: metrics::counter!(STATE_REMOVED_ENTITIES, "entity_type" => et()),
         };
         for counter in [
             &handles.writes_ok,
@@ -106,6 +113,7 @@ impl StateMetrics {
             &handles.restores[0],
             &handles.restores[1],
             &handles.restored_records,
+            &handles.removed,
         ] {
             counter.increment(0);
         }

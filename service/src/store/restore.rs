@@ -31,6 +31,21 @@
 //! effect this way, like an ask whose answer was lost.) Keys of one start
 //! per entity (no epoch: before this) are read the same way.
 //!
+//! A deleted entity is removed once the offsets it applied are committed:
+//! tombstones for each key that may hold a record of it, tagged with the
+//! start that deleted it. Such a tombstone deletes the entity from the
+//! store unless a newer start's record of it is kept; an untagged
+//! tombstone of a start's key only retires that key, its entity written
+//! under a newer one.
+//!
+//! Kafka's cleaner drops a tombstone once the topic's
+//! `delete.retention.ms` has passed: a copy that missed an entity's
+//! removal could then keep the entity for good. A copy whose changelog
+//! lost records after its checkpoint (an offset missing) is dropped, and
+//! the whole partition read: whatever that copy would have missed, a full
+//! read never needed. (Kafka Streams drops a task's local state once it
+//! was away for `state.cleanup.delay.ms`.)
+//!
 //! What is read: with a checkpoint in the node's store (this node had the
 //! shard before), only the changelog after it, like Kafka Streams'
 //! checkpoint file. But first the records between this node's own last
@@ -88,6 +103,12 @@ fn entity_of(key: &[u8]) -> Result<(&str, bool), String> {
     };
     let id = std::str::from_utf8(id).map_err(|_| "its key is not an entity id (UTF-8)")?;
     Ok((id, keyed_by_start))
+}
+
+/// The start that deleted an entity, from the tag of a tombstone that
+/// removes it; `None` for a tombstone that only retires a key.
+fn deletion_start(tag: Option<&[u8]>) -> Option<u64> {
+    Some(u64::from_be_bytes(tag?.try_into().ok()?))
 }
 
 /// Whether a changelog record is an epoch marker: a key that begins with
@@ -229,6 +250,9 @@ impl Restore {
             let mut applier =
                 Applier::new(self, checkpoint.epoch, WriteBatch::new(&*self.entity_type));
             let (mut foreign, mut anew, mut own_seen) = (false, false, false);
+            // The next offset after the checkpoint: one skipped was
+            // compacted away.
+            let (mut next, mut compacted) = (from, false);
             self.changelog
                 .read(self.partition(), Some(mine), until, &mut |r| {
                     if !own_seen {
@@ -258,13 +282,23 @@ impl Restore {
                         if r.value.is_none() || written_by(&r) == Some(checkpoint.epoch) {
                             return ControlFlow::Continue(());
                         }
+                    } else {
+                        if r.offset != next {
+                            compacted = true;
+                            return ControlFlow::Break(());
+                        }
+                        next = r.offset + 1;
                     }
                     applier.visit(r)
                 })?;
+            // Records up to the end were compacted away too.
+            compacted |= !anew && !foreign && next < until;
             if anew || !own_seen {
                 tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, checkpoint = from, "the store's copy came from another changelog than this one (its topic deleted and made anew?): its copy here is dropped and the changelog partition read");
             } else if foreign {
                 tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, "another start of the shard came while this node still wrote it: its copy here is dropped and the whole changelog partition read");
+            } else if compacted {
+                tracing::info!(entity_type = %self.entity_type, shard = %self.shard, checkpoint = from, "records after the store's checkpoint were compacted away, deleted entities' tombstones maybe among them: its copy here is dropped and the changelog partition read");
             } else {
                 let (read, applied, ignored) = applier.finish(until, mark)?;
                 return Ok((read, applied, ignored, true));
@@ -333,13 +367,22 @@ impl<'a> Applier<'a> {
         };
         let (id, keyed_by_start) = entity_of(record.key).map_err(bad)?;
         let shard = self.restore.shard;
-        match record.value {
+        match (record.value, deletion_start(record.tag)) {
+            // A deleted entity removed (see `region/shard/durable/
+            // deletions.rs`): gone, unless a newer start wrote it since.
+            (None, Some(start)) => {
+                if start < self.current && !self.newest_of(id, start)? {
+                    self.ignored += 1;
+                    return Ok(());
+                }
+                self.batch.delete(shard, id);
+            }
             // A start's key retired by a later start that wrote the entity
             // under its own: for compaction, nothing for the state.
-            None if keyed_by_start => return Ok(()),
+            (None, None) if keyed_by_start => return Ok(()),
             // Not written by colo, but a tombstone means the entity is gone.
-            None => self.batch.delete(shard, id),
-            Some(value) => {
+            (None, None) => self.batch.delete(shard, id),
+            (Some(value), _) => {
                 let state =
                     StateRecord::decode(value).map_err(|e: RecordError| bad(e.to_string()))?;
                 if state.epoch < self.current && !self.newest_of(id, state.epoch)? {

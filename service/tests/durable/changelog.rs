@@ -10,7 +10,7 @@
 use crate::ledger::*;
 use colo::state::{StateRecord, StateStore};
 use colo::{NodeStore, StateSettings};
-use colo_connectors::Changelog;
+use colo_connectors::{Changelog, ChangelogWrite};
 use colo_tests::rdkafka::mocking::MockCluster;
 use colo_tests::rdkafka::producer::DefaultProducerContext;
 use colo_tests::recorded::{self, counter};
@@ -432,4 +432,112 @@ async fn a_write_that_fails_holds_its_acknowledgement_and_makes_the_node_unready
     let ledger: Ledger =
         colo::codec::decode(kept.state.as_deref().expect("state")).expect("decodes");
     assert_eq!(ledger.balance, 1, "what was acknowledged stays");
+}
+
+/// a wrote an account and left; b, owning the shard next, deleted it and
+/// removed it (tombstones tagged with b's start, for every key that may
+/// hold a record of it). a comes back on its store, which holds the
+/// account below its checkpoint, and reads only the tail: the tagged
+/// tombstones there delete its copy, so a's store holds nothing of the
+/// account either. Taken as a key retired (as an untagged tombstone of a
+/// start's key is), they left the deletion's record in a's store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_back_with_its_store_drops_an_entity_removed_while_it_was_away() {
+    let name = "ledger-removed-away";
+    let broker = broker(name);
+    let cluster = cluster(name);
+    let (dir_a, dir_b) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let (store_a, store_b) = (open(&dir_a), open(&dir_b));
+    let a = cluster.node("a", store(&broker, name, &store_a), 1);
+    let got = a.region.ask("acct-1", LedgerMsg::Add(7), ASK).await;
+    assert_eq!(got.expect("added"), (7, 1));
+    a.node.shutdown().await;
+
+    let b = cluster.node("b", store(&broker, name, &store_b), 1);
+    let got = b.region.ask("acct-1", LedgerMsg::Delete, ASK).await;
+    assert_eq!(got.expect("deleted"), (7, 1));
+    colo_tests::wait::until("b removed the account", ASK, || {
+        let store = store_b.clone();
+        async move { stored_as(&store, name, "acct-1").await.is_none() }
+    })
+    .await;
+    b.node.shutdown().await;
+
+    // Another account of the shard starts it on a (the deleted one, loaded,
+    // would be removed anew).
+    let other = (0..1000)
+        .map(|i| format!("other-{i}"))
+        .find(|id| shard_of(id) == shard_of("acct-1"))
+        .expect("an account of the same shard");
+    let a = cluster.node("a2", store(&broker, name, &store_a), 1);
+    let got = a.region.ask(&other, LedgerMsg::Get, ASK).await;
+    assert_eq!(got.expect("got"), (0, 0));
+    assert_eq!(
+        stored_as(&store_a, name, "acct-1").await,
+        None,
+        "a's store holds nothing of it once restored"
+    );
+    let got = a.region.ask("acct-1", LedgerMsg::Get, ASK).await;
+    assert_eq!(got.expect("got"), (0, 0), "deleted on a too");
+    a.node.shutdown().await;
+}
+
+/// a wrote an account; b owned the shard next and wrote it again. a,
+/// deposed and not knowing, had removed the account, and its tombstones
+/// (tagged with a's start) land after b's record. c restores: the account
+/// is b's. Such a tombstone removes an entity only when no newer start's
+/// record of it is kept; taken as a plain tombstone of the entity's id, it
+/// deleted b's state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_starts_removal_landing_late_takes_nothing_from_a_newer_start() {
+    let name = "ledger-late-removal";
+    let broker = broker(name);
+    let cluster = cluster(name);
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let stores: Vec<Arc<dyn StateStore>> = dirs.iter().map(open).collect();
+    let a = cluster.node("a", store(&broker, name, &stores[0]), 1);
+    let got = a.region.ask("acct-1", LedgerMsg::Add(7), ASK).await;
+    assert_eq!(got.expect("added"), (7, 1));
+    a.node.shutdown().await;
+    let a_epoch = stores[0]
+        .checkpoint(name, shard_of("acct-1"))
+        .expect("checkpoint")
+        .expect("a's checkpoint")
+        .epoch;
+
+    let b = cluster.node("b", store(&broker, name, &stores[1]), 1);
+    let got = b.region.ask("acct-1", LedgerMsg::Add(5), ASK).await;
+    assert_eq!(got.expect("added"), (12, 2));
+    b.node.shutdown().await;
+
+    let changelog = Changelog::new(
+        &broker.bootstrap_servers(),
+        &[],
+        &topic(name),
+        Duration::from_secs(10),
+    )
+    .expect("changelog");
+    let a_key = [b"acct-1".as_slice(), &[0xFE], &a_epoch.to_be_bytes()].concat();
+    let tag = a_epoch.to_be_bytes();
+    let removal = |key| ChangelogWrite {
+        tag: Some(&tag),
+        ..ChangelogWrite::tombstone(key)
+    };
+    let partition = shard_of("acct-1").0 as i32;
+    changelog
+        .write_or_delete(partition, &[removal(&a_key), removal(b"acct-1")])
+        .await
+        .expect("written");
+
+    let c = cluster.node("c", store(&broker, name, &stores[2]), 1);
+    let got = c.region.ask("acct-1", LedgerMsg::Get, ASK).await;
+    assert_eq!(
+        got.expect("got"),
+        (12, 2),
+        "b's state, not a's late removal"
+    );
+    c.node.shutdown().await;
 }

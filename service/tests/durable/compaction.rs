@@ -288,3 +288,121 @@ async fn a_deposed_owners_late_writes_take_nothing_from_a_newer_one_after_compac
     );
     c.node.shutdown().await;
 }
+
+/// Node a wrote an account and left. b owned the shard next and deleted
+/// the account: a record without a state, then, once that was durable
+/// (the deletion applied no record, so nothing waits for a commit), a
+/// tombstone for each key that may hold a record of it, tagged with b's
+/// start, and a delete in b's store. Kafka's cleaner then compacted the
+/// partition. Nothing of the account is left but the tombstones, and a,
+/// back on its store (which still holds the account, below its
+/// checkpoint), reads them after its checkpoint and drops its copy: the
+/// account stays deleted. Before, a deletion was a record kept for good
+/// (changelog and store grew with every id ever deleted); with tombstones
+/// that a restore took as a start's key retired, a would have served its
+/// copy again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_entity_is_removed_from_changelog_and_store_and_stays_deleted_after_compaction() {
+    let name = "ledger-removed";
+    let broker = Broker::start_compacting(&humantime::format_duration(ROLL).to_string());
+    let topic = format!("{name}.changelog");
+    colo_tests::kafka::create_compacted(broker.bootstrap(), &topic, SHARDS as i32).await;
+    let changelog =
+        Arc::new(Changelog::new(broker.bootstrap(), &[], &topic, TIMEOUT).expect("changelog"));
+    let ids = same_shard("acct-1", "acct", 2);
+    let (deleted, roll) = (&ids[0], &ids[1]);
+    let partition = shard_of(deleted).0 as i32;
+    let cluster = cluster(name);
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let stores: Vec<Arc<dyn StateStore>> = dirs.iter().map(open).collect();
+
+    let a = cluster.node("a", store(&broker, name, &stores[0]), 1);
+    let got = a.region.ask(deleted, LedgerMsg::Add(10), ASK).await;
+    assert_eq!(got.expect("added"), (10, 1));
+    a.node.shutdown().await;
+    let a_epoch = stores[0]
+        .checkpoint(name, shard_of(deleted))
+        .expect("checkpoint")
+        .expect("a's checkpoint")
+        .epoch;
+    let a_wrote = offsets(&changelog, partition).await;
+
+    let b = cluster.node("b", store(&broker, name, &stores[1]), 1);
+    let got = b.region.ask(deleted, LedgerMsg::Delete, ASK).await;
+    assert_eq!(got.expect("deleted"), (10, 1));
+    colo_tests::wait::until("b removed the deleted account", TIMEOUT, || {
+        let store = stores[1].clone();
+        let id = deleted.clone();
+        async move { stored_as(&store, name, &id).await.is_none() }
+    })
+    .await;
+    b.node.shutdown().await;
+
+    let of_deleted = |key: &[u8]| {
+        key.strip_prefix(deleted.as_bytes())
+            .is_some_and(|rest| rest.first().is_none_or(|&b| b == 0xFE))
+    };
+    let keys: Vec<(Vec<u8>, bool)> = held(&changelog, partition)
+        .await
+        .into_iter()
+        .filter(|(_, key, _)| of_deleted(key))
+        .map(|(_, key, value)| (key, value))
+        .collect();
+    let a_key = [deleted.as_bytes(), &[0xFE], &a_epoch.to_be_bytes()].concat();
+    for key in [a_key.clone(), deleted.as_bytes().to_vec()] {
+        let last = keys.iter().rev().find(|(k, _)| *k == key);
+        assert_eq!(
+            last.map(|(_, value)| *value),
+            Some(false),
+            "a tombstone ends {key:?}: {keys:?}"
+        );
+    }
+    let b_key = keys
+        .iter()
+        .find(|(key, value)| *value && *key != a_key)
+        .map(|(key, _)| key.clone())
+        .expect("b's record of the deletion");
+    assert_eq!(
+        keys.iter()
+            .rev()
+            .find(|(k, _)| *k == b_key)
+            .map(|(_, v)| *v),
+        Some(false),
+        "a tombstone ends b's key: {keys:?}"
+    );
+
+    // Kafka cleans every segment but the one it writes to, and rolls that
+    // one on a write once ROLL has passed.
+    for _ in 0..3 {
+        changelog
+            .write(partition, &[(roll.as_bytes().to_vec(), state(a_epoch, 0))])
+            .await
+            .expect("written");
+        tokio::time::sleep(ROLL + Duration::from_millis(100)).await;
+    }
+    colo_tests::wait::until(
+        "the cleaner dropped every record of the deleted account but its tombstones",
+        TIMEOUT * 2,
+        || {
+            let changelog = changelog.clone();
+            async move {
+                let held = held(&changelog, partition).await;
+                !held.iter().any(|(_, key, value)| *value && of_deleted(key))
+            }
+        },
+    )
+    .await;
+    assert!(
+        offsets(&changelog, partition).await.contains(&a_wrote[0]),
+        "a's marker stays"
+    );
+
+    let a = cluster.node("a2", store(&broker, name, &stores[0]), 1);
+    let got = a.region.ask(deleted, LedgerMsg::Get, ASK).await;
+    assert_eq!(
+        got.expect("got"),
+        (0, 0),
+        "deleted, not a's copy from before its checkpoint"
+    );
+    a.node.shutdown().await;
+}

@@ -25,6 +25,11 @@
 //! and both state versions), records are left uncommitted, and it is
 //! counted. It is never reset.
 
+mod deletions;
+mod write;
+
+pub(super) use write::Writing;
+
 use super::loads::{Loaded, Loads};
 use super::recovery::{Recovery, Stored};
 use super::Map;
@@ -34,17 +39,18 @@ use crate::error::AskError;
 use crate::metrics::StateMetrics;
 use crate::node_context::NodeContext;
 use crate::settings::EntityRecovery;
-use crate::store::{restore_until_done, state_key, Restore, Restored};
+use crate::store::{restore_until_done, Restore, Restored};
 use crate::store::{DurableShards, NodeStore, ShardDurability};
 use colo_allocation::ShardId;
 use colo_connectors::Changelog;
-use colo_state::{Checkpoint, StateRecord, WriteBatch};
+use colo_state::StateRecord;
+use deletions::{Deleted, Deletions};
 use smallvec::SmallVec;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
 
 /// A reply that waits for the write that makes its change durable.
 type Held<R> = (Reply<R>, Result<R, AskError>);
@@ -70,22 +76,8 @@ pub(super) enum Start<E> {
     Loading,
 }
 
-/// The write under way.
-pub(super) struct Writing<R> {
-    /// Its number (see [`ShardDurability`]).
-    seq: u64,
-    /// Its states, read by entities that start while it runs.
-    states: Arc<Map<Vec<u8>>>,
-    /// The earlier starts' keys it retires (tombstones).
-    retired: Arc<Map<u64>>,
-    /// The earlier starts' keys of entities it writes, retired by the next
-    /// write once it is durable.
-    retire_after: Map<u64>,
-    /// The replies it answers.
-    held: Vec<Held<R>>,
-    task: WriteTask,
-    started: Instant,
-}
+/// Earlier starts whose keys may hold a record of an entity.
+type Earlier = SmallVec<[u64; 2]>;
 
 /// A write: to the changelog first (if the entity type has one), then to
 /// the node's store with the changelog's new checkpoint.
@@ -110,6 +102,10 @@ struct Kept {
     /// The start whose key its changelog record has, if it has one: this
     /// start's first write of it retires that key (see `store/restore.rs`).
     written: Option<u64>,
+    /// Earlier starts' keys that may still hold a record of it: its record
+    /// names them until their retirement is durable, so that whichever
+    /// start deletes it removes them all (see `deletions.rs`).
+    earlier: Earlier,
 }
 
 fn same_topic(kept: &Arc<str>, topic: &Arc<str>) -> bool {
@@ -139,10 +135,11 @@ pub(super) struct DurableShard<E: Entity> {
     /// the earlier key with a tombstone. Never in the same write: a
     /// tombstone that landed without the state after it (librdkafka may
     /// leave gaps) would leave the entity no record at all.
-    retiring: Map<u64>,
+    retiring: Map<Earlier>,
     /// Earlier keys whose entity's state is durable under this start's:
     /// the next write retires them.
-    retirable: Map<u64>,
+    retirable: Map<Earlier>,
+    deletions: Deletions,
     changelog: Option<Arc<Changelog>>,
     /// Until it is done, the shard takes no mail.
     restoring: Option<Restoring>,
@@ -204,6 +201,7 @@ impl<E: Entity> DurableShard<E> {
             marker: 0,
             retiring: Map::default(),
             retirable: Map::default(),
+            deletions: Deletions::default(),
             changelog,
             restoring,
             recovery: remember.map(Recovery::new),
@@ -323,8 +321,32 @@ impl<E: Entity> DurableShard<E> {
             .poll_next(&self.store, &self.entity_type, self.shard, cx)
     }
 
-    /// A stored record read back: the entity, or why it cannot be.
-    pub(super) fn decode(&mut self, id: &EntityId, value: &[u8]) -> Result<Start<E>, String> {
+    /// A record read back from the node's store: as [`Self::decode`], and a
+    /// deletion is removed once its offsets are committed.
+    pub(super) fn decode_stored(
+        &mut self,
+        id: &EntityId,
+        value: &[u8],
+    ) -> Result<Start<E>, String> {
+        let start = self.decode(id, value)?;
+        if let (Start::Fresh, Some(kept)) = (&start, self.kept.get(id)) {
+            if let Some(written) = kept.written {
+                let mut keys = kept.earlier.clone();
+                keys.push(written);
+                let deleted = Deleted {
+                    applied: kept.applied.clone(),
+                    start: written,
+                    keys,
+                };
+                self.deletions.stored(id, deleted);
+            }
+        }
+        Ok(start)
+    }
+
+    /// A record read back (from the store, or not written yet): the
+    /// entity, or why it cannot be.
+    fn decode(&mut self, id: &EntityId, value: &[u8]) -> Result<Start<E>, String> {
         let record = StateRecord::decode(value).map_err(|e| {
             format!(
                 "the stored state of entity {id:?} of entity type {:?} is unreadable: {e}",
@@ -352,6 +374,7 @@ impl<E: Entity> DurableShard<E> {
                 applied,
                 state: hash,
                 written: Some(record.epoch),
+                earlier: record.earlier.into_iter().collect(),
             },
         );
         Ok(start)
@@ -393,7 +416,10 @@ impl<E: Entity> DurableShard<E> {
         }
         kept.state = Some(hash);
         if let Some(earlier) = kept.written.filter(|&start| start != self.epoch) {
-            self.retiring.insert(id.clone(), earlier);
+            if !kept.earlier.contains(&earlier) {
+                kept.earlier.push(earlier);
+            }
+            self.retiring.insert(id.clone(), kept.earlier.clone());
         }
         kept.written = Some(self.epoch);
         if let Some(origin) = origin {
@@ -412,11 +438,25 @@ impl<E: Entity> DurableShard<E> {
                 None => kept.applied.push((origin.source.clone(), origin.offset)),
             }
         }
+        match &state {
+            Some(_) => self.deletions.revived(id),
+            None => {
+                let mut keys = kept.earlier.clone();
+                keys.push(self.epoch);
+                let deleted = Deleted {
+                    applied: kept.applied.clone(),
+                    start: self.epoch,
+                    keys,
+                };
+                self.deletions.deleted(id, deleted);
+            }
+        }
         let value = StateRecord::encode_parts(
             self.epoch,
             self.codec.version,
             &kept.applied,
             state.as_deref(),
+            &kept.earlier,
         );
         self.dirty.insert(id.clone(), value);
         self.durability.changed(self.seq);
@@ -479,190 +519,6 @@ impl<E: Entity> DurableShard<E> {
             reply => node.reply(reply, result),
         }
     }
-
-    /// Starts a write when one is due and none runs. A shard that does not
-    /// serve (its lease ran out: another node may own it now) writes
-    /// nothing.
-    pub(super) fn write_if_due(&mut self, cx: &mut Context<'_>, now: bool, serving: bool) -> bool {
-        if self.writing.is_some() || self.settled() || !serving {
-            return false;
-        }
-        if let Some(backoff) = self.backoff.as_mut() {
-            if backoff.as_mut().poll(cx).is_pending() {
-                return false;
-            }
-            self.backoff = None;
-        }
-        let hurried = self.durability.hurried(cx.waker());
-        // An answer waits: written at once, and what changes meanwhile
-        // goes into the next write (a busy shard's writes follow one
-        // another, each taking all that changed while the last ran).
-        let due = now
-            || hurried
-            || !self.held.is_empty()
-            || self.dirty.len() >= self.store.settings().max_dirty
-            || match &mut self.timer {
-                None => {
-                    let interval = self.store.settings().flush_interval;
-                    let mut timer = Box::pin(tokio::time::sleep(interval));
-                    let fired = timer.as_mut().poll(cx).is_ready();
-                    self.timer = Some(timer);
-                    fired
-                }
-                Some(timer) => timer.as_mut().poll(cx).is_ready(),
-            };
-        if !due {
-            return false;
-        }
-        self.timer = None;
-        let states = Arc::new(std::mem::take(&mut self.dirty));
-        let retired = Arc::new(std::mem::take(&mut self.retirable));
-        let retire_after = states
-            .keys()
-            .filter_map(|id| Some((id.clone(), self.retiring.remove(id)?)))
-            .collect();
-        let seq = self.seq;
-        self.seq += 1;
-        let task = Box::pin(write(
-            self.store.clone(),
-            self.changelog.clone(),
-            (self.entity_type.clone(), self.shard),
-            (self.epoch, self.marker),
-            states.clone(),
-            retired.clone(),
-        ));
-        self.writing = Some(Writing {
-            seq,
-            states,
-            retired,
-            retire_after,
-            held: std::mem::take(&mut self.held),
-            task,
-            started: Instant::now(),
-        });
-        true
-    }
-
-    /// Polls the write under way: done, its replies go; failed, it is kept
-    /// for the next one.
-    pub(super) fn poll_write(&mut self, node: &NodeContext, cx: &mut Context<'_>) -> bool {
-        let Some(writing) = self.writing.as_mut() else {
-            return false;
-        };
-        let Poll::Ready(result) = writing.task.as_mut().poll(cx) else {
-            return false;
-        };
-        let Some(writing) = self.writing.take() else {
-            return false;
-        };
-        self.metrics
-            .write_duration
-            .record(writing.started.elapsed().as_secs_f64());
-        match result {
-            Ok(()) => {
-                self.shards.write_settled(self.shard);
-                self.metrics.writes_ok.increment(1);
-                self.metrics.written.increment(writing.states.len() as u64);
-                self.durability.flushed(writing.seq);
-                self.retirable.extend(writing.retire_after);
-                for (reply, result) in writing.held {
-                    node.reply(reply, result);
-                }
-            }
-            Err(e) => {
-                self.shards.write_failed(self.shard, e.clone());
-                self.metrics.writes_failed.increment(1);
-                tracing::error!(entity_type = %self.entity_type, shard = %self.shard, entities = writing.states.len(), error = %e, "entity state could not be written; nothing it covers is acknowledged, and it is tried again");
-                let states = Arc::try_unwrap(writing.states).unwrap_or_else(|s| (*s).clone());
-                for (id, value) in states {
-                    self.dirty.entry(id).or_insert(value);
-                }
-                let retired = Arc::try_unwrap(writing.retired).unwrap_or_else(|r| (*r).clone());
-                self.retirable.extend(retired);
-                self.retiring.extend(writing.retire_after);
-                let mut held = writing.held;
-                held.append(&mut self.held);
-                self.held = held;
-                // Its number is taken by the next write, which holds it all.
-                self.durability.changed(self.seq);
-                let interval = self.store.settings().flush_interval;
-                self.backoff = Some(Box::pin(tokio::time::sleep(interval)));
-            }
-        }
-        true
-    }
-
-    /// Whether nothing waits to be written: no changed state, no earlier
-    /// key to retire.
-    pub fn settled(&self) -> bool {
-        self.dirty.is_empty() && self.retirable.is_empty()
-    }
-
-    /// Nothing more is written (the shard was fenced, or its hand-off or
-    /// region gave up): whatever waits learns that it was not made durable.
-    pub fn abandon(&mut self, node: &NodeContext) {
-        if !self.dirty.is_empty() || self.writing.is_some() {
-            tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, entities = self.dirty.len(), "entity state not written (the shard stopped without it): what it covers was not acknowledged and is done again");
-        }
-        self.dirty.clear();
-        self.retiring.clear();
-        self.retirable.clear();
-        let writing = self.writing.take().map(|w| w.held).unwrap_or_default();
-        for (reply, _) in writing.into_iter().chain(self.held.drain(..)) {
-            node.reply(
-                reply,
-                Err(AskError::Dropped(
-                    "its change was not made durable (its shard stopped)".into(),
-                )),
-            );
-        }
-    }
-}
-
-/// Writes a shard's changed states: to its changelog partition first
-/// (each under this start's key, and a tombstone for each earlier start's
-/// key that an earlier write made stale), so that the store's checkpoint never runs ahead of the
-/// changelog, then to the store with that checkpoint, in one durable batch
-/// (committed with the other shards' writes of the moment,
-/// `store/commit.rs`).
-async fn write(
-    store: Arc<NodeStore>,
-    changelog: Option<Arc<Changelog>>,
-    (entity_type, shard): (Arc<str>, ShardId),
-    (epoch, marker): (u64, u64),
-    states: Arc<Map<Vec<u8>>>,
-    retired: Arc<Map<u64>>,
-) -> Result<(), String> {
-    let mut checkpoint = None;
-    if let Some(changelog) = changelog {
-        let records: Vec<(Vec<u8>, Option<&[u8]>)> = retired
-            .iter()
-            .map(|(id, earlier)| (state_key(id.as_str(), *earlier), None))
-            .chain(
-                states
-                    .iter()
-                    .map(|(id, value)| (state_key(id.as_str(), epoch), Some(value.as_slice()))),
-            )
-            .collect();
-        let partition = i32::try_from(shard.0).unwrap_or(i32::MAX);
-        let offsets = changelog
-            .write_or_delete(partition, &records)
-            .await
-            .map_err(|e| e.to_string())?;
-        checkpoint = offsets.iter().max().map(|last| Checkpoint {
-            offset: u64::try_from(*last).unwrap_or(0) + 1,
-            epoch,
-            marker,
-        });
-    }
-    let mut batch = WriteBatch::new(&*entity_type);
-    for (id, value) in states.iter() {
-        batch.put(shard, id.as_str(), value.clone());
-    }
-    if let Some(checkpoint) = checkpoint {
-        batch.checkpoint(shard, checkpoint);
-    }
-    store.commit(batch).await
 }
 
 impl<E: Entity> Drop for DurableShard<E> {

@@ -68,7 +68,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         let start = match result {
             Ok(Some(value)) => {
                 durable.metrics.loaded_store.increment(1);
-                durable.decode(&id, &value)
+                durable.decode_stored(&id, &value)
             }
             Ok(None) => {
                 durable.metrics.loaded_none.increment(1);
@@ -115,7 +115,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         let Some(durable) = self.durable.as_mut() else {
             return;
         };
-        match durable.decode(&id, value) {
+        match durable.decode_stored(&id, value) {
             Ok(Start::Entity(entity)) => {
                 durable.metrics.loaded_store.increment(1);
                 self.insert_active(&id, entity);
@@ -256,6 +256,9 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         if durable.writing.is_some() || !durable.loads.is_empty() {
             return false;
         }
+        // A revoke commits before its hand-off: deleted entities whose
+        // offsets that commit passed are removed by the last write.
+        durable.check_removals();
         if durable.settled() {
             return true;
         }
