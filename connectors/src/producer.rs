@@ -20,8 +20,12 @@ pub const PARTITIONER: &str = "murmur2_random";
 /// partition.
 const MURMUR2: [&str; 2] = ["murmur2_random", "murmur2"];
 
-/// How long the last records may take to be acknowledged.
-const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
+/// librdkafka's bound on a record's delivery, unless the client
+/// properties set `message.timeout.ms` (or its alias).
+const DEFAULT_MESSAGE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Beyond the delivery bound, for librdkafka to report the last records.
+const FLUSH_MARGIN: Duration = Duration::from_secs(5);
 
 /// Where to send and how fast.
 #[derive(Debug, Clone)]
@@ -96,6 +100,11 @@ pub struct KeyedProducer {
     rate: Option<u64>,
     started: Instant,
     sent: u64,
+    /// How long the last records may take to be acknowledged: as long as
+    /// librdkafka tries to deliver them (a broker restarting under load
+    /// took more than 30 s, a bound this had before), then each is
+    /// delivered or reported failed.
+    flush_within: Duration,
 }
 
 impl std::fmt::Debug for KeyedProducer {
@@ -139,7 +148,13 @@ impl KeyedProducer {
         if settings.partitioning == Partitioning::LibrdkafkaDefault {
             config.set("partitioner", "consistent_random");
         }
+        let flush_within = ["message.timeout.ms", "delivery.timeout.ms"]
+            .iter()
+            .find_map(|key| config.get(key)?.parse::<u64>().ok())
+            .map_or(DEFAULT_MESSAGE_TIMEOUT, Duration::from_millis)
+            + FLUSH_MARGIN;
         Ok(Self {
+            flush_within,
             producer: config.create_with_context(Deliveries::default())?,
             topic: settings.topic.clone(),
             rate: settings.rate.filter(|r| *r > 0),
@@ -202,17 +217,19 @@ impl KeyedProducer {
     /// refused it (which [`KeyedProducer::finish`] reports).
     ///
     /// # Errors
-    /// Records still unacknowledged after 30 s.
+    /// Records still unacknowledged once librdkafka's delivery bound
+    /// (`message.timeout.ms`, 300 s by default) has passed.
     pub fn flush(&self) -> Result<(), ProduceError> {
         self.producer
-            .flush(FLUSH_TIMEOUT)
-            .map_err(|_| ProduceError::Flush(FLUSH_TIMEOUT))
+            .flush(self.flush_within)
+            .map_err(|_| ProduceError::Flush(self.flush_within))
     }
 
     /// Waits until the broker acknowledged every record sent: their count.
     ///
     /// # Errors
-    /// Records unacknowledged after 30 s, or refused by the broker.
+    /// Records unacknowledged past the delivery bound, or refused by the
+    /// broker.
     pub fn finish(self) -> Result<u64, ProduceError> {
         self.flush()?;
         let deliveries = self.producer.context();
@@ -251,6 +268,38 @@ impl ProducerContext for Deliveries {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A broker restarting under load took more than 30 s to take records
+    /// again, and the last records' wait, bounded at 30 s, failed a
+    /// produce that librdkafka would still have delivered: the wait lasts
+    /// as long as librdkafka tries.
+    #[test]
+    fn the_last_records_are_awaited_as_long_as_librdkafka_tries_to_deliver_them() {
+        let settings = |client: &[(&str, &str)]| ProducerSettings {
+            bootstrap_servers: "127.0.0.1:9".to_string(),
+            topic: "t".to_string(),
+            client: client
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            rate: None,
+            partitioning: Partitioning::Shards,
+        };
+        let within = |client: &[(&str, &str)]| {
+            KeyedProducer::new(&settings(client))
+                .expect("producer")
+                .flush_within
+        };
+        assert_eq!(within(&[]), Duration::from_secs(305));
+        assert_eq!(
+            within(&[("message.timeout.ms", "20000")]),
+            Duration::from_secs(25)
+        );
+        assert_eq!(
+            within(&[("delivery.timeout.ms", "1000")]),
+            Duration::from_secs(6)
+        );
+    }
 
     #[test]
     fn a_producer_refuses_a_partitioner_other_than_murmur2s() {
