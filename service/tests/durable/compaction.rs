@@ -78,6 +78,51 @@ async fn offsets(changelog: &Arc<Changelog>, partition: i32) -> Vec<i64> {
     held.into_iter().map(|(offset, _, _)| offset).collect()
 }
 
+/// A broker whose cleaner compacts every [`ROLL`], `name`'s changelog on
+/// it, a cluster of `name`, and `nodes` stores of their own.
+struct Compacting {
+    broker: Broker,
+    changelog: Arc<Changelog>,
+    cluster: Cluster,
+    stores: Vec<Arc<dyn StateStore>>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+async fn compacting(name: &str, nodes: usize) -> Compacting {
+    let broker = Broker::start_compacting(&humantime::format_duration(ROLL).to_string());
+    let topic = format!("{name}.changelog");
+    colo_tests::kafka::create_compacted(broker.bootstrap(), &topic, SHARDS as i32).await;
+    let changelog =
+        Arc::new(Changelog::new(broker.bootstrap(), &[], &topic, TIMEOUT).expect("changelog"));
+    let dirs: Vec<tempfile::TempDir> = (0..nodes)
+        .map(|_| tempfile::tempdir().expect("dir"))
+        .collect();
+    Compacting {
+        broker,
+        changelog,
+        cluster: cluster(name),
+        stores: dirs.iter().map(open).collect(),
+        _dirs: dirs,
+    }
+}
+
+/// Kafka cleans every segment but the one it writes to, and rolls that
+/// one on a write once ROLL has passed (a time the broker counts, which no
+/// state shows): three writes of `roll`, ROLL apart, leave what came
+/// before in segments the cleaner takes. Returns the first write's offset.
+async fn roll_segments(changelog: &Changelog, partition: i32, roll: &str, epoch: u64) -> i64 {
+    let mut first = None;
+    for _ in 0..3 {
+        let at = changelog
+            .write(partition, &[(roll.as_bytes().to_vec(), state(epoch, 0))])
+            .await
+            .expect("written")[0];
+        first.get_or_insert(at);
+        tokio::time::sleep(ROLL + Duration::from_millis(100)).await;
+    }
+    first.expect("written")
+}
+
 /// Node a wrote shard S, then b owned S and wrote to it, while a, not
 /// knowing, wrote once more an entity b wrote (a record that landed after
 /// b's, and that a's store took with its checkpoint). c owned S after.
@@ -90,17 +135,16 @@ async fn offsets(changelog: &Arc<Changelog>, partition: i32) -> Vec<i64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_back_after_compaction_still_finds_the_start_that_deposed_it() {
     let name = "ledger-compacted";
-    let broker = Broker::start_compacting(&humantime::format_duration(ROLL).to_string());
-    let topic = format!("{name}.changelog");
-    colo_tests::kafka::create_compacted(broker.bootstrap(), &topic, SHARDS as i32).await;
-    let changelog =
-        Arc::new(Changelog::new(broker.bootstrap(), &[], &topic, TIMEOUT).expect("changelog"));
+    let Compacting {
+        broker,
+        changelog,
+        cluster,
+        stores,
+        _dirs,
+    } = compacting(name, 3).await;
     let ids = same_shard("acct-1", "acct", 2);
     let (a_kept, b_wrote) = (&ids[0], &ids[1]);
     let partition = shard_of(a_kept).0 as i32;
-    let cluster = cluster(name);
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
-    let stores: Vec<Arc<dyn StateStore>> = dirs.iter().map(open).collect();
 
     // a's start and write; a leaves.
     let a = cluster.node("a", store(&broker, name, &stores[0]), 1);
@@ -146,21 +190,10 @@ async fn a_node_back_after_compaction_still_finds_the_start_that_deposed_it() {
     assert_eq!(got.expect("got"), (20, 1), "a's late write ignored");
     c.node.shutdown().await;
 
-    // Kafka cleans every segment but the one it writes to, and rolls that
-    // one on a write once ROLL has passed (a time the broker counts, which
-    // no state shows): three writes of one key, ROLL apart, leave the
-    // first in a segment the cleaner takes with the second's key known.
+    // The first of three writes of one key is in a segment the cleaner
+    // takes with the second's key known.
     let roll = same_shard(a_kept, "roll", 2).remove(1);
-    let mut first = None;
-    for _ in 0..3 {
-        let at = changelog
-            .write(partition, &[(roll.as_bytes().to_vec(), state(a_epoch, 0))])
-            .await
-            .expect("written")[0];
-        first.get_or_insert(at);
-        tokio::time::sleep(ROLL + Duration::from_millis(100)).await;
-    }
-    let first = first.expect("written");
+    let first = roll_segments(&changelog, partition, &roll, a_epoch).await;
     colo_tests::wait::until("the cleaner compacted the partition", TIMEOUT * 2, || {
         let changelog = changelog.clone();
         async move { !offsets(&changelog, partition).await.contains(&first) }
@@ -210,17 +243,16 @@ async fn key_of(changelog: &Arc<Changelog>, partition: i32, id: &str) -> Vec<u8>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deposed_owners_late_writes_take_nothing_from_a_newer_one_after_compaction() {
     let name = "ledger-late";
-    let broker = Broker::start_compacting(&humantime::format_duration(ROLL).to_string());
-    let topic = format!("{name}.changelog");
-    colo_tests::kafka::create_compacted(broker.bootstrap(), &topic, SHARDS as i32).await;
-    let changelog =
-        Arc::new(Changelog::new(broker.bootstrap(), &[], &topic, TIMEOUT).expect("changelog"));
+    let Compacting {
+        broker,
+        changelog,
+        cluster,
+        stores,
+        _dirs,
+    } = compacting(name, 3).await;
     let ids = same_shard("acct-1", "acct", 3);
     let (b_wrote, a_only, roll) = (&ids[0], &ids[1], &ids[2]);
     let partition = shard_of(b_wrote).0 as i32;
-    let cluster = cluster(name);
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
-    let stores: Vec<Arc<dyn StateStore>> = dirs.iter().map(open).collect();
 
     let a = cluster.node("a", store(&broker, name, &stores[0]), 1);
     let got = a.region.ask(b_wrote, LedgerMsg::Add(10), ASK).await;
@@ -256,16 +288,7 @@ async fn a_deposed_owners_late_writes_take_nothing_from_a_newer_one_after_compac
         .await
         .expect("written");
 
-    // Kafka cleans every segment but the one it writes to, and rolls that
-    // one on a write once ROLL has passed (a time the broker counts, which
-    // no state shows).
-    for _ in 0..3 {
-        changelog
-            .write(partition, &[(roll.as_bytes().to_vec(), state(a_epoch, 0))])
-            .await
-            .expect("written");
-        tokio::time::sleep(ROLL + Duration::from_millis(100)).await;
-    }
+    roll_segments(&changelog, partition, roll, a_epoch).await;
     colo_tests::wait::until("the cleaner dropped a's first writes", TIMEOUT * 2, || {
         let changelog = changelog.clone();
         let a_wrote = a_wrote.clone();
@@ -294,27 +317,26 @@ async fn a_deposed_owners_late_writes_take_nothing_from_a_newer_one_after_compac
 /// (the deletion applied no record, so nothing waits for a commit), a
 /// tombstone for each key that may hold a record of it, tagged with b's
 /// start, and a delete in b's store. Kafka's cleaner then compacted the
-/// partition. Nothing of the account is left but the tombstones, and a,
-/// back on its store (which still holds the account, below its
-/// checkpoint), reads them after its checkpoint and drops its copy: the
-/// account stays deleted. Before, a deletion was a record kept for good
-/// (changelog and store grew with every id ever deleted); with tombstones
-/// that a restore took as a start's key retired, a would have served its
-/// copy again.
+/// partition, and (its `delete.retention.ms` a second here, a day by
+/// default) dropped the tombstones too. a comes back on its store, which
+/// still holds the account below its checkpoint: records after its
+/// checkpoint are gone, so it drops its copy and reads the partition, and
+/// the account stays deleted. Before, a deletion was a record kept for
+/// good (changelog and store grew with every id ever deleted); reading
+/// only the tail, a served its copy again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_entity_is_removed_from_changelog_and_store_and_stays_deleted_after_compaction() {
     let name = "ledger-removed";
-    let broker = Broker::start_compacting(&humantime::format_duration(ROLL).to_string());
-    let topic = format!("{name}.changelog");
-    colo_tests::kafka::create_compacted(broker.bootstrap(), &topic, SHARDS as i32).await;
-    let changelog =
-        Arc::new(Changelog::new(broker.bootstrap(), &[], &topic, TIMEOUT).expect("changelog"));
+    let Compacting {
+        broker,
+        changelog,
+        cluster,
+        stores,
+        _dirs,
+    } = compacting(name, 2).await;
     let ids = same_shard("acct-1", "acct", 2);
     let (deleted, roll) = (&ids[0], &ids[1]);
     let partition = shard_of(deleted).0 as i32;
-    let cluster = cluster(name);
-    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("dir")).collect();
-    let stores: Vec<Arc<dyn StateStore>> = dirs.iter().map(open).collect();
 
     let a = cluster.node("a", store(&broker, name, &stores[0]), 1);
     let got = a.region.ask(deleted, LedgerMsg::Add(10), ASK).await;
@@ -371,15 +393,7 @@ async fn a_deleted_entity_is_removed_from_changelog_and_store_and_stays_deleted_
         "a tombstone ends b's key: {keys:?}"
     );
 
-    // Kafka cleans every segment but the one it writes to, and rolls that
-    // one on a write once ROLL has passed.
-    for _ in 0..3 {
-        changelog
-            .write(partition, &[(roll.as_bytes().to_vec(), state(a_epoch, 0))])
-            .await
-            .expect("written");
-        tokio::time::sleep(ROLL + Duration::from_millis(100)).await;
-    }
+    roll_segments(&changelog, partition, roll, a_epoch).await;
     colo_tests::wait::until(
         "the cleaner dropped every record of the deleted account but its tombstones",
         TIMEOUT * 2,
