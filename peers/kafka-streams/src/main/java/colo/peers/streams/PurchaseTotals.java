@@ -1,6 +1,7 @@
 package colo.peers.streams;
 
-import com.google.protobuf.CodedInputStream;
+import colo.peers.common.PurchaseEvent;
+import colo.peers.common.Totals;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
 import java.io.IOException;
@@ -45,57 +46,6 @@ public final class PurchaseTotals {
     static final String STORE = "user-totals";
 
     private PurchaseTotals() {}
-
-    /** A user's totals, as the sample's UserStats counts them. */
-    record Totals(long purchases, long items, long amountSpent, long lastSequence, long outOfSequence) {
-        static final Totals NONE = new Totals(0, 0, 0, 0, 0);
-
-        Totals add(Purchase purchase) {
-            long outOfOrder = purchase.sequence() == lastSequence + 1 ? 0 : 1;
-            return new Totals(
-                    purchases + 1,
-                    items + purchase.quantity(),
-                    amountSpent + purchase.quantity() * purchase.price(),
-                    purchase.sequence(),
-                    outOfSequence + outOfOrder);
-        }
-
-        String json() {
-            return String.format(
-                    "{\"purchases\":%d,\"items\":%d,\"amount_spent\":%d,\"last_sequence\":%d,\"out_of_sequence\":%d}",
-                    purchases, items, amountSpent, lastSequence, outOfSequence);
-        }
-    }
-
-    /** The fields of a PurchaseEvent the totals need. */
-    record Purchase(long quantity, long price, long sequence) {
-        /** Reads the sample's protobuf PurchaseEvent; null if it is not one. */
-        static Purchase decode(byte[] payload) {
-            if (payload == null) {
-                return null;
-            }
-            try {
-                CodedInputStream in = CodedInputStream.newInstance(payload);
-                long quantity = 0;
-                long price = 0;
-                long sequence = 0;
-                while (true) {
-                    int tag = in.readTag();
-                    switch (tag >>> 3) {
-                        case 0 -> {
-                            return quantity == 0 ? null : new Purchase(quantity, price, sequence);
-                        }
-                        case 3 -> quantity = in.readUInt32() & 0xffffffffL;
-                        case 4 -> price = in.readInt64();
-                        case 5 -> sequence = in.readUInt64();
-                        default -> in.skipField(tag);
-                    }
-                }
-            } catch (IOException e) {
-                return null;
-            }
-        }
-    }
 
     /** Totals as five longs: a value Kafka Streams stores and logs. */
     static final class TotalsSerde implements Serde<Totals> {
@@ -148,8 +98,8 @@ public final class PurchaseTotals {
                 .aggregate(
                         () -> Totals.NONE,
                         (user, payload, sum) -> {
-                            Purchase purchase = Purchase.decode(payload);
-                            return purchase == null ? sum : sum.add(purchase);
+                            PurchaseEvent event = PurchaseEvent.decode(payload);
+                            return event == null ? sum : sum.add(event);
                         },
                         Materialized.<String, Totals, KeyValueStore<Bytes, byte[]>>as(STORE)
                                 .withKeySerde(Serdes.String())
