@@ -16,7 +16,9 @@ mod commit;
 mod restore;
 
 pub(crate) use calls::StoreCalls;
-pub(crate) use restore::{restore_until_done, state_key, Restore, Restored};
+pub(crate) use restore::{
+    removal_keys, removal_tag, restore_until_done, state_key, Restore, Restored,
+};
 
 use colo_allocation::ShardId;
 use colo_connectors::Changelog;
@@ -286,7 +288,7 @@ pub(crate) struct DurableShards {
     /// other nodes are not here: a deletion whose records came through
     /// another node's partition waits until this node commits past them
     /// (or is kept, as before).
-    committed: Mutex<HashMap<(String, i32), i64>>,
+    committed: Mutex<HashMap<String, HashMap<i32, i64>>>,
 }
 
 impl DurableShards {
@@ -316,17 +318,15 @@ impl DurableShards {
     pub fn offset_committed(&self, topic: &str, partition: i32, offset: i64) {
         let moved = {
             let mut committed = self.committed.lock();
-            match committed.get_mut(&(topic.to_string(), partition)) {
-                Some(at) if *at >= offset => false,
-                Some(at) => {
-                    *at = offset;
-                    true
-                }
-                None => {
-                    committed.insert((topic.to_string(), partition), offset);
-                    true
-                }
+            if !committed.contains_key(topic) {
+                committed.insert(topic.to_string(), HashMap::new());
             }
+            committed.get_mut(topic).is_some_and(|partitions| {
+                let at = partitions.entry(partition).or_insert(-1);
+                let moved = *at < offset;
+                *at = (*at).max(offset);
+                moved
+            })
         };
         if moved {
             for durability in self.running.lock().values() {
@@ -343,7 +343,8 @@ impl DurableShards {
         let (topic, partition) = crate::envelope::Origin::partition_of(source, shard);
         self.committed
             .lock()
-            .get(&(topic.to_string(), partition))
+            .get(topic)
+            .and_then(|partitions| partitions.get(&partition))
             .is_some_and(|&committed| u64::try_from(committed).is_ok_and(|c| c > offset))
     }
 

@@ -105,6 +105,25 @@ fn entity_of(key: &[u8]) -> Result<(&str, bool), String> {
     Ok((id, keyed_by_start))
 }
 
+/// The keys of the tombstones that remove a deleted entity: each start's
+/// in `starts`, and the key of the entity alone (written before keys per
+/// start), each tagged with [`removal_tag`] of the deleting start.
+pub(crate) fn removal_keys<'a>(
+    id: &'a str,
+    starts: &'a [u64],
+) -> impl Iterator<Item = Vec<u8>> + 'a {
+    starts
+        .iter()
+        .map(move |start| state_key(id, *start))
+        .chain(std::iter::once(id.as_bytes().to_vec()))
+}
+
+/// The tag of a tombstone that removes an entity: the start that deleted
+/// it (an untagged tombstone only retires its key).
+pub(crate) fn removal_tag(start: u64) -> [u8; 8] {
+    start.to_be_bytes()
+}
+
 /// The start that deleted an entity, from the tag of a tombstone that
 /// removes it; `None` for a tombstone that only retires a key.
 fn deletion_start(tag: Option<&[u8]>) -> Option<u64> {

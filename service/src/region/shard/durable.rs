@@ -108,6 +108,20 @@ struct Kept {
     earlier: Earlier,
 }
 
+impl Kept {
+    /// Its deletion by start `start`: what it applied, and every key that
+    /// may hold a record of it.
+    fn deleted_by(&self, start: u64) -> Deleted {
+        let mut keys = self.earlier.clone();
+        keys.push(start);
+        Deleted {
+            applied: self.applied.clone(),
+            start,
+            keys,
+        }
+    }
+}
+
 fn same_topic(kept: &Arc<str>, topic: &Arc<str>) -> bool {
     Arc::ptr_eq(kept, topic) || **kept == **topic
 }
@@ -331,14 +345,7 @@ impl<E: Entity> DurableShard<E> {
         let start = self.decode(id, value)?;
         if let (Start::Fresh, Some(kept)) = (&start, self.kept.get(id)) {
             if let Some(written) = kept.written {
-                let mut keys = kept.earlier.clone();
-                keys.push(written);
-                let deleted = Deleted {
-                    applied: kept.applied.clone(),
-                    start: written,
-                    keys,
-                };
-                self.deletions.stored(id, deleted);
+                self.deletions.stored(id, kept.deleted_by(written));
             }
         }
         Ok(start)
@@ -440,16 +447,7 @@ impl<E: Entity> DurableShard<E> {
         }
         match &state {
             Some(_) => self.deletions.revived(id),
-            None => {
-                let mut keys = kept.earlier.clone();
-                keys.push(self.epoch);
-                let deleted = Deleted {
-                    applied: kept.applied.clone(),
-                    start: self.epoch,
-                    keys,
-                };
-                self.deletions.deleted(id, deleted);
-            }
+            None => self.deletions.deleted(id, kept.deleted_by(self.epoch)),
         }
         let value = StateRecord::encode_parts(
             self.epoch,

@@ -9,7 +9,7 @@ use super::{DurableShard, Earlier, Held, Map, WriteTask};
 use crate::entity::Entity;
 use crate::error::AskError;
 use crate::node_context::NodeContext;
-use crate::store::{state_key, NodeStore};
+use crate::store::{removal_keys, removal_tag, state_key, NodeStore};
 use colo_allocation::ShardId;
 use colo_connectors::{Changelog, ChangelogWrite};
 use colo_state::{Checkpoint, WriteBatch};
@@ -276,17 +276,12 @@ pub(super) async fn write(
             })
         });
         let removed = removed.iter().flat_map(|(id, deleted)| {
-            let tag = Some(deleted.start.to_be_bytes());
-            let keys = deleted
-                .keys
-                .iter()
-                .map(|start| state_key(id.as_str(), *start));
-            keys.chain(std::iter::once(id.as_bytes().to_vec()))
-                .map(move |key| Record {
-                    key,
-                    value: None,
-                    tag,
-                })
+            let tag = Some(removal_tag(deleted.start));
+            removal_keys(id.as_str(), &deleted.keys).map(move |key| Record {
+                key,
+                value: None,
+                tag,
+            })
         });
         let written = states.iter().map(|(id, value)| Record {
             key: state_key(id.as_str(), epoch),
