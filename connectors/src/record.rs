@@ -20,6 +20,10 @@ pub struct Record {
     pub topic: Arc<str>,
     pub partition: i32,
     pub offset: i64,
+    /// When it was produced (or appended, on a topic that keeps the
+    /// broker's time), in milliseconds since the Unix epoch; `None` when
+    /// the record has no timestamp.
+    pub timestamp: Option<i64>,
     pub key: Option<Vec<u8>>,
     pub payload: Option<Vec<u8>>,
     pub ack: Ack,

@@ -126,6 +126,10 @@ pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
         return Ok(handle.clone());
     }
     let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(crate::metrics::KAFKA_RECORD_LATENCY.to_string()),
+            crate::metrics::RECORD_LATENCY_BUCKETS,
+        )?
         .set_buckets_for_metric(Matcher::Suffix("_seconds".to_string()), SECONDS_BUCKETS)?
         .install_recorder()?;
     crate::metrics::describe();

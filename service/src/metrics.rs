@@ -5,6 +5,7 @@
 //! only bounded labels (`entity_type`, `reason`, `outcome`).
 
 mod coordinator;
+mod progress;
 mod state;
 
 pub(crate) use coordinator::{
@@ -14,6 +15,10 @@ pub(crate) use coordinator::{
 pub use coordinator::{
     COORDINATOR_ELECTED_EPOCH, COORDINATOR_EPOCH, COORDINATOR_HOSTED, COORDINATOR_RECOVERY,
     COORDINATOR_RECOVERY_RECORDS, COORDINATOR_REJOINS, COORDINATOR_TAKEOVER, COORDINATOR_TAKEOVERS,
+};
+pub(crate) use progress::PartitionProgress;
+pub use progress::{
+    KAFKA_FIRST_HANDLED, KAFKA_LAST_HANDLED, KAFKA_RECORD_LATENCY, RECORD_LATENCY_BUCKETS,
 };
 pub(crate) use state::StateMetrics;
 pub use state::{
@@ -111,6 +116,12 @@ impl KafkaMetrics {
     /// A record in another partition than its key's murmur2 partition.
     pub fn partitioner_mismatch(&self, topic: &str) {
         metrics::counter!(KAFKA_PARTITIONER_MISMATCHES, "entity_type" => self.entity_type.clone(), "topic" => topic.to_string()).increment(1);
+    }
+
+    /// The handles of `partition`'s records as they are handled, for the
+    /// partition's task to keep from its assignment here to its end.
+    pub fn progress(&self, partition: &colo_connectors::TopicPartition) -> PartitionProgress {
+        PartitionProgress::new(&self.entity_type, &partition.topic, partition.partition)
     }
 
     /// A partition's first record was handled this long after the
@@ -337,6 +348,7 @@ pub fn describe() {
         );
         state::describe();
         coordinator::describe();
+        progress::describe();
         // Node-wide series exist, at zero, before anything happens.
         metrics::counter!(STALE_REPLIES).increment(0);
         metrics::counter!(DROPPED, "entity_type" => "", "reason" => "malformed").increment(0);

@@ -33,6 +33,7 @@ fn record(key: Option<Vec<u8>>, payload: Option<Vec<u8>>) -> Record {
         topic: "t".into(),
         partition: 0,
         offset: 0,
+        timestamp: None,
         key,
         payload,
         ack: Ack::detached(),

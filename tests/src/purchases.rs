@@ -78,6 +78,18 @@ impl Producer {
         self.expected.clone()
     }
 
+    /// Stops it before its count (SIGTERM, as Ctrl-C would): it flushes
+    /// what it sent and writes those events' totals. Returns as
+    /// [`Self::finished`].
+    pub async fn stopped(self, deadline: std::time::Duration) -> BTreeMap<String, u64> {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+        }
+        self.finished(deadline).await
+    }
+
     /// Waits for it to finish (within `deadline`) and returns the last
     /// sequence number of every user.
     pub async fn finished(mut self, deadline: std::time::Duration) -> BTreeMap<String, u64> {

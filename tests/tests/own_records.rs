@@ -336,3 +336,80 @@ async fn a_program_of_ones_own_averages_plain_readings_and_ask_prints_every_digi
         node.logs()
     );
 }
+
+/// `colo produce` stopped by SIGTERM (or Ctrl-C) before its count ends as
+/// its count would: what it sent is flushed, it exits with success, and
+/// the totals it writes are those of the events in the topic.
+#[test]
+fn produce_stopped_by_a_signal_writes_the_totals_of_what_it_sent() {
+    let kafka = MockCluster::new(1).expect("mock cluster");
+    let bootstrap = kafka.bootstrap_servers();
+    let topic = topic("stopped");
+    kafka.create_topic(&topic, 4, 1).expect("topic");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let child = Command::new(colo_binary())
+        .args(["produce", "--quiet", "--bootstrap-servers", &bootstrap])
+        .args([
+            "--topic", &topic, "--users", "5", "--rate", "200", "--count", "1000000",
+        ])
+        .args(["--expected", "expected.json"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run colo produce");
+    // Some records are in before it is stopped.
+    read_back(&bootstrap, &topic, 4, 20);
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("colo produce ends");
+    assert!(out.status.success(), "{out:?}");
+    let expected: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("expected.json")).expect("expected.json"),
+    )
+    .expect("JSON");
+    assert_eq!(
+        expected["records"],
+        in_topic(&bootstrap, &topic),
+        "{expected}"
+    );
+}
+
+/// Records in `topic`'s 4 partitions: read from the beginning to each
+/// partition's end.
+fn in_topic(bootstrap: &str, topic: &str) -> u64 {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode;
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("count-{topic}"))
+        .set("enable.partition.eof", "true")
+        .create()
+        .expect("consumer");
+    let mut list = rdkafka::TopicPartitionList::new();
+    for p in 0..4 {
+        list.add_partition_offset(topic, p, rdkafka::Offset::Beginning)
+            .expect("partition offset");
+    }
+    consumer.assign(&list).expect("assign");
+    let (mut records, mut ended) = (0, 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while ended < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{ended} of 4 partitions read to their end"
+        );
+        match consumer.poll(Duration::from_millis(500)) {
+            Some(Ok(_)) => records += 1,
+            Some(Err(KafkaError::PartitionEOF(_))) => ended += 1,
+            Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) => {
+                ended += 1
+            }
+            _ => {}
+        }
+    }
+    records
+}

@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 pub(super) struct RawRecord {
     pub(super) partition: i32,
     pub(super) offset: i64,
+    pub(super) timestamp: Option<i64>,
     pub(super) key: Option<Vec<u8>>,
     pub(super) payload: Option<Vec<u8>>,
 }
@@ -205,6 +206,7 @@ impl Feed {
             topic: self.topic.clone(),
             partition: raw.partition,
             offset: raw.offset,
+            timestamp: raw.timestamp,
             key: raw.key,
             payload: raw.payload,
             ack,
@@ -459,6 +461,7 @@ mod tests {
         RawRecord {
             partition: 0,
             offset,
+            timestamp: None,
             key: None,
             payload: None,
         }

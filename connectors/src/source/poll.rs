@@ -73,6 +73,7 @@ pub(super) fn poll(
                 let raw = RawRecord {
                     partition: message.partition(),
                     offset: message.offset(),
+                    timestamp: message.timestamp().to_millis(),
                     key: message.key().map(<[u8]>::to_vec),
                     payload: message.payload().map(<[u8]>::to_vec),
                 };

@@ -49,7 +49,7 @@ use crate::entity::{Entity, EntityId};
 use crate::envelope::Origin;
 use crate::error::TellError;
 use crate::logging::{ExpectedWait, Say};
-use crate::metrics::KafkaMetrics;
+use crate::metrics::{KafkaMetrics, PartitionProgress};
 use crate::region::{AssignedShard, PlacementError, Region};
 use colo_allocation::ShardId;
 use colo_connectors::{DeadLetters, Gate, Record, Rewind, TopicPartition};
@@ -83,6 +83,9 @@ pub(super) struct PartitionTask<E: Entity> {
     pub(super) assigned_at: Option<Instant>,
     /// Records handled, the one counter touched per record.
     pub(super) handled: metrics::Counter,
+    /// Each record's latency, and the partition's first and last record
+    /// handled here (a move's pause is read off them).
+    pub(super) progress: PartitionProgress,
     /// Where its shard is, once hosting it was asked for.
     pub(super) shard: ShardPlace,
     /// Whether the entity type's state is durable here: its records carry

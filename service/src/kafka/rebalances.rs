@@ -95,6 +95,7 @@ impl<E: Entity> Rebalances<E> {
             self.partitions
                 .insert(partition.partition.clone(), Running { give_up, ended });
             let handled = self.metrics.records(&partition.partition.topic, "handled");
+            let progress = self.metrics.progress(&partition.partition);
             let origin_topic: Arc<str> = Arc::from(partition.partition.topic.as_str());
             let misplaced_source =
                 Origin::other_partition(&partition.partition.topic, partition.partition.partition);
@@ -113,6 +114,7 @@ impl<E: Entity> Rebalances<E> {
                 dead_letters: self.dead_letters.clone(),
                 assigned_at: Some(assigned_at),
                 handled,
+                progress,
                 shard: ShardPlace::Unknown,
                 durable: self.region.is_durable(),
                 origin_topic,

@@ -41,7 +41,7 @@ pub fn json_records<M: DeserializeOwned + 'static>() -> RecordDecoder<M> {
 ///
 /// let decode = json_events::<Reading>().into_messages(ThermometerMsg::Reading);
 /// let record = Record {
-///     topic: "readings".into(), partition: 0, offset: 0,
+///     topic: "readings".into(), partition: 0, offset: 0, timestamp: None,
 ///     key: Some(b"sensor-1".to_vec()),
 ///     payload: Some(br#"{"celsius": 21.5}"#.to_vec()),
 ///     ack: Ack::detached(),
@@ -209,6 +209,7 @@ mod tests {
             topic: "stock".into(),
             partition: 0,
             offset: 0,
+            timestamp: None,
             key: Some(b"sku-1".to_vec()),
             payload: Some(payload.to_vec()),
             ack: Ack::detached(),

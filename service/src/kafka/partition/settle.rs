@@ -31,6 +31,7 @@ impl<E: Entity> PartitionTask<E> {
             return true;
         };
         let offset = front.record.offset;
+        let timestamp = front.record.timestamp;
         let step = std::mem::replace(&mut front.step, Step::Settling);
         let (id, tries) = match (step, outcome) {
             (Step::Refused { reason, outcome }, _) => {
@@ -48,6 +49,7 @@ impl<E: Entity> PartitionTask<E> {
             ) => match outcome {
                 Outcome::Handled => {
                     self.handled.increment(1);
+                    self.progress.handled(timestamp);
                     if let Some(assigned_at) = self.assigned_at.take() {
                         self.metrics
                             .first_record(&self.partition.topic, assigned_at.elapsed());

@@ -63,6 +63,7 @@ mod tests {
             topic: "user-events".into(),
             partition: 0,
             offset: 0,
+            timestamp: None,
             key: Some(b"u-1".to_vec()),
             payload,
             ack: Ack::detached(),

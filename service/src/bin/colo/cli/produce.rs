@@ -180,6 +180,33 @@ fn with_progress<T>(
     result
 }
 
+/// SIGTERM or Ctrl-C ends the run early, as its count or its duration
+/// would: what was sent is flushed, and the totals written are those of
+/// the events sent (a run stopped by hand keeps what it produced).
+fn stop_on_signal(stop: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        let signalled = runtime.block_on(async {
+            use tokio::signal::unix::{signal, SignalKind};
+            let Ok(mut term) = signal(SignalKind::terminate()) else {
+                return tokio::signal::ctrl_c().await.is_ok();
+            };
+            tokio::select! {
+                _ = term.recv() => true,
+                interrupted = tokio::signal::ctrl_c() => interrupted.is_ok(),
+            }
+        });
+        if signalled {
+            stop.store(true, Ordering::Relaxed);
+        }
+    });
+}
+
 /// The sample's purchase events.
 fn run_sample(args: &ProduceArgs) -> Result<Totals, ProduceCliError> {
     let settings = ProduceSettings {
@@ -195,7 +222,8 @@ fn run_sample(args: &ProduceArgs) -> Result<Totals, ProduceCliError> {
         partitioning: colo_connectors::Partitioning::Shards,
     };
     let sent = Arc::new(AtomicU64::new(0));
-    let stop = AtomicBool::new(false);
+    let stop = Arc::new(AtomicBool::new(false));
+    stop_on_signal(stop.clone());
     let produced = with_progress(progress_bar(args.quiet, args.count), &sent, || {
         purchases::produce(&settings, &stop, &sent)
     })?;

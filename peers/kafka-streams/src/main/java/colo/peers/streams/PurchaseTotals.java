@@ -1,5 +1,6 @@
 package colo.peers.streams;
 
+import colo.peers.common.Progress;
 import colo.peers.common.PurchaseEvent;
 import colo.peers.common.Totals;
 import com.sun.net.httpserver.HttpExchange;
@@ -13,19 +14,23 @@ import java.time.Duration;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executors;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.common.serialization.Deserializer;
 import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.serialization.Serializer;
 import org.apache.kafka.common.utils.Bytes;
+import org.apache.kafka.streams.CloseOptions;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StoreQueryParameters;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.errors.InvalidStateStoreException;
 import org.apache.kafka.streams.kstream.Consumed;
-import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessor;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessorContext;
+import org.apache.kafka.streams.processor.api.FixedKeyRecord;
 import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.QueryableStoreTypes;
 import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
@@ -40,7 +45,10 @@ import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
  * <p>Settings come from the environment, each with Kafka Streams' own
  * default where it has one: PEER_BOOTSTRAP, PEER_TOPIC, PEER_APPLICATION_ID,
  * PEER_GUARANTEE ({@code exactly_once_v2} or {@code at_least_once}),
- * PEER_THREADS, PEER_STATE_DIR, PEER_HTTP_PORT.
+ * PEER_THREADS, PEER_STATE_DIR, PEER_HTTP_PORT, PEER_SESSION_TIMEOUT_MS (the
+ * consumer's, for a run that shortens it for every system alike). Records
+ * handled, their latency and each partition's first and last record answer
+ * {@code GET /metrics}.
  */
 public final class PurchaseTotals {
     static final String STORE = "user-totals";
@@ -72,6 +80,27 @@ public final class PurchaseTotals {
         }
     }
 
+    /** An event's payload with where it came from. */
+    record Stamped(byte[] payload, int partition, long timestamp) {}
+
+    /** Stamps each event; a task's start is its partition's assignment here. */
+    static final class Stamp implements FixedKeyProcessor<String, byte[], Stamped> {
+        private FixedKeyProcessorContext<String, Stamped> context;
+        private int partition;
+
+        @Override
+        public void init(FixedKeyProcessorContext<String, Stamped> context) {
+            this.context = context;
+            this.partition = context.taskId().partition();
+            Progress.GLOBAL.assigned(partition);
+        }
+
+        @Override
+        public void process(FixedKeyRecord<String, byte[]> record) {
+            context.forward(record.withValue(new Stamped(record.value(), partition, record.timestamp())));
+        }
+    }
+
     static String env(String name, String otherwise) {
         String value = System.getenv(name);
         return value == null || value.isEmpty() ? otherwise : value;
@@ -85,6 +114,10 @@ public final class PurchaseTotals {
         props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, env("PEER_GUARANTEE", StreamsConfig.EXACTLY_ONCE_V2));
         props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, env("PEER_THREADS", "1"));
         props.put(StreamsConfig.STATE_DIR_CONFIG, env("PEER_STATE_DIR", "/tmp/kafka-streams"));
+        String session = env("PEER_SESSION_TIMEOUT_MS", "");
+        if (!session.isEmpty()) {
+            props.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), session);
+        }
         // One broker: its internal topics have one replica.
         props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, "1");
 
@@ -93,13 +126,19 @@ public final class PurchaseTotals {
         // Grouped by the record's key, the user id, as it comes: no
         // repartition topic. An event that does not decode adds nothing
         // (colo dead-letters it; its count is not compared).
+        // Each event goes with its partition and timestamp to the
+        // aggregator, which reports it handled (Progress) as it updates its
+        // user's totals: no serde, as nothing is repartitioned.
         builder.stream(topic, Consumed.with(Serdes.String(), Serdes.ByteArray()))
-                .groupByKey(Grouped.with(Serdes.String(), Serdes.ByteArray()))
+                .processValues(Stamp::new)
+                .groupByKey()
                 .aggregate(
                         () -> Totals.NONE,
-                        (user, payload, sum) -> {
-                            PurchaseEvent event = PurchaseEvent.decode(payload);
-                            return event == null ? sum : sum.add(event);
+                        (user, stamped, sum) -> {
+                            PurchaseEvent event = PurchaseEvent.decode(stamped.payload());
+                            Totals next = event == null ? sum : sum.add(event);
+                            Progress.GLOBAL.handled(stamped.partition(), stamped.timestamp());
+                            return next;
                         },
                         Materialized.<String, Totals, KeyValueStore<Bytes, byte[]>>as(STORE)
                                 .withKeySerde(Serdes.String())
@@ -110,10 +149,16 @@ public final class PurchaseTotals {
                 new InetSocketAddress("127.0.0.1", Integer.parseInt(env("PEER_HTTP_PORT", "8090"))), 0);
         server.setExecutor(Executors.newFixedThreadPool(2));
         server.createContext("/users/", exchange -> answer(streams, exchange));
+        server.createContext("/metrics", Progress::serve);
         CountDownLatch stopped = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            // Leaving the group as it closes (KIP-812's option): without
+            // it, Kafka Streams keeps its membership, and its partitions
+            // move only once its session times out.
+            streams.close(CloseOptions.groupMembershipOperation(CloseOptions.GroupMembershipOperation.LEAVE_GROUP)
+                    .withTimeout(Duration.ofSeconds(10)));
+            // Last: what it handled until it closed can still be read.
             server.stop(0);
-            streams.close(Duration.ofSeconds(10));
             stopped.countDown();
         }));
         streams.start();

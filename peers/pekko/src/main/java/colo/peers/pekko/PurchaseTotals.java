@@ -1,5 +1,6 @@
 package colo.peers.pekko;
 
+import colo.peers.common.Progress;
 import colo.peers.common.PurchaseEvent;
 import colo.peers.common.Totals;
 import com.sun.net.httpserver.HttpExchange;
@@ -16,6 +17,7 @@ import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.Executors;
+import java.util.concurrent.atomic.AtomicReference;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.StringDeserializer;
@@ -30,6 +32,9 @@ import org.apache.pekko.kafka.ConsumerSettings;
 import org.apache.pekko.kafka.Subscriptions;
 import org.apache.pekko.kafka.javadsl.Committer;
 import org.apache.pekko.kafka.javadsl.Consumer;
+import org.apache.pekko.stream.RestartSettings;
+import org.apache.pekko.stream.javadsl.RestartSource;
+import org.apache.pekko.stream.javadsl.Sink;
 
 /**
  * The sample's per-user totals in Apache Pekko, after the kafka-to-sharding
@@ -42,10 +47,14 @@ import org.apache.pekko.kafka.javadsl.Consumer;
  * <p>Settings come from the environment: PEER_BOOTSTRAP, PEER_TOPIC,
  * PEER_PARTITIONS, PEER_PORT (this node's remoting port), PEER_SEEDS (the
  * seed nodes' ports, comma-separated, the first starting first),
- * PEER_HTTP_PORT, PEER_PARALLELISM (asks in flight: the sample's 20).
+ * PEER_HTTP_PORT, PEER_PARALLELISM (asks in flight: the sample's 20),
+ * PEER_GROUP (the consumer group: the entity type's name by default),
+ * PEER_SESSION_TIMEOUT_MS (the consumer's, for a run that shortens it for
+ * every system alike). Records handled, their latency and each partition's
+ * first and last record answer {@code GET /metrics}.
  */
 public final class PurchaseTotals {
-    private static final Duration ASK = Duration.ofSeconds(10);
+    private static final Duration ASK = Duration.ofSeconds(5);
 
     private PurchaseTotals() {}
 
@@ -76,38 +85,59 @@ public final class PurchaseTotals {
         ConsumerSettings<String, byte[]> consumer = ConsumerSettings.create(
                         system, new StringDeserializer(), new ByteArrayDeserializer())
                 .withBootstrapServers(env("PEER_BOOTSTRAP", "127.0.0.1:9092"))
-                // The entity type's name, as the sample recommends.
-                .withGroupId(User.TYPE.name())
+                // The entity type's name, as the sample recommends, unless
+                // a run names a group of its own.
+                .withGroupId(env("PEER_GROUP", User.TYPE.name()))
                 .withProperty(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        String session = env("PEER_SESSION_TIMEOUT_MS", "");
+        if (!session.isEmpty()) {
+            consumer = consumer.withProperty(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, session);
+        }
         int parallelism = Integer.parseInt(env("PEER_PARALLELISM", "20"));
-        Consumer.DrainingControl<Done> control = Consumer.sourceWithOffsetContext(
-                        consumer,
-                        Subscriptions.topics(env("PEER_TOPIC", "user-events"))
-                                .withPartitionAssignmentHandler(new Sharding.FollowPartitions(system)))
-                .mapAsync(parallelism, record -> handle(sharding, record.value()))
-                .toMat(Committer.sinkWithOffsetContext(CommitterSettings.create(system)), Consumer::createDrainingControl)
-                .run(system);
+        ConsumerSettings<String, byte[]> settings = consumer;
+        // An ask that fails (its entity's node died, say) fails the
+        // stream: restarted with a backoff, as Pekko Connectors Kafka's
+        // error handling recommends, from the committed offsets.
+        AtomicReference<Consumer.Control> control = new AtomicReference<>(Consumer.createNoopControl());
+        RestartSource.onFailuresWithBackoff(
+                        RestartSettings.create(Duration.ofSeconds(1), Duration.ofSeconds(10), 0.2),
+                        () -> Consumer.sourceWithOffsetContext(
+                                        settings,
+                                        Subscriptions.topics(env("PEER_TOPIC", "user-events"))
+                                                .withPartitionAssignmentHandler(new Sharding.FollowPartitions(system)))
+                                .mapMaterializedValue(started -> {
+                                    control.set(started);
+                                    return started;
+                                })
+                                .mapAsync(parallelism, record -> handle(
+                                        sharding, record.value(), record.partition(), record.timestamp()))
+                                .via(Committer.flowWithOffsetContext(CommitterSettings.create(system)))
+                                .asSource())
+                .runWith(Sink.ignore(), system);
 
         HttpServer server = HttpServer.create(
                 new InetSocketAddress("127.0.0.1", Integer.parseInt(env("PEER_HTTP_PORT", "8091"))), 0);
         server.setExecutor(Executors.newFixedThreadPool(2));
         server.createContext("/users/", exchange -> answer(sharding, exchange));
+        server.createContext("/metrics", Progress::serve);
         server.start();
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            server.stop(0);
-            control.drainAndShutdown(system.executionContext()).toCompletableFuture().join();
+            control.get().shutdown().toCompletableFuture().join();
             system.terminate();
+            system.getWhenTerminated().toCompletableFuture().join();
+            // Last: what it handled until it stopped can still be read.
+            server.stop(0);
         }));
     }
 
     /** A record: asked of its user's entity (an event that does not decode adds nothing). */
-    static CompletionStage<Done> handle(ClusterSharding sharding, byte[] payload) {
+    static CompletionStage<Done> handle(ClusterSharding sharding, byte[] payload, int partition, long timestamp) {
         PurchaseEvent event = PurchaseEvent.decode(payload);
         if (event == null) {
             return CompletableFuture.completedFuture(Done.getInstance());
         }
         return sharding.entityRefFor(User.TYPE, event.userId())
-                .ask(replyTo -> new User.Purchase(event, replyTo), ASK);
+                .ask(replyTo -> new User.Purchase(event, partition, timestamp, replyTo), ASK);
     }
 
     static void answer(ClusterSharding sharding, HttpExchange exchange) throws IOException {

@@ -5,6 +5,7 @@ import java.time.Duration;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.Set;
+import colo.peers.common.Progress;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.utils.Utils;
 import org.apache.pekko.actor.Address;
@@ -68,6 +69,7 @@ final class Sharding {
         public void onAssign(Set<TopicPartition> assigned, RestrictedConsumer consumer) {
             Map<String, Address> locations = new HashMap<>();
             for (TopicPartition partition : assigned) {
+                Progress.GLOBAL.assigned(partition.partition());
                 locations.put(Integer.toString(partition.partition()), self);
             }
             client.setShardLocations(locations).whenComplete((done, error) -> {

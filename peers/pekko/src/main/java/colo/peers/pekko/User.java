@@ -1,5 +1,6 @@
 package colo.peers.pekko;
 
+import colo.peers.common.Progress;
 import colo.peers.common.PurchaseEvent;
 import colo.peers.common.Totals;
 import org.apache.pekko.Done;
@@ -22,8 +23,9 @@ public final class User {
         String userId();
     }
 
-    /** One purchase event; answered once added. */
-    public record Purchase(PurchaseEvent event, ActorRef<Done> replyTo) implements Command {
+    /** One purchase event, from its record's partition and timestamp; answered once added. */
+    public record Purchase(PurchaseEvent event, int partition, long timestamp, ActorRef<Done> replyTo)
+            implements Command {
         @Override
         public String userId() {
             return event.userId();
@@ -40,8 +42,10 @@ public final class User {
     private static Behavior<Command> running(Totals totals) {
         return Behaviors.receiveMessage(command -> {
             if (command instanceof Purchase purchase) {
+                Totals next = totals.add(purchase.event());
+                Progress.GLOBAL.handled(purchase.partition(), purchase.timestamp());
                 purchase.replyTo().tell(Done.getInstance());
-                return running(totals.add(purchase.event()));
+                return running(next);
             }
             if (command instanceof Get get) {
                 get.replyTo().tell(totals);

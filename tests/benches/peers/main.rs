@@ -1,0 +1,619 @@
+//! colo beside the systems its users would otherwise pick, on the same
+//! broker (Apache Kafka on loopback), machine and records (the sample's
+//! purchase events, 12 partitions, murmur2-partitioned as Kafka's Java
+//! producer does): Kafka Streams (exactly_once_v2 and at_least_once) and
+//! Apache Pekko typed Cluster Sharding fed by Pekko Connectors Kafka (see
+//! `peers/`). Every system runs as two processes on the machine's two
+//! cores, one system after another:
+//!
+//! 1. `throughput`: a backlog of `COLO_BENCH_RECORDS` (2,000,000) records
+//!    of `COLO_BENCH_USERS` (10,000) users consumed to the end: records/s
+//!    from the first record handled to the last, CPU seconds per million
+//!    records (both processes, from /proc), peak resident memory;
+//! 2. `flow`: at a paced `COLO_BENCH_RATE` (20,000) records/s, each
+//!    record's latency (its timestamp to its user's totals updated) p50,
+//!    p99 and max, read off the same buckets for every system; then kill
+//!    -9 of the second process: how long until every partition flows
+//!    again on the survivor (a record of it handled after the kill),
+//!    records handled twice, and whether every user's totals are exact at
+//!    the end;
+//! 3. `moves`: at that pace, a second process joins and leaves gracefully
+//!    (SIGTERM) `COLO_BENCH_CYCLES` (3) times: for every moved partition,
+//!    the pause from its last record handled on the old owner to its first
+//!    on the new one, and records handled twice.
+//!
+//! Each figure is the median of `COLO_BENCH_RUNS` (3) runs, with min and
+//! max. `COLO_BENCH_SYSTEMS` picks systems (colo, memory, eos, alos,
+//! pekko); `COLO_BENCH_SESSION_TIMEOUT_MS` sets every system's consumer
+//! session timeout (each keeps its default otherwise: 45 s). An argument
+//! picks a part: `cargo bench -p colo-tests --bench peers -- flow`.
+
+#[path = "../support/mod.rs"]
+mod support;
+mod systems;
+
+use colo_tests::broker::Broker;
+use colo_tests::purchases::Producer;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use support::{cpu_seconds, env};
+use systems::{answering, Instance, Observed, Placement, System};
+
+const PARTITIONS: u32 = 12;
+
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or_default()
+}
+
+async fn create_topic(bootstrap: &str, name: &str) {
+    let spec = colo_connectors::NewTopicSpec {
+        name: name.to_string(),
+        partitions: PARTITIONS as i32,
+        replication_factor: 1,
+        config: Vec::new(),
+    };
+    colo_connectors::create_missing_topics(bootstrap, &[], &[spec], Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("topic {name} not created: {e}"));
+}
+
+fn placement(broker: &Broker, topic: &str, group: String) -> Placement {
+    Placement {
+        bootstrap: broker.bootstrap().to_string(),
+        topic: topic.to_string(),
+        partitions: PARTITIONS,
+        group,
+        session_timeout_ms: std::env::var("COLO_BENCH_SESSION_TIMEOUT_MS")
+            .ok()
+            .and_then(|v| v.parse().ok()),
+    }
+}
+
+/// Records in `topic`: the sum of its partitions' end offsets.
+fn end_offsets(bootstrap: &str, topic: &str) -> u64 {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("consumer");
+    (0..PARTITIONS as i32)
+        .map(|p| {
+            let (low, high) = consumer
+                .fetch_watermarks(topic, p, Duration::from_secs(10))
+                .expect("watermarks");
+            u64::try_from(high - low).unwrap_or(0)
+        })
+        .sum()
+}
+
+/// The broker's version, from its jar's name.
+fn kafka_version() -> String {
+    let lib = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/kafka/lib");
+    std::fs::read_dir(lib)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .find_map(|name| {
+            Some(
+                name.strip_prefix("kafka_2.13-")?
+                    .strip_suffix(".jar")?
+                    .to_string(),
+            )
+        })
+        .unwrap_or_else(|| "?".to_string())
+}
+
+/// A short tag for names: the system's index in [`System::ALL`].
+fn tag(system: System) -> usize {
+    System::ALL.iter().position(|s| *s == system).unwrap_or(9)
+}
+
+/// Starts two instances of `system`, the second joining through the first.
+async fn pair(system: System, at: &Placement) -> (Instance, Instance) {
+    let mut a = Instance::start(system, at, 0, None);
+    answering(&mut a, Duration::from_secs(90)).await;
+    let mut b = Instance::start(system, at, 1, Some(&a));
+    answering(&mut b, Duration::from_secs(90)).await;
+    (a, b)
+}
+
+async fn observe(instance: &Instance) -> Observed {
+    instance.observe().await.unwrap_or_default()
+}
+
+/// Waits, up to `deadline`, until `done` holds of what `instance` reports.
+async fn until_observed(
+    instance: &Instance,
+    what: &str,
+    deadline: Duration,
+    done: impl Fn(&Observed) -> bool,
+) -> Observed {
+    match observed_within(instance, deadline, done).await {
+        Some(seen) => seen,
+        None => panic!(
+            "{}: {what} not within {deadline:?}:\n{}",
+            instance.system.name(),
+            instance.log()
+        ),
+    }
+}
+
+/// What `instance` has handled once it handles no more, and with what
+/// `others` handled, at least `produced` (or after five minutes: a system
+/// that stopped handling records shows it as fewer handled than produced).
+async fn settled(instance: &Instance, others: f64, produced: u64) -> f64 {
+    let end = Instant::now() + Duration::from_secs(300);
+    let mut settled = observe(instance).await.handled;
+    loop {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let now = observe(instance).await.handled;
+        if (now == settled && now + others >= produced as f64) || Instant::now() >= end {
+            return now;
+        }
+        settled = now;
+    }
+}
+
+/// When `instance` handled its first record of each of `partitions`
+/// after `since` (waited for up to `deadline`; `None` if one did not flow
+/// by then). A partition assigned to it again after `since` reports its
+/// first record exactly; one it held all along (Pekko's consumer may keep
+/// a partition whose entities lived on the other node) is seen by its
+/// last record moving past `since`, to within the reading interval.
+async fn resumed(
+    instance: &Instance,
+    partitions: &[i32],
+    since: f64,
+    deadline: Duration,
+) -> Option<BTreeMap<i32, f64>> {
+    let end = Instant::now() + deadline;
+    let mut resumed = BTreeMap::new();
+    while resumed.len() < partitions.len() {
+        if let Some(seen) = instance.observe().await {
+            for p in partitions {
+                let after = |t: Option<&f64>| t.copied().filter(|t| *t > since);
+                if let Some(t) = after(seen.first.get(p)).or(after(seen.last.get(p))) {
+                    resumed.entry(*p).or_insert(t);
+                }
+            }
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Some(resumed)
+}
+
+/// What `instance` reports once `done` holds of it, or `None` if it does
+/// not within `deadline`.
+async fn observed_within(
+    instance: &Instance,
+    deadline: Duration,
+    done: impl Fn(&Observed) -> bool,
+) -> Option<Observed> {
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(seen) = instance.observe().await {
+            if done(&seen) {
+                return Some(seen);
+            }
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The median, min and max of `values`, as a table cell (an infinite
+/// value is a run where it never happened).
+fn spread(values: &[f64], digits: usize) -> String {
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| !v.is_nan()).collect();
+    if sorted.is_empty() {
+        return "-".to_string();
+    }
+    sorted.sort_by(f64::total_cmp);
+    let cell = |v: f64| {
+        if v.is_finite() {
+            format!("{v:.digits$}")
+        } else {
+            "never".to_string()
+        }
+    };
+    let median = cell(sorted[sorted.len() / 2]);
+    if sorted.len() == 1 {
+        return median;
+    }
+    format!(
+        "{median} ({}–{})",
+        cell(sorted[0]),
+        cell(sorted[sorted.len() - 1])
+    )
+}
+
+/// Nearest-rank percentile `p` (0 to 1) of `values`.
+fn percentile(values: &[f64], p: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+async fn throughput(broker: &Broker, systems: &[System], dir: &std::path::Path) {
+    let records = env("COLO_BENCH_RECORDS", 2_000_000);
+    let users = env("COLO_BENCH_USERS", 10_000);
+    let runs = env("COLO_BENCH_RUNS", 3);
+    let topic = format!("peers-{}.backlog", std::process::id());
+    create_topic(broker.bootstrap(), &topic).await;
+    Producer::start(dir, broker.bootstrap(), &topic, users, records, None)
+        .finished(Duration::from_secs(1800))
+        .await;
+    println!("throughput: a backlog of {records} records of {users} users, {PARTITIONS} partitions, two processes of each system; median of {runs} runs (min–max)");
+    println!("| system | records/s | CPU s per million records (both processes) | peak resident MiB per process |");
+    println!("|---|---:|---:|---:|");
+    for &system in systems {
+        let (mut rates, mut cpus, mut resident) = (Vec::new(), Vec::new(), Vec::new());
+        for run in 1..=runs {
+            let group = format!("peers-{}-t{}-{run}", std::process::id(), tag(system));
+            let at = placement(broker, &topic, group);
+            // Both start at once and are read from the start: a backlog
+            // small enough goes to the first before the second answers.
+            let a = Instance::start(system, &at, 0, None);
+            let b = Instance::start(system, &at, 1, Some(&a));
+            let cpu = || cpu_seconds(a.pid()) + cpu_seconds(b.pid());
+            let mut first = None;
+            let deadline = Instant::now() + Duration::from_secs(1800);
+            loop {
+                let handled = observe(&a).await.handled + observe(&b).await.handled;
+                if handled > 0.0 && first.is_none() {
+                    first = Some((Instant::now(), cpu()));
+                }
+                if handled >= records as f64 {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{} handled {handled} of {records}:\n{}\n{}",
+                    system.name(),
+                    a.log(),
+                    b.log()
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let (started, cpu_then) = first.expect("a record handled");
+            rates.push(records as f64 / started.elapsed().as_secs_f64());
+            cpus.push((cpu() - cpu_then) * 1e6 / records as f64);
+            resident.push(a.peak_resident().max(b.peak_resident()) as f64 / (1 << 20) as f64);
+        }
+        println!(
+            "| {} | {} | {} | {} |",
+            system.name(),
+            spread(&rates, 0),
+            spread(&cpus, 2),
+            spread(&resident, 0)
+        );
+    }
+}
+
+/// Latency percentiles read off bucket counts (`deltas`: bound, records at
+/// or below it), interpolated within a bucket as Prometheus'
+/// `histogram_quantile` does; the max is the bound of the highest bucket
+/// with a record.
+fn bucket_percentile(deltas: &[(f64, f64)], p: f64) -> f64 {
+    let Some(&(_, total)) = deltas.last() else {
+        return f64::NAN;
+    };
+    if total <= 0.0 {
+        return f64::NAN;
+    }
+    let rank = p * total;
+    let mut below = (0.0, 0.0);
+    for &(bound, count) in deltas {
+        if count >= rank {
+            if !bound.is_finite() {
+                return below.0;
+            }
+            let within = (rank - below.1) / (count - below.1).max(1.0);
+            return below.0 + (bound - below.0) * within.clamp(0.0, 1.0);
+        }
+        below = (bound, count);
+    }
+    below.0
+}
+
+fn bucket_max(deltas: &[(f64, f64)]) -> f64 {
+    let total = deltas.last().map_or(0.0, |d| d.1);
+    deltas
+        .iter()
+        .find(|(_, count)| *count >= total)
+        .map_or(f64::NAN, |d| d.0)
+}
+
+/// The records each latency bucket got between two observations of the
+/// same processes.
+fn latency_between(before: &[&Observed], after: &[&Observed]) -> Vec<(f64, f64)> {
+    let mut sum: BTreeMap<u64, f64> = BTreeMap::new();
+    for (seen, sign) in after
+        .iter()
+        .map(|o| (o, 1.0))
+        .chain(before.iter().map(|o| (o, -1.0)))
+    {
+        for &(bound, count) in &seen.latency {
+            *sum.entry(bound.to_bits()).or_default() += sign * count;
+        }
+    }
+    let mut deltas: Vec<(f64, f64)> = sum
+        .into_iter()
+        .map(|(bits, count)| (f64::from_bits(bits), count))
+        .collect();
+    deltas.sort_by(|a, b| a.0.total_cmp(&b.0));
+    deltas
+}
+
+/// One flow run's figures.
+#[derive(Default)]
+struct Flow {
+    p50: f64,
+    p99: f64,
+    max: f64,
+    /// Per partition of the killed process: kill to its first record on
+    /// the survivor, the slowest.
+    recovery: f64,
+    twice: f64,
+    exact: bool,
+}
+
+async fn flow(broker: &Broker, systems: &[System], dir: &std::path::Path) {
+    let rate = env("COLO_BENCH_RATE", 20_000);
+    let users = env("COLO_BENCH_USERS", 10_000);
+    let runs = env("COLO_BENCH_RUNS", 3);
+    let warm = Duration::from_secs(env("COLO_BENCH_WARM_S", 10));
+    let measure = Duration::from_secs(env("COLO_BENCH_MEASURE_S", 20));
+    let session = placement(broker, "", String::new())
+        .session_timeout_ms
+        .unwrap_or(45_000);
+    println!("flow: {rate} records/s of {users} users, {PARTITIONS} partitions, two processes of each system; latency over {measure:?} after {warm:?}, then kill -9 of one process; median of {runs} runs (min–max)");
+    let mut rows = Vec::new();
+    for &system in systems {
+        let mut figures = Vec::new();
+        for run in 1..=runs {
+            let name = format!("peers-{}-f{}-{run}", std::process::id(), tag(system));
+            let topic = format!("{name}.purchases");
+            create_topic(broker.bootstrap(), &topic).await;
+            let at = placement(broker, &topic, name);
+            let (a, mut b) = pair(system, &at).await;
+            // Until the survivor has taken the partitions over, and a few
+            // seconds more; stopped then.
+            let producer = Producer::start(
+                dir,
+                broker.bootstrap(),
+                &at.topic,
+                users,
+                rate * 3600,
+                Some(rate),
+            );
+            let expected = producer.expected_file();
+            for instance in [&a, &b] {
+                until_observed(
+                    instance,
+                    "a record handled",
+                    Duration::from_secs(120),
+                    |o| o.handled > 0.0,
+                )
+                .await;
+            }
+            tokio::time::sleep(warm).await;
+            let before = [observe(&a).await, observe(&b).await];
+            tokio::time::sleep(measure).await;
+            let (after_a, after_b) = (observe(&a).await, observe(&b).await);
+            let deltas = latency_between(&[&before[0], &before[1]], &[&after_a, &after_b]);
+            // kill -9 of the second process, right after reading it.
+            let last_b = observe(&b).await;
+            b.kill();
+            let killed_at = now();
+            // Every partition, not only the ones the killed process
+            // consumed: which those were is the consumer's, and where a
+            // record is handled is the entity's (Pekko's may differ). One
+            // the survivor handles all along flows again at once; one
+            // that stops with the kill flows again when it is handled
+            // after it.
+            let moved: Vec<i32> = (0..PARTITIONS as i32).collect();
+            // A system that does not take them over within the deadline
+            // is reported so (never), not waited for.
+            let taken = resumed(
+                &a,
+                &moved,
+                killed_at,
+                Duration::from_millis(session) + Duration::from_secs(120),
+            )
+            .await;
+            let recovery = match &taken {
+                Some(taken) => taken.values().map(|t| t - killed_at).fold(0.0, f64::max),
+                None => {
+                    eprintln!(
+                        "{}: the killed process's partitions did not flow again on the survivor",
+                        system.name()
+                    );
+                    f64::INFINITY
+                }
+            };
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            producer.stopped(Duration::from_secs(120)).await;
+            let produced = end_offsets(broker.bootstrap(), &at.topic);
+            // Everything handled: the survivor's count stops moving.
+            let settled = settled(&a, last_b.handled, produced).await;
+            let wrong = a.wrong_totals(&expected).await;
+            figures.push(Flow {
+                p50: bucket_percentile(&deltas, 0.5),
+                p99: bucket_percentile(&deltas, 0.99),
+                max: bucket_max(&deltas),
+                recovery,
+                twice: settled + last_b.handled - produced as f64,
+                exact: wrong.is_empty(),
+            });
+        }
+        rows.push((system, figures));
+    }
+    println!("| system | latency p50 ms | p99 ms | max ms (bucket bound) | kill -9: until every partition flows again, s | records handled twice | every user's totals exact |");
+    println!("|---|---:|---:|---:|---:|---:|---|");
+    for (system, figures) in rows {
+        let column = |f: fn(&Flow) -> f64| figures.iter().map(f).collect::<Vec<_>>();
+        let exact = figures.iter().filter(|f| f.exact).count();
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {exact} of {} runs |",
+            system.name(),
+            spread(&column(|f| f.p50 * 1e3), 1),
+            spread(&column(|f| f.p99 * 1e3), 1),
+            spread(&column(|f| f.max * 1e3), 0),
+            spread(&column(|f| f.recovery), 2),
+            spread(&column(|f| f.twice), 0),
+            figures.len()
+        );
+    }
+}
+
+/// Each moved partition's pause: from its last record on `from` to its
+/// first on `to` after `since` (none where the two overlap).
+fn pauses(from: &Observed, to: &Observed, since: f64) -> Vec<f64> {
+    to.first
+        .iter()
+        .filter(|(_, first)| **first > since)
+        .filter_map(|(p, first)| Some((first - from.last.get(p)?).max(0.0)))
+        .collect()
+}
+
+async fn moves(broker: &Broker, systems: &[System], dir: &std::path::Path) {
+    let rate = env("COLO_BENCH_RATE", 20_000);
+    let users = env("COLO_BENCH_USERS", 10_000);
+    let runs = env("COLO_BENCH_RUNS", 3);
+    let cycles = env("COLO_BENCH_CYCLES", 3);
+    let hold = Duration::from_secs(env("COLO_BENCH_HOLD_S", 5));
+    println!("moves: {rate} records/s of {users} users, {PARTITIONS} partitions; a second process joins and leaves (SIGTERM) {cycles} times, {runs} runs; each moved partition's pause, last record on the old owner to first on the new");
+    println!("| system | joins: pause p50 ms | p99 ms | max ms | leaves: pause p50 ms | p99 ms | max ms | records handled twice per run |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for &system in systems {
+        let (mut joins, mut leaves, mut twice) = (Vec::new(), Vec::new(), Vec::new());
+        for run in 1..=runs {
+            let name = format!("peers-{}-m{}-{run}", std::process::id(), tag(system));
+            let topic = format!("{name}.purchases");
+            create_topic(broker.bootstrap(), &topic).await;
+            let at = placement(broker, &topic, name);
+            let mut a = Instance::start(system, &at, 0, None);
+            answering(&mut a, Duration::from_secs(90)).await;
+            // Long enough for every cycle, however slow each move is; the
+            // producer stops when the run ends.
+            let producer = Producer::start(
+                dir,
+                broker.bootstrap(),
+                &at.topic,
+                users,
+                rate * 3600,
+                Some(rate),
+            );
+            until_observed(&a, "a record handled", Duration::from_secs(120), |o| {
+                o.handled > 0.0
+            })
+            .await;
+            tokio::time::sleep(hold).await;
+            let mut gone_handled = 0.0;
+            for _ in 0..cycles {
+                let joined_at = now();
+                let mut b = Instance::start(system, &at, 1, Some(&a));
+                until_observed(
+                    &b,
+                    "partitions taken on joining",
+                    Duration::from_secs(120),
+                    |o| o.first.values().any(|t| *t > joined_at),
+                )
+                .await;
+                tokio::time::sleep(hold).await;
+                let (seen_a, seen_b) = (observe(&a).await, observe(&b).await);
+                joins.extend(pauses(&seen_a, &seen_b, joined_at));
+                // Leaving: read until it exits, the last reading kept.
+                let mut last_b = observe(&b).await;
+                let left_at = now();
+                b.terminate();
+                let deadline = Instant::now() + Duration::from_secs(120);
+                while !b.exited() && Instant::now() < deadline {
+                    if let Some(seen) = b.observe().await {
+                        last_b = seen;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                b.kill();
+                gone_handled += last_b.handled;
+                let held: Vec<i32> = last_b.last.keys().copied().collect();
+                let Some(back) = resumed(&a, &held, left_at, Duration::from_secs(180)).await else {
+                    panic!(
+                        "{}: partitions not taken back after a leave:\n{}",
+                        system.name(),
+                        a.log()
+                    );
+                };
+                leaves.extend(
+                    back.iter()
+                        .filter_map(|(p, t)| Some((t - last_b.last.get(p)?).max(0.0))),
+                );
+                tokio::time::sleep(hold).await;
+            }
+            // Records handled twice: everything handled, less what was
+            // produced, once the producer has stopped and all is handled.
+            producer.stopped(Duration::from_secs(120)).await;
+            let produced = end_offsets(broker.bootstrap(), &at.topic);
+            let settled = settled(&a, gone_handled, produced).await;
+            twice.push(settled + gone_handled - produced as f64);
+        }
+        let ms = |values: &[f64], p: f64| percentile(values, p) * 1e3;
+        println!(
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
+            system.name(),
+            ms(&joins, 0.5),
+            ms(&joins, 0.99),
+            ms(&joins, 1.0),
+            ms(&leaves, 0.5),
+            ms(&leaves, 0.99),
+            ms(&leaves, 1.0),
+            spread(&twice, 0)
+        );
+    }
+}
+
+fn main() {
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let wanted = |part: &str| filter.as_deref().is_none_or(|f| part.contains(f));
+    let systems = System::chosen();
+    if systems.iter().any(|s| {
+        matches!(
+            s,
+            System::StreamsExactlyOnce | System::StreamsAtLeastOnce | System::Pekko
+        )
+    }) {
+        systems::build_peers();
+    }
+    support::runtime().block_on(async {
+        let broker = Broker::start();
+        let dir = tempfile::tempdir().expect("dir");
+        println!(
+            "broker: Apache Kafka {} on loopback; this machine: {} cores",
+            kafka_version(),
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        );
+        if wanted("throughput") {
+            throughput(&broker, &systems, dir.path()).await;
+        }
+        if wanted("flow") {
+            flow(&broker, &systems, dir.path()).await;
+        }
+        if wanted("moves") {
+            moves(&broker, &systems, dir.path()).await;
+        }
+    });
+}
