@@ -11,6 +11,14 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+/// How many times its in-flight bound a partition may hold in records
+/// that were applied and wait only for their change to be durable
+/// ([`Ack::applied`]). They cost an ack each, not a record: a durable
+/// write then batches what a flush interval brings, rather than what the
+/// in-flight bound lets in, and the bound still stops a partition whose
+/// writes do not come.
+pub const AWAITING_DURABILITY_PER_IN_FLIGHT: usize = 16;
+
 /// One partition's records in the service's hands, and how far its offset
 /// may be stored.
 ///
@@ -25,6 +33,8 @@ pub(crate) struct Offsets {
     window: VecDeque<(i64, bool)>,
     /// Delivered to the service and not settled yet.
     pending: usize,
+    /// Of those, the ones applied, waiting only to be durable.
+    applied: usize,
     /// The highest offset delivered so far.
     delivered_through: Option<i64>,
     /// The lowest offset whose ack was dropped: the position stays at or
@@ -50,7 +60,7 @@ impl Offsets {
         self.delivered_through = Some(self.delivered_through.map_or(offset, |d| d.max(offset)));
     }
 
-    fn settle(&mut self, offset: i64, handled: bool) {
+    fn settle(&mut self, offset: i64, handled: bool, applied: bool) {
         // Mostly the oldest one: records settle in the order they came.
         let at = match self.window.front() {
             Some(&(front, _)) if front == offset => 0,
@@ -67,6 +77,9 @@ impl Offsets {
         }
         entry.1 = true;
         self.pending -= 1;
+        if applied {
+            self.applied -= 1;
+        }
         if !handled {
             self.failed = Some(self.failed.map_or(offset, |f| f.min(offset)));
         }
@@ -83,6 +96,15 @@ impl Offsets {
     /// Records in the service's hands.
     pub fn in_flight(&self) -> usize {
         self.pending
+    }
+
+    /// Whether the partition takes another record under its bound of
+    /// `max_in_flight`: records not applied yet count against it, and
+    /// records applied that wait to be durable against
+    /// [`AWAITING_DURABILITY_PER_IN_FLIGHT`] times it.
+    pub fn takes_more(&self, max_in_flight: usize) -> bool {
+        self.pending - self.applied < max_in_flight
+            && self.pending < max_in_flight.saturating_mul(AWAITING_DURABILITY_PER_IN_FLIGHT)
     }
 
     /// The next offset to consume after a restart: every record below it
@@ -102,6 +124,7 @@ pub struct Ack {
     offsets: Arc<Mutex<Offsets>>,
     offset: i64,
     settled: bool,
+    applied: bool,
 }
 
 impl Ack {
@@ -111,6 +134,7 @@ impl Ack {
             offsets,
             offset,
             settled: false,
+            applied: false,
         }
     }
 
@@ -121,6 +145,7 @@ impl Ack {
             offsets: Arc::new(Mutex::new(Offsets::default())),
             offset: 0,
             settled: true,
+            applied: false,
         }
     }
 
@@ -129,11 +154,22 @@ impl Ack {
         self.offset
     }
 
+    /// The record's effect is applied, and only waits to be durable
+    /// before [`Ack::handled`]: it no longer counts against its partition's
+    /// in-flight bound, which bounds the records being handled, but its
+    /// offset is not committed before it is handled.
+    pub fn applied(&mut self) {
+        if !self.applied && !self.settled {
+            self.applied = true;
+            self.offsets.lock().applied += 1;
+        }
+    }
+
     /// The record was handled, or written to the dead-letter topic: its
     /// offset may be committed once every record before it is too.
     pub fn handled(mut self) {
         self.settled = true;
-        self.offsets.lock().settle(self.offset, true);
+        self.offsets.lock().settle(self.offset, true, self.applied);
     }
 }
 
@@ -143,7 +179,7 @@ impl Drop for Ack {
             // Not logged at warn here: a partition that gives up its
             // records drops many at once, and says so in one line.
             tracing::debug!(offset = self.offset, "record not handled: its offset is not committed, and it is consumed again after a restart or rebalance");
-            self.offsets.lock().settle(self.offset, false);
+            self.offsets.lock().settle(self.offset, false, self.applied);
         }
     }
 }
@@ -169,6 +205,32 @@ mod tests {
         b.handled();
         assert_eq!(offsets.lock().position(), Some(13), "all handled");
         assert_eq!(offsets.lock().in_flight(), 0);
+    }
+
+    #[test]
+    fn applied_records_leave_the_bound_but_hold_the_position() {
+        let offsets = Arc::new(Mutex::new(Offsets::default()));
+        let mut acks: Vec<Ack> = (0..4).map(|o| ack(&offsets, o)).collect();
+        assert!(!offsets.lock().takes_more(4), "four in flight of four");
+        for ack in &mut acks[..3] {
+            ack.applied();
+        }
+        acks[0].applied();
+        assert!(offsets.lock().takes_more(4), "one being handled");
+        assert_eq!(offsets.lock().in_flight(), 4);
+        assert_eq!(offsets.lock().position(), Some(0), "none durable yet");
+        let mut rest = acks.into_iter();
+        rest.next().expect("ack").handled();
+        drop(rest.next());
+        assert_eq!(offsets.lock().position(), Some(1), "the dropped one again");
+        assert_eq!(offsets.lock().in_flight(), 2);
+        // Applied ones are bounded too, at a multiple of the bound.
+        let many = AWAITING_DURABILITY_PER_IN_FLIGHT * 4;
+        let mut waiting: Vec<Ack> = (10..10 + many as i64).map(|o| ack(&offsets, o)).collect();
+        for ack in &mut waiting {
+            ack.applied();
+        }
+        assert!(!offsets.lock().takes_more(4));
     }
 
     #[test]

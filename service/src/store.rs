@@ -224,8 +224,8 @@ impl ShardDurability {
     }
 
     /// Asks for the next write now: a Kafka partition whose records wait
-    /// for it would otherwise reach its in-flight bound and stop taking
-    /// records until the flush interval.
+    /// for it would otherwise reach its bound of records waiting to be
+    /// durable and stop taking records until the flush interval.
     pub fn hurry(&self) {
         self.hurry.store(true, Ordering::Release);
         self.shard.wake();

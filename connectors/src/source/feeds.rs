@@ -192,7 +192,7 @@ impl Feed {
     pub(super) fn takes(&self, max_in_flight: usize) -> bool {
         matches!(self.phase, Phase::Open { .. })
             && self.held.is_empty()
-            && self.offsets.lock().in_flight() < max_in_flight
+            && self.offsets.lock().takes_more(max_in_flight)
     }
 
     /// Whether a record was handled by the partition's previous owner.
@@ -327,7 +327,7 @@ impl Feeds {
             let open = matches!(feed.phase, Phase::Open { .. });
             while open
                 && !feed.held.is_empty()
-                && feed.offsets.lock().in_flight() < self.max_in_flight
+                && feed.offsets.lock().takes_more(self.max_in_flight)
             {
                 if let Some(raw) = feed.held.pop_front() {
                     feed.hand_over(raw);

@@ -48,7 +48,9 @@ pub struct KafkaSection {
     #[serde(default = "default_commit_timeout", with = "humantime_serde")]
     pub commit_timeout: Duration,
     /// Records of one partition being handled at once at most; past it the
-    /// partition is paused until some are handled.
+    /// partition is paused until some are handled. A durable entity
+    /// type's records that were handled and wait only for their write
+    /// count apart, against `AWAITING_DURABILITY_PER_IN_FLIGHT` times it.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
     /// How long a revoke (or a graceful stop) waits for the records in

@@ -52,8 +52,10 @@ impl ShardAcks {
 pub(super) struct DurableAcks {
     shards: Vec<ShardAcks>,
     /// With this many acks waiting for one shard, it is asked to write
-    /// now: half the partition's in-flight bound, so that the write is
-    /// durable before the partition stops taking records.
+    /// now: half of what the partition may hold waiting to be durable
+    /// (`AWAITING_DURABILITY_PER_IN_FLIGHT` times its in-flight bound), so
+    /// that the write is durable before the partition stops taking
+    /// records. Below it, the shard writes at its flush interval.
     hurry_at: usize,
     /// A handled record's change will never be written: its shard stopped
     /// first.
@@ -79,7 +81,10 @@ impl DurableAcks {
     pub fn new(max_in_flight: usize) -> Self {
         Self {
             shards: Vec::new(),
-            hurry_at: (max_in_flight / 2).max(1),
+            hurry_at: (max_in_flight
+                .saturating_mul(colo_connectors::AWAITING_DURABILITY_PER_IN_FLIGHT)
+                / 2)
+            .max(1),
             lost: false,
             pending: HashMap::new(),
         }
@@ -127,7 +132,7 @@ impl DurableAcks {
     /// the change was written, and the ack is dropped, the record consumed
     /// again (as it is when the answer named no start, which a durable
     /// shard's never does). `key`: its key's hash (see [`Self::pending`]).
-    pub fn push(&mut self, ack: Ack, key: Option<u64>, start: Option<Weak<ShardDurability>>) {
+    pub fn push(&mut self, mut ack: Ack, key: Option<u64>, start: Option<Weak<ShardDurability>>) {
         let Some(handler) = start.and_then(|start| start.upgrade()) else {
             drop(ack);
             self.lost = true;
@@ -160,6 +165,9 @@ impl DurableAcks {
         if let Some(key) = key {
             self.pending.insert(key, ack.offset());
         }
+        // Applied: it waits for the write here, off the partition's
+        // in-flight bound.
+        ack.applied();
         entry.acks.push_back((seq, ack, key));
         entry.hurry_if_many(self.hurry_at, &durability);
         if entry.waiting.is_none() {
