@@ -114,6 +114,20 @@ fn kafka_version() -> String {
         .unwrap_or_else(|| "?".to_string())
 }
 
+/// The sample's events of `users` users to `topic` at `rate` a second,
+/// for as long as a run needs (an hour at most): the run stops it
+/// ([`Producer::stopped`]), and it writes the totals of what it sent.
+fn paced(dir: &std::path::Path, broker: &Broker, topic: &str, users: u64, rate: u64) -> Producer {
+    Producer::start(
+        dir,
+        broker.bootstrap(),
+        topic,
+        users,
+        rate * 3600,
+        Some(rate),
+    )
+}
+
 /// A short tag for names: the system's index in [`System::ALL`].
 fn tag(system: System) -> usize {
     System::ALL.iter().position(|s| *s == system).unwrap_or(9)
@@ -307,14 +321,7 @@ async fn flow(broker: &Broker, systems: &[System], dir: &std::path::Path) {
             let (a, mut b) = pair(system, &at).await;
             // Until the survivor has taken the partitions over, and a few
             // seconds more; stopped then.
-            let producer = Producer::start(
-                dir,
-                broker.bootstrap(),
-                &at.topic,
-                users,
-                rate * 3600,
-                Some(rate),
-            );
+            let producer = paced(dir, broker, &at.topic, users, rate);
             let expected = producer.expected_file();
             for instance in [&a, &b] {
                 until_observed(
@@ -427,14 +434,7 @@ async fn moves(broker: &Broker, systems: &[System], dir: &std::path::Path) {
             answering(&mut a, Duration::from_secs(90)).await;
             // Long enough for every cycle, however slow each move is; the
             // producer stops when the run ends.
-            let producer = Producer::start(
-                dir,
-                broker.bootstrap(),
-                &at.topic,
-                users,
-                rate * 3600,
-                Some(rate),
-            );
+            let producer = paced(dir, broker, &at.topic, users, rate);
             until_observed(&a, "a record handled", Duration::from_secs(120), |o| {
                 o.handled > 0.0
             })
