@@ -123,8 +123,18 @@ impl Offsets {
 pub struct Ack {
     offsets: Arc<Mutex<Offsets>>,
     offset: i64,
-    settled: bool,
-    applied: bool,
+    phase: Phase,
+}
+
+/// Where an ack's record is: its partition counts it by this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Being handled: it holds a place of the in-flight bound.
+    Pending,
+    /// Applied, waiting only to be durable ([`Ack::applied`]).
+    Applied,
+    /// Settled, or of no partition ([`Ack::detached`]).
+    Settled,
 }
 
 impl Ack {
@@ -133,8 +143,7 @@ impl Ack {
         Self {
             offsets,
             offset,
-            settled: false,
-            applied: false,
+            phase: Phase::Pending,
         }
     }
 
@@ -144,8 +153,7 @@ impl Ack {
         Self {
             offsets: Arc::new(Mutex::new(Offsets::default())),
             offset: 0,
-            settled: true,
-            applied: false,
+            phase: Phase::Settled,
         }
     }
 
@@ -159,27 +167,36 @@ impl Ack {
     /// in-flight bound, which bounds the records being handled, but its
     /// offset is not committed before it is handled.
     pub fn applied(&mut self) {
-        if !self.applied && !self.settled {
-            self.applied = true;
+        if self.phase == Phase::Pending {
+            self.phase = Phase::Applied;
             self.offsets.lock().applied += 1;
         }
+    }
+
+    /// Settles the record, handled or not, once.
+    fn settle(&mut self, handled: bool) {
+        let applied = match std::mem::replace(&mut self.phase, Phase::Settled) {
+            Phase::Settled => return,
+            Phase::Pending => false,
+            Phase::Applied => true,
+        };
+        self.offsets.lock().settle(self.offset, handled, applied);
     }
 
     /// The record was handled, or written to the dead-letter topic: its
     /// offset may be committed once every record before it is too.
     pub fn handled(mut self) {
-        self.settled = true;
-        self.offsets.lock().settle(self.offset, true, self.applied);
+        self.settle(true);
     }
 }
 
 impl Drop for Ack {
     fn drop(&mut self) {
-        if !self.settled {
+        if self.phase != Phase::Settled {
             // Not logged at warn here: a partition that gives up its
             // records drops many at once, and says so in one line.
             tracing::debug!(offset = self.offset, "record not handled: its offset is not committed, and it is consumed again after a restart or rebalance");
-            self.offsets.lock().settle(self.offset, false, self.applied);
+            self.settle(false);
         }
     }
 }
