@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// write then batches what a flush interval brings, rather than what the
 /// in-flight bound lets in, and the bound still stops a partition whose
 /// writes do not come.
-pub const AWAITING_DURABILITY_PER_IN_FLIGHT: usize = 16;
+pub const AWAITING_DURABILITY_PER_IN_FLIGHT: usize = 4;
 
 /// One partition's records in the service's hands, and how far its offset
 /// may be stored.

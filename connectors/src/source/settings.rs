@@ -192,6 +192,13 @@ impl SourceSettings {
         config.set("group.protocol", protocol.name());
         if protocol == GroupProtocol::Classic {
             config.set("partition.assignment.strategy", "cooperative-sticky");
+            if !self
+                .client
+                .iter()
+                .any(|(k, _)| k == "heartbeat.interval.ms")
+            {
+                config.set("heartbeat.interval.ms", CLASSIC_HEARTBEAT_MS);
+            }
         }
         config
             .set("bootstrap.servers", &self.bootstrap_servers)
@@ -224,6 +231,14 @@ impl SourceSettings {
 /// librdkafka's `fetch.queue.backoff.ms` unless the client properties set
 /// it.
 pub const FETCH_QUEUE_BACKOFF_MS: &str = "10";
+
+/// librdkafka's `heartbeat.interval.ms` with the classic protocol unless
+/// the client properties set it. A member learns of a rebalance at its
+/// next heartbeat, and a cooperative join takes two rounds: with
+/// librdkafka's 3 s, a joining node waited about 6 s for its shards, and
+/// a partition revoked in the first round paused until the joiner's next
+/// heartbeat. Under KIP-848 the broker sets the interval.
+pub const CLASSIC_HEARTBEAT_MS: &str = "500";
 
 /// librdkafka properties the source sets unless the client properties do:
 /// - `statistics.interval.ms`: the partitions' ends, for the lag;
@@ -287,6 +302,23 @@ mod tests {
         let mut s = settings();
         s.max_in_flight = 0;
         assert!(matches!(s.validate(), Err(SourceError::NoInFlight)));
+    }
+
+    /// A joining node takes its partitions within a heartbeat or two, not
+    /// librdkafka's 3 s each; a member's own choice stands.
+    #[test]
+    fn classic_members_heartbeat_often_unless_told_otherwise() {
+        let config = settings().consumer_config().expect("config");
+        assert_eq!(
+            config.get("heartbeat.interval.ms"),
+            Some(CLASSIC_HEARTBEAT_MS)
+        );
+        let own = with_client(&[("heartbeat.interval.ms", "3000")]);
+        let config = own.consumer_config().expect("config");
+        assert_eq!(config.get("heartbeat.interval.ms"), Some("3000"));
+        let broker_set = with_client(&[("group.protocol", "consumer")]);
+        let config = broker_set.consumer_config().expect("config");
+        assert_eq!(config.get("heartbeat.interval.ms"), None);
     }
 
     /// Records of aborted transactions are never handled: colo reads

@@ -51,6 +51,10 @@ pub struct KafkaSection {
     /// partition is paused until some are handled. A durable entity
     /// type's records that were handled and wait only for their write
     /// count apart, against `AWAITING_DURABILITY_PER_IN_FLIGHT` times it.
+    /// A record goes round a few tasks, tens of milliseconds each under
+    /// load, so the bound caps what a partition handles a second: 1,000
+    /// held a backlog to half of what 10,000 lets through. Each record
+    /// in hand costs memory, and a revoke waits for them.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
     /// How long a revoke (or a graceful stop) waits for the records in
@@ -109,7 +113,7 @@ fn default_commit_timeout() -> Duration {
 }
 
 fn default_max_in_flight() -> usize {
-    1000
+    10_000
 }
 
 fn default_delivery_timeout() -> Duration {
