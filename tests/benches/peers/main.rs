@@ -20,7 +20,12 @@
 //! 3. `moves`: at that pace, a second process joins and leaves gracefully
 //!    (SIGTERM) `COLO_BENCH_CYCLES` (3) times: for every moved partition,
 //!    the pause from its last record handled on the old owner to its first
-//!    on the new one, and records handled twice.
+//!    on the new one, and records handled twice;
+//! 4. `restore` (`restore.rs`): one process handles three records each of
+//!    `COLO_BENCH_RESTORE_USERS` (1,000,000) users, its resident memory
+//!    per user is read, and it stops; one on an empty disk then takes
+//!    their partitions: how long until they flow again, users restored a
+//!    second.
 //!
 //! Each figure is the median of `COLO_BENCH_RUNS` (3) runs, with min and
 //! max. `COLO_BENCH_SYSTEMS` picks systems (colo, memory, eos, alos,
@@ -34,6 +39,7 @@
 //! picks a part: `cargo bench -p colo-tests --bench peers -- flow`.
 
 mod figures;
+mod restore;
 #[path = "../support/mod.rs"]
 mod support;
 mod systems;
@@ -542,6 +548,9 @@ fn main() {
         }
         if wanted("moves") {
             moves(&broker, &systems, dir.path()).await;
+        }
+        if wanted("restore") {
+            restore::restore(&broker, &systems, dir.path()).await;
         }
     });
 }

@@ -172,11 +172,21 @@ impl Instance {
 
     /// Its peak resident set, in bytes (`VmHWM`).
     pub fn peak_resident(&self) -> u64 {
+        self.status_bytes("VmHWM:")
+    }
+
+    /// Its resident set now, in bytes (`VmRSS`).
+    pub fn resident(&self) -> u64 {
+        self.status_bytes("VmRSS:")
+    }
+
+    /// A figure of `/proc/<pid>/status` given in kB, in bytes.
+    fn status_bytes(&self, field: &str) -> u64 {
         let Some(pid) = self.pid() else { return 0 };
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
             .map_or(0, |kb| kb * 1024)
     }
