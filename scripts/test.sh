@@ -159,7 +159,8 @@ grep -qF "cargo bench -p colo-tests --bench peers" README.md
 # users rather than 1,000,000; durable colo, Kafka Streams
 # (exactly_once_v2) and Pekko, not the two variants of the same programs
 # (colo in memory, Kafka Streams at_least_once).
-COLO_BENCH_SYSTEMS=colo,eos,pekko COLO_BENCH_RUNS=1 COLO_BENCH_RESTORE_USERS=2000 COLO_BENCH_RECORDS=20000 COLO_BENCH_USERS=500 COLO_BENCH_RATE=1000 \
+COLO_BENCH_SYSTEMS=colo,eos,pekko COLO_BENCH_RUNS=1 COLO_BENCH_RESTORE_USERS=2000 \
+  COLO_BENCH_RECORDS=20000 COLO_BENCH_USERS=500 COLO_BENCH_RATE=1000 \
   COLO_BENCH_WARM_S=2 COLO_BENCH_MEASURE_S=3 COLO_BENCH_SESSION_TIMEOUT_MS=12000 \
   COLO_BENCH_CYCLES=1 COLO_BENCH_HOLD_S=2 COLO_BENCH_JOIN_WAIT_S=20 \
   cargo bench -p colo-tests --locked --bench peers | tail -n 30
