@@ -125,7 +125,9 @@ type Factory<E> = Arc<dyn Fn(&EntityId) -> E + Send + Sync>;
 /// trait and the types that are not durable carry no serde bound for state.
 pub(crate) struct StateCodec<E> {
     pub version: u32,
-    pub encode: fn(&E) -> Result<Vec<u8>, String>,
+    /// Appends the encoded state to the buffer: a shard encodes an
+    /// entity's state after every message, into a buffer it reuses.
+    pub encode: fn(&E, &mut Vec<u8>) -> Result<(), String>,
     pub decode: fn(&[u8]) -> Result<E, String>,
 }
 
@@ -137,8 +139,9 @@ impl<E> Clone for StateCodec<E> {
 
 impl<E> Copy for StateCodec<E> {}
 
-fn encode_state<E: Serialize>(entity: &E) -> Result<Vec<u8>, String> {
-    postcard::to_stdvec(entity).map_err(|e| e.to_string())
+fn encode_state<E: Serialize>(entity: &E, out: &mut Vec<u8>) -> Result<(), String> {
+    *out = postcard::to_extend(entity, std::mem::take(out)).map_err(|e| e.to_string())?;
+    Ok(())
 }
 
 fn decode_state<E: DeserializeOwned>(bytes: &[u8]) -> Result<E, String> {

@@ -12,6 +12,7 @@
 //! then consumed again from its committed offset, here or by its next
 //! owner, and each entity skips what it had made durable.
 
+use super::slots::Prehashed;
 use crate::store::ShardDurability;
 use colo_connectors::Ack;
 use std::collections::{HashMap, VecDeque};
@@ -63,12 +64,13 @@ pub(super) struct DurableAcks {
     /// Per key (by hash) with a record waiting here, the offset of its
     /// newest: a later record of the key must find it in its entity's
     /// state (`Origin::previous`).
-    pending: HashMap<u64, i64>,
+    /// Keyed by the hash itself: no hashing again at each record.
+    pending: HashMap<u64, i64, Prehashed>,
 }
 
 /// Forgets a key's pending record once it is settled, unless a newer one
 /// of the key waits.
-fn settled_key(pending: &mut HashMap<u64, i64>, key: Option<u64>, offset: i64) {
+fn settled_key(pending: &mut HashMap<u64, i64, Prehashed>, key: Option<u64>, offset: i64) {
     if let Some(key) = key {
         if pending.get(&key) == Some(&offset) {
             pending.remove(&key);
@@ -86,7 +88,7 @@ impl DurableAcks {
                 / 2)
             .max(1),
             lost: false,
-            pending: HashMap::new(),
+            pending: HashMap::default(),
         }
     }
 
@@ -98,8 +100,13 @@ impl DurableAcks {
 
     /// Whether a handled record's change was lost (its shard stopped
     /// before writing it), as far as is known without waiting.
+    ///
+    /// Asked before every record is routed: only a shard whose start has
+    /// ended can lose a change, so its waits are polled only then, not at
+    /// every record (polling them cost as much as routing one).
     pub fn lost(&mut self) -> bool {
-        if !self.lost && !self.is_empty() {
+        let ended = |s: &ShardAcks| !s.acks.is_empty() && s.durability.strong_count() == 0;
+        if !self.lost && self.shards.iter().any(ended) {
             let mut cx = Context::from_waker(std::task::Waker::noop());
             let _ = self.poll_settled(&mut cx);
         }
@@ -258,6 +265,21 @@ mod tests {
         let _second = Arc::new(ShardDurability::new(true));
         acks.push(Ack::detached(), None, Some(handled_by));
         assert!(acks.lost(), "consumed again from the committed offset");
+    }
+
+    /// The start that handled a waiting record ends before writing it: the
+    /// next look before routing a record sees the loss, without a poll of
+    /// the partition's task in between.
+    #[test]
+    fn a_start_that_ends_with_records_waiting_is_seen_as_lost() {
+        let mut acks = DurableAcks::new(100);
+        let start = Arc::new(ShardDurability::new(true));
+        start.changed(1);
+        acks.push(Ack::detached(), Some(7), Some(Arc::downgrade(&start)));
+        assert!(!acks.lost(), "its start still runs");
+        drop(start);
+        assert!(acks.lost(), "consumed again from the committed offset");
+        assert_eq!(acks.pending(7), None, "the key waits for nothing now");
     }
 
     /// The same start still runs: the record waits for its write, then is

@@ -214,12 +214,23 @@ impl<E: Entity> PartitionTask<E> {
                     self.watch_front(slots, &mut watched);
                 }
             }
+            self.progress.settled();
             tokio::select! {
                 biased;
                 () = std::future::poll_fn(|cx| self.unflushed.poll_settled(cx)),
                     if !self.unflushed.is_empty() => {}
                 record = records.recv(), if !self.revoked && slots.queue.len() < WINDOW => match record {
-                    Some(record) => self.take(slots, record).await,
+                    Some(record) => {
+                        self.take(slots, record).await;
+                        // What else came is taken in the same wake: one
+                        // round of this select per batch, not per record.
+                        while slots.queue.len() < WINDOW {
+                            let Ok(record) = records.try_recv() else {
+                                break;
+                            };
+                            self.take(slots, record).await;
+                        }
+                    }
                     None => self.revoked = true,
                 },
                 outcome = Self::front_outcome(slots), if !slots.queue.is_empty() => {

@@ -22,13 +22,17 @@ pub const RECORD_LATENCY_BUCKETS: &[f64] = &[
 ];
 
 /// One assigned partition's handles, kept by its task: a record costs a
-/// clock read, a histogram sample and a gauge store.
+/// histogram sample; the clock is read once per batch of records the task
+/// settles in one wake, and the last record's gauge stored once for it
+/// (reading the clock for each record cost as much as routing it).
 pub(crate) struct PartitionProgress {
     latency: Histogram,
     first: Gauge,
     last: Gauge,
     /// Nothing handled yet since the partition was assigned here.
     fresh: bool,
+    /// The clock read for the batch being settled, until [`Self::settled`].
+    now: Option<f64>,
 }
 
 impl PartitionProgress {
@@ -43,16 +47,14 @@ impl PartitionProgress {
             first: metrics::gauge!(KAFKA_FIRST_HANDLED, &labels),
             last: metrics::gauge!(KAFKA_LAST_HANDLED, &labels),
             fresh: true,
+            now: None,
         }
     }
 
     /// A record with Kafka timestamp `timestamp` (milliseconds since the
-    /// Unix epoch) was handled now.
+    /// Unix epoch) was handled in the batch being settled.
     pub fn handled(&mut self, timestamp: Option<i64>) {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or_default();
+        let now = *self.now.get_or_insert_with(wall_clock);
         // A producer's clock may be ahead of this node's, or unset (-1
         // is read as none): no negative latency is made up.
         if let Some(produced) = timestamp.filter(|t| *t > 0) {
@@ -63,8 +65,29 @@ impl PartitionProgress {
             self.fresh = false;
             self.first.set(now);
         }
-        self.last.set(now);
     }
+
+    /// The batch of records settled in one wake of the partition's task is
+    /// done: the last one's time is stored, and the next batch reads the
+    /// clock again. Called before the task waits.
+    pub fn settled(&mut self) {
+        if let Some(now) = self.now.take() {
+            self.last.set(now);
+        }
+    }
+}
+
+impl Drop for PartitionProgress {
+    fn drop(&mut self) {
+        self.settled();
+    }
+}
+
+fn wall_clock() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or_default()
 }
 
 pub(super) fn describe() {

@@ -89,6 +89,9 @@ struct Active<E> {
 enum After<E: Entity> {
     Nothing,
     Queue(Envelope<E>),
+    /// A durable entity with nothing in hand: run now, through the checks
+    /// of what it applied already.
+    Start(Envelope<E>),
     Unknown(Envelope<E>),
     Waiting(EntityId, Cancel),
     Passivate(EntityId),
@@ -423,8 +426,9 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             self.enqueue(env);
             return;
         }
-        // A durable entity's messages take the queue's path, where what
-        // they change is kept.
+        // A durable entity's message with nothing in hand starts at once
+        // as well, but through `start_message`: it may be a record applied
+        // already, and what it changes is kept.
         let durable = self.durable.is_some();
         let after = {
             let Self {
@@ -447,8 +451,10 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                         policy.on_access(&env.entity_id);
                     }
                     active.touched = *clock;
-                    if active.busy || *running >= *concurrency || durable {
+                    if active.busy || *running >= *concurrency {
                         After::Queue(env)
+                    } else if durable {
+                        After::Start(env)
                     } else {
                         let Some(entity) = active.entity.take() else {
                             unreachable!("an entity that is not busy is not in a run")
@@ -495,6 +501,12 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         match after {
             After::Nothing => {}
             After::Queue(env) => self.enqueue(env),
+            After::Start(env) => {
+                if let Some(env) = self.refuse_if_broken(env) {
+                    let entity = self.take_entity(&env.entity_id);
+                    self.start_message(entity, env, cx);
+                }
+            }
             After::Unknown(env) => self.deliver_new(env, cx),
             After::Waiting(id, cancel) => {
                 self.busy.entry(id).or_default().running = Some(Some(cancel));

@@ -134,6 +134,8 @@ impl<E: Entity> PartitionTask<E> {
             // revoke waits for records in flight, not for retries.
             return false;
         }
+        // The batch's clock reading is not kept across the wait.
+        self.progress.settled();
         tokio::time::sleep(self.settings.retry_backoff).await;
         let Some(front) = slots.front_mut() else {
             return true;
@@ -224,6 +226,7 @@ impl<E: Entity> PartitionTask<E> {
                     if self.region.is_stopped() {
                         return false;
                     }
+                    self.progress.settled();
                     tokio::time::sleep(self.settings.retry_backoff).await;
                 }
             }

@@ -160,6 +160,8 @@ pub(super) struct DurableShard<E: Entity> {
     /// Remembered entities still to start, once restored.
     recovery: Option<Recovery>,
     kept: Map<Kept>,
+    /// Where each changed state is encoded before its state record is made.
+    scratch: Vec<u8>,
     /// The source topics' names, shared by the entities' applied offsets.
     topics: Vec<Arc<str>>,
     /// Changed since the last write began: each entity's encoded record.
@@ -220,6 +222,7 @@ impl<E: Entity> DurableShard<E> {
             restoring,
             recovery: remember.map(Recovery::new),
             kept: Map::default(),
+            scratch: Vec::new(),
             topics: Vec::new(),
             dirty: Map::default(),
             held: Vec::new(),
@@ -390,9 +393,19 @@ impl<E: Entity> DurableShard<E> {
     /// A new entity (no state, or deleted) starts as the factory made it:
     /// what it is now is what a message that changes nothing leaves.
     pub fn fresh(&mut self, id: &EntityId, entity: &E) {
-        let state = (self.codec.encode)(entity).ok();
+        let state = self
+            .encode(entity)
+            .ok()
+            .map(|state| state_hash(Some(state)));
         let kept = self.kept.entry(id.clone()).or_default();
-        kept.state = state.as_deref().map(|s| state_hash(Some(s)));
+        kept.state = state;
+    }
+
+    /// An entity's state, encoded into the shard's scratch buffer.
+    fn encode(&mut self, entity: &E) -> Result<&[u8], String> {
+        self.scratch.clear();
+        (self.codec.encode)(entity, &mut self.scratch)?;
+        Ok(&self.scratch)
     }
 
     /// An entity handled a message (`origin`: the record it came from):
@@ -406,20 +419,30 @@ impl<E: Entity> DurableShard<E> {
         entity: Option<&E>,
         origin: Option<&Origin>,
     ) -> Result<(), String> {
-        let state = match entity {
-            Some(entity) => Some(
-                (self.codec.encode)(entity)
-                    .map_err(|e| format!("its state cannot be encoded: {e}"))?,
-            ),
-            None => None,
+        // Encoded into the scratch buffer, then copied once into the
+        // state record (an allocation less for each message).
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let encoded = match entity {
+            Some(entity) => (self.codec.encode)(entity, &mut scratch).map(|()| true),
+            None => Ok(false),
         };
+        let changed = encoded
+            .map_err(|e| format!("its state cannot be encoded: {e}"))
+            .map(|encoded| self.changed_to(id, encoded.then_some(scratch.as_slice()), origin));
+        self.scratch = scratch;
+        changed
+    }
+
+    /// An entity's state after a message: `None` once it is deleted.
+    fn changed_to(&mut self, id: &EntityId, state: Option<&[u8]>, origin: Option<&Origin>) {
         let kept = match self.kept.get_mut(id) {
             Some(kept) => kept,
             None => self.kept.entry(id.clone()).or_default(),
         };
-        let hash = state_hash(state.as_deref());
+        let hash = state_hash(state);
         if origin.is_none() && kept.state == Some(hash) {
-            return Ok(());
+            return;
         }
         kept.state = Some(hash);
         if let Some(earlier) = kept.written.filter(|&start| start != self.epoch) {
@@ -453,12 +476,11 @@ impl<E: Entity> DurableShard<E> {
             self.epoch,
             self.codec.version,
             &kept.applied,
-            state.as_deref(),
+            state,
             &kept.earlier,
         );
         self.dirty.insert(id.clone(), value);
         self.durability.changed(self.seq);
-        Ok(())
     }
 
     /// A source topic's shared name, for offsets read back from a record.
