@@ -98,12 +98,17 @@ impl Offsets {
         self.pending
     }
 
+    /// Of those, the ones not applied yet: what the in-flight bounds count.
+    pub fn unapplied(&self) -> usize {
+        self.pending - self.applied
+    }
+
     /// Whether the partition takes another record under its bound of
     /// `max_in_flight`: records not applied yet count against it, and
     /// records applied that wait to be durable against
     /// [`AWAITING_DURABILITY_PER_IN_FLIGHT`] times it.
     pub fn takes_more(&self, max_in_flight: usize) -> bool {
-        self.pending - self.applied < max_in_flight
+        self.unapplied() < max_in_flight
             && self.pending < max_in_flight.saturating_mul(AWAITING_DURABILITY_PER_IN_FLIGHT)
     }
 

@@ -30,8 +30,8 @@ pub enum SourceError {
     /// Nothing to consume.
     #[error("no topics to consume")]
     NoTopics,
-    /// `max_in_flight` must be at least 1.
-    #[error("max_in_flight must be at least 1")]
+    /// `max_in_flight` and `max_in_flight_total` must be at least 1.
+    #[error("max_in_flight and max_in_flight_total must be at least 1")]
     NoInFlight,
     /// A rebalance callback may block for `rebalance_timeout`; the consumer
     /// does not poll meanwhile, and one that does not poll for

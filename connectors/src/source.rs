@@ -17,10 +17,12 @@
 //! previous owner after this assignment read its position, and are
 //! dropped, so a graceful change hands each record to one node.
 //!
-//! Backpressure: at most `max_in_flight` records per partition are in the
+//! Backpressure: at most `max_in_flight` records per partition, and
+//! `max_in_flight_total` of all the source's partitions together, are in the
 //! service's hands; past that the partition is paused, and resumed once
 //! acks bring it below.
 
+mod budget;
 mod context;
 mod events;
 mod feeds;
@@ -34,6 +36,7 @@ pub use settings::{SourceSettings, FETCH_QUEUE_BACKOFF_MS};
 
 use crate::error::SourceError;
 use crate::observer::{NoObserver, SourceObserver};
+use budget::Budget;
 use context::SourceContext;
 use feeds::Feeds;
 use parking_lot::Mutex;
@@ -97,6 +100,7 @@ impl KafkaSource {
         let feeds = Arc::new(Mutex::new(Feeds {
             by: HashMap::new(),
             max_in_flight: settings.max_in_flight,
+            budget: Budget::new(settings.max_in_flight_total),
             stall_timeout: settings.stall_timeout,
         }));
         let (opens, opened) = std::sync::mpsc::channel();

@@ -434,6 +434,7 @@ impl NodeConfig {
                 topics: topics.clone(),
                 client: kafka.client_properties(),
                 max_in_flight: kafka.max_in_flight,
+                max_in_flight_total: kafka.max_in_flight_total,
                 commit_interval: kafka.commit_interval,
                 rebalance_timeout: placement_timeout
                     + kafka.delivery_timeout

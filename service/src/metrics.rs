@@ -318,7 +318,7 @@ pub fn describe() {
         );
         describe_gauge!(
             KAFKA_PAUSED,
-            "1 while an assigned partition is paused: at its in-flight bound (kafka.max_in_flight), or with as many records held while it waits for its shard"
+            "1 while an assigned partition is paused: at its in-flight bound (kafka.max_in_flight), with records held under the bound of all the entity type's partitions (kafka.max_in_flight_total), or with as many records held while it waits for its shard"
         );
         describe_gauge!(
             KAFKA_HELD,

@@ -26,6 +26,7 @@ fn ingest_settings(bootstrap: &str, dead_letter_topic: &str) -> IngestSettings {
             topics: vec!["dlq-check.events".into()],
             client: vec![],
             max_in_flight: 100,
+            max_in_flight_total: 1_000_000,
             commit_interval: Duration::from_millis(200),
             rebalance_timeout: Duration::from_secs(20),
             commit_timeout: Duration::from_secs(5),

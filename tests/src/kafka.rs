@@ -27,6 +27,7 @@ pub fn source_settings(bootstrap: &str, topic: &str, group: &str) -> SourceSetti
             ("heartbeat.interval.ms".into(), "500".into()),
         ],
         max_in_flight: 1000,
+        max_in_flight_total: 1_000_000,
         commit_interval: Duration::from_millis(100),
         rebalance_timeout: Duration::from_secs(20),
         commit_timeout: Duration::from_secs(5),

@@ -2,6 +2,7 @@
 //! gate's phase, the records held back, the in-flight bound, the offsets
 //! stored.
 
+use super::budget::Budget;
 use crate::ack::{Ack, Offsets};
 use crate::observer::{PartitionState, SourceObserver};
 use crate::record::{Record, TopicPartition};
@@ -221,6 +222,8 @@ impl Feed {
 pub(super) struct Feeds {
     pub(super) by: HashMap<TopicPartition, Feed>,
     pub(super) max_in_flight: usize,
+    /// The bound of all the partitions together.
+    pub(super) budget: Budget,
     /// How long a partition may not move while records wait before it is
     /// reported stalled.
     pub(super) stall_timeout: std::time::Duration,
@@ -244,8 +247,9 @@ impl Feeds {
         if !feed.taken.take(raw.offset, (topic, raw.partition)) {
             return;
         }
-        if feed.takes(self.max_in_flight) {
+        if self.budget.takes() && feed.takes(self.max_in_flight) {
             feed.hand_over(raw);
+            self.budget.took();
         } else {
             feed.held.push_back(raw);
         }
@@ -323,16 +327,9 @@ impl Feeds {
     }
 
     pub(super) fn maintain<C: ConsumerContext>(&mut self, consumer: &BaseConsumer<C>) {
+        self.release_held();
         for (tp, feed) in &mut self.by {
             let open = matches!(feed.phase, Phase::Open { .. });
-            while open
-                && !feed.held.is_empty()
-                && feed.offsets.lock().takes_more(self.max_in_flight)
-            {
-                if let Some(raw) = feed.held.pop_front() {
-                    feed.hand_over(raw);
-                }
-            }
             // A closed partition is not paused at once: librdkafka fetches a
             // resumed partition again only at its broker thread's next
             // wakeup (up to a second), and a gate normally opens within
@@ -430,10 +427,10 @@ pub(super) fn partitions(list: &TopicPartitionList) -> Vec<TopicPartition> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn open_feed(to_service: mpsc::UnboundedSender<Record>) -> Feeds {
+    pub(in crate::source) fn open_feed(to_service: mpsc::UnboundedSender<Record>) -> Feeds {
         let feed = Feed {
             id: 1,
             phase: Phase::Open { floor: None },
@@ -453,11 +450,12 @@ mod tests {
         Feeds {
             by: HashMap::from([(tp, feed)]),
             max_in_flight: 1000,
+            budget: Budget::new(10_000),
             stall_timeout: std::time::Duration::from_secs(60),
         }
     }
 
-    fn raw(offset: i64) -> RawRecord {
+    pub(in crate::source) fn raw(offset: i64) -> RawRecord {
         RawRecord {
             partition: 0,
             offset,

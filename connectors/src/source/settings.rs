@@ -100,6 +100,9 @@ pub struct SourceSettings {
     pub client: Vec<(String, String)>,
     /// Records of one partition in the service's hands at most.
     pub max_in_flight: usize,
+    /// Records of all the source's partitions in the service's hands at
+    /// most.
+    pub max_in_flight_total: usize,
     /// How often stored offsets are committed (and on revoke and shutdown).
     pub commit_interval: Duration,
     /// How long a rebalance callback waits for the service before going on.
@@ -128,7 +131,7 @@ impl SourceSettings {
         if self.topics.is_empty() {
             return Err(SourceError::NoTopics);
         }
-        if self.max_in_flight == 0 {
+        if self.max_in_flight == 0 || self.max_in_flight_total == 0 {
             return Err(SourceError::NoInFlight);
         }
         let protocol = GroupProtocol::of(&self.client)?;
@@ -263,6 +266,7 @@ mod tests {
             topics: vec!["t".into()],
             client: vec![],
             max_in_flight: 10,
+            max_in_flight_total: 100,
             commit_interval: Duration::from_secs(5),
             rebalance_timeout: Duration::from_secs(60),
             commit_timeout: Duration::from_secs(10),
@@ -301,6 +305,9 @@ mod tests {
         assert!(matches!(s.validate(), Err(SourceError::NoTopics)));
         let mut s = settings();
         s.max_in_flight = 0;
+        assert!(matches!(s.validate(), Err(SourceError::NoInFlight)));
+        let mut s = settings();
+        s.max_in_flight_total = 0;
         assert!(matches!(s.validate(), Err(SourceError::NoInFlight)));
     }
 

@@ -57,6 +57,15 @@ pub struct KafkaSection {
     /// in hand costs memory, and a revoke waits for them.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
+    /// Records of all of an entity type's partitions on this node being
+    /// handled at once at most, counted as `max_in_flight` counts them;
+    /// past it partitions with records waiting are paused, and resumed in
+    /// turn, each first up to its share. The per-partition bound is sized
+    /// for a backlog's rate on a few dozen partitions; a node of hundreds
+    /// would hold hundreds of times it, in memory and in what a revoke
+    /// waits for, without this.
+    #[serde(default = "default_max_in_flight_total")]
+    pub max_in_flight_total: usize,
     /// How long a revoke (or a graceful stop) waits for the records in
     /// hand to be handled; those left then are not committed, and the
     /// partition's next owner handles them again. Also how long a
@@ -114,6 +123,12 @@ fn default_commit_timeout() -> Duration {
 
 fn default_max_in_flight() -> usize {
     10_000
+}
+
+/// Twenty partitions at their bound: a node of the 12 or 24 partitions the
+/// benches run is never held by it.
+fn default_max_in_flight_total() -> usize {
+    200_000
 }
 
 fn default_delivery_timeout() -> Duration {
@@ -220,6 +235,9 @@ impl KafkaSection {
         }
         if self.max_in_flight == 0 {
             return refuse("max_in_flight", "must be at least 1");
+        }
+        if self.max_in_flight_total == 0 {
+            return refuse("max_in_flight_total", "must be at least 1");
         }
         if self.delivery_timeout.is_zero() {
             return refuse("delivery_timeout", "must be longer than zero");

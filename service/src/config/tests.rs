@@ -506,6 +506,7 @@ fn the_example_kafka_section_parses_and_names_group_and_dead_letter_topic() {
         [("session.timeout.ms".to_string(), "10000".to_string())]
     );
     assert_eq!(ingest.source.max_in_flight, 10_000);
+    assert_eq!(ingest.source.max_in_flight_total, 200_000);
     // The rebalance callback waits for the records in flight, their
     // commit, then the hand-off: it must not be cut short.
     assert_eq!(
@@ -518,7 +519,7 @@ fn the_example_kafka_section_parses_and_names_group_and_dead_letter_topic() {
 
 #[test]
 fn kafka_fields_that_cannot_work_are_refused_with_their_name() {
-    let cases: [(&str, &str); 6] = [
+    let cases: [(&str, &str); 7] = [
         ("kafka.topics.user=[]", "kafka.topics.user: names no topic"),
         (
             r#"kafka.topics.user=["user events"]"#,
@@ -527,6 +528,10 @@ fn kafka_fields_that_cannot_work_are_refused_with_their_name() {
         (
             "kafka.max_in_flight=0",
             "kafka.max_in_flight: must be at least 1",
+        ),
+        (
+            "kafka.max_in_flight_total=0",
+            "kafka.max_in_flight_total: must be at least 1",
         ),
         (
             r#"kafka.client={"group.id"="mine"}"#,

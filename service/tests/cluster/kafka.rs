@@ -95,6 +95,7 @@ pub fn ingest_settings(bootstrap: &str, topic: &str) -> IngestSettings {
                 ("heartbeat.interval.ms".into(), "500".into()),
             ],
             max_in_flight: 100,
+            max_in_flight_total: 1_000_000,
             commit_interval: Duration::from_millis(200),
             rebalance_timeout: Duration::from_secs(20),
             commit_timeout: Duration::from_secs(5),

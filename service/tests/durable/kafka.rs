@@ -89,6 +89,7 @@ fn ledger_node(
         IngestSettings {
             source: SourceSettings {
                 max_in_flight: MAX_IN_FLIGHT,
+                max_in_flight_total: 1_000_000,
                 // A 6 s session, not the shared 10 s: the test took 11 s
                 // with that on the mock cluster, 4 s with this.
                 client: vec![

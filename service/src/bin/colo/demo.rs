@@ -432,6 +432,7 @@ fn ingest_settings(bootstrap: &str, settings: &ShardingSettings) -> IngestSettin
                 ("heartbeat.interval.ms".into(), "500".into()),
             ],
             max_in_flight: 1000,
+            max_in_flight_total: 100_000,
             commit_interval: Duration::from_millis(500),
             rebalance_timeout: settings.handoff_timeout + delivery_timeout + COMMIT_TIMEOUT,
             commit_timeout: COMMIT_TIMEOUT,

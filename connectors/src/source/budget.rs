@@ -1,0 +1,139 @@
+//! The in-flight bound of a whole source: records of all its partitions in
+//! the service's hands at most (`max_in_flight_total`), beside each
+//! partition's own bound. A node of hundreds of partitions would otherwise
+//! hold hundreds of times a partition's bound, in memory and in what a
+//! revoke waits for.
+
+use super::feeds::{Feeds, Phase};
+
+/// Records in the service's hands across the source's partitions (those
+/// not applied yet, as a partition's own bound counts them), recounted
+/// from the partitions' acks at each maintenance and counted up at each
+/// record handed over in between: never below what is in hand, since an
+/// ack only lowers it and is counted at the next recount.
+#[derive(Debug)]
+pub(super) struct Budget {
+    bound: usize,
+    in_hand: usize,
+}
+
+impl Budget {
+    pub(super) fn new(bound: usize) -> Self {
+        Self { bound, in_hand: 0 }
+    }
+
+    pub(super) fn recount(&mut self, in_hand: usize) {
+        self.in_hand = in_hand;
+    }
+
+    /// Whether another record may be handed over.
+    pub(super) fn takes(&self) -> bool {
+        self.in_hand < self.bound
+    }
+
+    pub(super) fn took(&mut self) {
+        self.in_hand += 1;
+    }
+
+    /// What each of `partitions` partitions may have in hand before the
+    /// others with records held had their turn: none is starved by
+    /// partitions that refill first.
+    pub(super) fn share(&self, partitions: usize) -> usize {
+        (self.bound / partitions.max(1)).max(1)
+    }
+}
+
+impl Feeds {
+    /// Hands over held records under both bounds: first each open
+    /// partition up to its share of the whole bound, then any, in turn.
+    pub(super) fn release_held(&mut self) {
+        let Self {
+            by,
+            max_in_flight,
+            budget,
+            ..
+        } = self;
+        budget.recount(by.values().map(|f| f.offsets.lock().unapplied()).sum());
+        let share = budget.share(by.len());
+        for limit in [share, usize::MAX] {
+            for feed in by.values_mut() {
+                if !matches!(feed.phase, Phase::Open { .. }) {
+                    continue;
+                }
+                while !feed.held.is_empty() && budget.takes() {
+                    let takes = {
+                        let offsets = feed.offsets.lock();
+                        offsets.takes_more(*max_in_flight) && offsets.unapplied() < limit
+                    };
+                    if !takes {
+                        break;
+                    }
+                    let Some(raw) = feed.held.pop_front() else {
+                        break;
+                    };
+                    feed.hand_over(raw);
+                    budget.took();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::feeds::tests::{open_feed, raw};
+    use super::*;
+    use crate::record::{Record, TopicPartition};
+    use std::sync::Arc;
+    use tokio::sync::mpsc;
+
+    /// Two partitions under a bound of 4 for the pair: what is over it is
+    /// held (nothing dropped), and as acks come, a partition that had
+    /// records held gets its share before the first refills.
+    #[test]
+    fn the_bound_of_all_partitions_holds_records_and_shares_what_frees() {
+        let (first, mut first_records) = mpsc::unbounded_channel();
+        let mut feeds = open_feed(first);
+        feeds.budget = Budget::new(4);
+        let (second, mut second_records) = mpsc::unbounded_channel();
+        let mut feed = open_feed(second).by.into_values().next().expect("a feed");
+        feed.topic = Arc::from("u");
+        let u = TopicPartition {
+            topic: "u".into(),
+            partition: 0,
+        };
+        feeds.by.insert(u.clone(), feed);
+        for offset in 0..6 {
+            feeds.push("t", raw(offset));
+        }
+        for offset in 0..3 {
+            feeds.push("u", raw(offset));
+        }
+        let drain = |records: &mut mpsc::UnboundedReceiver<Record>| {
+            std::iter::from_fn(|| records.try_recv().ok()).collect::<Vec<_>>()
+        };
+        let taken = drain(&mut first_records);
+        assert_eq!(taken.len(), 4, "the first partition filled the bound");
+        assert!(drain(&mut second_records).is_empty(), "nothing over it");
+        let held = |feeds: &Feeds, topic: &str| {
+            feeds
+                .by
+                .iter()
+                .find(|(tp, _)| tp.topic == topic)
+                .map(|(_, f)| f.held.len())
+        };
+        assert_eq!((held(&feeds, "t"), held(&feeds, "u")), (Some(2), Some(3)));
+        // Two handled: the second partition, below its share (2 of 4), takes
+        // them, though the first's held records came before.
+        let mut taken = taken.into_iter();
+        for record in taken.by_ref().take(2) {
+            record.ack.handled();
+        }
+        // The other two stay in hand (a dropped ack settles its record).
+        let _in_hand: Vec<Record> = taken.collect();
+        feeds.release_held();
+        assert_eq!(drain(&mut second_records).len(), 2);
+        assert!(drain(&mut first_records).is_empty());
+        assert_eq!((held(&feeds, "t"), held(&feeds, "u")), (Some(2), Some(1)));
+    }
+}
