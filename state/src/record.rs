@@ -112,6 +112,22 @@ impl StateRecord {
         state: Option<&[u8]>,
         earlier: &[u64],
     ) -> Vec<u8> {
+        let mut out = Vec::new();
+        Self::encode_parts_into(&mut out, epoch, version, applied, state, earlier);
+        out
+    }
+
+    /// [`StateRecord::encode_parts`] into `out`, which is cleared first: an
+    /// entity changed again before its last state was written reuses that
+    /// state's buffer rather than allocating one per message.
+    pub fn encode_parts_into<T: AsRef<str>>(
+        out: &mut Vec<u8>,
+        epoch: u64,
+        version: u32,
+        applied: &[(T, u64)],
+        state: Option<&[u8]>,
+        earlier: &[u64],
+    ) {
         // Room for it all at once (a varint of a u64 takes at most 10
         // bytes, of a u32 or a length 5): format, epoch, version, the
         // offsets' count, each topic with its offset, the state's tag and
@@ -122,8 +138,10 @@ impl StateRecord {
             .sum();
         let room =
             1 + 10 + 5 + 5 + topics + 1 + state.map_or(0, |s| 5 + s.len()) + 5 + 10 * earlier.len();
-        let mut out = Vec::with_capacity(room);
-        out.push(if earlier.is_empty() {
+        let mut buffer = std::mem::take(out);
+        buffer.clear();
+        buffer.reserve(room);
+        buffer.push(if earlier.is_empty() {
             FORMAT
         } else {
             FORMAT_EARLIER
@@ -136,17 +154,17 @@ impl StateRecord {
         };
         // Serializing plain integers, strings and bytes into a Vec cannot
         // fail; `Malformed` covers the reverse.
-        let encoded = match postcard::to_extend(&record, out) {
+        let mut encoded = match postcard::to_extend(&record, buffer) {
             Ok(encoded) => encoded,
             Err(e) => unreachable!("a state record always encodes: {e}"),
         };
-        if earlier.is_empty() {
-            return encoded;
+        if !earlier.is_empty() {
+            encoded = match postcard::to_extend(earlier, encoded) {
+                Ok(encoded) => encoded,
+                Err(e) => unreachable!("a state record always encodes: {e}"),
+            };
         }
-        match postcard::to_extend(earlier, encoded) {
-            Ok(encoded) => encoded,
-            Err(e) => unreachable!("a state record always encodes: {e}"),
-        }
+        *out = encoded;
     }
 
     /// # Errors

@@ -505,7 +505,7 @@ fn the_example_kafka_section_parses_and_names_group_and_dead_letter_topic() {
         ingest.source.client,
         [("session.timeout.ms".to_string(), "10000".to_string())]
     );
-    assert_eq!(ingest.source.max_in_flight, 10_000);
+    assert_eq!(ingest.source.max_in_flight, 30_000);
     assert_eq!(ingest.source.max_in_flight_total, 200_000);
     // The rebalance callback waits for the records in flight, their
     // commit, then the hand-off: it must not be cut short.

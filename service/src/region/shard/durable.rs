@@ -61,9 +61,15 @@ type Held<R> = (Reply<R>, Result<R, AskError>);
 /// acked on it would be lost with it). A Kafka record of its partition's
 /// own shard is answered at once: its partition waits for the write
 /// itself, naming the start.
-fn waits_for_write<R>(reply: &Reply<R>, result: &Result<R, AskError>, unwritten: bool) -> bool {
+/// `unwritten` is asked last: a record's answer, the most frequent, needs
+/// no look-up of its entity's unwritten state.
+fn waits_for_write<R>(
+    reply: &Reply<R>,
+    result: &Result<R, AskError>,
+    unwritten: impl FnOnce() -> bool,
+) -> bool {
     let answered_by_state = matches!(result, Ok(_) | Err(AskError::AlreadyApplied));
-    matches!(reply, Reply::Local(..) | Reply::Remote(..)) && answered_by_state && unwritten
+    matches!(reply, Reply::Local(..) | Reply::Remote(..)) && answered_by_state && unwritten()
 }
 
 /// Where an entity's state comes from when it starts.
@@ -282,37 +288,26 @@ impl<E: Entity> DurableShard<E> {
         self.broken.as_deref()
     }
 
-    /// Whether a record is one its entity applied already: skipped, and
-    /// counted. Only an active entity is asked.
-    pub fn applied_already(&self, id: &EntityId, origin: Option<&Origin>) -> bool {
-        let Some(origin) = origin else {
-            return false;
-        };
-        let applied = self.kept.get(id).is_some_and(|kept| {
-            kept.applied
-                .iter()
-                .any(|(topic, last)| same_topic(topic, &origin.source) && origin.offset <= *last)
-        });
-        if applied {
-            self.metrics.skipped.increment(1);
-        }
-        applied
-    }
-
-    /// Whether a record's key's previous record in its partition is missing
-    /// from its entity's state (see [`Origin::previous`]): then the record
-    /// is not applied. Only an active entity is asked.
-    pub fn lacks_previous(&self, id: &EntityId, origin: Option<&Origin>) -> bool {
-        let Some((origin, previous)) = origin.and_then(|o| Some((o, o.previous?))) else {
-            return false;
-        };
-        let applied = self.kept.get(id).and_then(|kept| {
+    /// Why a record is not applied, if it is not (only an active entity is
+    /// asked): its entity applied it already (skipped, and counted), or its
+    /// key's previous record in its partition is missing from its entity's
+    /// state (see [`Origin::previous`]). One look-up of the entity answers
+    /// both: it is made for every record.
+    pub fn skips(&self, id: &EntityId, origin: Option<&Origin>) -> Option<AskError> {
+        let origin = origin?;
+        let last = self.kept.get(id).and_then(|kept| {
             kept.applied
                 .iter()
                 .find(|(source, _)| same_topic(source, &origin.source))
                 .map(|(_, last)| *last)
         });
-        applied.is_none_or(|last| last < previous)
+        if last.is_some_and(|last| origin.offset <= last) {
+            self.metrics.skipped.increment(1);
+            return Some(AskError::AlreadyApplied);
+        }
+        let previous = origin.previous?;
+        last.is_none_or(|last| last < previous)
+            .then_some(AskError::PreviousLost)
     }
 
     /// Where a starting entity's state comes from: what changed here and is
@@ -472,14 +467,17 @@ impl<E: Entity> DurableShard<E> {
             Some(_) => self.deletions.revived(id),
             None => self.deletions.deleted(id, kept.deleted_by(self.epoch)),
         }
-        let value = StateRecord::encode_parts(
-            self.epoch,
-            self.codec.version,
-            &kept.applied,
-            state,
-            &kept.earlier,
-        );
-        self.dirty.insert(id.clone(), value);
+        let (epoch, version) = (self.epoch, self.codec.version);
+        let (applied, earlier) = (&kept.applied, &kept.earlier);
+        match self.dirty.get_mut(id) {
+            Some(value) => {
+                StateRecord::encode_parts_into(value, epoch, version, applied, state, earlier);
+            }
+            None => {
+                let value = StateRecord::encode_parts(epoch, version, applied, state, earlier);
+                self.dirty.insert(id.clone(), value);
+            }
+        }
         self.durability.changed(self.seq);
     }
 
@@ -509,11 +507,13 @@ impl<E: Entity> DurableShard<E> {
         reply: Reply<E::Reply>,
         result: Result<E::Reply, AskError>,
     ) {
-        let unwritten = self.dirty.contains_key(id)
-            || self
-                .writing
-                .as_ref()
-                .is_some_and(|w| w.states.contains_key(id));
+        let unwritten = || {
+            self.dirty.contains_key(id)
+                || self
+                    .writing
+                    .as_ref()
+                    .is_some_and(|w| w.states.contains_key(id))
+        };
         if waits_for_write(&reply, &result, unwritten) {
             self.held.push((reply, result));
         } else {

@@ -38,15 +38,10 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         // (see `Origin::previous`). Either answer rests on this start's
         // state, which may be unwritten yet: it names the start, like a
         // handled record's, and an ask's skip waits for the write.
-        let skipped = self.durable.as_ref().and_then(|durable| {
-            if durable.applied_already(&env.entity_id, env.origin()) {
-                Some(AskError::AlreadyApplied)
-            } else if durable.lacks_previous(&env.entity_id, env.origin()) {
-                Some(AskError::PreviousLost)
-            } else {
-                None
-            }
-        });
+        let skipped = self
+            .durable
+            .as_ref()
+            .and_then(|durable| durable.skips(&env.entity_id, env.origin()));
         if let Some(skipped) = skipped {
             if let Some(active) = self.entities.get_mut(&env.entity_id) {
                 active.entity = Some(entity);

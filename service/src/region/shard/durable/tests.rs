@@ -18,10 +18,16 @@ fn a_copy_skipped_as_applied_waits_for_the_write_of_the_state_it_rests_on() {
     let (tx, _rx) = oneshot::channel::<Result<u32, AskError>>();
     let ask = Reply::Local(tx, Some(origin));
     let skipped: Result<u32, AskError> = Err(AskError::AlreadyApplied);
-    assert!(waits_for_write(&ask, &skipped, true));
-    assert!(!waits_for_write(&ask, &skipped, false), "written: at once");
-    assert!(waits_for_write(&ask, &Ok(1), true));
+    assert!(waits_for_write(&ask, &skipped, || true));
+    assert!(
+        !waits_for_write(&ask, &skipped, || false),
+        "written: at once"
+    );
+    assert!(waits_for_write(&ask, &Ok(1), || true));
     let failed: Result<u32, AskError> = Err(AskError::EntityFailed("no".into()));
-    assert!(!waits_for_write(&ask, &failed, true), "nothing to wait for");
-    assert!(!waits_for_write(&Reply::<u32>::None, &Ok(1), true));
+    assert!(
+        !waits_for_write(&ask, &failed, || true),
+        "nothing to wait for"
+    );
+    assert!(!waits_for_write(&Reply::<u32>::None, &Ok(1), || true));
 }
