@@ -235,6 +235,34 @@ mod tests {
         assert_eq!(StateRecord::decode(&encoded), Ok(record));
     }
 
+    /// A shard re-encodes an entity changed again before its write into
+    /// the buffer of its unwritten state: what was there before, longer
+    /// or with earlier starts, must leave nothing behind.
+    #[test]
+    fn a_record_encoded_into_a_used_buffer_is_the_record_alone() {
+        let applied = [("user-events", 41u64)];
+        let mut buffer = StateRecord::encode_parts(
+            6,
+            3,
+            &[("user-events", 40u64), ("refunds", 2)],
+            Some(b"{\"total\":11,\"items\":[1,2,3]}"),
+            &[4, 5],
+        );
+        let state = Some(b"{\"total\":12}".as_slice());
+        StateRecord::encode_parts_into(&mut buffer, 7, 3, &applied, state, &[]);
+        assert_eq!(
+            buffer,
+            StateRecord::encode_parts(7, 3, &applied, state, &[])
+        );
+        let decoded = StateRecord::decode(&buffer).expect("a record");
+        assert_eq!((decoded.epoch, decoded.state.as_deref()), (7, state));
+        StateRecord::encode_parts_into(&mut buffer, 8, 3, &applied, None, &[7]);
+        assert_eq!(
+            buffer,
+            StateRecord::encode_parts(8, 3, &applied, None, &[7])
+        );
+    }
+
     #[test]
     fn a_record_at_or_below_the_applied_offset_is_known_as_applied() {
         let mut record = StateRecord::new(1, 1, Some(Vec::new()));
