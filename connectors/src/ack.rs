@@ -108,8 +108,16 @@ impl Offsets {
     /// records applied that wait to be durable against
     /// [`AWAITING_DURABILITY_PER_IN_FLIGHT`] times it.
     pub fn takes_more(&self, max_in_flight: usize) -> bool {
-        self.unapplied() < max_in_flight
-            && self.pending < max_in_flight.saturating_mul(AWAITING_DURABILITY_PER_IN_FLIGHT)
+        self.room(max_in_flight) > 0
+    }
+
+    /// How many more records the partition takes under its bound of
+    /// `max_in_flight` (see [`Offsets::takes_more`]).
+    pub fn room(&self, max_in_flight: usize) -> usize {
+        let awaiting = max_in_flight.saturating_mul(AWAITING_DURABILITY_PER_IN_FLIGHT);
+        max_in_flight
+            .saturating_sub(self.unapplied())
+            .min(awaiting.saturating_sub(self.pending))
     }
 
     /// The next offset to consume after a restart: every record below it

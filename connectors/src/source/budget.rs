@@ -28,11 +28,16 @@ impl Budget {
 
     /// Whether another record may be handed over.
     pub(super) fn takes(&self) -> bool {
-        self.in_hand < self.bound
+        self.room() > 0
     }
 
-    pub(super) fn took(&mut self) {
-        self.in_hand += 1;
+    /// How many more records may be handed over.
+    pub(super) fn room(&self) -> usize {
+        self.bound.saturating_sub(self.in_hand)
+    }
+
+    pub(super) fn took(&mut self, records: usize) {
+        self.in_hand += records;
     }
 
     /// What each of `partitions` partitions may have in hand before the
@@ -57,23 +62,23 @@ impl Feeds {
         let share = budget.share(by.len());
         for limit in [share, usize::MAX] {
             for feed in by.values_mut() {
-                if !matches!(feed.phase, Phase::Open { .. }) {
+                if !matches!(feed.phase, Phase::Open { .. }) || feed.held.is_empty() {
                     continue;
                 }
-                while !feed.held.is_empty() && budget.takes() {
-                    let takes = {
-                        let offsets = feed.offsets.lock();
-                        offsets.takes_more(*max_in_flight) && offsets.unapplied() < limit
-                    };
-                    if !takes {
-                        break;
+                // Worked out once per partition: the records handed over
+                // meanwhile are exactly what the room counts down.
+                let room = {
+                    let offsets = feed.offsets.lock();
+                    let share = limit.saturating_sub(offsets.unapplied());
+                    offsets.room(*max_in_flight).min(share)
+                };
+                let taken = room.min(budget.room()).min(feed.held.len());
+                for _ in 0..taken {
+                    if let Some(raw) = feed.held.pop_front() {
+                        feed.hand_over(raw);
                     }
-                    let Some(raw) = feed.held.pop_front() else {
-                        break;
-                    };
-                    feed.hand_over(raw);
-                    budget.took();
                 }
+                budget.took(taken);
             }
         }
     }

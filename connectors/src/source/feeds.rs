@@ -249,7 +249,7 @@ impl Feeds {
         }
         if self.budget.takes() && feed.takes(self.max_in_flight) {
             feed.hand_over(raw);
-            self.budget.took();
+            self.budget.took(1);
         } else {
             feed.held.push_back(raw);
         }
