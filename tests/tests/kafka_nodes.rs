@@ -28,7 +28,9 @@ async fn with_graceful_changes_every_record_is_handled_exactly_once_in_order() {
     a.await_ready(READY).await;
     let b = start(Some(&a.grpc), &sets);
     b.await_ready(READY).await;
-    let producer = Producer::start(dir.path(), broker.bootstrap(), &topic, 40, 3000, Some(300));
+    // Twenty seconds of records: a joiner on a busy machine still gets
+    // some, which its operator metrics below need.
+    let producer = Producer::start(dir.path(), broker.bootstrap(), &topic, 40, 6000, Some(300));
     await_hosting(&a).await;
     await_hosting(&b).await;
     assert_group_protocol(&broker, &format!("{cluster}.user"));
@@ -36,6 +38,12 @@ async fn with_graceful_changes_every_record_is_handled_exactly_once_in_order() {
     let c = start(Some(&a.grpc), &sets);
     c.await_ready(READY).await;
     await_hosting(&c).await;
+    // The joiner handles records of its own before the other node leaves:
+    // the join is a change under load, not after it.
+    wait::until("the joiner handles a record", READY, || async {
+        metric(&c, "colo_kafka_records_total{").await > 0.0
+    })
+    .await;
     let b_forwarded = metric(&b, "colo_messages_forwarded_total").await;
     b.terminate();
     let mut b = b;
