@@ -14,6 +14,8 @@
 //!
 //! `cargo bench -p colo --bench coordinator_recovery`
 
+mod support;
+
 use colo::allocation::{RegionId, ShardId};
 use colo::coordinator::kafka_store::KafkaCoordinatorStore;
 use colo::coordinator::state::{CoordinatorEvent, CoordinatorState};
@@ -23,19 +25,13 @@ use colo_tests::broker::Broker;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::env;
 
 const SHARDS: u32 = 1024;
 const REGIONS: u32 = 10;
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the broker rolls the topic's segments and runs its cleaner.
 const ROLL: Duration = Duration::from_secs(1);
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// The `n`-th event of a long-lived coordinator's history.
 fn event(n: u64) -> CoordinatorEvent {

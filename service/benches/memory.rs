@@ -22,6 +22,8 @@
 
 mod support;
 
+use support::env;
+
 use colo::passivation::{PassivationStrategy, ReplacementSettings};
 use colo::state::Engine;
 use colo::{Entity, EntityContext, EntityError, EntityType, ShardingSettings};
@@ -82,13 +84,6 @@ impl Case {
 
 /// Messages told and not handled yet, at most.
 const IN_FLIGHT: u64 = 10_000;
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// The process's resident set and its peak, in bytes, and its threads.
 fn resident() -> (u64, u64, u64) {

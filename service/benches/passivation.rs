@@ -6,7 +6,10 @@
 //! own cost: hash map lookups, list updates, sketch increments.
 //!
 //! `cargo bench -p colo --bench passivation` prints, per preset, the median
-//! ns per access over several rounds and the active rate it reached.
+//! ns per access over several rounds and the active rate it reached
+//! (`COLO_BENCH_ROUNDS` of them, 3 unless set).
+
+mod support;
 
 use colo::passivation::ReplacementSettings;
 use std::hint::black_box;
@@ -17,7 +20,8 @@ const IDS: usize = 1 << 20;
 const EXPONENT: f64 = 0.9;
 const WARM_UP: usize = 1_000_000;
 const MEASURED: usize = 2_000_000;
-const ROUNDS: usize = 3;
+/// Rounds per preset, unless `COLO_BENCH_ROUNDS` says otherwise.
+const ROUNDS: u64 = 3;
 
 /// A deterministic xorshift generator: the same stream on every run.
 struct XorShift(u64);
@@ -86,19 +90,20 @@ fn run(settings: &ReplacementSettings, stream: &[u64]) -> (f64, f64) {
 }
 
 fn main() {
+    let rounds = usize::try_from(support::env("COLO_BENCH_ROUNDS", ROUNDS).max(1)).unwrap_or(1);
     let stream = zipf_stream(WARM_UP + MEASURED);
     println!(
         "passivation policies: limit {LIMIT}, zipf({EXPONENT}) over {IDS} ids, \
-         {WARM_UP} warm-up + {MEASURED} measured accesses, median of {ROUNDS}"
+         {WARM_UP} warm-up + {MEASURED} measured accesses, median of {rounds}"
     );
     println!("{:<14} {:>12} {:>10}", "preset", "ns/access", "active %");
     for name in ReplacementSettings::PRESETS {
         let Some(settings) = ReplacementSettings::preset(name) else {
             continue;
         };
-        let mut rounds: Vec<(f64, f64)> = (0..ROUNDS).map(|_| run(&settings, &stream)).collect();
-        rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (ns, rate) = rounds[ROUNDS / 2];
+        let mut runs: Vec<(f64, f64)> = (0..rounds).map(|_| run(&settings, &stream)).collect();
+        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (ns, rate) = runs[rounds / 2];
         println!("{name:<14} {ns:>12.1} {rate:>10.2}");
     }
 }

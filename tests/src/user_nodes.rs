@@ -193,11 +193,17 @@ pub async fn await_all_handled(nodes: &[&NodeProcess], expected: &BTreeMap<Strin
     .await;
     if !done {
         let problems = at_least_once_in_order_problems(&handled(nodes), expected);
-        let logs: Vec<String> = nodes.iter().map(|n| n.logs()).collect();
-        let tails: Vec<&str> = logs
-            .iter()
-            .map(|l| &l[l.len().saturating_sub(6000)..])
-            .collect();
-        panic!("not every purchase was handled within {ALL_HANDLED:?}: {problems:?}\nlogs:\n{tails:#?}");
+        for node in nodes {
+            let log = node.logs();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+            eprintln!("--- {}'s last log lines ---\n{tail}", node.grpc);
+        }
+        eprintln!("{problems:#?}");
+        panic!(
+            "not every purchase was handled within {ALL_HANDLED:?}: {} users short, the first: {}",
+            problems.len(),
+            problems.first().map_or("none listed", String::as_str)
+        );
     }
 }

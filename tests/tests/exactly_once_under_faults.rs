@@ -280,7 +280,11 @@ async fn begin(
         Fault::Leave { node } => {
             nodes[node].terminate();
             let status = nodes[node].exited(RECOVERED).await;
-            assert!(status.success(), "{}", nodes[node].logs());
+            if !status.success() {
+                // The logs first: the failure's own line ends the output.
+                eprintln!("node {node}'s log:\n{}", nodes[node].logs());
+                panic!("node {node} left with {status}, not success");
+            }
             Undo::Restart { node }
         }
         Fault::KillCoordinator => {
@@ -479,9 +483,10 @@ async fn run(schedule: &Schedule, brokers: &mut BrokerCluster, network: &Network
     // Totals: each purchase counted once, in order.
     for (expected, what) in [(&murmur2_file, "murmur2"), (&crc_file, "consistent_random")] {
         if let Err(mismatch) = verify(expected, &nodes[0].grpc).await {
+            eprintln!("{}", kafka_logs(&refs));
             panic!(
-                "{schedule}\n{what} users' totals differ from what was produced: {mismatch}\n{rerun}\n{}",
-                kafka_logs(&refs)
+                "{schedule}\n{what} users' totals differ from what was produced: {mismatch}\n{rerun}\nthe nodes' logs: {}",
+                kept_logs(schedule.seed, &refs)
             );
         }
     }
@@ -499,8 +504,11 @@ async fn run(schedule: &Schedule, brokers: &mut BrokerCluster, network: &Network
     problems.extend(applied_after_a_freeze(&mut lifecycle, &history, &struck));
     problems.extend(lifecycle.overlaps());
     if !problems.is_empty() {
+        eprintln!("{problems:#?}");
         panic!(
-            "{schedule}\n{problems:#?}\n{rerun}\nthe nodes' logs: {}",
+            "{schedule}\n{} problems, the first: {}\n{rerun}\nthe nodes' logs: {}",
+            problems.len(),
+            problems[0],
             kept_logs(schedule.seed, &refs)
         );
     }

@@ -1,6 +1,10 @@
-//! What the benchmarks of one in-process node share: the node on a network
-//! of its own with its entity type's coordinator, and its store opened off
-//! the runtime.
+//! What the service's benchmarks share: the node on a network of its own
+//! with its entity type's coordinator, its store opened off the runtime,
+//! and the knobs by which the test command runs a bench smaller than its
+//! README run.
+
+// Each bench is a crate of its own and uses a part of this.
+#![allow(dead_code)]
 
 use colo::allocation::{LeastShardAllocationStrategy, LeastShardSettings};
 use colo::state::Engine;
@@ -41,4 +45,12 @@ pub async fn open_store(dir: &Path, engine: Engine) -> NodeStore {
     })
     .await
     .expect("open")
+}
+
+/// A knob of the bench from the environment, or its default.
+pub fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
