@@ -168,9 +168,15 @@ grep -qF "cargo bench -p colo-tests --bench peers" README.md
 # 20 s, not 60), instead of three runs of 2,000,000, 20,000/s and three
 # cycles; a restore of 2,000 users rather than 1,000,000; durable colo,
 # Kafka Streams (exactly_once_v2) and Pekko, not the two variants of the
-# same programs (colo in memory, Kafka Streams at_least_once).
-COLO_BENCH_SYSTEMS=colo,eos,pekko COLO_BENCH_RUNS=1 COLO_BENCH_RESTORE_USERS=2000 \
-  COLO_BENCH_RECORDS=20000 COLO_BENCH_USERS=500 COLO_BENCH_RATE=1000 \
-  COLO_BENCH_WARM_S=2 COLO_BENCH_MEASURE_S=3 COLO_BENCH_SESSION_TIMEOUT_MS=6000 \
-  COLO_BENCH_CYCLES=1 COLO_BENCH_HOLD_S=2 COLO_BENCH_JOIN_WAIT_S=20 \
-  cargo bench -p colo-tests --locked --bench peers | tail -n 30
+# same programs (colo in memory, Kafka Streams at_least_once). The kill -9
+# of the flow part without Pekko: its shards came back on the survivor
+# only after about a minute whatever the session timeout (6 s, 12 s and
+# 20 s measured), most of this run's time; the other parts run it.
+small_peers=(COLO_BENCH_RUNS=1 COLO_BENCH_RESTORE_USERS=2000
+  COLO_BENCH_RECORDS=20000 COLO_BENCH_USERS=500 COLO_BENCH_RATE=1000
+  COLO_BENCH_WARM_S=2 COLO_BENCH_MEASURE_S=3 COLO_BENCH_SESSION_TIMEOUT_MS=6000
+  COLO_BENCH_CYCLES=1 COLO_BENCH_HOLD_S=2 COLO_BENCH_JOIN_WAIT_S=20)
+env "${small_peers[@]}" COLO_BENCH_SYSTEMS=colo,eos,pekko \
+  cargo bench -p colo-tests --locked --bench peers -- throughput moves restore | tail -n 22
+env "${small_peers[@]}" COLO_BENCH_SYSTEMS=colo,eos \
+  cargo bench -p colo-tests --locked --bench peers -- flow | tail -n 5

@@ -35,8 +35,9 @@
 //! latency, `COLO_BENCH_HOLD_S` (5) is how long each move is left to
 //! settle, and `COLO_BENCH_JOIN_WAIT_S` (60) how long a joiner is given to
 //! take a partition (Kafka Streams moves a task only to a caught-up
-//! warm-up copy, at its next probing rebalance). An argument
-//! picks a part: `cargo bench -p colo-tests --bench peers -- flow`.
+//! warm-up copy, at its next probing rebalance). Arguments pick parts:
+//! `cargo bench -p colo-tests --bench peers -- flow`, or `-- moves
+//! restore`.
 
 mod figures;
 mod restore;
@@ -260,11 +261,15 @@ async fn throughput(broker: &Broker, systems: &[System], dir: &std::path::Path) 
             let b = Instance::start(system, &at, 1, Some(&a));
             let cpu = || cpu_seconds(a.pid()) + cpu_seconds(b.pid());
             let mut first = None;
+            // Whether the first reading with a record handled saw them
+            // all: a backlog too small to time at this reading interval.
+            let mut at_once = false;
             let deadline = Instant::now() + Duration::from_secs(1800);
             loop {
                 let handled = observe(&a).await.handled + observe(&b).await.handled;
                 if handled > 0.0 && first.is_none() {
                     first = Some((Instant::now(), cpu()));
+                    at_once = handled >= records as f64;
                 }
                 if handled >= records as f64 {
                     break;
@@ -279,8 +284,14 @@ async fn throughput(broker: &Broker, systems: &[System], dir: &std::path::Path) 
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             let (started, cpu_then) = first.expect("a record handled");
-            rates.push(records as f64 / started.elapsed().as_secs_f64());
-            cpus.push((cpu() - cpu_then) * 1e6 / records as f64);
+            if at_once {
+                // Printed as "-" rather than a rate of no time at all.
+                rates.push(f64::NAN);
+                cpus.push(f64::NAN);
+            } else {
+                rates.push(records as f64 / started.elapsed().as_secs_f64());
+                cpus.push((cpu() - cpu_then) * 1e6 / records as f64);
+            }
             resident.push(a.peak_resident().max(b.peak_resident()) as f64 / (1 << 20) as f64);
         }
         println!(
@@ -521,8 +532,12 @@ async fn moves(broker: &Broker, systems: &[System], dir: &std::path::Path) {
 }
 
 fn main() {
-    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    let wanted = |part: &str| filter.as_deref().is_none_or(|f| part.contains(f));
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wanted =
+        |part: &str| filters.is_empty() || filters.iter().any(|f| part.contains(f.as_str()));
     let systems = System::chosen();
     if systems.iter().any(|s| {
         matches!(
