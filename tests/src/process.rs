@@ -304,6 +304,7 @@ level = "info,colo=debug"
     }
 
     fn spawn(&mut self) {
+        remember_panics();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -462,7 +463,8 @@ level = "info,colo=debug"
 impl Drop for NodeProcess {
     fn drop(&mut self) {
         self.kill();
-        // A failing test shows what every one of its nodes logged.
+        // A failing test shows what every one of its nodes logged, then
+        // its failure again: the end of a long run's log names it.
         if std::thread::panicking() {
             eprintln!(
                 "----- log of node {} -----\n{}----- end of log of node {} -----",
@@ -470,6 +472,27 @@ impl Drop for NodeProcess {
                 self.logs(),
                 self.grpc
             );
+            if let Some(failure) = LAST_PANIC.lock().ok().and_then(|last| last.clone()) {
+                eprintln!("----- the test's failure, above: {failure}");
+            }
         }
     }
+}
+
+/// The last panic of this test process, as its hook printed it.
+static LAST_PANIC: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Keeps each panic's message for the nodes' logs to end with, once per
+/// process; the hook before it still prints it where it happens.
+fn remember_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if let Ok(mut last) = LAST_PANIC.lock() {
+                *last = Some(info.to_string());
+            }
+            before(info);
+        }));
+    });
 }
