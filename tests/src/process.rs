@@ -433,21 +433,15 @@ level = "info,colo=debug"
     /// Waits until the node is ready, printing its log if it never is.
     pub async fn await_ready(&self, deadline: Duration) {
         let ready = crate::wait::held_within(deadline, || self.ready()).await;
-        if !ready {
-            // The log first, so the failure's own line ends the output.
-            eprintln!("node {}'s log:\n{}", self.grpc, self.logs());
-            panic!("node {} not ready within {deadline:?}", self.grpc);
-        }
+        // Its log is printed as it drops, the failure repeated after it.
+        assert!(ready, "node {} not ready within {deadline:?}", self.grpc);
     }
 
     /// A client of the node's Sharding API.
     pub async fn client(&self) -> ShardingClient<Channel> {
         ShardingClient::connect(format!("http://{}", self.grpc))
             .await
-            .unwrap_or_else(|e| {
-                eprintln!("node {}'s log:\n{}", self.grpc, self.logs());
-                panic!("connect to {}: {e}", self.grpc)
-            })
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.grpc))
     }
 
     /// The channel to the node's gRPC server.

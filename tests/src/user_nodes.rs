@@ -193,12 +193,7 @@ pub async fn await_all_handled(nodes: &[&NodeProcess], expected: &BTreeMap<Strin
     .await;
     if !done {
         let problems = at_least_once_in_order_problems(&handled(nodes), expected);
-        for node in nodes {
-            let log = node.logs();
-            let lines: Vec<&str> = log.lines().collect();
-            let tail = lines[lines.len().saturating_sub(40)..].join("\n");
-            eprintln!("--- {}'s last log lines ---\n{tail}", node.grpc);
-        }
+        // The nodes print their logs as they drop.
         eprintln!("{problems:#?}");
         panic!(
             "not every purchase was handled within {ALL_HANDLED:?}: {} users short, the first: {}",
