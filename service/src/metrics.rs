@@ -121,7 +121,12 @@ impl KafkaMetrics {
     /// The handles of `partition`'s records as they are handled, for the
     /// partition's task to keep from its assignment here to its end.
     pub fn progress(&self, partition: &colo_connectors::TopicPartition) -> PartitionProgress {
-        PartitionProgress::new(&self.entity_type, &partition.topic, partition.partition)
+        PartitionProgress::new(
+            &self.entity_type,
+            &partition.topic,
+            partition.partition,
+            self.records(&partition.topic, "handled"),
+        )
     }
 
     /// A partition's first record was handled this long after the

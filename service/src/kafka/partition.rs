@@ -81,10 +81,8 @@ pub(super) struct PartitionTask<E: Entity> {
     /// When the partition was assigned here, until its first record is
     /// handled.
     pub(super) assigned_at: Option<Instant>,
-    /// Records handled, the one counter touched per record.
-    pub(super) handled: metrics::Counter,
-    /// Each record's latency, and the partition's first and last record
-    /// handled here (a move's pause is read off them).
+    /// Records handled, each one's latency, and the partition's first and
+    /// last record handled here (a move's pause is read off them).
     pub(super) progress: PartitionProgress,
     /// Where its shard is, once hosting it was asked for.
     pub(super) shard: ShardPlace,

@@ -94,7 +94,6 @@ impl<E: Entity> Rebalances<E> {
             let (give_up, given_up) = oneshot::channel();
             self.partitions
                 .insert(partition.partition.clone(), Running { give_up, ended });
-            let handled = self.metrics.records(&partition.partition.topic, "handled");
             let progress = self.metrics.progress(&partition.partition);
             let origin_topic: Arc<str> = Arc::from(partition.partition.topic.as_str());
             let misplaced_source =
@@ -113,7 +112,6 @@ impl<E: Entity> Rebalances<E> {
                 mismatch_warned: self.mismatch_warned.clone(),
                 dead_letters: self.dead_letters.clone(),
                 assigned_at: Some(assigned_at),
-                handled,
                 progress,
                 shard: ShardPlace::Unknown,
                 durable: self.region.is_durable(),

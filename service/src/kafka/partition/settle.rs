@@ -48,7 +48,6 @@ impl<E: Entity> PartitionTask<E> {
                 _,
             ) => match outcome {
                 Outcome::Handled => {
-                    self.handled.increment(1);
                     self.progress.handled(timestamp);
                     if let Some(assigned_at) = self.assigned_at.take() {
                         self.metrics
