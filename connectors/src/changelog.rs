@@ -8,12 +8,12 @@
 //! records, epoch markers) is the runtime's.
 
 use crate::client::{client_config, non_consumer_config};
+use crate::deliveries::AwaitedProducer;
 use crate::error::SourceError;
 use futures::future::join_all;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use std::ops::ControlFlow;
@@ -88,7 +88,7 @@ pub enum ChangelogError {
 
 /// Writes and reads one entity type's changelog.
 pub struct Changelog {
-    producer: FutureProducer,
+    producer: AwaitedProducer,
     topic: String,
     bootstrap_servers: String,
     client: Vec<(String, String)>,
@@ -203,7 +203,7 @@ impl Changelog {
         if let Some(linger) = linger {
             config.set("linger.ms", linger);
         }
-        let producer = config.create()?;
+        let producer = AwaitedProducer::new(&config)?;
         Ok(Self {
             producer,
             topic: topic.to_string(),
@@ -233,7 +233,6 @@ impl Changelog {
     /// The topic is missing, has another partition count, or its metadata
     /// cannot be read.
     pub fn check(&self, number_of_shards: u32) -> Result<(), SourceError> {
-        use rdkafka::producer::Producer;
         let metadata = self
             .producer
             .client()
@@ -305,9 +304,8 @@ impl Changelog {
         let mut pending = Vec::with_capacity(records.len());
         let queue_by = tokio::time::Instant::now() + self.queue_within;
         for write in records {
-            let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic)
-                .partition(partition)
-                .key(write.key);
+            let (record, delivery) = AwaitedProducer::record::<[u8], [u8]>(&self.topic);
+            let mut record = record.partition(partition).key(write.key);
             if let Some(value) = write.value {
                 record = record.payload(value);
             }
@@ -318,8 +316,8 @@ impl Changelog {
                 }));
             }
             loop {
-                match self.producer.send_result(record) {
-                    Ok(delivery) => {
+                match self.producer.send(record) {
+                    Ok(()) => {
                         pending.push(delivery);
                         break;
                     }
@@ -342,8 +340,8 @@ impl Changelog {
         let mut offsets = Vec::with_capacity(pending.len());
         for delivered in join_all(pending).await {
             match delivered {
-                Ok(Ok(delivery)) => offsets.push(delivery.offset),
-                Ok(Err((e, _))) => return Err(self.error(e)),
+                Ok(Ok((_, offset))) => offsets.push(offset),
+                Ok(Err(e)) => return Err(self.error(e)),
                 Err(_) => return Err(self.error(KafkaError::Canceled)),
             }
         }

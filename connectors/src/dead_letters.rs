@@ -3,11 +3,17 @@
 //! they came from, so a partition can go on without skipping anything
 //! unrecorded.
 
+use crate::deliveries::AwaitedProducer;
 use crate::error::SourceError;
 use crate::record::Record;
+use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
 use std::time::Duration;
+
+/// How long a dead letter waits to try again while librdkafka's queue is
+/// full.
+const QUEUE_FULL_RETRY: Duration = Duration::from_millis(100);
 
 /// The header naming why a record was dead-lettered.
 pub const REASON_HEADER: &str = "colo.reason";
@@ -19,7 +25,7 @@ pub const SOURCE_OFFSET_HEADER: &str = "colo.source.offset";
 /// Writes records to one entity type's dead-letter topic.
 #[derive(Clone)]
 pub struct DeadLetters {
-    producer: FutureProducer,
+    producer: AwaitedProducer,
     topic: String,
     timeout: Duration,
 }
@@ -44,12 +50,13 @@ impl DeadLetters {
         topic: &str,
         timeout: Duration,
     ) -> Result<Self, SourceError> {
-        let producer = crate::client::non_consumer_config(bootstrap_servers, client)
-            // A dead letter is written once or retried by the caller, and
-            // must not be reordered behind a retry.
+        let mut config = crate::client::non_consumer_config(bootstrap_servers, client);
+        // A dead letter is written once or retried by the caller, and must
+        // not be reordered behind a retry.
+        config
             .set("enable.idempotence", "false")
-            .set("message.timeout.ms", timeout.as_millis().max(1).to_string())
-            .create()?;
+            .set("message.timeout.ms", timeout.as_millis().max(1).to_string());
+        let producer = AwaitedProducer::new(&config)?;
         Ok(Self {
             producer,
             topic: topic.to_string(),
@@ -90,19 +97,32 @@ impl DeadLetters {
                 key: SOURCE_OFFSET_HEADER,
                 value: Some(offset.as_str()),
             });
-        let mut letter: FutureRecord<'_, [u8], [u8]> =
-            FutureRecord::to(&self.topic).headers(headers);
+        let (mut letter, delivery) = AwaitedProducer::record::<[u8], [u8]>(&self.topic);
+        letter = letter.headers(headers);
         if let Some(key) = record.key.as_deref() {
             letter = letter.key(key);
         }
         if let Some(payload) = record.payload.as_deref() {
             letter = letter.payload(payload);
         }
-        self.producer
-            .send(letter, self.timeout)
-            .await
-            .map(drop)
-            .map_err(|(e, _)| e)
+        // While librdkafka's queue is full, tried again up to the timeout.
+        let started = std::time::Instant::now();
+        loop {
+            match self.producer.send(letter) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), again))
+                    if started.elapsed() < self.timeout =>
+                {
+                    letter = again;
+                    tokio::time::sleep(QUEUE_FULL_RETRY).await;
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
+        match delivery.await {
+            Ok(delivered) => delivered.map(drop),
+            Err(_) => Err(KafkaError::Canceled),
+        }
     }
 }
 

@@ -34,6 +34,7 @@ mod changelog;
 mod client;
 mod cluster_data;
 mod dead_letters;
+mod deliveries;
 mod election;
 mod error;
 mod mock;
