@@ -18,7 +18,12 @@ use rdkafka::ClientContext;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::oneshot;
+// futures' channel, not tokio's: a write awaits thousands of deliveries
+// together (`join_all`), and tokio's receiver spends the task's
+// cooperative budget, then wakes itself at each poll past it: with a
+// million users' changes per write, the waiting task spent a third of the
+// node's CPU waking and polling its receivers again.
+use futures::channel::oneshot;
 
 /// One round of the polling thread: deliveries are reported as they come
 /// within it; a dropped producer's thread ends at the end of its round.
@@ -28,7 +33,7 @@ const ROUND: Duration = Duration::from_micros(500_050);
 pub(crate) type Delivered = Result<(i32, i64), KafkaError>;
 
 /// A record handed to librdkafka; resolves once the broker acknowledged it
-/// or librdkafka gave it up (`None`: the producer went away first).
+/// or librdkafka gave it up (`Canceled`: the producer went away first).
 pub(crate) type Delivery = oneshot::Receiver<Delivered>;
 
 /// A record for [`AwaitedProducer::send`]: rdkafka's record, carrying the
