@@ -68,10 +68,6 @@ impl<'a> ChangelogWrite<'a> {
     }
 }
 
-/// How often a write whose records find librdkafka's queue full tries
-/// again: room comes as records are delivered or time out.
-const QUEUE_FULL_RETRY: Duration = Duration::from_millis(5);
-
 /// Why a changelog could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum ChangelogError {
@@ -315,27 +311,13 @@ impl Changelog {
                     value: Some(tag),
                 }));
             }
-            loop {
-                match self.producer.send(record) {
-                    Ok(()) => {
-                        pending.push(delivery);
-                        break;
-                    }
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), again)) => {
-                        // librdkafka's queue is full: what is in it must go
-                        // out first, or time out. A record queued later
-                        // would be sent later than the write's bound.
-                        if tokio::time::Instant::now() >= queue_by {
-                            return Err(self.error(KafkaError::MessageProduction(
-                                RDKafkaErrorCode::QueueFull,
-                            )));
-                        }
-                        record = again;
-                        tokio::time::sleep(QUEUE_FULL_RETRY).await;
-                    }
-                    Err((e, _)) => return Err(self.error(e)),
-                }
-            }
+            // A record queued after `queue_by` would be sent later than
+            // the write's bound.
+            self.producer
+                .send_by(record, queue_by)
+                .await
+                .map_err(|e| self.error(e))?;
+            pending.push(delivery);
         }
         let mut offsets = Vec::with_capacity(pending.len());
         for delivered in join_all(pending).await {

@@ -8,12 +8,7 @@ use crate::error::SourceError;
 use crate::record::Record;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::types::RDKafkaErrorCode;
 use std::time::Duration;
-
-/// How long a dead letter waits to try again while librdkafka's queue is
-/// full.
-const QUEUE_FULL_RETRY: Duration = Duration::from_millis(100);
 
 /// The header naming why a record was dead-lettered.
 pub const REASON_HEADER: &str = "colo.reason";
@@ -106,19 +101,8 @@ impl DeadLetters {
             letter = letter.payload(payload);
         }
         // While librdkafka's queue is full, tried again up to the timeout.
-        let started = std::time::Instant::now();
-        loop {
-            match self.producer.send(letter) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), again))
-                    if started.elapsed() < self.timeout =>
-                {
-                    letter = again;
-                    tokio::time::sleep(QUEUE_FULL_RETRY).await;
-                }
-                Err((e, _)) => return Err(e),
-            }
-        }
+        let by = tokio::time::Instant::now() + self.timeout;
+        self.producer.send_by(letter, by).await?;
         match delivery.await {
             Ok(delivered) => delivered.map(drop),
             Err(_) => Err(KafkaError::Canceled),

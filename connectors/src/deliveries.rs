@@ -14,6 +14,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Message, ToBytes};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -28,6 +29,9 @@ use futures::channel::oneshot;
 /// One round of the polling thread: deliveries are reported as they come
 /// within it; a dropped producer's thread ends at the end of its round.
 const ROUND: Duration = Duration::from_micros(500_050);
+
+/// How often a record that finds librdkafka's queue full is tried again.
+const QUEUE_FULL_RETRY: Duration = Duration::from_millis(5);
 
 /// Where a record landed (partition, offset), or why it did not.
 pub(crate) type Delivered = Result<(i32, i64), KafkaError>;
@@ -113,17 +117,30 @@ impl AwaitedProducer {
         )
     }
 
-    /// Hands `record` to librdkafka; its delivery comes on the receiver
-    /// [`Self::record`] made with it.
+    /// Hands `record` to librdkafka, trying again while its queue is full
+    /// until `by` (room comes as the records in it are delivered or time
+    /// out); its delivery comes on the receiver [`Self::record`] made with
+    /// it.
     ///
     /// # Errors
-    /// librdkafka refused it (its queue full, among others); it comes back.
-    #[allow(clippy::result_large_err)]
-    pub fn send<'a, K: ToBytes + ?Sized, P: ToBytes + ?Sized>(
+    /// librdkafka refused it: its queue still full at `by`, or otherwise.
+    pub async fn send_by<K: ToBytes + ?Sized, P: ToBytes + ?Sized>(
         &self,
-        record: AwaitedRecord<'a, K, P>,
-    ) -> Result<(), (KafkaError, AwaitedRecord<'a, K, P>)> {
-        self.producer.send(record)
+        mut record: AwaitedRecord<'_, K, P>,
+        by: tokio::time::Instant,
+    ) -> Result<(), KafkaError> {
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), again))
+                    if tokio::time::Instant::now() < by =>
+                {
+                    record = again;
+                    tokio::time::sleep(QUEUE_FULL_RETRY).await;
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
     }
 
     /// The producer's client, for metadata.
@@ -146,9 +163,10 @@ mod tests {
             .set("message.timeout.ms", "200");
         let producer = AwaitedProducer::new(&config).expect("producer");
         let (record, delivery) = AwaitedProducer::record::<[u8], [u8]>("t");
+        let by = tokio::time::Instant::now() + Duration::from_secs(1);
         producer
-            .send(record.key(b"k").payload(b"v"))
-            .map_err(|(e, _)| e)
+            .send_by(record.key(b"k").payload(b"v"), by)
+            .await
             .expect("queued");
         let delivered = tokio::time::timeout(Duration::from_secs(10), delivery)
             .await
