@@ -11,7 +11,8 @@ use crate::client::{client_config, non_consumer_config};
 use crate::deliveries::AwaitedProducer;
 use crate::error::SourceError;
 use futures::future::join_all;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::types::RDKafkaErrorCode;
@@ -361,7 +362,7 @@ impl Changelog {
         if from.is_some_and(|from| from >= until) {
             return Ok(0);
         }
-        let consumer: BaseConsumer = client_config(&self.client)
+        let consumer: BaseConsumer<Reader> = client_config(&self.client)
             .set("bootstrap.servers", &self.bootstrap_servers)
             // librdkafka assigns only with a group id; this one never
             // joins (no subscription) and never commits.
@@ -372,7 +373,7 @@ impl Changelog {
             // than waiting for more: a restore ends there.
             .set("fetch.wait.max.ms", "10")
             .set("auto.offset.reset", "earliest")
-            .create()
+            .create_with_context(Reader)
             .map_err(|e| self.error(e))?;
         let mut assignment = TopicPartitionList::new();
         assignment
@@ -437,6 +438,26 @@ impl Changelog {
     }
 }
 
+/// The context of a read's consumer. librdkafka also reports the end of
+/// the partition, which every read reaches, as an error of the client: the
+/// read takes the end from its poll, so that report is for debugging, not
+/// an error a healthy restore should print.
+struct Reader;
+
+impl ClientContext for Reader {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if matches!(error, KafkaError::PartitionEOF(_))
+            || error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF)
+        {
+            tracing::debug!(%reason, "changelog read at the partition's end");
+        } else {
+            tracing::warn!(%error, %reason, "changelog read: kafka client error");
+        }
+    }
+}
+
+impl ConsumerContext for Reader {}
+
 /// A record's tag, if it has one (see [`ChangelogWrite::tag`]).
 fn tag_of<'a>(message: &'a BorrowedMessage<'_>) -> Option<&'a [u8]> {
     let headers = message.headers()?;
@@ -448,7 +469,7 @@ fn tag_of<'a>(message: &'a BorrowedMessage<'_>) -> Option<&'a [u8]> {
 
 impl Changelog {
     /// The offset `consumer` fetches `partition` from next, if it knows it.
-    fn position(&self, consumer: &BaseConsumer, partition: i32) -> Option<i64> {
+    fn position(&self, consumer: &BaseConsumer<Reader>, partition: i32) -> Option<i64> {
         let positions = consumer.position().ok()?;
         match positions.find_partition(&self.topic, partition)?.offset() {
             Offset::Offset(at) => Some(at),

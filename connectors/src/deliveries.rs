@@ -45,9 +45,35 @@ pub(crate) type Delivery = oneshot::Receiver<Delivered>;
 pub(crate) type AwaitedRecord<'a, K, P> = BaseRecord<'a, K, P, Box<oneshot::Sender<Delivered>>>;
 
 /// Sends each record's outcome to whoever awaits it.
-pub(crate) struct Deliveries;
+pub(crate) struct Deliveries {
+    /// Set once the last clone of the producer is gone: what librdkafka
+    /// reports then (brokers that went away first, at a process's end) no
+    /// longer concerns anyone.
+    closing: Arc<AtomicBool>,
+}
 
-impl ClientContext for Deliveries {}
+impl ClientContext for Deliveries {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        use rdkafka::config::RDKafkaLogLevel::{Debug, Info, Notice, Warning};
+        match level {
+            _ if self.closing.load(Ordering::Acquire) => {
+                tracing::debug!(target: "librdkafka", "librdkafka (producer closing): {fac} {message}");
+            }
+            Debug => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}"),
+            Info | Notice => tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}"),
+            Warning => tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}"),
+            _ => tracing::error!(target: "librdkafka", "librdkafka: {fac} {message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if self.closing.load(Ordering::Acquire) {
+            tracing::debug!(%error, reason, "kafka producer closing");
+        } else {
+            tracing::error!(%error, reason, "kafka producer");
+        }
+    }
+}
 
 impl ProducerContext for Deliveries {
     type DeliveryOpaque = Box<oneshot::Sender<Delivered>>;
@@ -85,9 +111,11 @@ impl AwaitedProducer {
     /// # Errors
     /// librdkafka refuses the configuration, or the thread cannot start.
     pub fn new(config: &ClientConfig) -> KafkaResult<Self> {
-        let producer: Arc<BaseProducer<Deliveries>> =
-            Arc::new(config.create_with_context(Deliveries)?);
         let stop = Arc::new(AtomicBool::new(false));
+        let producer: Arc<BaseProducer<Deliveries>> =
+            Arc::new(config.create_with_context(Deliveries {
+                closing: stop.clone(),
+            })?);
         std::thread::Builder::new()
             .name("colo-deliveries".to_string())
             .spawn({

@@ -1,7 +1,9 @@
-//! librdkafka's periodic commits refused by the group coordinator, with the
-//! refusals injected by librdkafka's in-process mock cluster: one refused
-//! because the group rebalances is counted apart from a failure, and the
-//! next commit carries its offsets.
+//! Commits refused by the group coordinator, with the refusals injected by
+//! librdkafka's in-process mock cluster: one of librdkafka's periodic
+//! commits refused because the group rebalances is counted apart from a
+//! failure, and the next commit carries its offsets; the source's own
+//! commit at a revoke, refused so, is given up at once rather than tried
+//! again until `commit_timeout`.
 
 use colo_connectors::{KafkaSource, PartitionState, SourceEvent, SourceObserver, TopicPartition};
 use colo_tests::kafka::{assigned, committed_offsets, next_record, source_settings};
@@ -17,12 +19,14 @@ use std::time::Duration;
 const TOPIC: &str = "refusals";
 const RECORDS: i64 = 10;
 
-/// librdkafka's commits (those without a latency), by outcome.
+/// librdkafka's commits (those without a latency), by outcome, and the
+/// source's own attempts.
 #[derive(Default)]
 struct Commits {
     ok: AtomicUsize,
     failed: AtomicUsize,
     rebalancing: AtomicUsize,
+    own_failed: AtomicUsize,
 }
 
 impl SourceObserver for Commits {
@@ -32,6 +36,8 @@ impl SourceObserver for Commits {
         if latency.is_none() {
             let outcome = if ok { &self.ok } else { &self.failed };
             outcome.fetch_add(1, Ordering::Relaxed);
+        } else if !ok {
+            self.own_failed.fetch_add(1, Ordering::Relaxed);
         }
     }
     fn commit_refused_in_rebalance(&self) {
@@ -47,8 +53,12 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_commit_refused_during_a_rebalance_is_counted_apart_and_the_next_carries_its_offsets() {
+/// A mock cluster with `TOPIC` holding `RECORDS` records; its bootstrap
+/// servers.
+fn cluster_with_records() -> (
+    MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    String,
+) {
     let cluster = MockCluster::new(1).expect("mock cluster");
     cluster.create_topic(TOPIC, 1, 1).expect("topic created");
     let bootstrap = cluster.bootstrap_servers();
@@ -63,7 +73,12 @@ async fn a_commit_refused_during_a_rebalance_is_counted_apart_and_the_next_carri
             .expect("queued");
     }
     producer.flush(Duration::from_secs(10)).expect("flushed");
+    (cluster, bootstrap)
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_refused_during_a_rebalance_is_counted_apart_and_the_next_carries_its_offsets() {
+    let (cluster, bootstrap) = cluster_with_records();
     let commits = Arc::new(Commits::default());
     let (source, mut events) = KafkaSource::start_observed(
         source_settings(&bootstrap, TOPIC, "refusals"),
@@ -117,4 +132,55 @@ async fn a_commit_refused_during_a_rebalance_is_counted_apart_and_the_next_carri
         .await
         .expect("source shut down");
     answers.await.expect("revokes answered");
+}
+
+/// The revoke's commit refused because the group is in another round
+/// cannot go through before the member joins that round, which it does
+/// only once the revoke returns: the source gives it up after one attempt
+/// and says so, rather than holding the rebalance for `commit_timeout`
+/// (with the mock cluster, which refuses commits while a round gathers its
+/// members, that got the member put out of the group). Before, it tried
+/// again every 200 ms until `commit_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revokes_commit_refused_because_the_group_is_in_another_round_is_given_up_at_once() {
+    let (cluster, bootstrap) = cluster_with_records();
+    let commits = Arc::new(Commits::default());
+    let mut settings = source_settings(&bootstrap, TOPIC, "refusals-at-revoke");
+    // Only the revoke's commit: none on librdkafka's timer.
+    settings.commit_interval = Duration::from_secs(600);
+    settings.commit_timeout = Duration::from_secs(20);
+    let (source, mut events) =
+        KafkaSource::start_observed(settings, commits.clone()).expect("source");
+    let mut partitions = assigned(&mut events).await;
+    let records = partitions.values_mut().next().expect("the partition");
+    for _ in 0..RECORDS {
+        next_record(records).await.ack.handled();
+    }
+    // More refusals than the retries `commit_timeout` would allow.
+    cluster.request_errors(
+        RDKafkaApiKey::OffsetCommit,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS; 200],
+    );
+    let answers = tokio::spawn(async move {
+        let mut outcomes = Vec::new();
+        while let Some(event) = events.recv().await {
+            if let SourceEvent::Revoked { mut revocation, .. } = event {
+                outcomes.push(revocation.commit().await);
+                revocation.done();
+            }
+        }
+        outcomes
+    });
+    tokio::task::spawn_blocking(move || source.shutdown())
+        .await
+        .expect("source shut down");
+    let outcomes = answers.await.expect("revokes answered");
+    assert_eq!(outcomes, vec![false], "the revoke's commit was refused");
+    // One attempt for the revoke's commit and one for the shutdown's,
+    // none again until `commit_timeout` (about a hundred before).
+    assert_eq!(
+        commits.own_failed.load(Ordering::Relaxed),
+        2,
+        "each commit tried once"
+    );
 }

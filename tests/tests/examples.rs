@@ -37,7 +37,8 @@ fn the_custom_allocation_strategy_example_runs() {
 /// `colo demo`, smaller than its defaults: purchase events through the
 /// in-process Kafka cluster into three nodes, a fourth joining and one
 /// leaving while records flow, progress printed and `/metrics` served
-/// meanwhile, and a summary that found every record handled.
+/// meanwhile, and a summary that found every record handled. A healthy run
+/// logs no warning and no error: a new user reads each as something wrong.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kafka_demo_runs_hands_off_and_handles_every_record() {
     use std::io::BufRead;
@@ -57,10 +58,16 @@ async fn the_kafka_demo_runs_hands_off_and_handles_every_record() {
         // between its start and its end.
         .args(["--progress-every", "250ms"])
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("start colo demo");
     let stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let logged = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
     let (lines, mut seen) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stdout).lines() {
@@ -102,7 +109,17 @@ async fn the_kafka_demo_runs_hands_off_and_handles_every_record() {
         }
     }
     let status = child.wait().expect("demo exits");
-    assert!(status.success(), "demo failed:\n{out}");
+    let logged = logged.join().expect("stderr read");
+    assert!(status.success(), "demo failed:\n{out}\n{logged}");
+    let alarming: Vec<&str> = logged
+        .lines()
+        .filter(|line| line.contains("WARN") || line.contains("ERROR"))
+        .collect();
+    assert!(
+        alarming.is_empty(),
+        "a healthy demo logged warnings or errors:\n{}",
+        alarming.join("\n")
+    );
     assert!(checked, "metrics never scraped:\n{out}");
     for expected in [
         "three nodes consume in the group demo.user",

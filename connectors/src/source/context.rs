@@ -48,12 +48,56 @@ const REWIND_WAIT: Duration = Duration::from_secs(5);
 /// How long a refused commit waits before it is tried again.
 const COMMIT_RETRY: Duration = Duration::from_millis(200);
 
+/// A commit refused for the member's standing in the group: none can be
+/// made before the member joins again, which it does only once the
+/// callback that commits has returned, so trying again until
+/// `commit_timeout` would only hold the rebalance (and get the member put
+/// out of the group, where its join is awaited for a bounded time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// The group began another round (RebalanceInProgress), or ended one
+    /// this member's generation is older than (IllegalGeneration): expected
+    /// when members come and go together.
+    Rebalancing,
+    /// The member was put out of the group (its session ran out) or fenced
+    /// by a newer instance: its partitions are another's already.
+    Gone,
+}
+
+impl Standing {
+    fn of(error: &rdkafka::error::KafkaError) -> Option<Self> {
+        use rdkafka::types::RDKafkaErrorCode::{
+            FencedInstanceId, IllegalGeneration, RebalanceInProgress, UnknownMemberId,
+        };
+        match error.rdkafka_error_code()? {
+            RebalanceInProgress | IllegalGeneration => Some(Self::Rebalancing),
+            UnknownMemberId | FencedInstanceId => Some(Self::Gone),
+            _ => None,
+        }
+    }
+
+    /// The partitions' next owner starts from the last commit: durable
+    /// entities skip the records whose effects they already applied, others
+    /// handle them again (at least once, as documented).
+    fn give_up(self, error: &rdkafka::error::KafkaError, when: &str) {
+        match self {
+            Self::Rebalancing => {
+                tracing::info!(%error, "offsets not committed at {when}: the group is in another round, which this member joins once the commit is given up; the partitions' next owner starts from the last commit")
+            }
+            Self::Gone => {
+                tracing::warn!(%error, "offsets not committed at {when}: the member was put out of the group (its session ran out?); the partitions' next owner starts from the last commit")
+            }
+        }
+    }
+}
+
 impl SourceContext {
     /// Commits the stored offsets and waits for the broker's answer,
     /// trying again while it refuses, for `commit_timeout` at most: true if
     /// they are committed (or nothing was new). Past the bound the caller
     /// goes on; the partitions' next owner then handles the records since
-    /// the last commit again.
+    /// the last commit again. A refusal for the member's standing in the
+    /// group ([`Standing`]) ends it at once.
     pub(super) fn commit_within_bound(&self, consumer: &BaseConsumer<Self>, when: &str) -> bool {
         self.committing.store(true, Ordering::Release);
         let committed = self.commit_with_retries(consumer, when);
@@ -79,7 +123,14 @@ impl SourceContext {
                     self.observer.committed(Some(started.elapsed()), true);
                     return true;
                 }
-                Some(Err(e)) => e.to_string(),
+                Some(Err(e)) => match Standing::of(&e) {
+                    Some(standing) => {
+                        self.observer.committed(Some(started.elapsed()), false);
+                        standing.give_up(&e, when);
+                        return false;
+                    }
+                    None => e.to_string(),
+                },
                 None => "no answer".to_string(),
             };
             self.observer.committed(Some(started.elapsed()), false);

@@ -342,15 +342,18 @@ impl<E: Entity> PartitionTask<E> {
         slots.push(record, step, Some(key));
     }
 
-    /// Counts, and warns about (once per ingest), a record whose key's
+    /// Counts, and tells of (once per ingest), a record whose key's
     /// murmur2 partition is another. Its shard, the key's murmur2
-    /// partition.
+    /// partition. Told at info, not as a warning: such a record is handled
+    /// exactly like the others, one hop away at most, so there is nothing
+    /// an operator must do; the counter is there for one who wants the hop
+    /// gone (a producer set to murmur2).
     fn check_partition(&mut self, id: &str) -> ShardId {
         let shard = self.region.shard_of(id);
         if !self.is_own(shard) {
             self.metrics.partitioner_mismatch(&self.partition.topic);
             if !self.mismatch_warned.swap(true, Ordering::Relaxed) {
-                tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, entity_id = %id, %shard, "record in another partition than its key's murmur2 partition (a producer with another partitioner?): sent to its shard's node and handled there, one hop away when that is another node; such records are counted in colo_kafka_partitioner_mismatches_total");
+                tracing::info!(topic = %self.partition.topic, partition = self.partition.partition, entity_id = %id, %shard, "record in another partition than its key's murmur2 partition (a producer with another partitioner?): sent to its shard's node and handled there, one hop away when that is another node; such records are counted in colo_kafka_partitioner_mismatches_total");
             }
         }
         shard

@@ -137,7 +137,8 @@ struct DemoNode {
 /// # Errors
 /// A step failed, or not every produced record was handled.
 pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
-    let broker = MockKafka::start(1).map_err(step("start the in-process Kafka cluster"))?;
+    let broker =
+        MockKafka::start(1, FIRST_ROUND).map_err(step("start the in-process Kafka cluster"))?;
     let partitions = i32::try_from(options.partitions)
         .map_err(|_| DemoError::Step("too many partitions".into()))?;
     broker
@@ -407,19 +408,24 @@ pub(super) fn changelog_topic(entity_type: &str) -> String {
 /// How long a commit at a revoke may take.
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The source settings of the demo.
-///
-/// The session timeout is as short as the mock cluster allows. Its group
-/// coordinator holds each round of a rebalance open for the session timeout
-/// less a second, even once every member has joined again (librdkafka's
+/// The members' session timeout. The mock cluster's group coordinator
+/// holds each round of a rebalance open for the session timeout less a
+/// second, even once every member has joined again (librdkafka's
 /// `rd_kafka_mock_cgrp_classic_rebalance` in `rdkafka_mock_cgrp.c`; a broker
-/// ends the round as soon as all have), and reads nothing else from a member
-/// whose join waits, its commits included. At 6 s, a leave stood still for
-/// 5 s and a join (two rounds: the others revoke, then the new node is
-/// assigned) for 10 s. The session must still outlast the group's first
-/// round, which the mock holds for 3 s (`group.initial.rebalance.delay.ms`,
-/// which the mock cluster's API cannot set) while it expires, once a
-/// second, members whose session ran out.
+/// ends the round as soon as all have), and puts out of the group a member
+/// that has not joined by then. So the session is short, for rounds of a
+/// second, and long enough that a member's revoke (its shards settled and
+/// handed off) ends within the round. With 3.5 s, as before, a join took
+/// 20 s and a leave 22 s; with 2 s, 2.3 s and 1.2 s.
+const SESSION_MS: &str = "2000";
+
+/// How long the mock cluster holds a new group's first round
+/// (`group.initial.rebalance.delay.ms`, 3 s unless set). A session must
+/// outlast that round, which the members wait through without a heartbeat.
+const FIRST_ROUND: Duration = Duration::from_millis(200);
+
+/// The source settings of the demo: the session above, and heartbeats
+/// often enough that a member learns of a round well within it.
 fn ingest_settings(bootstrap: &str, settings: &ShardingSettings) -> IngestSettings {
     let delivery_timeout = Duration::from_secs(10);
     IngestSettings {
@@ -428,8 +434,8 @@ fn ingest_settings(bootstrap: &str, settings: &ShardingSettings) -> IngestSettin
             group_id: "demo.user".into(),
             topics: vec![USER_EVENTS.into()],
             client: vec![
-                ("session.timeout.ms".into(), "3500".into()),
-                ("heartbeat.interval.ms".into(), "500".into()),
+                ("session.timeout.ms".into(), SESSION_MS.into()),
+                ("heartbeat.interval.ms".into(), "300".into()),
             ],
             max_in_flight: 1000,
             max_in_flight_total: 100_000,
