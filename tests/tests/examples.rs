@@ -129,6 +129,9 @@ async fn the_kafka_demo_runs_hands_off_and_handles_every_record() {
         "produced 9000 purchase events",
         "every record was handled, each user's in order",
         "every user's totals equal what was produced",
+        "the longest pause of a shard's records",
+        "s in node-4's join",
+        "s in node-2's leave",
     ] {
         assert!(out.contains(expected), "no {expected:?} in:\n{out}");
     }

@@ -9,6 +9,7 @@
 //! record was handled and every user's totals equal what was produced.
 
 mod membership;
+mod pauses;
 
 use colo::admin::{self, Admin, Readiness};
 use colo::allocation::{
@@ -90,6 +91,7 @@ struct Tally {
     /// Events handled before an earlier event of their user: none may be.
     ahead: AtomicU64,
     last: Mutex<HashMap<String, u64>>,
+    pauses: pauses::Pauses,
 }
 
 /// The sample's user, counted in the tally; stored as the user alone.
@@ -119,6 +121,8 @@ impl Entity for TalliedUser {
                 tally.ahead.fetch_add(1, Ordering::Relaxed);
             }
             *seen = (*seen).max(purchase.sequence);
+            drop(last);
+            tally.pauses.handled(ctx.entity_id());
         }
         self.user.handle(ctx, message).await
     }
@@ -185,6 +189,9 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     .map_err(step("coordinator settings"))?;
     network.host_coordinator(coordinator);
     let tally = &*TALLY;
+    tally
+        .pauses
+        .track(KafkaMurmur2Extractor::new(options.partitions).map_err(step("extractor"))?);
     let entity_type = EntityType::new(USER, |_| TalliedUser::default())
         .with_settings(settings.clone())
         .with_extractor(KafkaMurmur2Extractor::new(options.partitions).map_err(step("extractor"))?)
@@ -317,6 +324,7 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     println!(
         "  handled {handled} ({again} of them again, after a hand-off that left them uncommitted)"
     );
+    print_pauses(&tally.pauses, membership.moves());
     println!(
         "  {misplaced} events were in another partition than their user's shard (librdkafka's default partitioner): each was handled on its shard's node, once"
     );
@@ -415,8 +423,10 @@ const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// ends the round as soon as all have), and puts out of the group a member
 /// that has not joined by then. So the session is short, for rounds of a
 /// second, and long enough that a member's revoke (its shards settled and
-/// handed off) ends within the round. With 3.5 s, as before, a join took
-/// 20 s and a leave 22 s; with 2 s, 2.3 s and 1.2 s.
+/// handed off) ends within the round: at 1.5 s (rounds of half a second)
+/// members were put out of the group and their partitions lost in three
+/// runs of four. With 3.5 s, as before, a join's pause was 5 to 20 s; with
+/// 2 s, a join's and a leave's pauses are about 1.1 to 2.5 s.
 const SESSION_MS: &str = "2000";
 
 /// How long the mock cluster holds a new group's first round
@@ -525,6 +535,25 @@ async fn cluster_stats(
         .cluster_stats(timeout)
         .await
         .map_err(step("cluster stats"))
+}
+
+/// The longest pause of a shard's records within each membership change,
+/// from its start to the next one's (the last: to the end).
+fn print_pauses(pauses: &pauses::Pauses, moves: &[(String, Instant)]) {
+    let mut said = Vec::new();
+    for (i, (change, from)) in moves.iter().enumerate() {
+        let until = moves.get(i + 1).map(|(_, next)| *next);
+        match pauses.longest(*from, until) {
+            Some(gap) => said.push(format!("{:.2}s in {change}", gap.as_secs_f64())),
+            None => said.push(format!("none in {change}")),
+        }
+    }
+    if !said.is_empty() {
+        println!(
+            "  the longest pause of a shard's records (its last handled on one node to its first on the next, for a moved one): {}",
+            said.join(", ")
+        );
+    }
 }
 
 fn print_placement(stats: &ClusterShardingStats) {

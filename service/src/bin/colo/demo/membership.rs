@@ -87,6 +87,8 @@ pub(super) struct Membership {
     /// done.
     shards: usize,
     pub(super) tasks: TaskSet,
+    /// Each change begun, and when.
+    moves: Vec<(String, Instant)>,
     changed: mpsc::Sender<Result<Change, DemoError>>,
     /// Bounded by the one change under way at a time.
     pub(super) changes: mpsc::Receiver<Result<Change, DemoError>>,
@@ -128,6 +130,7 @@ impl Membership {
             starter,
             shards,
             tasks: TaskSet::default(),
+            moves: Vec::new(),
             changed,
             changes,
         }
@@ -144,17 +147,25 @@ impl Membership {
                 println!(
                     "node-4 joins: the group rebalances and some partitions' shards hand off to it"
                 );
+                self.moves.push(("node-4's join".into(), Instant::now()));
                 self.join("node-4", self.shards / (nodes.len() + 1));
                 self.phase = Phase::Joining;
             }
             Phase::Joined if share >= 0.55 && nodes.len() > 1 => {
                 let leaving = nodes.remove(1);
+                self.moves
+                    .push((format!("{}'s leave", leaving.name), Instant::now()));
                 println!("{} leaves: its partitions are revoked, its shards handed off, its offsets committed", leaving.name);
                 self.leave(leaving, nodes[0].region.clone());
                 self.phase = Phase::Leaving;
             }
             _ => {}
         }
+    }
+
+    /// Each change begun so far, and when.
+    pub(super) fn moves(&self) -> &[(String, Instant)] {
+        &self.moves
     }
 
     /// No change is under way or still to come.

@@ -1,0 +1,92 @@
+//! How long each shard's records stopped being handled while the demo's
+//! membership changed: for each shard, the gap between one record handled
+//! and the next, kept when it is long; the summary gives the longest within
+//! each change (a join, a leave). A moved partition's pause is such a gap:
+//! from its last record handled on the old owner to its first on the new.
+
+use colo::allocation::{KafkaMurmur2Extractor, MessageExtractor};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Gaps shorter than this are not kept: at the demo's rates a shard's
+/// records come every few tens of milliseconds.
+const KEPT_FROM: Duration = Duration::from_millis(100);
+
+/// Each shard's last handled record, and the long gaps seen so far.
+#[derive(Default)]
+pub(super) struct Pauses {
+    /// The users' shards, once the demo knows its partitions.
+    shards: OnceLock<KafkaMurmur2Extractor>,
+    seen: Mutex<Seen>,
+}
+
+#[derive(Default)]
+struct Seen {
+    last: HashMap<u32, Instant>,
+    /// When each long gap ended, and how long it was.
+    long: Vec<(Instant, Duration)>,
+}
+
+impl std::fmt::Debug for Pauses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pauses")
+            .field("long", &self.seen.lock().long.len())
+            .finish()
+    }
+}
+
+impl Pauses {
+    /// The user ids' shards are their murmur2 partitions of `partitions`.
+    pub(super) fn track(&self, shards: KafkaMurmur2Extractor) {
+        let _ = self.shards.set(shards);
+    }
+
+    /// A record of `user` was handled now.
+    pub(super) fn handled(&self, user: &str) {
+        let Some(shards) = self.shards.get() else {
+            return;
+        };
+        let shard = shards.shard_id(user).0;
+        let now = Instant::now();
+        let mut seen = self.seen.lock();
+        if let Some(before) = seen.last.insert(shard, now) {
+            let gap = now.duration_since(before);
+            if gap >= KEPT_FROM {
+                seen.long.push((now, gap));
+            }
+        }
+    }
+
+    /// The longest gap that ended at or after `from` and before `until`
+    /// (no bound: until now), if one was long enough to be kept.
+    pub(super) fn longest(&self, from: Instant, until: Option<Instant>) -> Option<Duration> {
+        self.seen
+            .lock()
+            .long
+            .iter()
+            .filter(|(ended, _)| *ended >= from && until.is_none_or(|until| *ended < until))
+            .map(|(_, gap)| *gap)
+            .max()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shards_long_gap_is_found_within_the_change_it_ended_in() {
+        let pauses = Pauses::default();
+        pauses.track(KafkaMurmur2Extractor::new(4).expect("extractor"));
+        let start = Instant::now();
+        pauses.handled("user-1");
+        std::thread::sleep(Duration::from_millis(150));
+        pauses.handled("user-1");
+        let gap = pauses.longest(start, None).expect("a gap kept");
+        assert!(gap >= Duration::from_millis(150), "{gap:?}");
+        assert_eq!(pauses.longest(Instant::now(), None), None, "none after");
+        assert_eq!(pauses.longest(start, Some(start)), None, "none before");
+    }
+}
