@@ -59,6 +59,7 @@ pub const KAFKA_RECORDS: &str = "colo_kafka_records_total";
 pub const KAFKA_PARTITIONER_MISMATCHES: &str = "colo_kafka_partitioner_mismatches_total";
 pub const KAFKA_REBALANCES: &str = "colo_kafka_rebalances_total";
 pub const KAFKA_REBALANCE_DURATION: &str = "colo_kafka_rebalance_callback_seconds";
+pub const KAFKA_REVOKE_STEP_DURATION: &str = "colo_kafka_revoke_step_seconds";
 pub const KAFKA_LAG: &str = "colo_kafka_consumer_lag";
 pub const KAFKA_IN_FLIGHT: &str = "colo_kafka_records_in_flight";
 pub const KAFKA_PAUSED: &str = "colo_kafka_partition_paused";
@@ -148,6 +149,12 @@ impl KafkaMetrics {
             .rebalance(&self.entity_type, kind, took, partitions);
         metrics::counter!(KAFKA_REBALANCES, "entity_type" => self.entity_type.clone(), "kind" => kind).increment(1);
         metrics::histogram!(KAFKA_REBALANCE_DURATION, "entity_type" => self.entity_type.clone(), "kind" => kind).record(took.as_secs_f64());
+    }
+
+    /// One step of a revoke (settle, commit, release) and how long it
+    /// took: a moved partition pauses for their sum, and this says which.
+    pub fn revoke_step(&self, step: &'static str, took: Duration) {
+        metrics::histogram!(KAFKA_REVOKE_STEP_DURATION, "entity_type" => self.entity_type.clone(), "step" => step).record(took.as_secs_f64());
     }
 }
 
@@ -312,6 +319,11 @@ pub fn describe() {
             KAFKA_REBALANCE_DURATION,
             Unit::Seconds,
             "How long this node's part of a rebalance took (hosting or handing off the shards)"
+        );
+        describe_histogram!(
+            KAFKA_REVOKE_STEP_DURATION,
+            Unit::Seconds,
+            "How long each step of a revoke took, by step: settle (the revoked partitions' records in hand handled), commit (their offsets), release (their shards handed off)"
         );
         describe_gauge!(
             KAFKA_LAG,

@@ -113,6 +113,16 @@ async fn with_graceful_changes_every_record_is_handled_exactly_once_in_order() {
                 body.contains("# HELP colo_kafka_commit_latency_seconds "),
                 "no commit latency on a:\n{body}"
             );
+            // And each step of that revoke, timed.
+            for step in ["settle", "commit", "release"] {
+                let label = format!("step=\"{step}\"");
+                assert!(
+                    body.lines().any(|line| line
+                        .starts_with("colo_kafka_revoke_step_seconds_count{")
+                        && line.contains(&label)),
+                    "no {step} step timed on a:\n{body}"
+                );
+            }
         }
         // Records of a durable entity type are committed once their state
         // is written (every state.flush_interval): waited for, not assumed.

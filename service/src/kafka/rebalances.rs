@@ -57,9 +57,17 @@ impl<E: Entity> Rebalances<E> {
                     partitions,
                     mut revocation,
                 } => {
+                    let mut step = std::time::Instant::now();
+                    let mut timed = |name, metrics: &KafkaMetrics| {
+                        metrics.revoke_step(name, step.elapsed());
+                        step = std::time::Instant::now();
+                    };
                     self.settled(&partitions).await;
+                    timed("settle", &self.metrics);
                     revocation.commit().await;
+                    timed("commit", &self.metrics);
                     self.release(&partitions, "revoked").await;
+                    timed("release", &self.metrics);
                     revocation.done();
                     self.metrics
                         .rebalance("revoked", started.elapsed(), partitions.len());

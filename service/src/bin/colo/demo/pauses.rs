@@ -45,11 +45,14 @@ impl Pauses {
 
     /// A record of `user` was handled now.
     pub(super) fn handled(&self, user: &str) {
+        self.handled_at(user, Instant::now());
+    }
+
+    fn handled_at(&self, user: &str, now: Instant) {
         let Some(shards) = self.shards.get() else {
             return;
         };
         let shard = shards.shard_id(user).0;
-        let now = Instant::now();
         let mut seen = self.seen.lock();
         if let Some(before) = seen.last.insert(shard, now) {
             let gap = now.duration_since(before);
@@ -79,14 +82,24 @@ mod tests {
     #[test]
     fn a_shards_long_gap_is_found_within_the_change_it_ended_in() {
         let pauses = Pauses::default();
-        pauses.track(KafkaMurmur2Extractor::new(4).expect("extractor"));
+        let shards = KafkaMurmur2Extractor::new(4).expect("extractor");
+        // A user of another shard, whose record does not end user-1's gap.
+        let other = (2..)
+            .map(|n| format!("user-{n}"))
+            .find(|user| shards.shard_id(user) != shards.shard_id("user-1"))
+            .expect("another shard's user");
+        pauses.track(shards);
         let start = Instant::now();
-        pauses.handled("user-1");
-        std::thread::sleep(Duration::from_millis(150));
-        pauses.handled("user-1");
-        let gap = pauses.longest(start, None).expect("a gap kept");
-        assert!(gap >= Duration::from_millis(150), "{gap:?}");
-        assert_eq!(pauses.longest(Instant::now(), None), None, "none after");
-        assert_eq!(pauses.longest(start, Some(start)), None, "none before");
+        let later = start + Duration::from_millis(150);
+        pauses.handled_at("user-1", start);
+        pauses.handled_at(&other, start + Duration::from_millis(10));
+        pauses.handled_at("user-1", later);
+        assert_eq!(
+            pauses.longest(start, None),
+            Some(Duration::from_millis(150))
+        );
+        let after = later + Duration::from_millis(1);
+        assert_eq!(pauses.longest(after, None), None, "none ends after");
+        assert_eq!(pauses.longest(start, Some(later)), None, "none ends before");
     }
 }
