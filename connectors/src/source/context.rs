@@ -422,9 +422,10 @@ impl ConsumerContext for SourceContext {
     /// gathers its members (RebalanceInProgress) or carrying the generation
     /// a round just ended (IllegalGeneration) is refused, the offsets stay
     /// stored, and the next commit carries them: the next periodic one for
-    /// the partitions kept, the revoke's for the ones that move, which warns
-    /// if it fails. UnknownMemberId is no such refusal: the member was put
-    /// out of the group and its partitions are lost, uncommitted.
+    /// the partitions kept, the revoke's for the ones that move (which gives
+    /// up at once on such a refusal, see `Standing`, and warns on others).
+    /// UnknownMemberId is no such refusal: the member was put out of the
+    /// group and its partitions are lost, uncommitted.
     fn commit_callback(
         &self,
         result: rdkafka::error::KafkaResult<()>,
