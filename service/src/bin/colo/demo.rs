@@ -331,13 +331,28 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     let stats = cluster_stats(&nodes[0].region, Duration::from_secs(5)).await?;
     print_placement(&stats);
     let differing = differing_totals(&nodes[0].region, &expected).await;
+    // Bounded: a node whose shards the others cannot take (a claim the
+    // coordinator still holds for one put out of the group) would otherwise
+    // keep the demo from ending.
+    let mut stuck = Vec::new();
     for node in nodes {
-        node.ingest.shutdown().await;
-        node.node.shutdown().await;
+        let stop = async {
+            node.ingest.shutdown().await;
+            node.node.shutdown().await;
+        };
+        if tokio::time::timeout(STOP_WITHIN, stop).await.is_err() {
+            stuck.push(node.name);
+        }
     }
     let _ = stop_admin.send(());
     let _ = admin.await;
     let _ = std::fs::remove_dir_all(&data);
+    if !stuck.is_empty() {
+        return Err(DemoError::Step(format!(
+            "{} did not stop within {STOP_WITHIN:?}",
+            stuck.join(", ")
+        )));
+    }
     if ahead > 0 {
         return Err(DemoError::Step(format!(
             "{ahead} events were handled before an earlier event of their user"
@@ -412,6 +427,9 @@ async fn differing_totals(
 pub(super) fn changelog_topic(entity_type: &str) -> String {
     format!("demo.{entity_type}.changelog")
 }
+
+/// How long each node may take to stop at the end.
+const STOP_WITHIN: Duration = Duration::from_secs(30);
 
 /// How long a commit at a revoke may take.
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
