@@ -344,6 +344,15 @@ impl SourceContext {
         for (tp, offsets) in offsets {
             if let Some(position) = offsets.lock().position() {
                 if let Err(e) = store_position(consumer, &tp, position) {
+                    // librdkafka refuses (State) the offset of a partition
+                    // its assignment no longer holds: one already taken from
+                    // this member (put out of the group, which is warned
+                    // about where it is seen). As with a commit given up,
+                    // the next owner starts from the last commit.
+                    if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::State) {
+                        tracing::info!(topic = %tp.topic, partition = tp.partition, error = %e, "offset not stored on revoke: the partition is no longer this member's; its next owner starts from the last commit");
+                        continue;
+                    }
                     tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "offset not stored on revoke");
                 }
             }
