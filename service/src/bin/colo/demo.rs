@@ -189,12 +189,11 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     .map_err(step("coordinator settings"))?;
     network.host_coordinator(coordinator);
     let tally = &*TALLY;
-    tally
-        .pauses
-        .track(KafkaMurmur2Extractor::new(options.partitions).map_err(step("extractor"))?);
+    let shards = KafkaMurmur2Extractor::new(options.partitions).map_err(step("extractor"))?;
+    tally.pauses.track(shards.clone());
     let entity_type = EntityType::new(USER, |_| TalliedUser::default())
         .with_settings(settings.clone())
-        .with_extractor(KafkaMurmur2Extractor::new(options.partitions).map_err(step("extractor"))?)
+        .with_extractor(shards)
         .durable(USER_STATE_VERSION);
     let starter = NodeStarter {
         network: network.clone(),
