@@ -61,7 +61,8 @@
 use crate::metrics::StateMetrics;
 use colo_allocation::ShardId;
 use colo_connectors::{Changelog, ChangelogError, ChangelogRecord};
-use colo_state::{Checkpoint, RecordError, StateRecord, StateStore, StoreError, WriteBatch};
+use colo_state::{Checkpoint, Op, RecordError, StateRecord, StateStore, StoreError, WriteBatch};
+use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -341,6 +342,12 @@ struct Applier<'a> {
     /// The newest epoch seen so far.
     current: u64,
     batch: WriteBatch,
+    /// Where each entity's op sits in `batch`. A changelog's newest
+    /// segments are not compacted yet and hold an entity's state once per
+    /// flush that changed it (tens of times in a busy minute); the store
+    /// keeps only the last, so only the last is written: a restore's cost
+    /// goes with the entities rather than with the records.
+    staged: HashMap<Box<str>, usize>,
     read: u64,
     applied: u64,
     ignored: u64,
@@ -353,6 +360,7 @@ impl<'a> Applier<'a> {
             restore,
             current,
             batch,
+            staged: HashMap::new(),
             read: 0,
             applied: 0,
             ignored: 0,
@@ -394,13 +402,25 @@ impl<'a> Applier<'a> {
                     self.ignored += 1;
                     return Ok(());
                 }
-                self.batch.delete(shard, id);
+                self.stage(
+                    id,
+                    Op::Delete {
+                        shard,
+                        entity_id: id.to_string(),
+                    },
+                );
             }
             // A start's key retired by a later start that wrote the entity
             // under its own: for compaction, nothing for the state.
             (None, None) if keyed_by_start => return Ok(()),
             // Not written by colo, but a tombstone means the entity is gone.
-            (None, None) => self.batch.delete(shard, id),
+            (None, None) => self.stage(
+                id,
+                Op::Delete {
+                    shard,
+                    entity_id: id.to_string(),
+                },
+            ),
             (Some(value), _) => {
                 let state =
                     StateRecord::decode(value).map_err(|e: RecordError| bad(e.to_string()))?;
@@ -409,7 +429,14 @@ impl<'a> Applier<'a> {
                     return Ok(());
                 }
                 self.current = self.current.max(state.epoch);
-                self.batch.put(shard, id, value.to_vec());
+                self.stage(
+                    id,
+                    Op::Put {
+                        shard,
+                        entity_id: id.to_string(),
+                        value: value.to_vec(),
+                    },
+                );
             }
         }
         self.applied += 1;
@@ -419,7 +446,23 @@ impl<'a> Applier<'a> {
         Ok(())
     }
 
+    /// Puts `op` in the batch in place of the entity's earlier one, if any.
+    fn stage(&mut self, id: &str, op: Op) {
+        match self
+            .staged
+            .get(id)
+            .and_then(|&at| self.batch.ops.get_mut(at))
+        {
+            Some(earlier) => *earlier = op,
+            None => {
+                self.staged.insert(id.into(), self.batch.ops.len());
+                self.batch.ops.push(op);
+            }
+        }
+    }
+
     fn flush(&mut self) -> Result<(), RestoreError> {
+        self.staged.clear();
         let full = std::mem::replace(&mut self.batch, WriteBatch::new(&*self.restore.entity_type));
         self.restore.store.write(&full)?;
         Ok(())

@@ -150,6 +150,85 @@ async fn a_moved_shard_serves_the_state_it_had_and_a_node_back_with_its_store_re
     );
 }
 
+/// A changelog not yet compacted holds an entity's state once per write,
+/// and a removal between them: a restore writes each entity's last to the
+/// store (one per entity per batch), which is what it serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_of_many_states_of_one_entity_serves_the_last_and_keeps_a_removal_then_a_new_start(
+) {
+    recorded::install();
+    let name = "ledger-rewrites";
+    let broker = broker(name);
+    let cluster = cluster(name);
+    let (dir_a, dir_b) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let (store_a, store_b) = (open(&dir_a), open(&dir_b));
+    let a = cluster.node("a", store(&broker, name, &store_a), 1);
+    for n in 1..=30 {
+        a.region
+            .ask("acct-busy", LedgerMsg::Add(n), ASK)
+            .await
+            .expect("added");
+    }
+    for n in 1..=5 {
+        a.region
+            .ask("acct-again", LedgerMsg::Add(n), ASK)
+            .await
+            .expect("added");
+    }
+    a.region
+        .ask("acct-again", LedgerMsg::Delete, ASK)
+        .await
+        .expect("deleted");
+    for _ in 0..2 {
+        a.region
+            .ask("acct-again", LedgerMsg::Add(7), ASK)
+            .await
+            .expect("added");
+    }
+    for n in 1..=4 {
+        a.region
+            .ask("acct-gone", LedgerMsg::Add(n), ASK)
+            .await
+            .expect("added");
+    }
+    a.region
+        .ask("acct-gone", LedgerMsg::Delete, ASK)
+        .await
+        .expect("deleted");
+    let read_before = counter(
+        colo::metrics::STATE_RESTORED_RECORDS,
+        &[("entity_type", name)],
+    );
+
+    let b = cluster.node("b", store(&broker, name, &store_b), 1);
+    ready(&b).await;
+    a.node.shutdown().await;
+    let ask = |id: &'static str| b.region.ask(id, LedgerMsg::Get, ASK);
+    assert_eq!(ask("acct-busy").await.expect("got"), (465, 30));
+    assert_eq!(
+        ask("acct-again").await.expect("got"),
+        (14, 2),
+        "started anew after its removal"
+    );
+    assert_eq!(ask("acct-gone").await.expect("got"), (0, 0), "removed");
+    let read = counter(
+        colo::metrics::STATE_RESTORED_RECORDS,
+        &[("entity_type", name)],
+    ) - read_before;
+    assert!(read >= 30 + 5 + 2 + 4, "every state read: {read}");
+    for (id, kept) in [
+        ("acct-busy", true),
+        ("acct-again", true),
+        ("acct-gone", false),
+    ] {
+        let stored = store_b.load(name, shard_of(id), id).expect("loads");
+        assert_eq!(stored.is_some(), kept, "{id} in b's store");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_a_deposed_owner_writes_after_a_newer_start_is_ignored_by_a_restore() {
     let name = "ledger-deposed";

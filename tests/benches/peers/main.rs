@@ -31,6 +31,8 @@
 //! max. `COLO_BENCH_SYSTEMS` picks systems (colo, memory, eos, alos,
 //! pekko); `COLO_BENCH_SESSION_TIMEOUT_MS` sets every system's consumer
 //! session timeout (each keeps its default otherwise: 45 s);
+//! `COLO_BENCH_GROUP_PROTOCOL=consumer` runs colo's nodes under KIP-848's
+//! consumer group protocol (colo only; the broker's heartbeat is 500 ms);
 //! `COLO_BENCH_WARM_S` (10) and `COLO_BENCH_MEASURE_S` (20) frame the
 //! latency, `COLO_BENCH_HOLD_S` (5) is how long each move is left to
 //! settle, and `COLO_BENCH_JOIN_WAIT_S` (60) how long a joiner is given to
@@ -83,6 +85,17 @@ fn placement(broker: &Broker, topic: &str, group: String) -> Placement {
         session_timeout_ms: std::env::var("COLO_BENCH_SESSION_TIMEOUT_MS")
             .ok()
             .and_then(|v| v.parse().ok()),
+        consumer_protocol: consumer_protocol(),
+    }
+}
+
+/// `COLO_BENCH_GROUP_PROTOCOL`: `classic` (the default) or `consumer`
+/// (KIP-848, colo only).
+fn consumer_protocol() -> bool {
+    match std::env::var("COLO_BENCH_GROUP_PROTOCOL").as_deref() {
+        Err(_) | Ok("" | "classic") => false,
+        Ok("consumer") => true,
+        Ok(other) => panic!("COLO_BENCH_GROUP_PROTOCOL is classic or consumer, not {other:?}"),
     }
 }
 
@@ -539,6 +552,10 @@ fn main() {
     let wanted =
         |part: &str| filters.is_empty() || filters.iter().any(|f| part.contains(f.as_str()));
     let systems = System::chosen();
+    assert!(
+        !consumer_protocol() || systems.iter().all(|s| s.is_colo()),
+        "COLO_BENCH_GROUP_PROTOCOL=consumer runs colo only: set COLO_BENCH_SYSTEMS=colo,memory"
+    );
     if systems.iter().any(|s| {
         matches!(
             s,

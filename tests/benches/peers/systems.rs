@@ -63,7 +63,7 @@ impl System {
             .collect()
     }
 
-    fn is_colo(self) -> bool {
+    pub fn is_colo(self) -> bool {
         matches!(self, System::ColoDurable | System::ColoInMemory)
     }
 }
@@ -79,6 +79,11 @@ pub struct Placement {
     pub partitions: u32,
     pub group: String,
     pub session_timeout_ms: Option<u64>,
+    /// colo's nodes join under the consumer group protocol (KIP-848)
+    /// rather than the classic one; the peers' clients have no such mode
+    /// (Kafka Streams 4.x refuses it, Pekko's kafka-clients 3.9 has it as
+    /// a preview), so a run that asks for it runs colo only.
+    pub consumer_protocol: bool,
 }
 
 /// One process of a system.
@@ -258,7 +263,10 @@ fn colo_command(
         _ => Command::new(example_binary("users_in_memory")),
     };
     let mut client = String::new();
-    if let Some(ms) = at.session_timeout_ms {
+    if at.consumer_protocol {
+        // The broker sets the session timeout and the heartbeat.
+        client = r#"kafka.client={"group.protocol"="consumer"}"#.to_string();
+    } else if let Some(ms) = at.session_timeout_ms {
         client = format!(r#"kafka.client={{"session.timeout.ms"="{ms}"}}"#);
     }
     let sets = [
