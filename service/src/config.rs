@@ -229,6 +229,9 @@ pub struct ShardingSection {
     #[serde(with = "humantime_serde")]
     pub entity_recovery_frequency: Duration,
     pub entity_recovery_number: usize,
+    /// See [`ShardingSettings::standbys`]: durable entity types with a
+    /// changelog only.
+    pub standbys: u32,
 }
 
 /// `sharding.entity_recovery_strategy`.
@@ -261,6 +264,7 @@ impl Default for ShardingSection {
             // Akka's constant-rate defaults.
             entity_recovery_frequency: Duration::from_millis(100),
             entity_recovery_number: 5,
+            standbys: s.standbys,
         }
     }
 }
@@ -400,6 +404,7 @@ impl NodeConfig {
                         number: s.entity_recovery_number,
                     },
                 }),
+            standbys: s.standbys,
         }
     }
 

@@ -116,6 +116,16 @@ impl Node {
                 Some(_) => {}
             }
         }
+        let changelog = entity_type.is_durable()
+            && self
+                .context
+                .store
+                .as_ref()
+                .is_some_and(|store| store.changelog(&entity_type.name).is_some());
+        if entity_type.settings.standbys > 0 && !proxy && !changelog {
+            // `[sharding]` applies to every entity type of a node program.
+            tracing::warn!(entity_type = %entity_type.name, "sharding.standbys applies to durable entity types with a changelog only; not to this one");
+        }
         let mut regions = self.inbound.regions.write();
         if regions.contains_key(&entity_type.name) {
             return Err(RegistrationError::AlreadyRegistered(entity_type.name));

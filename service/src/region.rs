@@ -119,9 +119,13 @@ impl<E: Entity> Region<E> {
             contact: shared::PublishedContact::default(),
             durable: Arc::default(),
             assignments: Arc::default(),
+            members: tokio::sync::watch::Sender::default(),
         });
         let task = task::RegionTask::new(shared.clone(), commands.clone());
         node.tasks.spawn(task.run(command_rx, home_rx));
+        if let Some(standbys) = standbys_of(&shared) {
+            node.tasks.spawn(standbys.run());
+        }
         let inbound = Arc::new(Inbound {
             shared: shared.clone(),
             commands: commands.clone(),
@@ -409,4 +413,26 @@ impl<E: Entity> Region<E> {
     pub async fn shutdown(&self) {
         shut_down(&self.commands).await;
     }
+}
+
+/// The region's standby shards (`store/standby.rs`), when its entity type
+/// is durable with a changelog and `sharding.standbys` asks for copies.
+fn standbys_of<E: Entity>(shared: &Arc<Shared<E>>) -> Option<crate::store::Standbys> {
+    let settings = &shared.entity_type.settings;
+    if shared.proxy || settings.standbys == 0 || !shared.entity_type.is_durable() {
+        return None;
+    }
+    let store = shared.node.store.clone()?;
+    let changelog = store.changelog(&shared.entity_type.name)?;
+    let members = shared.members.subscribe();
+    Some(crate::store::Standbys::new(
+        store,
+        changelog,
+        &shared.entity_type.name,
+        shared.extractor.number_of_shards(),
+        settings.standbys,
+        shared.id.clone(),
+        members,
+        shared.durable.clone(),
+    ))
 }

@@ -64,6 +64,14 @@ pub struct ShardingSettings {
     /// only when they ask for it.
     #[serde(default)]
     pub remember_entities: Option<EntityRecovery>,
+    /// Standby shards (like Kafka Streams' `num.standby.replicas`; 0, off,
+    /// by default): how many nodes besides a shard's host keep a warm copy
+    /// of a durable entity type's shard by reading its changelog, so that
+    /// a start of the shard there reads only the tail. Kafka, not colo,
+    /// decides which node a partition's shard goes to: with one less than
+    /// the nodes, each node that may get it has its copy warm.
+    #[serde(default)]
+    pub standbys: u32,
 }
 
 /// How remembered entities start again with their shard (Akka's
@@ -95,6 +103,7 @@ impl Default for ShardingSettings {
             shard_concurrency: 256,
             handler_tell_timeout: Duration::from_secs(1),
             remember_entities: None,
+            standbys: 0,
         }
     }
 }

@@ -9,16 +9,21 @@
 //! (`commit.rs`).
 //!
 //! `restore.rs`: a shard's start with a changelog: its epoch, and its state
-//! brought up to date before its entities run.
+//! brought up to date before its entities run (`applier.rs` applies the
+//! changelog's records). `standby.rs`: warm copies of shards the node does
+//! not host.
 
+mod applier;
 mod calls;
 mod commit;
 mod restore;
+mod standby;
 
 pub(crate) use calls::StoreCalls;
 pub(crate) use restore::{
     removal_keys, removal_tag, restore_until_done, state_key, Restore, Restored,
 };
+pub(crate) use standby::Standbys;
 
 use colo_allocation::ShardId;
 use colo_connectors::Changelog;
@@ -46,6 +51,10 @@ pub(crate) const STORE_CALLS: usize = 8;
 /// 200,000 records at 64,000/s, with 32 at 304,000/s (the Kafka bench,
 /// BENCHMARKS.md), the last shards waiting for their turn to restore.
 pub(crate) const RESTORES: usize = 32;
+
+/// The lock of a shard's copy in the node's store: its one writer at a
+/// time (see [`Restore::writer`]).
+pub(crate) type ShardWriter = Arc<tokio::sync::Mutex<()>>;
 
 /// How durable entity types write their state behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +88,9 @@ pub struct NodeStore {
     calls: StoreCalls,
     restores: StoreCalls,
     commits: commit::GroupCommit,
+    /// Each shard's one writer of its copy at a time (see
+    /// [`Restore::writer`]).
+    writers: Mutex<HashMap<(String, ShardId), ShardWriter>>,
 }
 
 impl std::fmt::Debug for NodeStore {
@@ -115,6 +127,7 @@ impl NodeStore {
             calls: StoreCalls::new("colo-store", STORE_CALLS),
             restores: StoreCalls::new("colo-restore", RESTORES),
             commits: commit::GroupCommit::default(),
+            writers: Mutex::default(),
         }
     }
 
@@ -148,6 +161,16 @@ impl NodeStore {
     /// The commit failed: nothing of `batch` is durable.
     pub(crate) async fn commit(&self, batch: colo_state::WriteBatch) -> Result<(), String> {
         self.commits.write(&self.store(), batch).await
+    }
+
+    /// The lock a writer of `entity_type`'s `shard` copy holds: a start's
+    /// restore or a standby's step.
+    pub(crate) fn shard_writer(&self, entity_type: &str, shard: ShardId) -> ShardWriter {
+        self.writers
+            .lock()
+            .entry((entity_type.to_string(), shard))
+            .or_default()
+            .clone()
     }
 
     /// How the node's shard restores take their turns.
@@ -365,6 +388,12 @@ impl DurableShards {
         {
             shards.remove(&shard);
         }
+    }
+
+    /// Whether `shard`'s task runs here (from its start, restore included,
+    /// to its end).
+    pub fn runs(&self, shard: ShardId) -> bool {
+        self.running.lock().contains_key(&shard)
     }
 
     /// Waits until `shard`'s state is restored, if it runs here (false if

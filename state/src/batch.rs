@@ -18,6 +18,23 @@ pub struct Checkpoint {
     /// another start's marker at the same offset. 0: a checkpoint written
     /// before checkpoints had it.
     pub marker: u64,
+    /// Whose copy the store holds.
+    pub kind: CheckpointKind,
+}
+
+/// Whose copy of a shard a checkpoint vouches for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CheckpointKind {
+    /// A start of the shard on this node wrote it: the store holds that
+    /// start's own writes, which a restore checks against the changelog
+    /// (another start may have come while this one still wrote).
+    #[default]
+    Start,
+    /// A standby wrote it: every changelog record below `offset` applied
+    /// in order, as a restore applies them, and nothing else. `epoch` is
+    /// then the newest start the copy has seen, and `marker` that start's
+    /// marker.
+    Standby,
 }
 
 /// One change to an entity type's state.

@@ -6,7 +6,7 @@
 //! `shard (u32, big-endian) | tag (1 byte) | entity id (UTF-8)`, with tag 0
 //! for the checkpoint (no id) and tag 1 for an entity.
 
-use crate::batch::Checkpoint;
+use crate::batch::{Checkpoint, CheckpointKind};
 use colo_allocation::ShardId;
 
 const CHECKPOINT: u8 = 0;
@@ -42,13 +42,21 @@ pub fn entity_id(key: &[u8]) -> Option<&str> {
     key.get(5..).and_then(|id| std::str::from_utf8(id).ok())
 }
 
+/// A standby's checkpoint ends with this byte.
+const STANDBY: u8 = 1;
+
 /// A checkpoint's value: its offset, its epoch and its marker's
-/// fingerprint, each big-endian.
-pub fn encode_checkpoint(checkpoint: Checkpoint) -> [u8; 24] {
-    let mut value = [0; 24];
-    value[..8].copy_from_slice(&checkpoint.offset.to_be_bytes());
-    value[8..16].copy_from_slice(&checkpoint.epoch.to_be_bytes());
-    value[16..].copy_from_slice(&checkpoint.marker.to_be_bytes());
+/// fingerprint, each big-endian; a standby's has one byte more, which a
+/// build from before standbys reads as no checkpoint (it then reads the
+/// whole partition: slower, never wrong).
+pub fn encode_checkpoint(checkpoint: Checkpoint) -> Vec<u8> {
+    let mut value = Vec::with_capacity(25);
+    value.extend_from_slice(&checkpoint.offset.to_be_bytes());
+    value.extend_from_slice(&checkpoint.epoch.to_be_bytes());
+    value.extend_from_slice(&checkpoint.marker.to_be_bytes());
+    if checkpoint.kind == CheckpointKind::Standby {
+        value.push(STANDBY);
+    }
     value
 }
 
@@ -58,15 +66,17 @@ pub fn decode_checkpoint(value: &[u8]) -> Option<Checkpoint> {
     let word = |at: usize| -> Option<u64> {
         Some(u64::from_be_bytes(value.get(at..at + 8)?.try_into().ok()?))
     };
-    let marker = match value.len() {
-        16 => 0,
-        24 => word(16)?,
+    let (marker, kind) = match (value.len(), value.get(24)) {
+        (16, _) => (0, CheckpointKind::Start),
+        (24, _) => (word(16)?, CheckpointKind::Start),
+        (25, Some(&STANDBY)) => (word(16)?, CheckpointKind::Standby),
         _ => return None,
     };
     Some(Checkpoint {
         offset: word(0)?,
         epoch: word(8)?,
         marker,
+        kind,
     })
 }
 
@@ -115,6 +125,7 @@ mod tests {
             offset: 42,
             epoch: 7,
             marker: 0xfeed,
+            kind: CheckpointKind::Start,
         };
         assert_eq!(
             decode_checkpoint(&encode_checkpoint(checkpoint)),
@@ -129,6 +140,18 @@ mod tests {
             })
         );
         assert_eq!(decode_checkpoint(&[0; 9]), None);
+        let standby = Checkpoint {
+            kind: CheckpointKind::Standby,
+            ..checkpoint
+        };
+        assert_eq!(encode_checkpoint(standby).len(), 25);
+        assert_eq!(
+            decode_checkpoint(&encode_checkpoint(standby)),
+            Some(standby)
+        );
+        let mut unknown = encode_checkpoint(standby);
+        unknown[24] = 9;
+        assert_eq!(decode_checkpoint(&unknown), None, "a kind of a later build");
     }
 
     #[test]

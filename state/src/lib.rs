@@ -31,7 +31,7 @@ mod open;
 mod record;
 mod sled_engine;
 
-pub use batch::{Checkpoint, Op, WriteBatch};
+pub use batch::{Checkpoint, CheckpointKind, Op, WriteBatch};
 pub use engine::{Engine, StateStore};
 pub use error::StoreError;
 pub use open::open;

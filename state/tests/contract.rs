@@ -1,7 +1,7 @@
 //! What the runtime relies on from either engine, run against both.
 
 use colo_allocation::ShardId;
-use colo_state::{open, Checkpoint, Engine, StoreError, WriteBatch};
+use colo_state::{open, Checkpoint, CheckpointKind, Engine, StoreError, WriteBatch};
 use std::ops::ControlFlow;
 
 fn scan_all(
@@ -35,6 +35,7 @@ fn a_written_batch_is_loaded_scanned_by_shard_and_checkpointed_after_a_reopen() 
                     offset: 42,
                     epoch: 7,
                     marker: 9,
+                    kind: CheckpointKind::Start,
                 },
             );
             store.write(&batch).expect("write");
@@ -68,6 +69,7 @@ fn a_written_batch_is_loaded_scanned_by_shard_and_checkpointed_after_a_reopen() 
                 offset: 42,
                 epoch: 7,
                 marker: 9,
+                kind: CheckpointKind::Start,
             })
         );
         assert_eq!(store.checkpoint("user", ShardId(2)).expect("cp"), None);
@@ -89,6 +91,7 @@ fn batches_of_several_shards_and_types_written_together_are_all_there_after_a_re
                     offset: 3,
                     epoch: 1,
                     marker: 9,
+                    kind: CheckpointKind::Start,
                 },
             );
             let mut second = WriteBatch::new("user");
@@ -122,6 +125,7 @@ fn batches_of_several_shards_and_types_written_together_are_all_there_after_a_re
                 offset: 3,
                 epoch: 1,
                 marker: 9,
+                kind: CheckpointKind::Start,
             })
         );
     }
@@ -143,6 +147,7 @@ fn deletes_and_a_cleared_shard_are_gone_and_other_shards_stay() {
                     offset: 10,
                     epoch: 1,
                     marker: 9,
+                    kind: CheckpointKind::Start,
                 },
             );
         }
@@ -169,6 +174,7 @@ fn deletes_and_a_cleared_shard_are_gone_and_other_shards_stay() {
                 offset: 10,
                 epoch: 1,
                 marker: 9,
+                kind: CheckpointKind::Start,
             })
         );
     }

@@ -13,9 +13,13 @@ pub const STATE_RESTORES: &str = "colo_state_restores_total";
 pub const STATE_RESTORE_DURATION: &str = "colo_state_restore_seconds";
 pub const STATE_RESTORED_RECORDS: &str = "colo_state_restore_records_total";
 pub const STATE_REMOVED_ENTITIES: &str = "colo_state_removed_entities_total";
+pub const STANDBY_SHARDS: &str = "colo_state_standby_shards";
+pub const STANDBY_RECORDS: &str = "colo_state_standby_records_total";
+pub const STANDBY_LAG: &str = "colo_state_standby_lag_records";
+pub const STANDBY_FAILURES: &str = "colo_state_standby_failures_total";
 
 pub(super) fn describe() {
-    use metrics::{describe_counter, describe_histogram};
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
         STATE_WRITES,
         "Writes of durable entity state to the node's store, by outcome (ok, failed: retried, nothing acknowledged meanwhile)"
@@ -43,22 +47,42 @@ pub(super) fn describe() {
     );
     describe_counter!(
         STATE_RESTORES,
-        "Shard starts of durable entity types, by how their state was restored: checkpoint (the node's store kept, the changelog's tail read), changelog (the whole partition read), or failed (tried again)"
+        "Shard starts of durable entity types, by how their state was restored: checkpoint (the node's own copy kept, the changelog's tail read), standby (a standby's copy kept, the tail read), changelog (the whole partition read), or failed (tried again)"
     );
     describe_histogram!(
         STATE_RESTORE_DURATION,
         Unit::Seconds,
-        "How long a shard's state restore took, its epoch marker included, by how (checkpoint, changelog)"
+        "How long a shard's state restore took, its epoch marker included, by how (checkpoint, standby, changelog)"
     );
     describe_counter!(
         STATE_RESTORED_RECORDS,
         "Changelog records read by shard restores"
+    );
+    describe_gauge!(
+        STANDBY_SHARDS,
+        "Shards of a durable entity type this node keeps a standby copy of (sharding.standbys), those it hosts not counted"
+    );
+    describe_counter!(
+        STANDBY_RECORDS,
+        "Changelog records the node's standby copies read"
+    );
+    describe_gauge!(
+        STANDBY_LAG,
+        "Changelog records the standby copies were behind at their last step, all their shards together (what a start from them would have read)"
+    );
+    describe_counter!(
+        STANDBY_FAILURES,
+        "Steps of a standby copy that failed (tried again at the next step)"
     );
     describe_counter!(
         STATE_REMOVED_ENTITIES,
         "Deleted entities removed from the changelog and the node's store (tombstones), once the offsets they applied were committed"
     );
 }
+
+/// How a restore went on: from the node's own copy, a standby's, or the
+/// whole changelog (`store::RestoredFrom`'s labels).
+const RESTORED_FROM: [&str; 3] = ["checkpoint", "standby", "changelog"];
 
 /// A durable entity type's metric handles.
 #[derive(Clone)]
@@ -74,8 +98,8 @@ pub(crate) struct StateMetrics {
     pub undecodable: Counter,
     pub restore_failures: Counter,
     pub removed: Counter,
-    restores: [Counter; 2],
-    restore_duration: [Histogram; 2],
+    restores: [Counter; 3],
+    restore_duration: [Histogram; 3],
     restored_records: Counter,
 }
 
@@ -95,9 +119,9 @@ impl StateMetrics {
             skipped: metrics::counter!(STATE_SKIPPED_RECORDS, "entity_type" => et()),
             undecodable: metrics::counter!(STATE_UNDECODABLE, "entity_type" => et()),
             restore_failures: metrics::counter!(STATE_RESTORES, "entity_type" => et(), "from" => "failed"),
-            restores: ["checkpoint", "changelog"]
+            restores: RESTORED_FROM
                 .map(|from| metrics::counter!(STATE_RESTORES, "entity_type" => et(), "from" => from)),
-            restore_duration: ["checkpoint", "changelog"].map(
+            restore_duration: RESTORED_FROM.map(
                 |from| metrics::histogram!(STATE_RESTORE_DURATION, "entity_type" => et(), "from" => from),
             ),
             restored_records: metrics::counter!(STATE_RESTORED_RECORDS, "entity_type" => et()),
@@ -112,6 +136,7 @@ impl StateMetrics {
             &handles.restore_failures,
             &handles.restores[0],
             &handles.restores[1],
+            &handles.restores[2],
             &handles.restored_records,
             &handles.removed,
         ] {
@@ -120,13 +145,55 @@ impl StateMetrics {
         handles
     }
 
-    /// A shard's state was restored: from the node's checkpoint (only the
-    /// changelog's tail read) or the whole changelog, in `took`, reading
-    /// `records`.
-    pub fn restored(&self, from_checkpoint: bool, took: std::time::Duration, records: u64) {
-        let how = usize::from(!from_checkpoint);
+    /// A shard's state was restored `from` a copy (see
+    /// `store::RestoredFrom`), in `took`, reading `records`.
+    pub fn restored(&self, from: &str, took: std::time::Duration, records: u64) {
+        let how = RESTORED_FROM.iter().position(|f| *f == from).unwrap_or(0);
         self.restores[how].increment(1);
         self.restore_duration[how].record(took.as_secs_f64());
         self.restored_records.increment(records);
+    }
+}
+
+/// A durable entity type's standby copies' metric handles.
+#[derive(Clone)]
+pub(crate) struct StandbyMetrics {
+    shards: metrics::Gauge,
+    records: Counter,
+    lag: metrics::Gauge,
+    failures: Counter,
+}
+
+impl StandbyMetrics {
+    pub fn new(entity_type: &str) -> Self {
+        super::describe();
+        let et = || entity_type.to_string();
+        let handles = Self {
+            shards: metrics::gauge!(STANDBY_SHARDS, "entity_type" => et()),
+            records: metrics::counter!(STANDBY_RECORDS, "entity_type" => et()),
+            lag: metrics::gauge!(STANDBY_LAG, "entity_type" => et()),
+            failures: metrics::counter!(STANDBY_FAILURES, "entity_type" => et()),
+        };
+        handles.records.increment(0);
+        handles.failures.increment(0);
+        handles
+    }
+
+    /// The shards kept now.
+    pub fn shards(&self, kept: usize) {
+        self.shards.set(kept as f64);
+    }
+
+    pub fn records(&self, read: u64) {
+        self.records.increment(read);
+    }
+
+    /// What the last round of steps read, all kept shards together.
+    pub fn lag(&self, read: u64) {
+        self.lag.set(read as f64);
+    }
+
+    pub fn failed(&self) {
+        self.failures.increment(1);
     }
 }

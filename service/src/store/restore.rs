@@ -58,11 +58,11 @@
 //! since deleted and made anew, whose offsets mean nothing here. Without a
 //! checkpoint, the whole partition is read into an empty shard.
 
+use super::applier::{Applied, Applier};
 use crate::metrics::StateMetrics;
 use colo_allocation::ShardId;
 use colo_connectors::{Changelog, ChangelogError, ChangelogRecord};
-use colo_state::{Checkpoint, Op, RecordError, StateRecord, StateStore, StoreError, WriteBatch};
-use std::collections::HashMap;
+use colo_state::{Checkpoint, CheckpointKind, StateRecord, StateStore, StoreError, WriteBatch};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -97,7 +97,7 @@ fn written_by(record: &ChangelogRecord<'_>) -> Option<u64> {
 
 /// A state record's entity, and whether its key names a start (else it is
 /// the entity id alone, as written before).
-fn entity_of(key: &[u8]) -> Result<(&str, bool), String> {
+pub(super) fn entity_of(key: &[u8]) -> Result<(&str, bool), String> {
     let (id, keyed_by_start) = match key.iter().position(|&b| b == EPOCH_TAG) {
         Some(at) => (&key[..at], true),
         None => (key, false),
@@ -127,7 +127,7 @@ pub(crate) fn removal_tag(start: u64) -> [u8; 8] {
 
 /// The start that deleted an entity, from the tag of a tombstone that
 /// removes it; `None` for a tombstone that only retires a key.
-fn deletion_start(tag: Option<&[u8]>) -> Option<u64> {
+pub(super) fn deletion_start(tag: Option<&[u8]>) -> Option<u64> {
     Some(u64::from_be_bytes(tag?.try_into().ok()?))
 }
 
@@ -153,15 +153,9 @@ fn marker_key(node: &str, shard: ShardId) -> Vec<u8> {
 
 /// What a checkpoint keeps of its start's marker key: never 0, which
 /// stands for a checkpoint written before checkpoints kept it.
-fn fingerprint(marker_key: &[u8]) -> u64 {
+pub(super) fn fingerprint(marker_key: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(marker_key).max(1)
 }
-
-/// Records applied to the store at most per write while restoring.
-const BATCH: usize = 10_000;
-
-/// Progress is logged every this many records read.
-const PROGRESS_EVERY: u64 = 100_000;
 
 /// Why a restore failed (it is tried again; the shard serves nothing
 /// meanwhile).
@@ -177,6 +171,27 @@ pub(crate) enum RestoreError {
     Thread(String),
 }
 
+/// Which copy a restore went on from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RestoredFrom {
+    /// The copy a start of the shard here left: only the tail read.
+    Checkpoint,
+    /// A standby's copy: only the tail read.
+    Standby,
+    /// No copy that could be kept: the whole partition read.
+    Changelog,
+}
+
+impl RestoredFrom {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Checkpoint => "checkpoint",
+            Self::Standby => "standby",
+            Self::Changelog => "changelog",
+        }
+    }
+}
+
 /// A finished restore.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Restored {
@@ -187,13 +202,40 @@ pub(crate) struct Restored {
     /// Changelog records read and applied or ignored (markers included;
     /// not those looked through for another start's marker).
     pub read: u64,
-    /// States written to the store.
+    /// States taken from the records read.
     pub applied: u64,
     /// States of a deposed owner, ignored.
     pub ignored: u64,
-    /// Whether the store's own copy was kept (only the tail read).
-    pub from_checkpoint: bool,
+    pub from: RestoredFrom,
     pub took: Duration,
+}
+
+/// What a pass over the changelog ends in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ending {
+    /// A start of the shard here, whose marker is at `epoch` with
+    /// fingerprint `mark`: the copy is brought up to the marker and
+    /// checkpointed as the start's.
+    Start { epoch: i64, mark: u64 },
+    /// A standby's step: the copy is brought up to the partition's end, as
+    /// the broker answering reports it, and checkpointed as a standby's.
+    Standby,
+}
+
+impl Ending {
+    fn until(self) -> i64 {
+        match self {
+            Self::Start { epoch, .. } => epoch,
+            Self::Standby => i64::MAX,
+        }
+    }
+}
+
+/// What a pass did.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pass {
+    pub applied: Applied,
+    pub from: RestoredFrom,
 }
 
 /// What a shard's restore works on.
@@ -206,11 +248,25 @@ pub(crate) struct Restore {
     pub shard: ShardId,
     /// Named in the marker, for whoever reads the changelog.
     pub node: String,
+    /// The shard's copy in this node's store has one writer at a time: a
+    /// start's restore, or a standby's step (see `standby.rs`).
+    pub writer: super::ShardWriter,
 }
 
 impl Restore {
     fn partition(&self) -> i32 {
         i32::try_from(self.shard.0).unwrap_or(i32::MAX)
+    }
+
+    /// The store's checkpoint of the shard.
+    pub(super) async fn checkpoint(self: &Arc<Self>) -> Result<Option<Checkpoint>, RestoreError> {
+        let this = self.clone();
+        blocking(&self.turns, move || {
+            this.store
+                .checkpoint(&this.entity_type, this.shard)
+                .map_err(RestoreError::from)
+        })
+        .await
     }
 
     /// Takes the epoch and restores.
@@ -219,13 +275,8 @@ impl Restore {
     /// The store or the changelog failed, or a record cannot be read.
     pub async fn run(self: Arc<Self>) -> Result<Restored, RestoreError> {
         let started = Instant::now();
-        let this = self.clone();
-        let local = blocking(&self.turns, move || {
-            this.store
-                .checkpoint(&this.entity_type, this.shard)
-                .map_err(RestoreError::from)
-        })
-        .await?;
+        let _writer = self.writer.clone().lock_owned().await;
+        let local = self.checkpoint().await?;
         let marker = format!(
             "epoch marker: a start of shard {} on {}",
             self.shard, self.node
@@ -240,270 +291,202 @@ impl Restore {
             return Err(RestoreError::Thread("the marker got no offset".into()));
         };
         let this = self.clone();
-        let (read, applied, ignored, from_checkpoint) =
-            blocking(&self.turns, move || this.apply(local, epoch, mark)).await?;
+        let pass = blocking(&self.turns, move || {
+            this.pass(local, Ending::Start { epoch, mark })
+        })
+        .await?;
         Ok(Restored {
             epoch: u64::try_from(epoch).unwrap_or(0),
             marker: mark,
-            read,
-            applied,
-            ignored,
-            from_checkpoint,
+            read: pass.applied.read,
+            applied: pass.applied.applied,
+            ignored: pass.applied.ignored,
+            from: pass.from,
             took: started.elapsed(),
         })
     }
 
-    /// Brings the store's copy of the shard up to the marker at `epoch`,
-    /// whose fingerprint is `mark`.
-    fn apply(
+    /// Brings the store's copy of the shard, checkpointed at `local`, to
+    /// where `ending` says. Blocking.
+    pub(super) fn pass(
         &self,
         local: Option<Checkpoint>,
-        epoch: i64,
-        mark: u64,
-    ) -> Result<(u64, u64, u64, bool), RestoreError> {
-        let until = epoch;
-        if let Some(checkpoint) =
-            local.filter(|c| i64::try_from(c.offset).is_ok_and(|o| o <= until))
-        {
-            let mine = i64::try_from(checkpoint.epoch).unwrap_or(i64::MAX);
-            let from = i64::try_from(checkpoint.offset).unwrap_or(i64::MAX);
-            let mut applier =
-                Applier::new(self, checkpoint.epoch, WriteBatch::new(&*self.entity_type));
-            let (mut foreign, mut anew, mut own_seen) = (false, false, false);
-            // The next offset after the checkpoint: one skipped was
-            // compacted away.
-            let (mut next, mut compacted) = (from, false);
-            self.changelog
-                .read(self.partition(), Some(mine), until, &mut |r| {
-                    if !own_seen {
-                        // The copy's own marker, unless the changelog is
-                        // another than the one the copy came from.
-                        own_seen = true;
-                        let own = r.offset == mine
-                            && is_marker(r.key)
-                            && (checkpoint.marker == 0 || fingerprint(r.key) == checkpoint.marker);
-                        if !own {
-                            anew = true;
+        ending: Ending,
+    ) -> Result<Pass, RestoreError> {
+        let until = ending.until();
+        match local {
+            Some(c) if c.kind == CheckpointKind::Standby => {
+                if let Some(applied) = self.resume_standby(c, ending)? {
+                    return Ok(Pass {
+                        applied,
+                        from: RestoredFrom::Standby,
+                    });
+                }
+            }
+            Some(c) if i64::try_from(c.offset).is_ok_and(|o| o <= until) => {
+                if let Some(applied) = self.resume_own(c, ending)? {
+                    return Ok(Pass {
+                        applied,
+                        from: RestoredFrom::Checkpoint,
+                    });
+                }
+            }
+            Some(_) => {
+                tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, "the store's checkpoint is past the changelog's end (a changelog topic made anew?): its copy here is dropped and the changelog partition read");
+            }
+            None => {}
+        }
+        let mut batch = WriteBatch::new(&*self.entity_type);
+        batch.clear_shard(self.shard);
+        let mut applier = Applier::new(self, 0, 0, batch);
+        let mut next = 0;
+        self.changelog
+            .read(self.partition(), None, until, &mut |r| {
+                next = r.offset + 1;
+                applier.visit(r)
+            })?;
+        Ok(Pass {
+            applied: applier.finish(ending, next)?,
+            from: RestoredFrom::Changelog,
+        })
+    }
+
+    /// Goes on from the copy a start of the shard here left, unless it
+    /// cannot be kept (`None`: the whole partition is read instead).
+    fn resume_own(
+        &self,
+        checkpoint: Checkpoint,
+        ending: Ending,
+    ) -> Result<Option<Applied>, RestoreError> {
+        let until = ending.until();
+        let mine = i64::try_from(checkpoint.epoch).unwrap_or(i64::MAX);
+        let from = i64::try_from(checkpoint.offset).unwrap_or(i64::MAX);
+        let mut applier = Applier::new(
+            self,
+            checkpoint.epoch,
+            checkpoint.marker,
+            WriteBatch::new(&*self.entity_type),
+        );
+        let (mut foreign, mut anew, mut own_seen) = (false, false, false);
+        // The next offset after the checkpoint: one skipped was compacted
+        // away.
+        let (mut next, mut compacted) = (from, false);
+        self.changelog
+            .read(self.partition(), Some(mine), until, &mut |r| {
+                if !own_seen {
+                    // The copy's own marker, unless the changelog is
+                    // another than the one the copy came from.
+                    own_seen = true;
+                    let own = r.offset == mine
+                        && is_marker(r.key)
+                        && (checkpoint.marker == 0 || fingerprint(r.key) == checkpoint.marker);
+                    if !own {
+                        anew = true;
+                        return ControlFlow::Break(());
+                    }
+                    return ControlFlow::Continue(());
+                }
+                if r.offset < from {
+                    // In the store already, unless another start came, or
+                    // an older start's write landed late among this start's
+                    // own (taken as a full read would take it).
+                    if is_marker(r.key) {
+                        if r.offset > mine {
+                            foreign = true;
                             return ControlFlow::Break(());
                         }
                         return ControlFlow::Continue(());
                     }
-                    if r.offset < from {
-                        // In the store already, unless another start came,
-                        // or an older start's write landed late among this
-                        // start's own (taken as a full read would take it).
-                        if is_marker(r.key) {
-                            if r.offset > mine {
-                                foreign = true;
-                                return ControlFlow::Break(());
-                            }
-                            return ControlFlow::Continue(());
-                        }
-                        if r.value.is_none() || written_by(&r) == Some(checkpoint.epoch) {
-                            return ControlFlow::Continue(());
-                        }
-                    } else {
-                        if r.offset != next {
-                            compacted = true;
-                            return ControlFlow::Break(());
-                        }
-                        next = r.offset + 1;
+                    if r.value.is_none() || written_by(&r) == Some(checkpoint.epoch) {
+                        return ControlFlow::Continue(());
                     }
-                    applier.visit(r)
-                })?;
-            // Records up to the end were compacted away too.
-            compacted |= !anew && !foreign && next < until;
-            if anew || !own_seen {
-                tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, checkpoint = from, "the store's copy came from another changelog than this one (its topic deleted and made anew?): its copy here is dropped and the changelog partition read");
-            } else if foreign {
-                tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, "another start of the shard came while this node still wrote it: its copy here is dropped and the whole changelog partition read");
-            } else if compacted {
-                tracing::info!(entity_type = %self.entity_type, shard = %self.shard, checkpoint = from, "records after the store's checkpoint were compacted away, deleted entities' tombstones maybe among them: its copy here is dropped and the changelog partition read");
-            } else {
-                let (read, applied, ignored) = applier.finish(until, mark)?;
-                return Ok((read, applied, ignored, true));
-            }
-        } else if local.is_some() {
-            tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, "the store's checkpoint is past the changelog's end (a changelog topic made anew?): its copy here is dropped and the changelog partition read");
+                } else {
+                    if r.offset != next {
+                        compacted = true;
+                        return ControlFlow::Break(());
+                    }
+                    next = r.offset + 1;
+                }
+                applier.visit(r)
+            })?;
+        if let Some(failure) = applier.failure() {
+            return Err(failure);
         }
-        let mut batch = WriteBatch::new(&*self.entity_type);
-        batch.clear_shard(self.shard);
-        let mut applier = Applier::new(self, 0, batch);
-        self.changelog
-            .read(self.partition(), None, until, &mut |r| applier.visit(r))?;
-        let (read, applied, ignored) = applier.finish(until, mark)?;
-        Ok((read, applied, ignored, false))
-    }
-}
-
-/// Applies changelog records to the store, in batches, by the epoch rule.
-struct Applier<'a> {
-    restore: &'a Restore,
-    /// The newest epoch seen so far.
-    current: u64,
-    batch: WriteBatch,
-    /// Where each entity's op sits in `batch`. A changelog's newest
-    /// segments are not compacted yet and hold an entity's state once per
-    /// flush that changed it (tens of times in a busy minute); the store
-    /// keeps only the last, so only the last is written: a restore's cost
-    /// goes with the entities rather than with the records.
-    staged: HashMap<Box<str>, usize>,
-    read: u64,
-    applied: u64,
-    ignored: u64,
-    failed: Option<RestoreError>,
-}
-
-impl<'a> Applier<'a> {
-    fn new(restore: &'a Restore, current: u64, batch: WriteBatch) -> Self {
-        Self {
-            restore,
-            current,
-            batch,
-            staged: HashMap::new(),
-            read: 0,
-            applied: 0,
-            ignored: 0,
-            failed: None,
+        // Records up to a start's marker were compacted away too.
+        compacted |= !anew && !foreign && matches!(ending, Ending::Start { .. }) && next < until;
+        if anew || !own_seen {
+            tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, checkpoint = from, "the store's copy came from another changelog than this one (its topic deleted and made anew?): its copy here is dropped and the changelog partition read");
+        } else if foreign {
+            tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, "another start of the shard came while this node still wrote it: its copy here is dropped and the whole changelog partition read");
+        } else if compacted {
+            tracing::info!(entity_type = %self.entity_type, shard = %self.shard, checkpoint = from, "records after the store's checkpoint were compacted away, deleted entities' tombstones maybe among them: its copy here is dropped and the changelog partition read");
+        } else {
+            return applier.finish(ending, next).map(Some);
         }
+        Ok(None)
     }
 
-    fn visit(&mut self, record: ChangelogRecord<'_>) -> ControlFlow<()> {
-        match self.take(record) {
-            Ok(()) => ControlFlow::Continue(()),
-            Err(e) => {
-                self.failed = Some(e);
-                ControlFlow::Break(())
-            }
-        }
-    }
-
-    fn take(&mut self, record: ChangelogRecord<'_>) -> Result<(), RestoreError> {
-        self.read += 1;
-        if self.read.is_multiple_of(PROGRESS_EVERY) {
-            tracing::info!(entity_type = %self.restore.entity_type, shard = %self.restore.shard, read = self.read, offset = record.offset, "restoring");
-        }
-        let offset = u64::try_from(record.offset).unwrap_or(0);
-        if is_marker(record.key) {
-            self.current = self.current.max(offset);
-            return Ok(());
-        }
-        let bad = |error: String| RestoreError::Record {
-            offset: record.offset,
-            error,
+    /// Goes on from a standby's copy, unless it cannot be kept (`None`:
+    /// the whole partition is read instead). The copy applied every record
+    /// below its checkpoint in order, as a read of the whole partition
+    /// would: the rest of the read follows on, once the copy's newest
+    /// start is found where the checkpoint says (else the changelog is
+    /// another one, made anew).
+    fn resume_standby(
+        &self,
+        checkpoint: Checkpoint,
+        ending: Ending,
+    ) -> Result<Option<Applied>, RestoreError> {
+        let until = ending.until();
+        let (Ok(from), Ok(newest)) = (
+            i64::try_from(checkpoint.offset),
+            i64::try_from(checkpoint.epoch),
+        ) else {
+            return Ok(None);
         };
-        let (id, keyed_by_start) = entity_of(record.key).map_err(bad)?;
-        let shard = self.restore.shard;
-        match (record.value, deletion_start(record.tag)) {
-            // A deleted entity removed (see `region/shard/durable/
-            // deletions.rs`): gone, unless a newer start wrote it since.
-            (None, Some(start)) => {
-                if start < self.current && !self.newest_of(id, start)? {
-                    self.ignored += 1;
-                    return Ok(());
-                }
-                self.stage(
-                    id,
-                    Op::Delete {
-                        shard,
-                        entity_id: id.to_string(),
-                    },
-                );
-            }
-            // A start's key retired by a later start that wrote the entity
-            // under its own: for compaction, nothing for the state.
-            (None, None) if keyed_by_start => return Ok(()),
-            // Not written by colo, but a tombstone means the entity is gone.
-            (None, None) => self.stage(
-                id,
-                Op::Delete {
-                    shard,
-                    entity_id: id.to_string(),
-                },
-            ),
-            (Some(value), _) => {
-                let state =
-                    StateRecord::decode(value).map_err(|e: RecordError| bad(e.to_string()))?;
-                if state.epoch < self.current && !self.newest_of(id, state.epoch)? {
-                    self.ignored += 1;
-                    return Ok(());
-                }
-                self.current = self.current.max(state.epoch);
-                self.stage(
-                    id,
-                    Op::Put {
-                        shard,
-                        entity_id: id.to_string(),
-                        value: value.to_vec(),
-                    },
-                );
+        if from > until {
+            tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, checkpoint = from, "the standby's checkpoint is past the changelog's end (a changelog topic made anew?): its copy here is dropped and the changelog partition read");
+            return Ok(None);
+        }
+        if from > 0 {
+            let mut same = false;
+            self.changelog
+                .read(self.partition(), Some(newest), newest + 1, &mut |r| {
+                    same = r.offset == newest
+                        && is_marker(r.key)
+                        && (checkpoint.marker == 0 || fingerprint(r.key) == checkpoint.marker);
+                    ControlFlow::Break(())
+                })?;
+            if !same {
+                tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, checkpoint = from, "the standby's copy came from another changelog than this one (its topic deleted and made anew?): its copy here is dropped and the changelog partition read");
+                return Ok(None);
             }
         }
-        self.applied += 1;
-        if self.batch.ops.len() >= BATCH {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    /// Puts `op` in the batch in place of the entity's earlier one, if any.
-    fn stage(&mut self, id: &str, op: Op) {
-        match self
-            .staged
-            .get(id)
-            .and_then(|&at| self.batch.ops.get_mut(at))
-        {
-            Some(earlier) => *earlier = op,
-            None => {
-                self.staged.insert(id.into(), self.batch.ops.len());
-                self.batch.ops.push(op);
-            }
-        }
-    }
-
-    fn flush(&mut self) -> Result<(), RestoreError> {
-        self.staged.clear();
-        let full = std::mem::replace(&mut self.batch, WriteBatch::new(&*self.restore.entity_type));
-        self.restore.store.write(&full)?;
-        Ok(())
-    }
-
-    /// Whether a state of start `epoch`, older than one seen before it, is
-    /// its entity's newest so far: nothing of a later start is kept for
-    /// the entity (compaction may have left only this one of its records,
-    /// a deposed start's that landed late).
-    /// Rare (a deposed start's write that landed late): what was read so
-    /// far is written first, and the store asked.
-    fn newest_of(&mut self, id: &str, epoch: u64) -> Result<bool, RestoreError> {
-        if !self.batch.ops.is_empty() {
-            self.flush()?;
-        }
-        let kept = self
-            .restore
-            .store
-            .load(&self.restore.entity_type, self.restore.shard, id)?
-            .and_then(|value| StateRecord::decode(&value).ok())
-            .map(|state| state.epoch);
-        Ok(kept.is_none_or(|kept| kept <= epoch))
-    }
-
-    /// Writes the rest with the checkpoint of the start at `epoch` (its
-    /// marker's fingerprint `marker`): what was read, applied and ignored.
-    fn finish(mut self, epoch: i64, marker: u64) -> Result<(u64, u64, u64), RestoreError> {
-        if let Some(e) = self.failed.take() {
-            return Err(e);
-        }
-        let epoch = u64::try_from(epoch).unwrap_or(0);
-        self.batch.checkpoint(
-            self.restore.shard,
-            Checkpoint {
-                offset: epoch + 1,
-                epoch,
-                marker,
-            },
+        let mut applier = Applier::new(
+            self,
+            checkpoint.epoch,
+            checkpoint.marker,
+            WriteBatch::new(&*self.entity_type),
         );
-        self.restore.store.write(&self.batch)?;
-        Ok((self.read, self.applied, self.ignored))
+        let (mut next, mut compacted) = (from, false);
+        self.changelog
+            .read(self.partition(), Some(from), until, &mut |r| {
+                if r.offset != next {
+                    compacted = true;
+                    return ControlFlow::Break(());
+                }
+                next = r.offset + 1;
+                applier.visit(r)
+            })?;
+        if let Some(failure) = applier.failure() {
+            return Err(failure);
+        }
+        compacted |= matches!(ending, Ending::Start { .. }) && next < until;
+        if compacted {
+            tracing::info!(entity_type = %self.entity_type, shard = %self.shard, checkpoint = from, "records after the standby's checkpoint were compacted away, deleted entities' tombstones maybe among them: its copy here is dropped and the changelog partition read");
+            return Ok(None);
+        }
+        applier.finish(ending, next).map(Some)
     }
 }
 
@@ -522,7 +505,7 @@ pub(crate) async fn restore_until_done(restore: Arc<Restore>, metrics: StateMetr
         tracing::info!(entity_type = %restore.entity_type, shard = %restore.shard, "restoring shard state");
         match restore.clone().run().await {
             Ok(restored) => {
-                metrics.restored(restored.from_checkpoint, restored.took, restored.read);
+                metrics.restored(restored.from.label(), restored.took, restored.read);
                 tracing::info!(
                     entity_type = %restore.entity_type,
                     shard = %restore.shard,
@@ -530,7 +513,7 @@ pub(crate) async fn restore_until_done(restore: Arc<Restore>, metrics: StateMetr
                     read = restored.read,
                     applied = restored.applied,
                     ignored = restored.ignored,
-                    from_checkpoint = restored.from_checkpoint,
+                    from = restored.from.label(),
                     took = ?restored.took,
                     "shard state restored"
                 );

@@ -18,10 +18,10 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
-type Broker = MockCluster<'static, DefaultProducerContext>;
+pub(crate) type Broker = MockCluster<'static, DefaultProducerContext>;
 
 /// A mock broker with `entity_type`'s changelog.
-fn broker(entity_type: &str) -> Broker {
+pub(crate) fn broker(entity_type: &str) -> Broker {
     let broker = MockCluster::new(1).expect("mock cluster");
     broker
         .create_topic(&topic(entity_type), SHARDS as i32, 1)
@@ -29,12 +29,12 @@ fn broker(entity_type: &str) -> Broker {
     broker
 }
 
-fn topic(entity_type: &str) -> String {
+pub(crate) fn topic(entity_type: &str) -> String {
     format!("{entity_type}.changelog")
 }
 
 /// A node's store (in `dir`) with `entity_type`'s changelog.
-fn store(broker: &Broker, entity_type: &str, store: &Arc<dyn StateStore>) -> NodeStore {
+pub(crate) fn store(broker: &Broker, entity_type: &str, store: &Arc<dyn StateStore>) -> NodeStore {
     let changelog = Changelog::new(
         &broker.bootstrap_servers(),
         &[],
@@ -54,7 +54,7 @@ fn behind() -> StateSettings {
 
 /// Waits (bounded) until the node's region has registered with the
 /// coordinator: shards handed off by a leaving node can go there.
-async fn ready(node: &OneNode) {
+pub(crate) async fn ready(node: &OneNode) {
     colo_tests::wait::until_ok(ASK, || async {
         let reasons = node.node.not_ready();
         match reasons.is_empty() {

@@ -9,3 +9,4 @@ mod handoff;
 mod kafka;
 mod local;
 mod remember;
+mod standby;

@@ -10,7 +10,7 @@
 //! figures (BENCHMARKS.md, "State store engines").
 
 use colo_allocation::ShardId;
-use colo_state::{Checkpoint, Engine, StateStore, WriteBatch};
+use colo_state::{Checkpoint, CheckpointKind, Engine, StateStore, WriteBatch};
 use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -110,6 +110,7 @@ fn flush_all(store: &dyn Workload, ids: impl Iterator<Item = u64>, round: u64) -
                     offset: *flushes,
                     epoch: 1,
                     marker: 0,
+                    kind: CheckpointKind::Start,
                 },
             );
         }
@@ -184,6 +185,7 @@ fn main() {
                     offset: 1,
                     epoch: 1,
                     marker: 0,
+                    kind: CheckpointKind::Start,
                 },
             );
             store.flush(&batch);

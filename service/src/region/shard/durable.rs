@@ -210,6 +210,7 @@ impl<E: Entity> DurableShard<E> {
                 entity_type: Arc::from(entity_type),
                 shard,
                 node: node.to_string(),
+                writer: store.shard_writer(entity_type, shard),
             });
             Box::pin(restore_until_done(restore, metrics.clone())) as Restoring
         });

@@ -505,6 +505,7 @@ impl<E: Entity> RegionTask<E> {
                 self.ask_waiting_homes();
             }
             CoordinatorToRegion::Members { regions } => {
+                self.shared.members.send_replace(regions.clone());
                 self.shared.node.transport.members(self.name(), regions);
             }
             CoordinatorToRegion::GetRegionStats { request, timeout } => {

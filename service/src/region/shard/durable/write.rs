@@ -12,7 +12,7 @@ use crate::node_context::NodeContext;
 use crate::store::{removal_keys, removal_tag, state_key, NodeStore};
 use colo_allocation::ShardId;
 use colo_connectors::{Changelog, ChangelogWrite};
-use colo_state::{Checkpoint, WriteBatch};
+use colo_state::{Checkpoint, CheckpointKind, WriteBatch};
 use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -306,6 +306,7 @@ pub(super) async fn write(
             offset: u64::try_from(*last).unwrap_or(0) + 1,
             epoch,
             marker,
+            kind: CheckpointKind::Start,
         });
     }
     let mut batch = WriteBatch::new(&*entity_type);

@@ -1,0 +1,213 @@
+//! Standby shards: a node keeps a warm copy of shards of a durable entity
+//! type that it does not host, by reading their changelog partitions into
+//! its store as a restore reads them (`restore.rs`, [`Ending::Standby`]),
+//! so that a start of such a shard here reads only the tail. A standby
+//! never writes to the changelog and never answers a message: its copy
+//! sits in the store under a standby's checkpoint, and only a start of the
+//! shard here takes it over. The copy has one writer at a time (the
+//! shard's lock, [`Restore::writer`]): a start waits for a step under way
+//! and goes on from where it ended, and a step finds the shard running
+//! and leaves it alone.
+//!
+//! Which node keeps which shard: of the members the coordinator lists, the
+//! `standbys + 1` ranked first for the shard by a hash of both (rendezvous
+//! hashing), the shard's host excepted, so copies stay put as members come
+//! and go, but for those of the members that came or went. Kafka, not
+//! colo, decides which node a partition's shard goes to; with `standbys`
+//! one less than the nodes, every node that may get it has it warm. A copy
+//! a node no longer keeps stays in its store, a tail behind: a start there
+//! still reads only what it lacks.
+//!
+//! Every [`STEP`], each kept shard's partition is read from its checkpoint
+//! to its end: the copies lag by about that much.
+
+use super::applier::Applied;
+use super::restore::{Ending, Restore, RestoreError, RestoredFrom};
+use super::{DurableShards, NodeStore};
+use crate::metrics::StandbyMetrics;
+use colo_allocation::{stable_hash, RegionId, ShardId};
+use colo_connectors::Changelog;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the standbys read their partitions' new records.
+pub(crate) const STEP: Duration = Duration::from_secs(1);
+
+/// The members the coordinator listed last, as the region publishes them.
+pub(crate) type MembersOf = tokio::sync::watch::Receiver<Vec<RegionId>>;
+
+/// One entity type's standby shards on this node.
+pub(crate) struct Standbys {
+    store: Arc<NodeStore>,
+    changelog: Arc<Changelog>,
+    entity_type: Arc<str>,
+    number_of_shards: u32,
+    standbys: u32,
+    node: RegionId,
+    members: MembersOf,
+    /// The shards running here, whose copy is the start's own.
+    hosted: Arc<DurableShards>,
+    metrics: StandbyMetrics,
+}
+
+impl Standbys {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Arc<NodeStore>,
+        changelog: Arc<Changelog>,
+        entity_type: &str,
+        number_of_shards: u32,
+        standbys: u32,
+        node: RegionId,
+        members: MembersOf,
+        hosted: Arc<DurableShards>,
+    ) -> Self {
+        Self {
+            store,
+            changelog,
+            entity_type: Arc::from(entity_type),
+            number_of_shards,
+            standbys,
+            node,
+            members,
+            hosted,
+            metrics: StandbyMetrics::new(entity_type),
+        }
+    }
+
+    /// Keeps the copies, a round of steps every [`STEP`] and at once when
+    /// the members change (a node that joins has its copies warm before
+    /// the group's second round gives it partitions), until the node's
+    /// task set ends.
+    pub async fn run(mut self) {
+        tracing::info!(entity_type = %self.entity_type, standbys = self.standbys, "standby shards kept");
+        let mut tick = tokio::time::interval(STEP);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                changed = self.members.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+            self.round().await;
+        }
+    }
+
+    /// One step of each kept shard, side by side (each on a restore's
+    /// thread, see [`super::RESTORES`]).
+    async fn round(&self) {
+        let members = self.members.borrow().clone();
+        let kept: Vec<ShardId> = (0..self.number_of_shards)
+            .map(ShardId)
+            .filter(|shard| keeps(&self.node, &members, *shard, self.standbys))
+            .filter(|shard| !self.hosted.runs(*shard))
+            .collect();
+        self.metrics.shards(kept.len());
+        let steps = kept
+            .iter()
+            .map(|shard| async move { (*shard, self.step(*shard).await) });
+        let mut lag = 0;
+        for (shard, stepped) in futures::future::join_all(steps).await {
+            match stepped {
+                Ok(Some(applied)) => {
+                    lag += applied.read;
+                    self.metrics.records(applied.read);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.metrics.failed();
+                    tracing::warn!(entity_type = %self.entity_type, %shard, error = %e, retry_in = ?STEP, "a standby's copy of the shard could not be brought up to date");
+                }
+            }
+        }
+        self.metrics.lag(lag);
+    }
+
+    /// Brings the copy of `shard` up to its partition's end, unless the
+    /// shard runs here (`None`).
+    async fn step(&self, shard: ShardId) -> Result<Option<Applied>, RestoreError> {
+        let restore = Arc::new(Restore {
+            store: self.store.store(),
+            turns: self.store.restores().clone(),
+            changelog: self.changelog.clone(),
+            entity_type: self.entity_type.clone(),
+            shard,
+            node: self.node.to_string(),
+            writer: self.store.shard_writer(&self.entity_type, shard),
+        });
+        let _writer = restore.writer.clone().lock_owned().await;
+        if self.hosted.runs(shard) {
+            return Ok(None);
+        }
+        let local = restore.checkpoint().await?;
+        let this = restore.clone();
+        let pass = self
+            .store
+            .restores()
+            .run(move || this.pass(local, Ending::Standby))
+            .await
+            .map_err(RestoreError::Thread)??;
+        if pass.from == RestoredFrom::Changelog && local.is_some() {
+            tracing::info!(entity_type = %self.entity_type, %shard, read = pass.applied.read, "a standby's copy read the whole partition again");
+        }
+        Ok(Some(pass.applied))
+    }
+}
+
+/// Whether `node` keeps a copy of `shard`: it is among the `standbys + 1`
+/// members ranked first for the shard (one of them may host it).
+pub(crate) fn keeps(node: &RegionId, members: &[RegionId], shard: ShardId, standbys: u32) -> bool {
+    let rank = |region: &RegionId| stable_hash(&format!("{shard}/{region}"));
+    let mine = rank(node);
+    let above = members
+        .iter()
+        .filter(|m| *m != node)
+        .filter(|m| {
+            let theirs = rank(m);
+            theirs > mine || (theirs == mine && m.to_string() > node.to_string())
+        })
+        .count();
+    members.contains(node) && above <= usize::try_from(standbys).unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes(n: usize) -> Vec<RegionId> {
+        (0..n).map(|i| RegionId::new(format!("n{i}:1"))).collect()
+    }
+
+    #[test]
+    fn each_shard_has_standbys_plus_one_keepers_and_they_stay_when_a_member_leaves() {
+        let members = nodes(5);
+        for shard in (0..64).map(ShardId) {
+            let keepers: Vec<&RegionId> = members
+                .iter()
+                .filter(|m| keeps(m, &members, shard, 1))
+                .collect();
+            assert_eq!(keepers.len(), 2, "shard {shard}");
+            let (gone, rest): (Vec<RegionId>, Vec<RegionId>) =
+                members.iter().cloned().partition(|m| m == keepers[0]);
+            assert!(keeps(keepers[1], &rest, shard, 1), "the other keeper stays");
+            assert!(!keeps(&gone[0], &rest, shard, 1), "not a member");
+        }
+    }
+
+    #[test]
+    fn with_standbys_one_less_than_the_nodes_every_node_keeps_every_shard() {
+        let members = nodes(3);
+        for shard in (0..64).map(ShardId) {
+            assert!(members.iter().all(|m| keeps(m, &members, shard, 2)));
+        }
+        assert!(!keeps(
+            &RegionId::new("stranger:1"),
+            &members,
+            ShardId(0),
+            2
+        ));
+    }
+}
