@@ -56,6 +56,12 @@ pub(crate) const RESTORES: usize = 32;
 /// time (see [`Restore::writer`]).
 pub(crate) type ShardWriter = Arc<tokio::sync::Mutex<()>>;
 
+/// Per shard of an entity type, the standby checkpoint this process's
+/// own step wrote last: a later pass from it trusts that the copy came
+/// from this changelog without reading its newest start's marker again,
+/// which costs a changelog reader of its own.
+pub(crate) type Vouched = Arc<Mutex<HashMap<ShardId, colo_state::Checkpoint>>>;
+
 /// How durable entity types write their state behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateSettings {
@@ -91,6 +97,7 @@ pub struct NodeStore {
     /// Each shard's one writer of its copy at a time (see
     /// [`Restore::writer`]).
     writers: Mutex<HashMap<(String, ShardId), ShardWriter>>,
+    vouched: Mutex<HashMap<String, Vouched>>,
 }
 
 impl std::fmt::Debug for NodeStore {
@@ -128,6 +135,7 @@ impl NodeStore {
             restores: StoreCalls::new("colo-restore", RESTORES),
             commits: commit::GroupCommit::default(),
             writers: Mutex::default(),
+            vouched: Mutex::default(),
         }
     }
 
@@ -169,6 +177,15 @@ impl NodeStore {
         self.writers
             .lock()
             .entry((entity_type.to_string(), shard))
+            .or_default()
+            .clone()
+    }
+
+    /// `entity_type`'s standby copies this process's steps left.
+    pub(crate) fn vouched(&self, entity_type: &str) -> Vouched {
+        self.vouched
+            .lock()
+            .entry(entity_type.to_string())
             .or_default()
             .clone()
     }

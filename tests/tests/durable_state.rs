@@ -29,11 +29,12 @@ async fn series(node: &NodeProcess, name: &str, label: &str) -> f64 {
 /// Two nodes, a third joining midway; one killed (kill -9) midway and
 /// started again (on its data directory, or on an empty one), another
 /// stopped with SIGTERM; records flowing throughout.
-async fn through_a_join_a_kill_and_a_stop(test: &str, empty_data_dir: bool) {
+async fn through_a_join_a_kill_and_a_stop(test: &str, empty_data_dir: bool, standbys: u32) {
     let broker = Broker::start();
     let dir = tempfile::tempdir().expect("dir");
     let (topic, cluster) = unique(test);
-    let sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
+    let mut sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
+    sets.push(format!("sharding.standbys={standbys}"));
     let a = start(None, &sets);
     a.await_ready(READY).await;
     let mut b = start(Some(&a.grpc), &sets);
@@ -84,20 +85,44 @@ async fn through_a_join_a_kill_and_a_stop(test: &str, empty_data_dir: bool) {
             "b, on an empty data directory, restored its shards from the changelog alone"
         );
     }
+    if standbys > 0 {
+        let mut from_standby = 0.0;
+        for node in [&a, &b] {
+            from_standby += series(node, "colo_state_restores_total{", "from=\"standby\"").await;
+        }
+        assert!(
+            from_standby >= 1.0,
+            "the shards b had before its kill, and c's at its stop, started from standby copies\n{}",
+            kafka_logs(&[&a, &b, &c])
+        );
+        assert!(
+            series(&a, "colo_state_standby_records_total{", "").await > 0.0,
+            "a's standbys read the changelog"
+        );
+    }
 }
 
 /// The totals test: every user's totals equal the ones produced,
 /// exactly, and no user was live on two nodes at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn totals_are_exact_through_a_join_a_kill_9_and_restart_and_a_sigterm() {
-    through_a_join_a_kill_and_a_stop("totals", false).await;
+    through_a_join_a_kill_and_a_stop("totals", false, 0).await;
 }
 
 /// The same with the killed node started again on an empty data directory:
 /// the shards it gets restore from the changelog alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn totals_are_exact_when_the_killed_node_comes_back_without_its_data() {
-    through_a_join_a_kill_and_a_stop("empty-dir", true).await;
+    through_a_join_a_kill_and_a_stop("empty-dir", true, 0).await;
+}
+
+/// The same with standby shards on every node (`sharding.standbys`, one
+/// less than the nodes): the shards of the killed node and of the stopped
+/// one start on the others from their warm copies, and every total is
+/// still exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn totals_are_exact_through_a_kill_9_with_standby_shards() {
+    through_a_join_a_kill_and_a_stop("standbys", false, 2).await;
 }
 
 /// The changelog's records per partition and key (each entity's under

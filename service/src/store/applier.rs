@@ -34,14 +34,19 @@ pub(super) struct Applier<'a> {
     applied: u64,
     ignored: u64,
     failed: Option<RestoreError>,
+    /// The checkpoint the pass went on from: written again unchanged, it
+    /// is not written at all (a standby's step that found nothing new).
+    resumed: Option<Checkpoint>,
 }
 
 /// What a pass applied.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Applied {
+pub(crate) struct Applied {
     pub read: u64,
     pub applied: u64,
     pub ignored: u64,
+    /// The checkpoint the pass left.
+    pub checkpoint: Checkpoint,
 }
 
 impl<'a> Applier<'a> {
@@ -58,7 +63,20 @@ impl<'a> Applier<'a> {
             applied: 0,
             ignored: 0,
             failed: None,
+            resumed: None,
         }
+    }
+
+    /// The same, going on from `checkpoint`'s copy.
+    pub fn resuming(restore: &'a Restore, checkpoint: Checkpoint) -> Self {
+        let mut applier = Self::new(
+            restore,
+            checkpoint.epoch,
+            checkpoint.marker,
+            WriteBatch::new(&*restore.entity_type),
+        );
+        applier.resumed = Some(checkpoint);
+        applier
     }
 
     pub fn visit(&mut self, record: ChangelogRecord<'_>) -> ControlFlow<()> {
@@ -211,12 +229,15 @@ impl<'a> Applier<'a> {
                 }
             }
         };
-        self.batch.checkpoint(self.restore.shard, checkpoint);
-        self.restore.store.write(&self.batch)?;
+        if self.resumed != Some(checkpoint) || !self.batch.is_empty() {
+            self.batch.checkpoint(self.restore.shard, checkpoint);
+            self.restore.store.write(&self.batch)?;
+        }
         Ok(Applied {
             read: self.read,
             applied: self.applied,
             ignored: self.ignored,
+            checkpoint,
         })
     }
 }

@@ -251,6 +251,9 @@ pub(crate) struct Restore {
     /// The shard's copy in this node's store has one writer at a time: a
     /// start's restore, or a standby's step (see `standby.rs`).
     pub writer: super::ShardWriter,
+    /// The entity type's standby copies this process's own steps left (see
+    /// [`super::Vouched`]).
+    pub vouched: super::Vouched,
 }
 
 impl Restore {
@@ -313,6 +316,16 @@ impl Restore {
         local: Option<Checkpoint>,
         ending: Ending,
     ) -> Result<Pass, RestoreError> {
+        let pass = self.bring_up(local, ending)?;
+        let mut vouched = self.vouched.lock();
+        match ending {
+            Ending::Standby => vouched.insert(self.shard, pass.applied.checkpoint),
+            Ending::Start { .. } => vouched.remove(&self.shard),
+        };
+        Ok(pass)
+    }
+
+    fn bring_up(&self, local: Option<Checkpoint>, ending: Ending) -> Result<Pass, RestoreError> {
         let until = ending.until();
         match local {
             Some(c) if c.kind == CheckpointKind::Standby => {
@@ -361,12 +374,7 @@ impl Restore {
         let until = ending.until();
         let mine = i64::try_from(checkpoint.epoch).unwrap_or(i64::MAX);
         let from = i64::try_from(checkpoint.offset).unwrap_or(i64::MAX);
-        let mut applier = Applier::new(
-            self,
-            checkpoint.epoch,
-            checkpoint.marker,
-            WriteBatch::new(&*self.entity_type),
-        );
+        let mut applier = Applier::resuming(self, checkpoint);
         let (mut foreign, mut anew, mut own_seen) = (false, false, false);
         // The next offset after the checkpoint: one skipped was compacted
         // away.
@@ -448,7 +456,8 @@ impl Restore {
             tracing::warn!(entity_type = %self.entity_type, shard = %self.shard, checkpoint = from, "the standby's checkpoint is past the changelog's end (a changelog topic made anew?): its copy here is dropped and the changelog partition read");
             return Ok(None);
         }
-        if from > 0 {
+        let vouched = self.vouched.lock().get(&self.shard) == Some(&checkpoint);
+        if from > 0 && !vouched {
             let mut same = false;
             self.changelog
                 .read(self.partition(), Some(newest), newest + 1, &mut |r| {
@@ -462,12 +471,7 @@ impl Restore {
                 return Ok(None);
             }
         }
-        let mut applier = Applier::new(
-            self,
-            checkpoint.epoch,
-            checkpoint.marker,
-            WriteBatch::new(&*self.entity_type),
-        );
+        let mut applier = Applier::resuming(self, checkpoint);
         let (mut next, mut compacted) = (from, false);
         self.changelog
             .read(self.partition(), Some(from), until, &mut |r| {

@@ -137,6 +137,7 @@ impl Standbys {
             shard,
             node: self.node.to_string(),
             writer: self.store.shard_writer(&self.entity_type, shard),
+            vouched: self.store.vouched(&self.entity_type),
         });
         let _writer = restore.writer.clone().lock_owned().await;
         if self.hosted.runs(shard) {

@@ -33,6 +33,7 @@
 //! session timeout (each keeps its default otherwise: 45 s);
 //! `COLO_BENCH_GROUP_PROTOCOL=consumer` runs colo's nodes under KIP-848's
 //! consumer group protocol (colo only; the broker's heartbeat is 500 ms);
+//! `COLO_BENCH_STANDBYS` sets colo's `sharding.standbys` (0);
 //! `COLO_BENCH_WARM_S` (10) and `COLO_BENCH_MEASURE_S` (20) frame the
 //! latency, `COLO_BENCH_HOLD_S` (5) is how long each move is left to
 //! settle, and `COLO_BENCH_JOIN_WAIT_S` (60) how long a joiner is given to
@@ -86,6 +87,10 @@ fn placement(broker: &Broker, topic: &str, group: String) -> Placement {
             .ok()
             .and_then(|v| v.parse().ok()),
         consumer_protocol: consumer_protocol(),
+        standbys: std::env::var("COLO_BENCH_STANDBYS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
     }
 }
 

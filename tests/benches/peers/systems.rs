@@ -84,6 +84,8 @@ pub struct Placement {
     /// (Kafka Streams 4.x refuses it, Pekko's kafka-clients 3.9 has it as
     /// a preview), so a run that asks for it runs colo only.
     pub consumer_protocol: bool,
+    /// colo's `sharding.standbys` (0, its default, unless the run says).
+    pub standbys: u32,
 }
 
 /// One process of a system.
@@ -284,6 +286,7 @@ fn colo_command(
         "kafka.create_topics=true".to_string(),
         r#"log.level="warn""#.to_string(),
         client,
+        format!("sharding.standbys={}", at.standbys),
     ];
     command.arg("--exit-with-parent");
     for set in sets.iter().filter(|s| !s.is_empty()) {

@@ -211,6 +211,7 @@ impl<E: Entity> DurableShard<E> {
                 shard,
                 node: node.to_string(),
                 writer: store.shard_writer(entity_type, shard),
+                vouched: store.vouched(entity_type),
             });
             Box::pin(restore_until_done(restore, metrics.clone())) as Restoring
         });
