@@ -29,6 +29,17 @@ pub trait StateStore: Send + Sync + std::fmt::Debug {
     /// applied twice to the same effect).
     fn write_all(&self, batches: &[WriteBatch]) -> Result<(), StoreError>;
 
+    /// Applies every op of the batch, all or nothing, without waiting for
+    /// the disk: a crash may lose it whole (never part of it). For what
+    /// can be read again from elsewhere, such as a standby's copy of a
+    /// changelog, whose checkpoint is lost with the states it covers.
+    ///
+    /// # Errors
+    /// The write failed; nothing of it was applied.
+    fn write_unsynced(&self, batch: &WriteBatch) -> Result<(), StoreError> {
+        self.write(batch)
+    }
+
     /// An entity's stored value, if it has one.
     ///
     /// # Errors

@@ -132,6 +132,12 @@ impl StateStore for FjallStore {
         b.commit().map_err(|e| io(&names.join(","), e))
     }
 
+    fn write_unsynced(&self, batch: &WriteBatch) -> Result<(), StoreError> {
+        let mut b = self.db.batch().durability(None);
+        self.add(&mut b, batch)?;
+        b.commit().map_err(|e| io(&batch.entity_type, e))
+    }
+
     fn load(
         &self,
         entity_type: &str,

@@ -106,6 +106,11 @@ impl StateStore for SledStore {
             .map_err(|e| io(&names.join(","), e))
     }
 
+    fn write_unsynced(&self, batch: &WriteBatch) -> Result<(), StoreError> {
+        // Atomic in its tree; sled flushes it on its own schedule.
+        self.apply(batch)
+    }
+
     fn load(
         &self,
         entity_type: &str,

@@ -256,3 +256,48 @@ fn a_store_another_node_has_open_is_refused_rather_than_shared() {
         assert!(matches!(err, StoreError::Open { .. }), "{engine}: {err}");
     }
 }
+
+/// A standby's copy is written without waiting for the disk: it reads
+/// back at once, its checkpoint with it, and a later synced write (the
+/// start that takes the copy over) keeps it across a reopen.
+#[test]
+fn an_unsynced_write_reads_back_with_its_standby_checkpoint_and_lasts_past_a_synced_one() {
+    for engine in Engine::ALL {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let copy = Checkpoint {
+            offset: 10,
+            epoch: 3,
+            marker: 5,
+            kind: CheckpointKind::Standby,
+        };
+        {
+            let store = open(dir.path(), engine).expect("open");
+            let mut batch = WriteBatch::new("user");
+            batch.put(ShardId(4), "dave", b"d1".to_vec());
+            batch.checkpoint(ShardId(4), copy);
+            store.write_unsynced(&batch).expect("write");
+            assert_eq!(
+                store.load("user", ShardId(4), "dave").expect("load"),
+                Some(b"d1".to_vec()),
+                "{engine}"
+            );
+            assert_eq!(
+                store.checkpoint("user", ShardId(4)).expect("cp"),
+                Some(copy)
+            );
+            let mut synced = WriteBatch::new("user");
+            synced.put(ShardId(5), "erin", b"e1".to_vec());
+            store.write(&synced).expect("write");
+        }
+        let store = open(dir.path(), engine).expect("reopen");
+        assert_eq!(
+            store.load("user", ShardId(4), "dave").expect("load"),
+            Some(b"d1".to_vec()),
+            "{engine}"
+        );
+        assert_eq!(
+            store.checkpoint("user", ShardId(4)).expect("cp"),
+            Some(copy)
+        );
+    }
+}

@@ -37,6 +37,10 @@ pub(super) struct Applier<'a> {
     /// The checkpoint the pass went on from: written again unchanged, it
     /// is not written at all (a standby's step that found nothing new).
     resumed: Option<Checkpoint>,
+    /// Whether its writes wait for the disk: a start's do (its entities
+    /// then write on), a standby's need not (a copy lost in a crash is
+    /// read again, its checkpoint lost with it).
+    synced: bool,
 }
 
 /// What a pass applied.
@@ -52,8 +56,15 @@ pub(crate) struct Applied {
 impl<'a> Applier<'a> {
     /// An applier that goes on from a copy whose newest start is the one
     /// at `current`, with marker fingerprint `marker` (0, 0: no copy).
-    pub fn new(restore: &'a Restore, current: u64, marker: u64, batch: WriteBatch) -> Self {
+    pub fn new(
+        restore: &'a Restore,
+        current: u64,
+        marker: u64,
+        batch: WriteBatch,
+        ending: Ending,
+    ) -> Self {
         Self {
+            synced: matches!(ending, Ending::Start { .. }),
             restore,
             current,
             newest_marker: (current, marker),
@@ -68,12 +79,13 @@ impl<'a> Applier<'a> {
     }
 
     /// The same, going on from `checkpoint`'s copy.
-    pub fn resuming(restore: &'a Restore, checkpoint: Checkpoint) -> Self {
+    pub fn resuming(restore: &'a Restore, checkpoint: Checkpoint, ending: Ending) -> Self {
         let mut applier = Self::new(
             restore,
             checkpoint.epoch,
             checkpoint.marker,
             WriteBatch::new(&*restore.entity_type),
+            ending,
         );
         applier.resumed = Some(checkpoint);
         applier
@@ -176,7 +188,14 @@ impl<'a> Applier<'a> {
     fn flush(&mut self) -> Result<(), RestoreError> {
         self.staged.clear();
         let full = std::mem::replace(&mut self.batch, WriteBatch::new(&*self.restore.entity_type));
-        self.restore.store.write(&full)?;
+        self.write(&full)
+    }
+
+    fn write(&self, batch: &WriteBatch) -> Result<(), RestoreError> {
+        match self.synced {
+            true => self.restore.store.write(batch)?,
+            false => self.restore.store.write_unsynced(batch)?,
+        }
         Ok(())
     }
 
@@ -231,7 +250,7 @@ impl<'a> Applier<'a> {
         };
         if self.resumed != Some(checkpoint) || !self.batch.is_empty() {
             self.batch.checkpoint(self.restore.shard, checkpoint);
-            self.restore.store.write(&self.batch)?;
+            self.write(&self.batch)?;
         }
         Ok(Applied {
             read: self.read,

@@ -351,7 +351,7 @@ impl Restore {
         }
         let mut batch = WriteBatch::new(&*self.entity_type);
         batch.clear_shard(self.shard);
-        let mut applier = Applier::new(self, 0, 0, batch);
+        let mut applier = Applier::new(self, 0, 0, batch, ending);
         let mut next = 0;
         self.changelog
             .read(self.partition(), None, until, &mut |r| {
@@ -374,7 +374,7 @@ impl Restore {
         let until = ending.until();
         let mine = i64::try_from(checkpoint.epoch).unwrap_or(i64::MAX);
         let from = i64::try_from(checkpoint.offset).unwrap_or(i64::MAX);
-        let mut applier = Applier::resuming(self, checkpoint);
+        let mut applier = Applier::resuming(self, checkpoint, ending);
         let (mut foreign, mut anew, mut own_seen) = (false, false, false);
         // The next offset after the checkpoint: one skipped was compacted
         // away.
@@ -471,7 +471,7 @@ impl Restore {
                 return Ok(None);
             }
         }
-        let mut applier = Applier::resuming(self, checkpoint);
+        let mut applier = Applier::resuming(self, checkpoint, ending);
         let (mut next, mut compacted) = (from, false);
         self.changelog
             .read(self.partition(), Some(from), until, &mut |r| {
