@@ -28,7 +28,7 @@ pub use state::{
     STATE_WRITTEN_ENTITIES,
 };
 
-use crate::kafka_view::{KafkaView, PartitionView};
+use crate::kafka_view::{KafkaView, PartitionView, RebalanceTag, RevokeStep};
 use colo_passivation::PassivationReason;
 use metrics::{Counter, Gauge, Histogram, Unit};
 use std::sync::{Arc, Once};
@@ -132,8 +132,16 @@ impl KafkaMetrics {
     }
 
     /// A partition's first record was handled this long after the
-    /// partition was assigned here (its shard hosted, then consumed).
-    pub fn first_record(&self, topic: &str, since_assigned: Duration) {
+    /// partition was assigned here (its shard hosted, then consumed), in
+    /// the assignment `tag`, the record `age` old when handled.
+    pub fn first_record(
+        &self,
+        topic: &str,
+        tag: RebalanceTag,
+        since_assigned: Duration,
+        age: Option<Duration>,
+    ) {
+        self.view.arrived(tag, since_assigned, age);
         metrics::histogram!(KAFKA_FIRST_RECORD, "entity_type" => self.entity_type.clone(), "topic" => topic.to_string()).record(since_assigned.as_secs_f64());
     }
 
@@ -144,18 +152,29 @@ impl KafkaMetrics {
     }
 
     /// A rebalance of `kind` (assigned, revoked, lost) of `partitions`
-    /// partitions, and how long this node's part in it took.
-    pub fn rebalance(&self, kind: &'static str, took: Duration, partitions: usize) {
-        self.view
-            .rebalance(&self.entity_type, kind, took, partitions);
+    /// partitions, how long this node's part in it took, and a revoke's
+    /// `steps`; the cluster map keeps it under the tag returned.
+    pub fn rebalance(
+        &self,
+        kind: &'static str,
+        took: Duration,
+        partitions: usize,
+        steps: Vec<RevokeStep>,
+    ) -> RebalanceTag {
         metrics::counter!(KAFKA_REBALANCES, "entity_type" => self.entity_type.clone(), "kind" => kind).increment(1);
         metrics::histogram!(KAFKA_REBALANCE_DURATION, "entity_type" => self.entity_type.clone(), "kind" => kind).record(took.as_secs_f64());
+        self.view
+            .rebalance(&self.entity_type, kind, took, partitions, steps)
     }
 
     /// One step of a revoke (settle, commit, release) and how long it
     /// took: a moved partition pauses for their sum, and this says which.
-    pub fn revoke_step(&self, step: &'static str, took: Duration) {
+    pub fn revoke_step(&self, step: &'static str, took: Duration) -> RevokeStep {
         metrics::histogram!(KAFKA_REVOKE_STEP_DURATION, "entity_type" => self.entity_type.clone(), "step" => step).record(took.as_secs_f64());
+        RevokeStep {
+            step,
+            seconds: took.as_secs_f64(),
+        }
     }
 }
 

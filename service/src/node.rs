@@ -143,6 +143,15 @@ impl Node {
         &self.context.kafka
     }
 
+    /// The standby copies this node keeps now (the cluster map shows them).
+    pub(crate) fn standby_copies(&self) -> Vec<crate::store::StandbyView> {
+        self.context
+            .store
+            .as_ref()
+            .map(|store| store.standby_copies().views())
+            .unwrap_or_default()
+    }
+
     /// The names of the entity types this node has started a region for
     /// (proxies included), sorted.
     pub fn entity_types(&self) -> Vec<String> {

@@ -11,19 +11,21 @@
 //! `restore.rs`: a shard's start with a changelog: its epoch, and its state
 //! brought up to date before its entities run (`applier.rs` applies the
 //! changelog's records). `standby.rs`: warm copies of shards the node does
-//! not host.
+//! not host, and `standby_view.rs` what the cluster map shows of them.
 
 mod applier;
 mod calls;
 mod commit;
 mod restore;
 mod standby;
+mod standby_view;
 
 pub(crate) use calls::StoreCalls;
 pub(crate) use restore::{
     removal_keys, removal_tag, restore_until_done, state_key, Restore, Restored,
 };
 pub(crate) use standby::Standbys;
+pub use standby_view::StandbyView;
 
 use colo_allocation::ShardId;
 use colo_connectors::Changelog;
@@ -98,6 +100,8 @@ pub struct NodeStore {
     /// [`Restore::writer`]).
     writers: Mutex<HashMap<(String, ShardId), ShardWriter>>,
     vouched: Mutex<HashMap<String, Vouched>>,
+    /// The standby copies kept now, for the cluster map.
+    standby_copies: standby_view::StandbyCopies,
 }
 
 impl std::fmt::Debug for NodeStore {
@@ -136,6 +140,7 @@ impl NodeStore {
             commits: commit::GroupCommit::default(),
             writers: Mutex::default(),
             vouched: Mutex::default(),
+            standby_copies: standby_view::StandbyCopies::default(),
         }
     }
 
@@ -188,6 +193,11 @@ impl NodeStore {
             .entry(entity_type.to_string())
             .or_default()
             .clone()
+    }
+
+    /// The standby copies kept on this node now.
+    pub(crate) fn standby_copies(&self) -> &standby_view::StandbyCopies {
+        &self.standby_copies
     }
 
     /// How the node's shard restores take their turns.

@@ -73,7 +73,9 @@ async fn the_page_shows_a_joining_node_with_its_shards_and_its_shards_on_the_oth
 ) {
     let broker = Broker::start();
     let (topic, cluster) = user_nodes::unique("cluster-map");
-    let sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
+    let mut sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
+    // Copies of shards a node does not host, for its map to show.
+    sets.push("sharding.standbys=1".to_string());
     let a = user_nodes::start(None, &sets);
     a.await_ready(READY).await;
     let b = user_nodes::start(Some(&a.grpc), &sets);
@@ -125,6 +127,77 @@ async fn the_page_shows_a_joining_node_with_its_shards_and_its_shards_on_the_oth
     assert!(partitions.iter().all(|p| p["topic"] == topic.as_str()));
     let rebalances = map["rebalances"].as_array().expect("rebalances");
     assert!(rebalances.iter().any(|r| r["kind"] == "assigned"), "{map}");
+
+    // The move's cost on each side: the steps of the revoke on a node that
+    // gave partitions to the joiner, and on the joiner the pause its
+    // partitions' first records waited out.
+    let revoked_steps = |map: &serde_json::Value| -> Option<Vec<String>> {
+        let revoke = map["rebalances"]
+            .as_array()?
+            .iter()
+            .find(|r| r["kind"] == "revoked" && r["partitions"].as_u64() > Some(0))?;
+        let steps = revoke["steps"].as_array()?;
+        Some(
+            steps
+                .iter()
+                .filter_map(|s| Some(s["step"].as_str()?.to_string()))
+                .collect(),
+        )
+    };
+    let (a_map, b_map) = (api(&a).await, api(&b).await);
+    let steps = revoked_steps(&a_map)
+        .or_else(|| revoked_steps(&b_map))
+        .unwrap_or_else(|| panic!("neither gave a partition up: {a_map} {b_map}"));
+    assert_eq!(steps, ["settle", "commit", "release"]);
+    let arrived = wait::until_ok(PAGE_FOLLOWS, || async {
+        let map = api(&c).await;
+        let rebalances = map["rebalances"].as_array().cloned().unwrap_or_default();
+        rebalances
+            .into_iter()
+            .find(|r| r["kind"] == "assigned" && r["arrived"].as_u64() > Some(0))
+            .ok_or_else(|| format!("no first record handled on the joiner: {map}"))
+    })
+    .await;
+    let pause = arrived["pause_seconds"]
+        .as_f64()
+        .expect("a pause: records carry timestamps");
+    let first = arrived["first_record_seconds"]
+        .as_f64()
+        .expect("first record");
+    assert!(pause >= 0.0 && first >= 0.0, "{arrived}");
+    println!("the joiner's partitions paused {pause:.3} s; first record {first:.3} s after their assignment");
+
+    // Every node keeps copies of shards it does not host, with the offset
+    // their changelog partition was read to.
+    let copies = wait::until_ok(PAGE_FOLLOWS, || async {
+        let map = api(&a).await;
+        let standbys = map["standbys"].as_array().cloned().unwrap_or_default();
+        if standbys.iter().any(|c| c["offset"].as_u64() > Some(0)) {
+            Ok(standbys)
+        } else {
+            Err(format!("no standby copy read yet: {map}"))
+        }
+    })
+    .await;
+    let hosted: BTreeSet<u64> = api(&a).await["entity_types"][0]["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .filter(|n| n["node"] == a.grpc.as_str())
+        .flat_map(|n| n["shards"].as_array().cloned().unwrap_or_default())
+        .filter_map(|s| s["shard"].as_u64())
+        .collect();
+    assert!(
+        copies.iter().all(|c| c["entity_type"] == "user"),
+        "{copies:?}"
+    );
+    assert!(
+        copies
+            .iter()
+            .filter_map(|c| c["shard"].as_u64())
+            .any(|s| !hosted.contains(&s)),
+        "a copy of a shard hosted elsewhere: {copies:?} (hosted here: {hosted:?})"
+    );
 
     producer.finished(Duration::from_secs(60)).await;
 

@@ -5,8 +5,8 @@
 //! The shards of every node come from the coordinator (the cluster-stats
 //! query every region answers, with its shards' entity counts and which
 //! are handing off or restoring), so any node's map shows the whole
-//! cluster. Kafka partitions and rebalances are the serving node's own:
-//! each node's map shows its consumers.
+//! cluster. Kafka partitions, rebalances and standby copies are the
+//! serving node's own: each node's map shows its consumers and its copies.
 //!
 //! A map is gathered at most once per [`FRESH`]: every open page polls, and
 //! each gathering asks every region of the cluster.
@@ -14,6 +14,7 @@
 use crate::inspection::ClusterShardingStats;
 use crate::kafka_view::{PartitionView, RebalanceView};
 use crate::node::Node;
+use crate::store::StandbyView;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,6 +41,8 @@ pub struct ClusterMap {
     pub partitions: Vec<PartitionView>,
     /// This node's last rebalances, the newest first.
     pub rebalances: Vec<RebalanceView>,
+    /// The standby copies this node keeps, by entity type and shard.
+    pub standbys: Vec<StandbyView>,
 }
 
 /// One entity type's nodes and their shards.
@@ -198,6 +201,7 @@ impl ClusterMapSource {
             entity_types,
             partitions: kafka.partitions(),
             rebalances: kafka.rebalances(),
+            standbys: self.node.standby_copies(),
         }
     }
 }

@@ -48,6 +48,7 @@ use super::{partition_shard, IngestSettings, RecordDecoder};
 use crate::entity::{Entity, EntityId};
 use crate::envelope::Origin;
 use crate::error::TellError;
+use crate::kafka_view::RebalanceTag;
 use crate::logging::{ExpectedWait, Say};
 use crate::metrics::{KafkaMetrics, PartitionProgress};
 use crate::region::{AssignedShard, PlacementError, Region};
@@ -78,9 +79,9 @@ pub(super) struct PartitionTask<E: Entity> {
     /// says how many).
     pub(super) mismatch_warned: Arc<AtomicBool>,
     pub(super) dead_letters: DeadLetters,
-    /// When the partition was assigned here, until its first record is
-    /// handled.
-    pub(super) assigned_at: Option<Instant>,
+    /// When the partition was assigned here and in which rebalance, until
+    /// its first record is handled.
+    pub(super) arrival: Option<(Instant, RebalanceTag)>,
     /// Records handled, each one's latency, and the partition's first and
     /// last record handled here (a move's pause is read off them).
     pub(super) progress: PartitionProgress,

@@ -7,6 +7,7 @@ use super::partition::{PartitionTask, ShardPlace};
 use super::{partition_shard, IngestHealth, IngestSettings, RecordDecoder};
 use crate::entity::Entity;
 use crate::envelope::Origin;
+use crate::kafka_view::RebalanceTag;
 use crate::logging::{ExpectedWait, Say};
 use crate::metrics::KafkaMetrics;
 use crate::region::{PlacementError, Region};
@@ -49,17 +50,26 @@ impl<E: Entity> Rebalances<E> {
             let started = std::time::Instant::now();
             match event {
                 SourceEvent::Assigned { partitions } => {
-                    let count = partitions.len();
-                    self.assigned(partitions);
-                    self.metrics.rebalance("assigned", started.elapsed(), count);
+                    // Kept before the partitions' tasks start, so that
+                    // their first records find it: this node's part in an
+                    // assignment is handing each partition to its task,
+                    // and what the move cost shows as their first records.
+                    let tag = self.metrics.rebalance(
+                        "assigned",
+                        started.elapsed(),
+                        partitions.len(),
+                        Vec::new(),
+                    );
+                    self.assigned(partitions, tag);
                 }
                 SourceEvent::Revoked {
                     partitions,
                     mut revocation,
                 } => {
+                    let mut steps = Vec::with_capacity(3);
                     let mut step = std::time::Instant::now();
                     let mut timed = |name, metrics: &KafkaMetrics| {
-                        metrics.revoke_step(name, step.elapsed());
+                        steps.push(metrics.revoke_step(name, step.elapsed()));
                         step = std::time::Instant::now();
                     };
                     self.settled(&partitions).await;
@@ -70,12 +80,12 @@ impl<E: Entity> Rebalances<E> {
                     timed("release", &self.metrics);
                     revocation.done();
                     self.metrics
-                        .rebalance("revoked", started.elapsed(), partitions.len());
+                        .rebalance("revoked", started.elapsed(), partitions.len(), steps);
                 }
                 SourceEvent::Lost { partitions } => {
                     self.lost(&partitions).await;
                     self.metrics
-                        .rebalance("lost", started.elapsed(), partitions.len());
+                        .rebalance("lost", started.elapsed(), partitions.len(), Vec::new());
                 }
                 SourceEvent::Failed { reason } => {
                     tracing::error!(entity_type = %self.region.entity_type_name(), %reason, "kafka consumer failed for good: the entity type's records are not consumed on this node, which is not ready; restart it");
@@ -92,7 +102,7 @@ impl<E: Entity> Rebalances<E> {
         }
     }
 
-    fn assigned(&mut self, partitions: Vec<AssignedPartition>) {
+    fn assigned(&mut self, partitions: Vec<AssignedPartition>, tag: RebalanceTag) {
         let assigned_at = std::time::Instant::now();
         for partition in partitions {
             // Its shard is wanted here again: a release still retried would
@@ -119,7 +129,7 @@ impl<E: Entity> Rebalances<E> {
                 metrics: self.metrics.clone(),
                 mismatch_warned: self.mismatch_warned.clone(),
                 dead_letters: self.dead_letters.clone(),
-                assigned_at: Some(assigned_at),
+                arrival: Some((assigned_at, tag)),
                 progress,
                 shard: ShardPlace::Unknown,
                 durable: self.region.is_durable(),

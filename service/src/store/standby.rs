@@ -107,16 +107,21 @@ impl Standbys {
             .filter(|shard| !self.hosted.runs(*shard))
             .collect();
         self.metrics.shards(kept.len());
+        let copies = self.store.standby_copies();
+        copies.keep(&self.entity_type, &kept);
         let mut lag = 0;
         for shard in kept {
             match self.step(shard).await {
                 Ok(Some(applied)) => {
                     lag += applied.read;
                     self.metrics.records(applied.read);
+                    let reached = (applied.read, applied.checkpoint.offset);
+                    copies.stepped(&self.entity_type, shard, Ok(reached));
                 }
                 Ok(None) => {}
                 Err(e) => {
                     self.metrics.failed();
+                    copies.stepped(&self.entity_type, shard, Err(e.to_string()));
                     tracing::warn!(entity_type = %self.entity_type, %shard, error = %e, retry_in = ?STEP, "a standby's copy of the shard could not be brought up to date");
                 }
             }
