@@ -117,6 +117,8 @@ impl KafkaSource {
             watermarks: Mutex::new(HashMap::new()),
             committing: AtomicBool::new(false),
             consumer: std::sync::OnceLock::new(),
+            rebalanced: (GroupProtocol::of(&settings.client)? == GroupProtocol::Classic)
+                .then(|| AtomicBool::new(false)),
         };
         let consumer: Arc<BaseConsumer<SourceContext>> =
             Arc::new(config.create_with_context(context)?);

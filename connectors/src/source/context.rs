@@ -40,6 +40,9 @@ pub(super) struct SourceContext {
     /// The consumer itself, for a commit made on a thread of its own (so
     /// that its wait can be bounded); set once it exists.
     pub(super) consumer: std::sync::OnceLock<std::sync::Weak<BaseConsumer<SourceContext>>>,
+    /// Set by a rebalance under the classic protocol, taken by the poll
+    /// thread once the callback has returned (see `poll::rejoin_unthrottled`).
+    pub(super) rebalanced: Option<std::sync::atomic::AtomicBool>,
 }
 
 /// How long a rewind waits for the committed offset, and for the seek.
@@ -474,6 +477,9 @@ impl ConsumerContext for SourceContext {
     }
 
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Some(rebalanced) = &self.rebalanced {
+            rebalanced.store(true, Ordering::Release);
+        }
         match rebalance {
             Rebalance::Assign(list) => self.assigned(list),
             Rebalance::Revoke(list) => self.revoked(consumer, list),

@@ -95,6 +95,7 @@ pub(super) fn poll(
             None => idle = true,
         }
         since_clock = 0;
+        rejoin_unthrottled(consumer, topics);
         if rejoin.asked() {
             // The revoke of every partition runs in a later poll, then the
             // consumer joins as a new member.
@@ -137,6 +138,41 @@ pub(super) fn poll(
     }
     feeds.lock().maintain(consumer);
     consumer.context().commit_within_bound(consumer, "shutdown");
+}
+
+/// How long the metadata asked for after a rebalance may take: the poll
+/// thread waits for it (the group's heartbeats and joins do not).
+const METADATA_WAIT: Duration = Duration::from_millis(500);
+
+/// After a rebalance under the classic protocol, asks the broker for the
+/// topics' metadata, so that this member's next JoinGroup goes out as soon
+/// as the group asks for it.
+///
+/// librdkafka sends a member's JoinGroup at most once a second
+/// (`rkcg_join_intvl`), and clears that interval after a rebalance only on
+/// the member that revoked partitions. A join of the cooperative protocol
+/// takes two rounds: the members that revoked nothing (the joiner among
+/// them) joined the first less than a second before the second begins, so
+/// the second waited for their interval, and the moved partitions, revoked
+/// in the first round, paused for about a second plus the restore
+/// (BENCHMARKS.md). librdkafka clears the interval whenever a metadata
+/// response comes in (`rdkafka_metadata.c`), so one is asked for here,
+/// once per rebalance: the joiner joins the second round at its next
+/// heartbeat. A metadata request that fails or is slow costs nothing but
+/// that: the interval stays, as without this.
+fn rejoin_unthrottled(consumer: &BaseConsumer<SourceContext>, topics: &[String]) {
+    let Some(rebalanced) = &consumer.context().rebalanced else {
+        return;
+    };
+    if !rebalanced.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    let Some(topic) = topics.first() else {
+        return;
+    };
+    if let Err(e) = consumer.fetch_metadata(Some(topic), METADATA_WAIT) {
+        tracing::debug!(%topic, error = %e, "metadata after a rebalance not read: the member's next join may wait up to a second");
+    }
 }
 
 /// Whether librdkafka raised a fatal error: the consumer can do nothing
