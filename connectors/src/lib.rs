@@ -56,7 +56,7 @@ pub use dead_letters::{
 };
 pub use election::{Election, ElectionEvent, ElectionSettings, StepDown};
 pub use error::{SourceError, TopicError};
-pub use mock::MockKafka;
+pub use mock::{MockGroupTimings, MockKafka};
 pub use observer::{NoObserver, PartitionState, SourceObserver};
 pub use producer::{
     check_partitioner, KeyedProducer, Partitioning, ProduceError, ProducerSettings, PARTITIONER,

@@ -1,18 +1,21 @@
 //! librdkafka's in-process mock cluster, for the demo: a Kafka that needs
 //! nothing but cargo. It speaks the Kafka protocol on loopback with consumer
-//! groups, commits and rebalances, but holds each rebalance round open for
-//! the members' session timeout less a second (a broker ends a round once
-//! every member has joined); it is no stand-in for a broker in tests of the
-//! Kafka path.
+//! groups, commits and rebalances; it is no stand-in for a broker in tests
+//! of the Kafka path.
 //!
-//! Its group coordinator holds an empty group's first round for
-//! `group.initial.rebalance.delay.ms`, 3 s unless set, and meanwhile
-//! expires members whose session ran out: a session shorter than the
-//! first round never gets a member through it, and every later round is
-//! held for that session less a second. So [`MockKafka::start`] sets the
-//! first round's delay, which rdkafka's `MockCluster` does not wrap,
-//! through librdkafka's own call; the sessions, and every round after the
-//! first, can then be short.
+//! Its group coordinator paces groups unlike a broker, and the clock it
+//! keeps is librdkafka's mock defaults unless set ([`MockGroupTimings`]):
+//! - Classic groups: it holds an empty group's first round for
+//!   `group.initial.rebalance.delay.ms` (3 s), expiring members whose
+//!   session runs out meanwhile, and every later round for the members'
+//!   session timeout less a second, even once all have joined (a broker
+//!   ends a round then). A cooperative join takes two rounds.
+//! - Consumer-protocol groups (KIP-848): no rounds; it answers each
+//!   member's heartbeat with its next assignment, revocations first, and
+//!   tells members to heartbeat every 3 s, with 30 s sessions.
+//!
+//! rdkafka's `MockCluster` wraps none of these settings, so
+//! [`MockKafka::start`] makes librdkafka's own calls.
 
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
@@ -36,26 +39,49 @@ impl std::fmt::Debug for MockKafka {
     }
 }
 
+/// How the mock's group coordinator paces its groups (see the module's
+/// doc for what each does there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MockGroupTimings {
+    /// How long a new classic group's first round is held (librdkafka's
+    /// mock: 3 s).
+    pub first_round: Duration,
+    /// How often members of the consumer protocol heartbeat, which is when
+    /// they learn of partitions to give up or to take (3 s).
+    pub consumer_heartbeat: Duration,
+    /// Their session timeout (30 s).
+    pub consumer_session: Duration,
+}
+
 impl MockKafka {
-    /// Starts a cluster of `brokers` brokers on loopback whose groups'
-    /// first round is held for `first_round` (3 s is librdkafka's default).
+    /// Starts a cluster of `brokers` brokers on loopback whose groups are
+    /// paced by `timings`.
     ///
     /// # Errors
     /// librdkafka cannot start it.
-    pub fn start(brokers: i32, first_round: Duration) -> Result<Self, KafkaError> {
+    pub fn start(brokers: i32, timings: MockGroupTimings) -> Result<Self, KafkaError> {
         let owner: BaseProducer = ClientConfig::new()
             .set("test.mock.num.brokers", brokers.to_string())
             .create()?;
-        let delay = i32::try_from(first_round.as_millis()).unwrap_or(i32::MAX);
+        let ms = |d: Duration| i32::try_from(d.as_millis()).unwrap_or(i32::MAX);
+        let (delay, heartbeat, session) = (
+            ms(timings.first_round),
+            ms(timings.consumer_heartbeat),
+            ms(timings.consumer_session),
+        );
         // SAFETY: `owner` is a live client for the whole block. Its mock
-        // cluster, if it has one, lives as long as it; the second call only
-        // stores the delay in the cluster's defaults, under the cluster's
+        // cluster, if it has one, lives as long as it; the other calls only
+        // store a setting in the cluster's defaults, under the cluster's
         // lock.
         #[allow(unsafe_code)]
         let made = unsafe {
             let cluster = rdkafka_sys::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
             if !cluster.is_null() {
                 rdkafka_sys::rd_kafka_mock_group_initial_rebalance_delay_ms(cluster, delay);
+                rdkafka_sys::rd_kafka_mock_set_group_consumer_heartbeat_interval_ms(
+                    cluster, heartbeat,
+                );
+                rdkafka_sys::rd_kafka_mock_set_group_consumer_session_timeout_ms(cluster, session);
             }
             !cluster.is_null()
         };

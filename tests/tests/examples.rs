@@ -53,9 +53,9 @@ async fn the_kafka_demo_runs_hands_off_and_handles_every_record() {
             "200",
         ])
         .args(["--partitions", "6"])
-        // Lines often enough that a join or a leave, which take at least a
-        // round of the mock cluster's group (a second or more), has several
-        // between its start and its end.
+        // Lines often enough that a join or a leave, which take a few of
+        // the group's heartbeats (half a second or more), has some between
+        // its start and its end.
         .args(["--progress-every", "250ms"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -135,9 +135,9 @@ async fn the_kafka_demo_runs_hands_off_and_handles_every_record() {
     ] {
         assert!(out.contains(expected), "no {expected:?} in:\n{out}");
     }
-    // A join and a leave take rounds of the group (seconds on the mock
-    // cluster): the progress lines, one every 250 ms, go on while they
-    // run. A leave once took 0.2 s, with no progress line to print between.
+    // A join and a leave take a few of the group's heartbeats: the
+    // progress lines, one every 250 ms, go on while they run. A leave once
+    // took 0.2 s, with no progress line to print between.
     for (begins, ends) in [(" joins:", " hosts "), (" leaves:", " left in ")] {
         let lines: Vec<&str> = out.lines().collect();
         let from = lines.iter().position(|l| l.contains(begins));

@@ -24,7 +24,7 @@ use colo::{
     ClusterShardingStats, CoordinatorHandle, EntityType, InMemoryNetwork, InMemoryStore, Node,
     Region, ShardingSettings,
 };
-use colo_connectors::{MockKafka, Partitioning, SourceSettings};
+use colo_connectors::{MockGroupTimings, MockKafka, Partitioning, SourceSettings};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -142,7 +142,7 @@ struct DemoNode {
 /// A step failed, or not every produced record was handled.
 pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     let broker =
-        MockKafka::start(1, FIRST_ROUND).map_err(step("start the in-process Kafka cluster"))?;
+        MockKafka::start(1, GROUP_TIMINGS).map_err(step("start the in-process Kafka cluster"))?;
     let partitions = i32::try_from(options.partitions)
         .map_err(|_| DemoError::Step("too many partitions".into()))?;
     broker
@@ -433,26 +433,27 @@ const STOP_WITHIN: Duration = Duration::from_secs(30);
 /// How long a commit at a revoke may take.
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The members' session timeout. The mock cluster's group coordinator
-/// holds each round of a rebalance open for the session timeout less a
-/// second, even once every member has joined again (librdkafka's
-/// `rd_kafka_mock_cgrp_classic_rebalance` in `rdkafka_mock_cgrp.c`; a broker
-/// ends the round as soon as all have), and puts out of the group a member
-/// that has not joined by then. So the session is short, for rounds of a
-/// second, and long enough that a member's revoke (its shards settled and
-/// handed off) ends within the round: at 1.5 s (rounds of half a second)
-/// members were put out of the group and their partitions lost in three
-/// runs of four. With 3.5 s, as before, a join's pause was 5 to 20 s; with
-/// 2 s, a join's and a leave's pauses are about 1.1 to 2.5 s.
-const SESSION_MS: &str = "2000";
+/// How the mock cluster paces the demo's group. The group uses the consumer
+/// protocol (KIP-848): the mock's coordinator answers each member's
+/// heartbeat with its next assignment, revocations first, so a move waits
+/// for heartbeats, every 200 ms here. Under the classic protocol it holds
+/// every round of a rebalance for the session timeout less a second, even
+/// once all members have joined (`rd_kafka_mock_cgrp_classic_rebalance` in
+/// librdkafka's `rdkafka_mock_cgrp.c`; a broker ends a round then), and a
+/// cooperative join takes two rounds: with sessions of 2 s, the shortest
+/// with which no member was put out of the group in the middle of its
+/// revoke, a join's moved partitions paused 1.3-1.7 s and a leave's
+/// 1.1-1.5 s; under the consumer protocol 0.6-0.7 s each (BENCHMARKS.md).
+/// The session is long enough that no revoke (shards settled and handed
+/// off) outlasts it. The first round is a classic group's, should one come.
+const GROUP_TIMINGS: MockGroupTimings = MockGroupTimings {
+    first_round: Duration::from_millis(200),
+    consumer_heartbeat: Duration::from_millis(200),
+    consumer_session: Duration::from_secs(10),
+};
 
-/// How long the mock cluster holds a new group's first round
-/// (`group.initial.rebalance.delay.ms`, 3 s unless set). A session must
-/// outlast that round, which the members wait through without a heartbeat.
-const FIRST_ROUND: Duration = Duration::from_millis(200);
-
-/// The source settings of the demo: the session above, and heartbeats
-/// often enough that a member learns of a round well within it.
+/// The source settings of the demo: the consumer group protocol (see
+/// [`GROUP_TIMINGS`]).
 fn ingest_settings(bootstrap: &str, settings: &ShardingSettings) -> IngestSettings {
     let delivery_timeout = Duration::from_secs(10);
     IngestSettings {
@@ -460,10 +461,7 @@ fn ingest_settings(bootstrap: &str, settings: &ShardingSettings) -> IngestSettin
             bootstrap_servers: bootstrap.to_string(),
             group_id: "demo.user".into(),
             topics: vec![USER_EVENTS.into()],
-            client: vec![
-                ("session.timeout.ms".into(), SESSION_MS.into()),
-                ("heartbeat.interval.ms".into(), "300".into()),
-            ],
+            client: vec![("group.protocol".into(), "consumer".into())],
             max_in_flight: 1000,
             max_in_flight_total: 100_000,
             commit_interval: Duration::from_millis(500),

@@ -178,7 +178,7 @@ impl Membership {
             Change::Joined { node, took, shards } => {
                 let plural = if shards == 1 { "" } else { "s" };
                 println!(
-                    "{} hosts {shards} shard{plural} {:.1}s after it joined (two rounds of the group: the others revoke, then it is assigned)",
+                    "{} hosts {shards} shard{plural} {:.1}s after it joined (at the members' heartbeats, the others revoke, then it is assigned)",
                     node.name,
                     took.as_secs_f64()
                 );
@@ -193,7 +193,7 @@ impl Membership {
                 let shards = self.shards;
                 match rehosted {
                     Some(rehosted) => println!(
-                        "{name} left in {:.1}s; the others host all {shards} shards {:.1}s after it began to leave (the group's next round assigned its partitions)",
+                        "{name} left in {:.1}s; the others host all {shards} shards {:.1}s after it began to leave (the group's coordinator assigned its partitions at the others' heartbeats)",
                         took.as_secs_f64(),
                         rehosted.as_secs_f64()
                     ),
