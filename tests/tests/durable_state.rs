@@ -99,6 +99,10 @@ async fn through_a_join_a_kill_and_a_stop(test: &str, empty_data_dir: bool, stan
             series(&a, "colo_state_standby_records_total{", "").await > 0.0,
             "a's standbys read the changelog"
         );
+        assert!(
+            series(&a, "colo_state_standby_bytes_total{", "").await > 0.0,
+            "a's standbys count the bytes they read"
+        );
     }
 }
 

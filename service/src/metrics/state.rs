@@ -15,6 +15,7 @@ pub const STATE_RESTORED_RECORDS: &str = "colo_state_restore_records_total";
 pub const STATE_REMOVED_ENTITIES: &str = "colo_state_removed_entities_total";
 pub const STANDBY_SHARDS: &str = "colo_state_standby_shards";
 pub const STANDBY_RECORDS: &str = "colo_state_standby_records_total";
+pub const STANDBY_BYTES: &str = "colo_state_standby_bytes_total";
 pub const STANDBY_LAG: &str = "colo_state_standby_lag_records";
 pub const STANDBY_FAILURES: &str = "colo_state_standby_failures_total";
 
@@ -65,6 +66,11 @@ pub(super) fn describe() {
     describe_counter!(
         STANDBY_RECORDS,
         "Changelog records the node's standby copies read"
+    );
+    describe_counter!(
+        STANDBY_BYTES,
+        Unit::Bytes,
+        "Bytes of changelog records (keys and values) the node's standby copies read"
     );
     describe_gauge!(
         STANDBY_LAG,
@@ -160,6 +166,7 @@ impl StateMetrics {
 pub(crate) struct StandbyMetrics {
     shards: metrics::Gauge,
     records: Counter,
+    bytes: Counter,
     lag: metrics::Gauge,
     failures: Counter,
 }
@@ -171,10 +178,12 @@ impl StandbyMetrics {
         let handles = Self {
             shards: metrics::gauge!(STANDBY_SHARDS, "entity_type" => et()),
             records: metrics::counter!(STANDBY_RECORDS, "entity_type" => et()),
+            bytes: metrics::counter!(STANDBY_BYTES, "entity_type" => et()),
             lag: metrics::gauge!(STANDBY_LAG, "entity_type" => et()),
             failures: metrics::counter!(STANDBY_FAILURES, "entity_type" => et()),
         };
         handles.records.increment(0);
+        handles.bytes.increment(0);
         handles.failures.increment(0);
         handles
     }
@@ -184,8 +193,10 @@ impl StandbyMetrics {
         self.shards.set(kept as f64);
     }
 
-    pub fn records(&self, read: u64) {
+    /// A step read `read` changelog records of `bytes` bytes.
+    pub fn records(&self, read: u64, bytes: u64) {
         self.records.increment(read);
+        self.bytes.increment(bytes);
     }
 
     /// What the last round of steps read, all kept shards together.

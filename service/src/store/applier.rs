@@ -31,6 +31,8 @@ pub(super) struct Applier<'a> {
     /// goes with the entities rather than with the records.
     staged: HashMap<Box<str>, usize>,
     read: u64,
+    /// Keys and values of the records read, in bytes.
+    bytes: u64,
     applied: u64,
     ignored: u64,
     failed: Option<RestoreError>,
@@ -47,6 +49,8 @@ pub(super) struct Applier<'a> {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Applied {
     pub read: u64,
+    /// What those records' keys and values came to, in bytes.
+    pub bytes: u64,
     pub applied: u64,
     pub ignored: u64,
     /// The checkpoint the pass left.
@@ -71,6 +75,7 @@ impl<'a> Applier<'a> {
             batch,
             staged: HashMap::new(),
             read: 0,
+            bytes: 0,
             applied: 0,
             ignored: 0,
             failed: None,
@@ -109,6 +114,8 @@ impl<'a> Applier<'a> {
 
     fn take(&mut self, record: ChangelogRecord<'_>) -> Result<(), RestoreError> {
         self.read += 1;
+        let value = record.value.map_or(0, <[u8]>::len);
+        self.bytes += (record.key.len() + value) as u64;
         if self.read.is_multiple_of(PROGRESS_EVERY) {
             tracing::info!(entity_type = %self.restore.entity_type, shard = %self.restore.shard, read = self.read, offset = record.offset, "restoring");
         }
@@ -254,6 +261,7 @@ impl<'a> Applier<'a> {
         }
         Ok(Applied {
             read: self.read,
+            bytes: self.bytes,
             applied: self.applied,
             ignored: self.ignored,
             checkpoint,

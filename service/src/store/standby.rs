@@ -114,7 +114,7 @@ impl Standbys {
             match self.step(shard).await {
                 Ok(Some(applied)) => {
                     lag += applied.read;
-                    self.metrics.records(applied.read);
+                    self.metrics.records(applied.read, applied.bytes);
                     let reached = (applied.read, applied.checkpoint.offset);
                     copies.stepped(&self.entity_type, shard, Ok(reached));
                 }
