@@ -59,7 +59,9 @@ async fn until_value(prometheus: &Prometheus, what: &str, expr: &str, holds: imp
 async fn prometheus_scrapes_the_nodes_and_every_dashboard_and_alert_expression_runs() {
     let broker = Broker::start();
     let (topic, cluster) = user_nodes::unique("prometheus");
-    let sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
+    let mut sets = kafka_sets(broker.bootstrap(), &topic, &cluster);
+    // Standby copies, for the dashboard's panels of them to have data.
+    sets.push("sharding.standbys=1".to_string());
     let a = user_nodes::start(None, &sets);
     a.await_ready(READY).await;
     let mut b = user_nodes::start(Some(&a.grpc), &sets);
