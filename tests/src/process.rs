@@ -52,6 +52,11 @@ pub fn crate_binary(package: &str) -> PathBuf {
     binary(package, package, &["--bin", package])
 }
 
+/// A binary of this crate (`tests/src/bin/`), built like [`colo_binary`].
+pub fn tests_binary(name: &str) -> PathBuf {
+    binary("colo-tests", name, &["--bin", name])
+}
+
 /// An example binary of a crate of the workspace, built like
 /// [`colo_binary`].
 pub fn package_example(package: &str, name: &str) -> PathBuf {

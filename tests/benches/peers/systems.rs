@@ -6,7 +6,7 @@
 //! first record since its assignment and its last were handled (colo's
 //! metrics; the peers serve the same figures, `peers/common`'s `Progress`).
 
-use colo_tests::process::{colo_binary, example_binary, free_port};
+use colo_tests::process::{colo_binary, example_binary, free_port, tests_binary};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -20,6 +20,9 @@ pub enum System {
     StreamsExactlyOnce,
     StreamsAtLeastOnce,
     Pekko,
+    /// A consumer group member that only reads (`tests/src/bin/
+    /// bare-consumer.rs`): the moves' baseline, chosen by name only.
+    Bare,
 }
 
 impl System {
@@ -39,6 +42,7 @@ impl System {
             System::StreamsExactlyOnce => "Kafka Streams, exactly_once_v2",
             System::StreamsAtLeastOnce => "Kafka Streams, at_least_once",
             System::Pekko => "Pekko Cluster Sharding, totals in memory",
+            System::Bare => "bare consumer group (librdkafka, cooperative-sticky), the baseline",
         }
     }
 
@@ -56,8 +60,9 @@ impl System {
                 "eos" => System::StreamsExactlyOnce,
                 "alos" => System::StreamsAtLeastOnce,
                 "pekko" => System::Pekko,
+                "bare" => System::Bare,
                 other => panic!(
-                    "COLO_BENCH_SYSTEMS: no system {other:?} (colo, memory, eos, alos, pekko)"
+                    "COLO_BENCH_SYSTEMS: no system {other:?} (colo, memory, eos, alos, pekko, bare)"
                 ),
             })
             .collect()
@@ -113,6 +118,8 @@ impl Instance {
         let err = out.try_clone().expect("log file");
         let (mut command, address, metrics, remoting) = if system.is_colo() {
             colo_command(system, at, dir.path(), first)
+        } else if system == System::Bare {
+            bare_command(at)
         } else {
             java_command(system, at, dir.path(), n, first)
         };
@@ -293,6 +300,18 @@ fn colo_command(
         command.args(["--set", set]);
     }
     (command, grpc, admin, 0)
+}
+
+/// The bare consumer: the group settings of colo's source, its session
+/// timeout when the run sets one.
+fn bare_command(at: &Placement) -> (Command, String, String, u16) {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut command = Command::new(tests_binary("bare-consumer"));
+    command.args([&at.bootstrap, &at.topic, &at.group, &metrics]);
+    if let Some(ms) = at.session_timeout_ms {
+        command.arg(ms.to_string());
+    }
+    (command, metrics.clone(), metrics, 0)
 }
 
 /// The peers' shaded jars, built by [`build_peers`].
