@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// How many rebalances the view keeps: the map shows the last ones.
 const REBALANCES_KEPT: usize = 20;
@@ -115,10 +115,7 @@ impl KafkaView {
         partitions: usize,
         steps: Vec<RevokeStep>,
     ) -> RebalanceTag {
-        let at_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or_default();
+        let at_ms = crate::clock::unix_ms();
         let tag = RebalanceTag(self.next_tag.fetch_add(1, Ordering::Relaxed));
         let mut rebalances = self.rebalances.lock();
         if rebalances.len() == REBALANCES_KEPT {

@@ -70,6 +70,7 @@
 
 pub mod admin;
 pub mod api;
+mod clock;
 pub mod codec;
 pub mod config;
 pub mod coordinator;

@@ -190,10 +190,7 @@ impl ClusterMapSource {
         .into_iter()
         .flatten()
         .collect();
-        let at_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or_default();
+        let at_ms = crate::clock::unix_ms();
         let kafka = self.node.kafka_view();
         ClusterMap {
             node: self.node.id().to_string(),

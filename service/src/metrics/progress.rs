@@ -58,20 +58,24 @@ impl PartitionProgress {
     }
 
     /// A record with Kafka timestamp `timestamp` (milliseconds since the
-    /// Unix epoch) was handled in the batch being settled.
-    pub fn handled(&mut self, timestamp: Option<i64>) {
+    /// Unix epoch) was handled in the batch being settled. Its latency, in
+    /// seconds: none without a timestamp.
+    pub fn handled(&mut self, timestamp: Option<i64>) -> Option<f64> {
         let (now, handled) = self.batch.get_or_insert_with(|| (wall_clock(), 0));
         *handled += 1;
         // A producer's clock may be ahead of this node's, or unset (-1
         // is read as none): no negative latency is made up.
-        if let Some(produced) = timestamp.filter(|t| *t > 0) {
-            self.latency
-                .record((*now - produced as f64 / 1000.0).max(0.0));
+        let latency = timestamp
+            .filter(|t| *t > 0)
+            .map(|produced| (*now - produced as f64 / 1000.0).max(0.0));
+        if let Some(latency) = latency {
+            self.latency.record(latency);
         }
         if self.fresh {
             self.fresh = false;
             self.first.set(*now);
         }
+        latency
     }
 
     /// The batch of records settled in one wake of the partition's task is
@@ -146,6 +150,15 @@ mod tests {
             progress.settled();
             progress.handled(Some(-1));
         });
+        // A record's age when handled (what a move's first record says
+        // of its pause): none without a timestamp, never negative.
+        let handled = metrics::counter!("unrecorded");
+        let mut progress = PartitionProgress::new("user", "events", 4, handled);
+        assert_eq!(progress.handled(None), None);
+        assert_eq!(progress.handled(Some(-1)), None);
+        assert_eq!(progress.handled(Some(produced + 60_000)), Some(0.0));
+        let age = progress.handled(Some(produced - 2_000)).expect("an age");
+        assert!((2.0..60.0).contains(&age), "{age}");
         let text = handle.render();
         // Counted per batch, the last one when the partition's task ends.
         assert_eq!(

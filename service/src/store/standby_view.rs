@@ -8,7 +8,6 @@ use colo_allocation::ShardId;
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// One standby copy kept on this node.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -63,10 +62,7 @@ impl StandbyCopies {
         let Some(copy) = copies.get_mut(&(entity_type.to_string(), shard.0)) else {
             return;
         };
-        copy.at_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or_default();
+        copy.at_ms = crate::clock::unix_ms();
         match step {
             Ok((behind, offset)) => {
                 copy.offset = Some(offset);

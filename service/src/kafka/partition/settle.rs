@@ -10,7 +10,7 @@ use super::PartitionTask;
 use crate::entity::Entity;
 use colo_allocation::ShardId;
 use colo_connectors::Ack;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 impl<E: Entity> PartitionTask<E> {
     /// Settles the front record by its outcome (`None`: it has none, it is
@@ -48,13 +48,13 @@ impl<E: Entity> PartitionTask<E> {
                 _,
             ) => match outcome {
                 Outcome::Handled => {
-                    self.progress.handled(timestamp);
+                    let age = self.progress.handled(timestamp);
                     if let Some((assigned_at, tag)) = self.arrival.take() {
                         self.metrics.first_record(
                             &self.partition.topic,
                             tag,
                             assigned_at.elapsed(),
-                            record_age(timestamp),
+                            age.map(Duration::from_secs_f64),
                         );
                     }
                     let shard = self.region.shard_of(&id);
@@ -234,35 +234,5 @@ impl<E: Entity> PartitionTask<E> {
                 }
             }
         }
-    }
-}
-
-/// How long ago a record of Kafka `timestamp` (milliseconds since the Unix
-/// epoch) was produced, by this node's clock: none without a timestamp
-/// (-1), never negative (a producer's clock may be ahead of this node's).
-fn record_age(timestamp: Option<i64>) -> Option<Duration> {
-    let produced = u64::try_from(timestamp?).ok().filter(|t| *t > 0)?;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
-    Some(now.saturating_sub(Duration::from_millis(produced)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_record_age_is_none_without_a_timestamp_and_never_negative() {
-        assert_eq!(record_age(None), None);
-        assert_eq!(record_age(Some(-1)), None);
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("clock")
-            .as_millis() as i64;
-        assert_eq!(record_age(Some(now + 60_000)), Some(Duration::ZERO));
-        let age = record_age(Some(now - 2_000)).expect("an age");
-        assert!(
-            age >= Duration::from_secs(2) && age < Duration::from_secs(60),
-            "{age:?}"
-        );
     }
 }
