@@ -65,16 +65,23 @@ enum Standing {
     /// The member was put out of the group (its session ran out) or fenced
     /// by a newer instance: its partitions are another's already.
     Gone,
+    /// The consumer's group handler has ended (librdkafka answers
+    /// BrokerDestroy): the consumer closed, as at the end of a node's
+    /// shutdown, where librdkafka may still hand the application a revoke
+    /// it had queued. The shutdown's own commit came before.
+    Closed,
 }
 
 impl Standing {
     fn of(error: &rdkafka::error::KafkaError) -> Option<Self> {
         use rdkafka::types::RDKafkaErrorCode::{
-            FencedInstanceId, IllegalGeneration, RebalanceInProgress, UnknownMemberId,
+            BrokerDestroy, FencedInstanceId, IllegalGeneration, RebalanceInProgress,
+            UnknownMemberId,
         };
         match error.rdkafka_error_code()? {
             RebalanceInProgress | IllegalGeneration => Some(Self::Rebalancing),
             UnknownMemberId | FencedInstanceId => Some(Self::Gone),
+            BrokerDestroy => Some(Self::Closed),
             _ => None,
         }
     }
@@ -89,6 +96,9 @@ impl Standing {
             }
             Self::Gone => {
                 tracing::warn!(%error, "offsets not committed at {when}: the member was put out of the group (its session ran out?); the partitions' next owner starts from the last commit")
+            }
+            Self::Closed => {
+                tracing::info!(%error, "offsets not committed at {when}: the consumer has closed; the partitions' next owner starts from the last commit")
             }
         }
     }
@@ -485,5 +495,78 @@ impl ConsumerContext for SourceContext {
             Rebalance::Revoke(list) => self.revoked(consumer, list),
             Rebalance::Error(e) => tracing::warn!(error = %e, "kafka rebalance error"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::config::ClientConfig;
+    use rdkafka::mocking::MockCluster;
+    use std::sync::atomic::AtomicUsize;
+
+    /// The source's own commits that failed.
+    #[derive(Default)]
+    struct FailedCommits(AtomicUsize);
+
+    impl SourceObserver for FailedCommits {
+        fn partition(&self, _: &TopicPartition, _: crate::PartitionState) {}
+        fn partition_gone(&self, _: &TopicPartition) {}
+        fn committed(&self, latency: Option<Duration>, ok: bool) {
+            if latency.is_some() && !ok {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A consumer whose group handler has ended (closed, as at the end of
+    /// a shutdown, where librdkafka may still hand the application a
+    /// revoke it had queued) can commit nothing more: the commit is given
+    /// up at its first refusal. Before, it was tried again every 200 ms
+    /// until `commit_timeout`, holding the node's shutdown for ten seconds
+    /// and warning, as a demo run once did.
+    #[test]
+    fn a_commit_after_the_consumer_closed_is_given_up_at_once() {
+        let cluster = MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("closed", 1, 1).expect("topic");
+        let failed = Arc::new(FailedCommits::default());
+        let (events, _received) = mpsc::unbounded_channel();
+        let (opens, _opened) = std::sync::mpsc::channel();
+        let (rewinds, _rewound) = std::sync::mpsc::channel();
+        let context = SourceContext {
+            feeds: Arc::new(Mutex::new(Feeds {
+                by: HashMap::new(),
+                max_in_flight: 1,
+                budget: super::super::Budget::new(1),
+                stall_timeout: Duration::from_secs(1),
+            })),
+            events,
+            opens,
+            rewinds,
+            next_feed: std::sync::atomic::AtomicU64::new(0),
+            timeout: Duration::from_secs(1),
+            commit_timeout: Duration::from_secs(2),
+            observer: failed.clone(),
+            watermarks: Mutex::new(HashMap::new()),
+            committing: std::sync::atomic::AtomicBool::new(false),
+            consumer: std::sync::OnceLock::new(),
+            rebalanced: None,
+        };
+        let consumer: BaseConsumer<SourceContext> = ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("group.id", "closed")
+            .create_with_context(context)
+            .expect("consumer");
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset("closed", 0, rdkafka::Offset::Offset(0))
+            .expect("partition");
+        consumer.assign(&assignment).expect("assigned");
+        consumer.close_queue().expect("closing");
+        while !consumer.closed() {
+            consumer.poll(Duration::from_millis(50));
+        }
+        assert!(!consumer.context().commit_within_bound(&consumer, "revoke"));
+        assert_eq!(failed.0.load(Ordering::Relaxed), 1, "tried once");
     }
 }
