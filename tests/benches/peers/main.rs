@@ -36,6 +36,8 @@
 //! `COLO_BENCH_GROUP_PROTOCOL=consumer` runs colo's nodes under KIP-848's
 //! consumer group protocol (colo only; the broker's heartbeat is 500 ms);
 //! `COLO_BENCH_STANDBYS` sets colo's `sharding.standbys` (0);
+//! `COLO_BENCH_KILL=coordinator` elects colo's coordinator through Kafka
+//! and kills, in `flow`, the process that hosts it;
 //! `COLO_BENCH_WARM_S` (10) and `COLO_BENCH_MEASURE_S` (20) frame the
 //! latency, `COLO_BENCH_HOLD_S` (5) is how long each move is left to
 //! settle, and `COLO_BENCH_JOIN_WAIT_S` (60) how long a joiner is given to
@@ -93,6 +95,18 @@ fn placement(broker: &Broker, topic: &str, group: String) -> Placement {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
+        elected_coordinator: kill_coordinator(),
+    }
+}
+
+/// `COLO_BENCH_KILL`: `instance` (the default: the second process) or
+/// `coordinator` (colo's coordinator elected through Kafka, and the
+/// process hosting it killed).
+fn kill_coordinator() -> bool {
+    match std::env::var("COLO_BENCH_KILL").as_deref() {
+        Err(_) | Ok("" | "instance") => false,
+        Ok("coordinator") => true,
+        Ok(other) => panic!("COLO_BENCH_KILL is instance or coordinator, not {other:?}"),
     }
 }
 
@@ -355,7 +369,7 @@ async fn flow(broker: &Broker, systems: &[System], dir: &std::path::Path) {
             let topic = format!("{name}.purchases");
             create_topic(broker.bootstrap(), &topic).await;
             let at = placement(broker, &topic, name);
-            let (a, mut b) = pair(system, &at).await;
+            let (mut a, mut b) = pair(system, &at).await;
             // Until the survivor has taken the partitions over, and a few
             // seconds more; stopped then.
             let producer = paced(dir, broker, &at.topic, users, rate);
@@ -374,7 +388,17 @@ async fn flow(broker: &Broker, systems: &[System], dir: &std::path::Path) {
             tokio::time::sleep(measure).await;
             let (after_a, after_b) = (observe(&a).await, observe(&b).await);
             let deltas = latency_between(&[&before[0], &before[1]], &[&after_a, &after_b]);
-            // kill -9 of the second process, right after reading it.
+            if at.elected_coordinator && system.is_colo() {
+                assert!(
+                    after_a.coordinator != after_b.coordinator,
+                    "one process hosts the coordinator"
+                );
+                if after_a.coordinator {
+                    std::mem::swap(&mut a, &mut b);
+                }
+            }
+            // kill -9 of the second process (or of the coordinator's),
+            // right after reading it.
             let last_b = observe(&b).await;
             b.kill();
             let killed_at = now();

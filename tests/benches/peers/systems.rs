@@ -91,6 +91,9 @@ pub struct Placement {
     pub consumer_protocol: bool,
     /// colo's `sharding.standbys` (0, its default, unless the run says).
     pub standbys: u32,
+    /// colo's coordinator is elected through Kafka (no address), so that
+    /// the node hosting it can be killed and the other take it over.
+    pub elected_coordinator: bool,
 }
 
 /// One process of a system.
@@ -262,7 +265,11 @@ fn colo_command(
 ) -> (Command, String, String, u16) {
     let grpc = format!("127.0.0.1:{}", free_port());
     let admin = format!("127.0.0.1:{}", free_port());
-    let coordinator = first.map_or(grpc.clone(), |f| f.address.clone());
+    let coordinator = match first {
+        _ if at.elected_coordinator => String::new(),
+        Some(first) => first.address.clone(),
+        None => grpc.clone(),
+    };
     let mut command = match system {
         System::ColoDurable => {
             let mut command = Command::new(colo_binary());
@@ -403,6 +410,8 @@ pub struct Observed {
     /// last, in seconds since the Unix epoch.
     pub first: BTreeMap<i32, f64>,
     pub last: BTreeMap<i32, f64>,
+    /// It hosts colo's coordinator.
+    pub coordinator: bool,
 }
 
 impl Observed {
@@ -428,7 +437,9 @@ impl Observed {
             let Some(value) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
                 continue;
             };
-            if line.starts_with(handled)
+            if line.starts_with("colo_coordinator_hosted{") && value == 1.0 {
+                seen.coordinator = true;
+            } else if line.starts_with(handled)
                 && (!system.is_colo() || line.contains(r#"outcome="handled""#))
             {
                 seen.handled += value;
