@@ -220,6 +220,17 @@ async fn settled(instance: &Instance, others: f64, produced: u64) -> f64 {
     }
 }
 
+/// How the partitions flowed on `instance` after `since`.
+struct Resumed {
+    /// Each partition's first record handled after `since`.
+    taken: BTreeMap<i32, f64>,
+    /// The partitions `instance` was handling at `since` (a record in the
+    /// second before it), its own: the longest any went without a record
+    /// until every partition flowed, read as often as its metrics answer
+    /// (every 50 ms or so).
+    own_pause: f64,
+}
+
 /// When `instance` handled its first record of each of `partitions`
 /// after `since` (waited for up to `deadline`; `None` if one did not flow
 /// by then). A partition assigned to it again after `since` reports its
@@ -231,15 +242,34 @@ async fn resumed(
     partitions: &[i32],
     since: f64,
     deadline: Duration,
-) -> Option<BTreeMap<i32, f64>> {
+) -> Option<Resumed> {
     let end = Instant::now() + deadline;
-    let mut resumed = BTreeMap::new();
-    while resumed.len() < partitions.len() {
+    let mut taken = BTreeMap::new();
+    let mut own: Option<BTreeMap<i32, f64>> = None;
+    let mut own_pause = 0.0f64;
+    while taken.len() < partitions.len() {
         if let Some(seen) = instance.observe().await {
+            let own = own.get_or_insert_with(|| {
+                seen.last
+                    .iter()
+                    .filter(|(_, t)| **t > since - 1.0)
+                    .map(|(p, t)| (*p, *t))
+                    .collect()
+            });
+            for (p, previous) in own.iter_mut() {
+                let latest = seen
+                    .last
+                    .get(p)
+                    .copied()
+                    .unwrap_or(*previous)
+                    .max(*previous);
+                own_pause = own_pause.max(latest - *previous);
+                *previous = latest;
+            }
             for p in partitions {
                 let after = |t: Option<&f64>| t.copied().filter(|t| *t > since);
                 if let Some(t) = after(seen.first.get(p)).or(after(seen.last.get(p))) {
-                    resumed.entry(*p).or_insert(t);
+                    taken.entry(*p).or_insert(t);
                 }
             }
         }
@@ -248,7 +278,12 @@ async fn resumed(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Some(resumed)
+    // One still waiting for its next record has paused since its last.
+    let now = now();
+    for previous in own.unwrap_or_default().values() {
+        own_pause = own_pause.max(now - previous);
+    }
+    Some(Resumed { taken, own_pause })
 }
 
 /// What `instance` reports once `done` holds of it, or `None` if it does
@@ -347,6 +382,8 @@ struct Flow {
     /// Per partition of the killed process: kill to its first record on
     /// the survivor, the slowest.
     recovery: f64,
+    /// The survivor's own partitions: the longest any paused meanwhile.
+    own_pause: f64,
     twice: f64,
     exact: bool,
 }
@@ -418,8 +455,13 @@ async fn flow(broker: &Broker, systems: &[System], dir: &std::path::Path) {
                 Duration::from_millis(session) + Duration::from_secs(120),
             )
             .await;
+            let own_pause = taken.as_ref().map_or(f64::INFINITY, |t| t.own_pause);
             let recovery = match &taken {
-                Some(taken) => taken.values().map(|t| t - killed_at).fold(0.0, f64::max),
+                Some(resumed) => resumed
+                    .taken
+                    .values()
+                    .map(|t| t - killed_at)
+                    .fold(0.0, f64::max),
                 None => {
                     eprintln!(
                         "{}: the killed process's partitions did not flow again on the survivor",
@@ -439,24 +481,26 @@ async fn flow(broker: &Broker, systems: &[System], dir: &std::path::Path) {
                 p99: bucket_percentile(&deltas, 0.99),
                 max: bucket_max(&deltas),
                 recovery,
+                own_pause,
                 twice: settled + last_b.handled - produced as f64,
                 exact: wrong.is_empty(),
             });
         }
         rows.push((system, figures));
     }
-    println!("| system | latency p50 ms | p99 ms | max ms (bucket bound) | kill -9: until every partition flows again, s | records handled twice | every user's totals exact |");
-    println!("|---|---:|---:|---:|---:|---:|---|");
+    println!("| system | latency p50 ms | p99 ms | max ms (bucket bound) | kill -9: until every partition flows again, s | the survivor's own partitions meanwhile: longest pause, s | records handled twice | every user's totals exact |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---|");
     for (system, figures) in rows {
         let column = |f: fn(&Flow) -> f64| figures.iter().map(f).collect::<Vec<_>>();
         let exact = figures.iter().filter(|f| f.exact).count();
         println!(
-            "| {} | {} | {} | {} | {} | {} | {exact} of {} runs |",
+            "| {} | {} | {} | {} | {} | {} | {} | {exact} of {} runs |",
             system.name(),
             spread(&column(|f| f.p50 * 1e3), 1),
             spread(&column(|f| f.p99 * 1e3), 1),
             spread(&column(|f| f.max * 1e3), 0),
             spread(&column(|f| f.recovery), 2),
+            spread(&column(|f| f.own_pause), 2),
             spread(&column(|f| f.twice), 0),
             figures.len()
         );
@@ -532,7 +576,9 @@ async fn moves(broker: &Broker, systems: &[System], dir: &std::path::Path) {
                 b.kill();
                 gone_handled += last_b.handled;
                 let held: Vec<i32> = last_b.last.keys().copied().collect();
-                let Some(back) = resumed(&a, &held, left_at, Duration::from_secs(180)).await else {
+                let Some(Resumed { taken: back, .. }) =
+                    resumed(&a, &held, left_at, Duration::from_secs(180)).await
+                else {
                     panic!(
                         "{}: partitions not taken back after a leave:\n{}",
                         system.name(),
