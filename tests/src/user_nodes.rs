@@ -1,7 +1,7 @@
 //! Nodes of the sample's `user` entity type driven by Kafka, as the broker
 //! tests start and watch them: unique topics and clusters, the nodes'
-//! `--set`s, their metrics and logs, and waiting for their shards and for
-//! every purchase to be handled.
+//! `--set`s, their metrics and logs, waiting for their shards and for
+//! every purchase to be handled, and asking a user's totals.
 
 use crate::lifecycle::JSON_LOGS;
 use crate::process::NodeProcess;
@@ -201,4 +201,23 @@ pub async fn await_all_handled(nodes: &[&NodeProcess], expected: &BTreeMap<Strin
             problems.first().map_or("none listed", String::as_str)
         );
     }
+}
+
+/// Asks `user` on `node` (JSON), answered within `timeout`: the totals.
+pub async fn ask_user(
+    node: &NodeProcess,
+    user: &str,
+    message: &str,
+    timeout: Duration,
+) -> Result<serde_json::Value, String> {
+    let request = crate::client::ask_request_to("user", user, message, timeout);
+    let reply = node
+        .client()
+        .await
+        .ask(request)
+        .await
+        .map_err(|status| status.to_string())?
+        .into_inner();
+    let data = reply.reply.map(|p| p.data).unwrap_or_default();
+    serde_json::from_slice(&data).map_err(|e| format!("not JSON totals: {e}"))
 }

@@ -213,25 +213,6 @@ async fn a_restore_after_compaction_gives_the_same_totals() {
         .expect("totals exact after a restore from the compacted changelog");
 }
 
-/// Asks `user` on `node` (JSON), answered within `timeout`: the totals.
-async fn ask_user(
-    node: &NodeProcess,
-    user: &str,
-    message: &str,
-    timeout: Duration,
-) -> Result<serde_json::Value, String> {
-    let request = colo_tests::client::ask_request_to("user", user, message, timeout);
-    let reply = node
-        .client()
-        .await
-        .ask(request)
-        .await
-        .map_err(|status| status.to_string())?
-        .into_inner();
-    let data = reply.reply.map(|p| p.data).unwrap_or_default();
-    serde_json::from_slice(&data).map_err(|e| format!("not JSON totals: {e}"))
-}
-
 /// The failover test: a change a client had acknowledged just
 /// before its entity's node was killed (kill -9) is there once the entity
 /// runs on the other node, restored from the changelog.

@@ -205,8 +205,7 @@ async fn a_standby_copy_never_writes_to_the_changelog_nor_answers_a_message() {
 
     b.pause();
     let paused_at = unix_ms();
-    let request = client::ask_request_to("user", &user, r#""UserStats""#, Duration::from_secs(2));
-    let answer = a.client().await.ask(request).await;
+    let answer = ask_user(&a, &user, r#""UserStats""#, Duration::from_secs(2)).await;
     assert!(
         answer.is_err(),
         "a answered for b's user while b was paused: {answer:?}"
@@ -230,17 +229,7 @@ async fn a_standby_copy_never_writes_to_the_changelog_nor_answers_a_message() {
     b.resume();
 
     let totals = wait::until_ok(Duration::from_secs(30), || async {
-        let request =
-            client::ask_request_to("user", &user, r#""UserStats""#, Duration::from_secs(5));
-        let reply = a
-            .client()
-            .await
-            .ask(request)
-            .await
-            .map_err(|status| status.to_string())?
-            .into_inner();
-        let data = reply.reply.map(|p| p.data).unwrap_or_default();
-        serde_json::from_slice::<serde_json::Value>(&data).map_err(|e| e.to_string())
+        ask_user(&a, &user, r#""UserStats""#, Duration::from_secs(5)).await
     })
     .await;
     assert_eq!(
