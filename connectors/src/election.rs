@@ -193,7 +193,24 @@ impl MemberContext {
     }
 }
 
-impl ClientContext for MemberContext {}
+impl ClientContext for MemberContext {
+    /// librdkafka warns of any commit that fails without a callback. The
+    /// member's one commit of its position fails when the group moves on
+    /// meanwhile (nodes that start together): expected, and harmless, so
+    /// said at info.
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        use rdkafka::config::RDKafkaLogLevel::{Debug, Info, Notice, Warning};
+        match level {
+            Debug => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}"),
+            Info | Notice => tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}"),
+            Warning if fac == "COMMITFAIL" => {
+                tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}");
+            }
+            Warning => tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}"),
+            _ => tracing::error!(target: "librdkafka", "librdkafka: {fac} {message}"),
+        }
+    }
+}
 
 impl ConsumerContext for MemberContext {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
