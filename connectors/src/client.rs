@@ -70,6 +70,18 @@ pub(crate) fn consumer_only(key: &str) -> bool {
         || key.starts_with("queued.")
 }
 
+/// A librdkafka log line as tracing says it, at librdkafka's level: for
+/// contexts that say some lines otherwise and the rest as librdkafka does.
+pub(crate) fn log_at_its_level(level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+    use rdkafka::config::RDKafkaLogLevel::{Debug, Info, Notice, Warning};
+    match level {
+        Debug => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}"),
+        Info | Notice => tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}"),
+        Warning => tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}"),
+        _ => tracing::error!(target: "librdkafka", "librdkafka: {fac} {message}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,15 +54,10 @@ pub(crate) struct Deliveries {
 
 impl ClientContext for Deliveries {
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
-        use rdkafka::config::RDKafkaLogLevel::{Debug, Info, Notice, Warning};
-        match level {
-            _ if self.closing.load(Ordering::Acquire) => {
-                tracing::debug!(target: "librdkafka", "librdkafka (producer closing): {fac} {message}");
-            }
-            Debug => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}"),
-            Info | Notice => tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}"),
-            Warning => tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}"),
-            _ => tracing::error!(target: "librdkafka", "librdkafka: {fac} {message}"),
+        if self.closing.load(Ordering::Acquire) {
+            tracing::debug!(target: "librdkafka", "librdkafka (producer closing): {fac} {message}");
+        } else {
+            crate::client::log_at_its_level(level, fac, message);
         }
     }
 

@@ -199,15 +199,10 @@ impl ClientContext for MemberContext {
     /// meanwhile (nodes that start together): expected, and harmless, so
     /// said at info.
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
-        use rdkafka::config::RDKafkaLogLevel::{Debug, Info, Notice, Warning};
-        match level {
-            Debug => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}"),
-            Info | Notice => tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}"),
-            Warning if fac == "COMMITFAIL" => {
-                tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}");
-            }
-            Warning => tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}"),
-            _ => tracing::error!(target: "librdkafka", "librdkafka: {fac} {message}"),
+        if matches!(level, rdkafka::config::RDKafkaLogLevel::Warning) && fac == "COMMITFAIL" {
+            tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}");
+        } else {
+            crate::client::log_at_its_level(level, fac, message);
         }
     }
 }
