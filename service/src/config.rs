@@ -136,7 +136,9 @@ pub struct CoordinatorSection {
     pub heartbeat_interval: Duration,
     /// How long a region hosts its shards without an answer from the
     /// coordinator before it stops them (fences itself); several heartbeats,
-    /// so one late answer is not a failure.
+    /// so one late answer is not a failure, and longer than an election
+    /// (`session_timeout` and a rebalance round), so a coordinator that
+    /// moves does not stop the surviving nodes' shards.
     #[serde(default = "default_fence_timeout", with = "humantime_serde")]
     pub fence_timeout: Duration,
     /// How long without hearing from a region before the coordinator
@@ -177,11 +179,11 @@ fn default_heartbeat_interval() -> Duration {
 }
 
 fn default_fence_timeout() -> Duration {
-    Duration::from_secs(5)
+    Duration::from_secs(12)
 }
 
 fn default_region_timeout() -> Duration {
-    Duration::from_secs(10)
+    Duration::from_secs(17)
 }
 
 /// `[sharding]`: [`ShardingSettings`] with human durations, plus the ask

@@ -33,7 +33,10 @@ pub struct ShardingSettings {
     /// How long a region hosts its shards without an answer from its
     /// coordinator. Past it the region stops them (fences itself) and
     /// serves them again only after registering anew: a region cut off from
-    /// its coordinator may already be replaced by another node.
+    /// its coordinator may already be replaced by another node. The default
+    /// (12 s) outlasts an election through Kafka (the election group's 6 s
+    /// session, a rebalance round and the takeover), so a coordinator that
+    /// moves does not stop the shards of the nodes that survive it.
     pub fence_timeout: Duration,
     /// How long the coordinator waits without hearing from a region before
     /// it terminates the region and places its shards elsewhere. It must
@@ -96,8 +99,8 @@ impl Default for ShardingSettings {
             shard_start_timeout: Duration::from_secs(10),
             min_members: 1,
             heartbeat_interval: Duration::from_secs(1),
-            fence_timeout: Duration::from_secs(5),
-            region_timeout: Duration::from_secs(10),
+            fence_timeout: Duration::from_secs(12),
+            region_timeout: Duration::from_secs(17),
             passivation: PassivationStrategy::default(),
             shard_mailbox_capacity: 1024,
             shard_concurrency: 256,

@@ -47,7 +47,8 @@ impl Producer {
         let err = out.try_clone().expect("producer output");
         let mut command = Command::new(colo_binary());
         command
-            .args(["produce", "--quiet", "--bootstrap-servers", bootstrap])
+            .args(["produce", "--quiet", "--exit-with-parent"])
+            .args(["--bootstrap-servers", bootstrap])
             .args(["--topic", topic])
             .args(["--users", &users.to_string()])
             .args(["--user-prefix", prefix])

@@ -370,6 +370,127 @@ async fn the_coordinators_node_killed_under_load_fails_over_to_another() {
     eprintln!("election group rejoins after the kill: {rejoins}");
 }
 
+/// The lines of `node`'s log after `since` (an RFC 3339 instant in the
+/// log's own format) whose message contains one of `messages`.
+fn said_after(node: &NodeProcess, since: &str, messages: &[&str]) -> Vec<String> {
+    node.logs()
+        .lines()
+        .filter(|line| {
+            let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+                return false;
+            };
+            let at = event["timestamp"].as_str().unwrap_or_default();
+            let message = event["fields"]["message"].as_str().unwrap_or_default();
+            at > since && messages.iter().any(|m| message.contains(m))
+        })
+        .map(|line| format!("{}: {line}", node.grpc))
+        .collect()
+}
+
+/// Issue 39: the shards of the nodes that survive the coordinator's node
+/// never stop while the coordinator moves. With colo's default timings,
+/// their regions outlast the election without fencing; and the elected
+/// node leaves the dead node's partitions to the group's session (30 s
+/// here, past the 15 s election timeout) rather than having its
+/// consumers rejoin, which would revoke its own partitions while the
+/// group waits for the dead member. Nothing is handled twice by a
+/// survivor that kept its shards, and every total is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_survivors_shards_keep_running_while_the_coordinator_moves() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let (topic, cluster) = unique("election-steady");
+    let mut sets = elected_sets(broker.bootstrap(), &topic, &cluster);
+    if !consumer_protocol() {
+        // Under the consumer protocol the broker sets the session.
+        sets.retain(|s| !s.starts_with("kafka.client="));
+        sets.push(
+            r#"kafka.client={"session.timeout.ms"="30000","heartbeat.interval.ms"="1000"}"#
+                .to_string(),
+        );
+    }
+    // colo's own timings, not the tests' shorter ones.
+    let defaults = colo::ShardingSettings::default();
+    for (field, value) in [
+        ("heartbeat_interval", defaults.heartbeat_interval),
+        ("fence_timeout", defaults.fence_timeout),
+        ("region_timeout", defaults.region_timeout),
+        ("election_timeout", Duration::from_secs(15)),
+    ] {
+        sets.push(format!(r#"coordinator.{field}="{}ms""#, value.as_millis()));
+    }
+    let mut nodes: Vec<NodeProcess> = (0..3).map(|_| start(None, &sets)).collect();
+    for node in &nodes {
+        node.await_ready(ELECTED).await;
+    }
+    // Records flow from before the kill until well after the group has
+    // moved the dead node's partitions.
+    let producer = Producer::start(
+        dir.path(),
+        broker.bootstrap(),
+        &topic,
+        40,
+        30_000,
+        Some(400),
+    );
+    for node in &nodes {
+        await_hosting(node).await;
+    }
+    let host = one_coordinator(&nodes.iter().collect::<Vec<_>>()).await;
+    let killed = nodes.iter().position(|n| n.grpc == host).expect("host");
+    let mut victim = nodes.remove(killed);
+    let survivors: Vec<&NodeProcess> = nodes.iter().collect();
+    wait::until("every shard is hosted", ELECTED, || async {
+        let mut hosted = metric(&victim, "colo_region_hosted_shards{").await;
+        for node in &survivors {
+            hosted += metric(node, "colo_region_hosted_shards{").await;
+        }
+        hosted == 12.0
+    })
+    .await;
+    victim.kill();
+    let killed_at = humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string();
+    let new_host = one_coordinator(&survivors).await;
+    assert_ne!(new_host, host);
+    wait::until("the survivors host every shard", ELECTED, || async {
+        let mut hosted = 0.0;
+        for node in &survivors {
+            hosted += metric(node, "colo_region_hosted_shards{").await;
+        }
+        hosted == 12.0
+    })
+    .await;
+    let stops: Vec<String> = survivors
+        .iter()
+        .flat_map(|node| {
+            said_after(
+                node,
+                &killed_at,
+                &[
+                    "stopping the shards hosted here",
+                    "consumers rejoin their groups",
+                    "kafka partitions revoked",
+                ],
+            )
+        })
+        .collect();
+    assert!(
+        stops.is_empty(),
+        "a survivor stopped shards while the coordinator moved:\n{}",
+        stops.join("\n")
+    );
+
+    let expected_file = producer.expected_file();
+    let expected = producer.finished(Duration::from_secs(120)).await;
+    let all: Vec<&NodeProcess> = survivors.iter().copied().chain([&victim]).collect();
+    await_all_handled(&all, &expected).await;
+    let problems = at_least_once_in_order_problems(&handled(&all), &expected);
+    assert!(problems.is_empty(), "{problems:#?}");
+    verify(&expected_file, &survivors[0].grpc)
+        .await
+        .expect("totals exact");
+}
+
 /// Whether `node` logged that it stopped its coordinators.
 fn stepped_down(node: &NodeProcess) -> bool {
     node.logs().contains("stepped down")

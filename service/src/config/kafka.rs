@@ -99,6 +99,10 @@ pub struct KafkaSection {
     pub client: ClientProperties,
 }
 
+/// librdkafka's `session.timeout.ms`, and Apache Kafka's
+/// `group.consumer.session.timeout.ms`.
+const DEFAULT_GROUP_SESSION_TIMEOUT: Duration = Duration::from_secs(45);
+
 fn default_cluster() -> String {
     "colo".to_string()
 }
@@ -179,6 +183,19 @@ impl KafkaSection {
     /// The changelog topic of a durable `entity_type`.
     pub fn changelog_topic(&self, entity_type: &str) -> String {
         format!("{}.{entity_type}.changelog", self.cluster)
+    }
+
+    /// How long the brokers keep a silent member's partitions in its
+    /// entity types' groups: `session.timeout.ms` when the client sets it,
+    /// else 45 s (librdkafka's default, and the brokers' default for the
+    /// consumer protocol, whose session they set).
+    pub fn group_session_timeout(&self) -> Duration {
+        self.client
+            .pairs()
+            .into_iter()
+            .find(|(key, _)| key == "session.timeout.ms")
+            .and_then(|(_, ms)| ms.trim().parse().ok())
+            .map_or(DEFAULT_GROUP_SESSION_TIMEOUT, Duration::from_millis)
     }
 
     /// The client properties as the connectors take them.

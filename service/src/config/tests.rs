@@ -201,8 +201,8 @@ fn defaults_are_akkas() {
     assert!(!c.node.proxy);
     assert!(c.node.entity_types.is_empty(), "every registered type");
     assert_eq!(c.coordinator.heartbeat_interval, Duration::from_secs(1));
-    assert_eq!(c.coordinator.fence_timeout, Duration::from_secs(5));
-    assert_eq!(c.coordinator.region_timeout, Duration::from_secs(10));
+    assert_eq!(c.coordinator.fence_timeout, Duration::from_secs(12));
+    assert_eq!(c.coordinator.region_timeout, Duration::from_secs(17));
     assert_eq!(c.log, LogSection::default());
 }
 
@@ -504,6 +504,15 @@ fn the_example_kafka_section_parses_and_names_group_and_dead_letter_topic() {
     assert_eq!(
         ingest.source.client,
         [("session.timeout.ms".to_string(), "10000".to_string())]
+    );
+    let kafka = c.kafka.as_ref().expect("[kafka]");
+    assert_eq!(kafka.group_session_timeout(), Duration::from_secs(10));
+    let mut unset = kafka.clone();
+    unset.client = Default::default();
+    assert_eq!(
+        unset.group_session_timeout(),
+        Duration::from_secs(45),
+        "librdkafka's default"
     );
     assert_eq!(ingest.source.max_in_flight, 30_000);
     assert_eq!(ingest.source.max_in_flight_total, 200_000);

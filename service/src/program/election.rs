@@ -52,6 +52,11 @@ const REJOIN_BACKOFF: u32 = 2;
 
 /// How long to wait before a rejoin after `rejoins` in a row: the timeout,
 /// then twice, then four times it.
+/// See `Driver::orphan_timeout`.
+fn orphan_timeout(election_timeout: Duration, group_session: Duration) -> Duration {
+    election_timeout.max(group_session.saturating_mul(2))
+}
+
 fn rejoin_wait(timeout: Duration, rejoins: u32) -> Duration {
     timeout * (1 << rejoins.min(REJOIN_BACKOFF))
 }
@@ -361,12 +366,12 @@ impl Driver {
 
     /// While leading: whether a Kafka-driven entity type has shards that
     /// neither run anywhere nor have their partition held by any node's
-    /// consumer, for how long; past `election_timeout` (then twice, then
-    /// four times it, while they stay so), this node's consumers rejoin
-    /// their groups. A shard whose partition is held waits for something a
-    /// rejoin would only set back (a release, a restore, a stuck record);
-    /// one a region that does not answer may hold is not counted as
-    /// without a home either.
+    /// consumer, for how long; past [`Self::orphan_timeout`] (then twice,
+    /// then four times it, while they stay so), this node's consumers
+    /// rejoin their groups. A shard whose partition is held waits for
+    /// something a rejoin would only set back (a release, a restore, a
+    /// stuck record); one a region that does not answer may hold is not
+    /// counted as without a home either.
     async fn watch_orphans(&mut self) {
         let Some(node) = self.node.get().and_then(Weak::upgrade) else {
             return;
@@ -393,8 +398,7 @@ impl Driver {
             Orphans::None => (Instant::now(), 0),
             Orphans::Since { since, rejoins } => (since, rejoins),
         };
-        let timeout = self.config.coordinator.election_timeout;
-        let wait = rejoin_wait(timeout, rejoins);
+        let wait = rejoin_wait(self.orphan_timeout(), rejoins);
         if since.elapsed() >= wait {
             tracing::warn!(orphans, ?wait, "shards of Kafka-driven entity types neither run anywhere nor have their partitions assigned to any node: this node's consumers rejoin their groups");
             for ingest in self.ingests.get().into_iter().flatten() {
@@ -407,6 +411,23 @@ impl Driver {
         } else {
             self.orphans = Orphans::Since { since, rejoins };
         }
+    }
+
+    /// How long shards may stay without a home or an assigned partition
+    /// before this node's consumers rejoin: `election_timeout`, and at
+    /// least twice the groups' session timeout. A dead node's region goes
+    /// silent at once, but the brokers keep its partitions assigned to it
+    /// until its session times out; a rejoin before that moves nothing and
+    /// revokes every partition of this node while the group waits for the
+    /// dead member (the survivor of a coordinator's node killed with the
+    /// default 45 s session stopped its own partitions for 22 s so).
+    fn orphan_timeout(&self) -> Duration {
+        let session = self
+            .config
+            .kafka
+            .as_ref()
+            .map_or(Duration::ZERO, |kafka| kafka.group_session_timeout());
+        orphan_timeout(self.config.coordinator.election_timeout, session)
     }
 
     /// Whether a region of this node has a live link to a coordinator
@@ -505,10 +526,11 @@ impl Driver {
 
 #[cfg(test)]
 mod tests {
-    use super::unheld_shards;
+    use super::{orphan_timeout, unheld_shards};
     use crate::inspection::{ClusterShardingStats, RegionStats};
     use colo_allocation::{RegionId, ShardId};
     use std::collections::BTreeMap;
+    use std::time::Duration;
 
     fn region(hosted: &[u32], assigned: &[u32]) -> RegionStats {
         RegionStats {
@@ -531,5 +553,15 @@ mod tests {
         };
         assert_eq!(unheld_shards(&stats, 4), 1, "shard 3 only");
         assert_eq!(unheld_shards(&stats, 3), 0);
+    }
+
+    #[test]
+    fn shards_without_a_home_wait_out_the_groups_session_before_a_rejoin() {
+        let secs = Duration::from_secs;
+        // The default 45 s session: a dead member keeps its partitions that
+        // long, so the election's 15 s would rejoin too early.
+        assert_eq!(orphan_timeout(secs(15), secs(45)), secs(90));
+        // The tests' 6 s session: the election's timeout is the longer.
+        assert_eq!(orphan_timeout(secs(15), secs(6)), secs(15));
     }
 }

@@ -38,6 +38,9 @@
 //! `COLO_BENCH_STANDBYS` sets colo's `sharding.standbys` (0);
 //! `COLO_BENCH_KILL=coordinator` elects colo's coordinator through Kafka
 //! and kills, in `flow`, the process that hosts it;
+//! `COLO_BENCH_LOG_LEVEL` (warn) is colo's `log.level`, and
+//! `COLO_BENCH_LOG_DIR` a directory where `flow` keeps each run's
+//! survivor's log;
 //! `COLO_BENCH_WARM_S` (10) and `COLO_BENCH_MEASURE_S` (20) frame the
 //! latency, `COLO_BENCH_HOLD_S` (5) is how long each move is left to
 //! settle, and `COLO_BENCH_JOIN_WAIT_S` (60) how long a joiner is given to
@@ -476,6 +479,10 @@ async fn flow(broker: &Broker, systems: &[System], dir: &std::path::Path) {
             // Everything handled: the survivor's count stops moving.
             let settled = settled(&a, last_b.handled, produced).await;
             let wrong = a.wrong_totals(&expected).await;
+            if let Ok(logs) = std::env::var("COLO_BENCH_LOG_DIR") {
+                let path = std::path::Path::new(&logs).join(format!("{}-survivor.log", at.group));
+                std::fs::write(&path, a.log()).expect("the survivor's log written");
+            }
             figures.push(Flow {
                 p50: bucket_percentile(&deltas, 0.5),
                 p99: bucket_percentile(&deltas, 0.99),

@@ -298,7 +298,10 @@ fn colo_command(
         // Its changelog (durable users) made as Kafka Streams makes its
         // internal topics.
         "kafka.create_topics=true".to_string(),
-        r#"log.level="warn""#.to_string(),
+        format!(
+            r#"log.level="{}""#,
+            std::env::var("COLO_BENCH_LOG_LEVEL").unwrap_or_else(|_| "warn".to_string())
+        ),
         client,
         format!("sharding.standbys={}", at.standbys),
     ];

@@ -73,6 +73,11 @@ pub struct ProduceArgs {
     /// No progress bar (it is drawn only on a terminal anyway).
     #[arg(long)]
     pub quiet: bool,
+    /// Exit when the process that started this one is gone (for test
+    /// harnesses: a producer must not go on loading the broker after the
+    /// run that started it was killed).
+    #[arg(long, hide = true)]
+    pub exit_with_parent: bool,
 }
 
 fn key_value(s: &str) -> Result<(String, String), String> {
@@ -103,10 +108,29 @@ pub enum ProduceCliError {
 /// See [`ProduceCliError`].
 pub fn run(args: &ProduceArgs) -> Result<(), ProduceCliError> {
     check_partitioner(&args.client).map_err(SendError::Input)?;
+    if args.exit_with_parent {
+        exit_with_the_parent();
+    }
     if args.records.is_some() || args.payload.is_some() {
         return run_own(args).map(drop);
     }
     run_sample(args).map(drop)
+}
+
+/// Watches, on a thread of its own, for the parent to go (its process
+/// id changes as this one is adopted), and exits then.
+fn exit_with_the_parent() {
+    #[cfg(unix)]
+    {
+        let parent = std::os::unix::process::parent_id();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(500));
+            if std::os::unix::process::parent_id() != parent {
+                eprintln!("colo produce: the process that started it is gone; exiting");
+                std::process::exit(1);
+            }
+        });
+    }
 }
 
 /// Records of one's own: the file's, or the template's.
