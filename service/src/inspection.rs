@@ -47,6 +47,10 @@ pub struct RegionStats {
     /// owner releases it).
     #[serde(default)]
     pub assigned: Vec<ShardId>,
+    /// Shards this region's node keeps a standby copy of: where a shard
+    /// would start warm, which every node's cluster map shows.
+    #[serde(default)]
+    pub standbys: Vec<ShardId>,
 }
 
 /// Every region's stats, as the coordinator gathered them.

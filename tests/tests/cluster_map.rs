@@ -198,6 +198,46 @@ async fn the_page_shows_a_joining_node_with_its_shards_and_its_shards_on_the_oth
             .any(|s| !hosted.contains(&s)),
         "a copy of a shard hosted elsewhere: {copies:?} (hosted here: {hosted:?})"
     );
+    // The map shows every node's copies, not only the serving node's: a's
+    // map lists which shards b and c keep, from the coordinator.
+    let elsewhere = wait::until_ok(PAGE_FOLLOWS, || async {
+        let map = api(&a).await;
+        let nodes = map["entity_types"][0]["nodes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let kept: Vec<(String, Vec<u64>)> = nodes
+            .iter()
+            .filter(|n| n["node"] != a.grpc.as_str())
+            .map(|n| {
+                let shards = n["standbys"].as_array().cloned().unwrap_or_default();
+                (
+                    n["node"].as_str().unwrap_or_default().to_string(),
+                    shards.iter().filter_map(|s| s.as_u64()).collect(),
+                )
+            })
+            .collect();
+        if kept.len() == 2 && kept.iter().all(|(_, shards)| !shards.is_empty()) {
+            Ok(kept)
+        } else {
+            Err(format!("not every other node's copies shown yet: {kept:?}"))
+        }
+    })
+    .await;
+    for (node, shards) in &elsewhere {
+        let hosted_there: BTreeSet<u64> = api(&a).await["entity_types"][0]["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .filter(|n| n["node"] == node.as_str())
+            .flat_map(|n| n["shards"].as_array().cloned().unwrap_or_default())
+            .filter_map(|s| s["shard"].as_u64())
+            .collect();
+        assert!(
+            shards.iter().any(|s| !hosted_there.contains(s)),
+            "{node} keeps copies of shards hosted elsewhere: {shards:?} (hosted there: {hosted_there:?})"
+        );
+    }
 
     producer.finished(Duration::from_secs(60)).await;
 

@@ -5,8 +5,9 @@
 //! The shards of every node come from the coordinator (the cluster-stats
 //! query every region answers, with its shards' entity counts and which
 //! are handing off or restoring), so any node's map shows the whole
-//! cluster. Kafka partitions, rebalances and standby copies are the
-//! serving node's own: each node's map shows its consumers and its copies.
+//! cluster, the shards each node keeps a standby copy of included. Kafka
+//! partitions, rebalances and the copies' progress are the serving node's
+//! own: each node's map shows its consumers and how far its copies read.
 //!
 //! A map is gathered at most once per [`FRESH`]: every open page polls, and
 //! each gathering asks every region of the cluster.
@@ -69,6 +70,9 @@ pub struct NodeShards {
     /// Live entities in the shards that answered.
     pub entities: usize,
     pub shards: Vec<ShardView>,
+    /// The shards this node keeps a standby copy of: where each would
+    /// start warm if its node went away.
+    pub standbys: Vec<u32>,
 }
 
 /// One shard on its node.
@@ -117,6 +121,7 @@ impl EntityTypeMap {
                     node: region.to_string(),
                     entities: stats.stats.values().sum(),
                     shards: shards.into_values().collect(),
+                    standbys: stats.standbys.iter().map(|s| s.0).collect(),
                 }
             })
             .collect();
@@ -220,6 +225,7 @@ mod tests {
                     handing_off: vec![ShardId(1)],
                     restoring: vec![ShardId(4)],
                     assigned: Vec::new(),
+                    standbys: vec![ShardId(7)],
                 },
             )]),
             failed_regions: vec![RegionId::new("b:1")],
@@ -243,6 +249,7 @@ mod tests {
                 (4, "restoring", None),
             ]
         );
+        assert_eq!(node.standbys, [7]);
         assert_eq!(map.failed_nodes, ["b:1"]);
     }
 }

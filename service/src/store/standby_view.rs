@@ -73,6 +73,16 @@ impl StandbyCopies {
         }
     }
 
+    /// The shards of `entity_type` kept now, ascending.
+    pub fn shards(&self, entity_type: &str) -> Vec<ShardId> {
+        self.copies
+            .lock()
+            .keys()
+            .filter(|(kept_type, _)| kept_type == entity_type)
+            .map(|(_, shard)| ShardId(*shard))
+            .collect()
+    }
+
     /// Every copy kept now, by entity type and shard.
     pub fn views(&self) -> Vec<StandbyView> {
         self.copies.lock().values().cloned().collect()
@@ -111,7 +121,9 @@ mod tests {
                 ("user".to_string(), 4, Some(5_000), 120, None),
             ]
         );
+        assert_eq!(copies.shards("user"), [ShardId(1), ShardId(4)]);
         copies.keep("user", &[ShardId(1)]);
+        assert_eq!(copies.shards("user"), [ShardId(1)]);
         let kept: Vec<_> = copies
             .views()
             .into_iter()

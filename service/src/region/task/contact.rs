@@ -516,6 +516,14 @@ impl<E: Entity> RegionTask<E> {
                 let handing_off = self.shards.stopping().collect();
                 let restoring = self.shared.durable.restoring();
                 let assigned = self.shared.assignments.shards();
+                let standbys = self
+                    .shared
+                    .node
+                    .store
+                    .as_ref()
+                    .map_or_else(Vec::new, |store| {
+                        store.standby_copies().shards(&self.shared.entity_type.name)
+                    });
                 self.shared.node.tasks.spawn(async move {
                     let state = query.await;
                     let stats = RegionStats {
@@ -528,6 +536,7 @@ impl<E: Entity> RegionTask<E> {
                         handing_off,
                         restoring,
                         assigned,
+                        standbys,
                     };
                     let _ = link.send(RegionToCoordinator::RegionStats { request, stats });
                 });

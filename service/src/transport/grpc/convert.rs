@@ -175,6 +175,7 @@ fn stats_to_pb(stats: RegionStats) -> pb::RegionStats {
         handing_off: stats.handing_off.into_iter().map(|s| s.0).collect(),
         restoring: stats.restoring.into_iter().map(|s| s.0).collect(),
         assigned: stats.assigned.into_iter().map(|s| s.0).collect(),
+        standbys: stats.standbys.into_iter().map(|s| s.0).collect(),
     }
 }
 
@@ -189,6 +190,7 @@ fn stats_from_pb(stats: pb::RegionStats) -> RegionStats {
         handing_off: shards(stats.handing_off),
         restoring: shards(stats.restoring),
         assigned: shards(stats.assigned),
+        standbys: shards(stats.standbys),
     }
 }
 
@@ -532,6 +534,7 @@ mod tests {
             handing_off: vec![ShardId(4)],
             restoring: vec![ShardId(2)],
             assigned: vec![ShardId(1), ShardId(5)],
+            standbys: vec![ShardId(6)],
         };
         let up = [
             RegionToCoordinator::Register {

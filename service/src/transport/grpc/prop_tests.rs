@@ -80,14 +80,16 @@ fn region_stats() -> impl Strategy<Value = pb::RegionStats> {
         shards(),
         shards(),
         shards(),
+        shards(),
     )
         .prop_map(
-            |(entities, failed, handing_off, restoring, assigned)| pb::RegionStats {
+            |(entities, failed, handing_off, restoring, assigned, standbys)| pb::RegionStats {
                 entities,
                 failed,
                 handing_off,
                 restoring,
                 assigned,
+                standbys,
             },
         )
 }
