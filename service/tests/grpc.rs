@@ -24,6 +24,12 @@ fn settings() -> ShardingSettings {
         number_of_shards: 12,
         retry_interval: Duration::from_millis(100),
         rebalance_interval: Duration::from_millis(200),
+        // A dead node's shards start elsewhere after region_timeout: the
+        // tests' short timings, not colo's defaults, which outlast an
+        // election through Kafka.
+        heartbeat_interval: Duration::from_millis(100),
+        fence_timeout: Duration::from_millis(700),
+        region_timeout: Duration::from_secs(1),
         ..ShardingSettings::default()
     }
 }

@@ -155,8 +155,8 @@ fn changelog_keys(
 /// empty data directory restores from it the same totals. The cleaner
 /// leaves each key's newest record in the segments it cleans and never
 /// touches the active one (the broker rolls a segment at the first write
-/// a second after it began): the changelog then holds fewer than half of
-/// the states written, most of them the last second's.
+/// a second after it began): the changelog then holds fewer records than
+/// states were written, most of them the last second's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_after_compaction_gives_the_same_totals() {
     let broker = Broker::start_compacting("1s");
@@ -196,8 +196,15 @@ async fn a_restore_after_compaction_gives_the_same_totals() {
                     tokio::task::spawn_blocking(move || changelog_keys(&bootstrap, &topic, 12))
                         .await
                         .expect("reader");
+                // Fewer records than states written: compaction dropped
+                // some (uncompacted, each write is a record, and the
+                // markers more). Not "half of them": the segment a
+                // partition is writing is never compacted, and on a loaded
+                // machine the node writes its users' states in fewer,
+                // later flushes, most of them in that last segment (a CI
+                // run waited 60 s for half).
                 let records = keys.values().sum::<usize>() as f64;
-                records > 0.0 && records < written / 2.0
+                records > 0.0 && records < written
             }
         },
     )

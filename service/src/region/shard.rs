@@ -409,6 +409,21 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         }
     }
 
+    /// Whether the lease still holds, looked at again before each message
+    /// starts: the turn's look is not enough, because a process paused in
+    /// the middle of a turn (kill -STOP) resumes there, and would go on
+    /// through the rest of its batch after its lease ran out (the seeded
+    /// faults test caught a frozen node handling a record 13 ms after it
+    /// woke, before its fence timer had fired). A look is a coarse clock
+    /// read and an atomic load; once the lease has run out, the renewal
+    /// wakes the shard.
+    fn still_serving(&mut self, cx: &Context<'_>) -> bool {
+        if self.serving && !self.lease.is_valid_or_wake(cx.waker()) {
+            self.serving = false;
+        }
+        self.serving
+    }
+
     /// A message for an entity: run it now, or queue it behind the
     /// entity's earlier ones.
     ///
@@ -420,7 +435,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             self.metrics.dropped_abandoned.increment(1);
             return;
         }
-        if !self.serving {
+        if !self.still_serving(cx) {
             // Held until the lease holds again, or the hand-off the region
             // starts when it fences returns it.
             self.enqueue(env);

@@ -250,6 +250,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             Message(Envelope<E>),
             Nothing,
         }
+        let serving = self.still_serving(cx);
         let next = {
             let Some(busy) = self.busy.get_mut(&id) else {
                 return;
@@ -263,7 +264,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                     busy.stop = None;
                     Next::Stop(reason)
                 }
-                _ if !self.serving => {
+                _ if !serving => {
                     // A fenced shard handles nothing more: what waits goes
                     // to the shard's next home. Only its stop may run.
                     self.queued -= busy.waiting.len();
