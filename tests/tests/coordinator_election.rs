@@ -88,14 +88,7 @@ async fn three_nodes_started_at_once_elect_exactly_one_coordinator() {
     let host = one_coordinator(&refs).await;
     agreed_epoch(&refs).await;
     assert_group_protocol(&broker, &format!("{cluster}.coordinator"));
-    wait::until("every shard is hosted", ELECTED, || async {
-        let mut hosted = 0.0;
-        for node in &refs {
-            hosted += metric(node, "colo_region_hosted_shards{").await;
-        }
-        hosted == 12.0
-    })
-    .await;
+    await_every_shard_on(&refs, "every shard is hosted").await;
     // Still one, once everything settled.
     assert_eq!(hosting_coordinator(&refs).await, vec![host]);
     let warnings = warnings(&refs);
@@ -104,6 +97,18 @@ async fn three_nodes_started_at_once_elect_exactly_one_coordinator() {
         "a healthy start warned:\n{}",
         warnings.join("\n")
     );
+}
+
+/// Waits until `nodes` host all 12 shards between them.
+async fn await_every_shard_on(nodes: &[&NodeProcess], what: &str) {
+    wait::until(what, ELECTED, || async {
+        let mut hosted = 0.0;
+        for node in nodes {
+            hosted += metric(node, "colo_region_hosted_shards{").await;
+        }
+        hosted == 12.0
+    })
+    .await;
 }
 
 /// The lines of `nodes`' logs at WARN or ERROR.
@@ -440,26 +445,13 @@ async fn the_survivors_shards_keep_running_while_the_coordinator_moves() {
     let killed = nodes.iter().position(|n| n.grpc == host).expect("host");
     let mut victim = nodes.remove(killed);
     let survivors: Vec<&NodeProcess> = nodes.iter().collect();
-    wait::until("every shard is hosted", ELECTED, || async {
-        let mut hosted = metric(&victim, "colo_region_hosted_shards{").await;
-        for node in &survivors {
-            hosted += metric(node, "colo_region_hosted_shards{").await;
-        }
-        hosted == 12.0
-    })
-    .await;
+    let before_kill: Vec<&NodeProcess> = survivors.iter().copied().chain([&victim]).collect();
+    await_every_shard_on(&before_kill, "every shard is hosted").await;
     victim.kill();
     let killed_at = humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string();
     let new_host = one_coordinator(&survivors).await;
     assert_ne!(new_host, host);
-    wait::until("the survivors host every shard", ELECTED, || async {
-        let mut hosted = 0.0;
-        for node in &survivors {
-            hosted += metric(node, "colo_region_hosted_shards{").await;
-        }
-        hosted == 12.0
-    })
-    .await;
+    await_every_shard_on(&survivors, "the survivors host every shard").await;
     let stops: Vec<String> = survivors
         .iter()
         .flat_map(|node| {
