@@ -174,16 +174,17 @@ fn default_election_timeout() -> Duration {
     Duration::from_secs(15)
 }
 
+// The runtime's defaults, written once there.
 fn default_heartbeat_interval() -> Duration {
-    Duration::from_secs(1)
+    ShardingSettings::default().heartbeat_interval
 }
 
 fn default_fence_timeout() -> Duration {
-    Duration::from_secs(12)
+    ShardingSettings::default().fence_timeout
 }
 
 fn default_region_timeout() -> Duration {
-    Duration::from_secs(17)
+    ShardingSettings::default().region_timeout
 }
 
 /// `[sharding]`: [`ShardingSettings`] with human durations, plus the ask

@@ -50,13 +50,13 @@ const TICK: Duration = Duration::from_secs(1);
 /// Rejoins in a row wait up to 2^REJOIN_BACKOFF election timeouts.
 const REJOIN_BACKOFF: u32 = 2;
 
-/// How long to wait before a rejoin after `rejoins` in a row: the timeout,
-/// then twice, then four times it.
 /// See `Driver::orphan_timeout`.
 fn orphan_timeout(election_timeout: Duration, group_session: Duration) -> Duration {
     election_timeout.max(group_session.saturating_mul(2))
 }
 
+/// How long to wait before a rejoin after `rejoins` in a row: the timeout,
+/// then twice, then four times it.
 fn rejoin_wait(timeout: Duration, rejoins: u32) -> Duration {
     timeout * (1 << rejoins.min(REJOIN_BACKOFF))
 }

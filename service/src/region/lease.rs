@@ -11,8 +11,9 @@
 //! (kill -STOP, a suspended VM) resumes with its tasks in any order, so a
 //! shard must not wait for its region's timer to tell it the lease ran out:
 //! it reads the clock itself. It reads a coarse monotonic clock (a few
-//! nanoseconds, millisecond resolution), once per turn of its task rather
-//! than per message; a lease is measured in seconds.
+//! nanoseconds, millisecond resolution) at each turn of its task and again
+//! before each message starts, since a process paused mid-turn resumes in
+//! the middle of its batch.
 //!
 //! A shard that found its lease run out holds what it is sent, and its
 //! unwritten state, until the lease holds again. A late answer can renew
