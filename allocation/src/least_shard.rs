@@ -9,6 +9,11 @@
 //! - the newer (limits) algorithm computes the optimal count per region and
 //!   moves every excess shard at once, capped by the absolute and relative
 //!   limits, so it typically balances in one or two rounds.
+//!
+//! With standby copies (`sharding.standbys`), a shard without a home goes
+//! to a region that keeps a copy of it, if it can without unbalancing the
+//! regions: only where the rebalance would then move nothing. A copy saves
+//! a restore once, a rebalance costs a hand-off, so balance comes first.
 
 use crate::least_shard_settings::{LeastShardSettings, SettingsError};
 use crate::{AllocationStrategy, Allocations, RegionId, ShardId};
@@ -19,6 +24,8 @@ use std::collections::BTreeSet;
 #[derive(Clone, Debug, Default)]
 pub struct LeastShardAllocationStrategy {
     settings: LeastShardSettings,
+    /// Each shard's standby copies (0: none, placement by count alone).
+    standbys: u32,
 }
 
 impl LeastShardAllocationStrategy {
@@ -29,7 +36,10 @@ impl LeastShardAllocationStrategy {
     /// The first problem [`LeastShardSettings::validate`] finds.
     pub fn new(settings: LeastShardSettings) -> Result<Self, SettingsError> {
         settings.validate()?;
-        Ok(Self { settings })
+        Ok(Self {
+            settings,
+            standbys: 0,
+        })
     }
 
     /// The settings this strategy runs with.
@@ -143,10 +153,12 @@ impl AllocationStrategy for LeastShardAllocationStrategy {
     fn allocate(
         &mut self,
         _requester: &RegionId,
-        _shard: ShardId,
+        shard: ShardId,
         current: &Allocations,
     ) -> Option<RegionId> {
-        least_loaded_region(current).cloned()
+        self.warm_region(shard, current)
+            .or_else(|| least_loaded_region(current))
+            .cloned()
     }
 
     fn rebalance(
@@ -154,11 +166,38 @@ impl AllocationStrategy for LeastShardAllocationStrategy {
         current: &Allocations,
         in_progress: &BTreeSet<ShardId>,
     ) -> BTreeSet<ShardId> {
+        self.moves(current, in_progress)
+    }
+
+    fn set_standbys(&mut self, standbys: u32) {
+        self.standbys = standbys;
+    }
+}
+
+impl LeastShardAllocationStrategy {
+    fn moves(&self, current: &Allocations, in_progress: &BTreeSet<ShardId>) -> BTreeSet<ShardId> {
         if self.settings.uses_limits() {
             self.rebalance_by_limits(current, in_progress)
         } else {
             self.rebalance_by_threshold(current, in_progress)
         }
+    }
+
+    /// The first-ranked region keeping a copy of `shard` where placing it
+    /// leaves nothing for the rebalance to move; `None` without standbys
+    /// or when every such region would be too busy.
+    fn warm_region<'a>(&self, shard: ShardId, current: &'a Allocations) -> Option<&'a RegionId> {
+        if self.standbys == 0 {
+            return None;
+        }
+        let settled = BTreeSet::new();
+        crate::standbys::keepers(shard, current.keys(), self.standbys)
+            .into_iter()
+            .find(|region| {
+                let mut after = current.clone();
+                after.entry((*region).clone()).or_default().push(shard);
+                self.moves(&after, &settled).is_empty()
+            })
     }
 }
 
@@ -186,5 +225,7 @@ fn by_suitability(current: &Allocations) -> Vec<(&RegionId, &[ShardId])> {
     regions
 }
 
+#[cfg(test)]
+mod copies;
 #[cfg(test)]
 mod tests;

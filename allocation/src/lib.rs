@@ -17,7 +17,10 @@
 //! - [`strategy`]: the `AllocationStrategy` trait and `Allocations`.
 //! - [`least_shard_settings`]: `LeastShardSettings` and `SettingsError`.
 //! - [`least_shard`]: `LeastShardAllocationStrategy`, with both of Akka's
-//!   rebalance algorithms, and `least_loaded_region`.
+//!   rebalance algorithms and a preference for a shard's standby copies,
+//!   and `least_loaded_region`.
+//! - [`standbys`]: which regions keep a shard's standby copies, ranked
+//!   alike by nodes and the coordinator.
 //! - [`external`]: `ExternalAllocationStrategy` and the
 //!   `ExternalAllocationClient` that sets desired locations (the Kafka
 //!   rebalance listener is one such client).
@@ -36,6 +39,7 @@ pub mod least_shard;
 pub mod least_shard_settings;
 pub mod murmur2;
 pub mod partition_extractor;
+pub mod standbys;
 pub mod strategy;
 
 pub use consistent_random::ConsistentRandomExtractor;

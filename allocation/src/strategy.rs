@@ -42,6 +42,13 @@ pub trait AllocationStrategy: Send + 'static {
     /// home naming it no longer holds, or the shard would be placed back
     /// there. Nothing to do for a strategy that takes no locations.
     fn location_released(&mut self, _shard: ShardId, _region: &RegionId) {}
+
+    /// Each shard has `standbys` standby copies besides its host's
+    /// (`sharding.standbys`), on the regions [`crate::standbys::keepers`]
+    /// names. A strategy that places shards may prefer those regions: a
+    /// start there reads only the changelog's tail. The coordinator tells
+    /// it once, before its first placement; nothing to do by default.
+    fn set_standbys(&mut self, _standbys: u32) {}
 }
 
 impl<S: AllocationStrategy + ?Sized> AllocationStrategy for Box<S> {
@@ -68,5 +75,9 @@ impl<S: AllocationStrategy + ?Sized> AllocationStrategy for Box<S> {
 
     fn location_released(&mut self, shard: ShardId, region: &RegionId) {
         (**self).location_released(shard, region)
+    }
+
+    fn set_standbys(&mut self, standbys: u32) {
+        (**self).set_standbys(standbys)
     }
 }

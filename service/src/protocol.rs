@@ -149,8 +149,13 @@ pub enum CoordinatorToRegion {
     /// Every region and proxy registered now: sent after each
     /// `RegisterAck`, and to every region whenever the set changes. A node
     /// takes Links and reply addresses only from the nodes its
-    /// coordinators list.
-    Members { regions: Vec<RegionId> },
+    /// coordinators list. `proxies` says which of `regions` are proxies:
+    /// they host nothing and keep no standby copies, so the nodes rank the
+    /// copies' keepers over the rest, as the coordinator's placement does.
+    Members {
+        regions: Vec<RegionId>,
+        proxies: Vec<RegionId>,
+    },
     /// Asks for this region's stats; answered by `RegionStats`.
     GetRegionStats { request: u64, timeout: Duration },
     /// Answers `GetClusterStats`.

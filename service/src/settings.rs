@@ -70,9 +70,11 @@ pub struct ShardingSettings {
     /// Standby shards (like Kafka Streams' `num.standby.replicas`; 0, off,
     /// by default): how many nodes besides a shard's host keep a warm copy
     /// of a durable entity type's shard by reading its changelog, so that
-    /// a start of the shard there reads only the tail. Kafka, not colo,
-    /// decides which node a partition's shard goes to: with one less than
-    /// the nodes, each node that may get it has its copy warm.
+    /// a start of the shard there reads only the tail. The coordinator
+    /// places a shard on a node keeping its copy when the balance of
+    /// shards allows (`AllocationStrategy::set_standbys`). Kafka, not
+    /// colo, decides which node a partition's shard goes to: with one less
+    /// than the nodes, each node that may get it has its copy warm.
     #[serde(default)]
     pub standbys: u32,
 }

@@ -1,11 +1,11 @@
 use super::*;
 
-fn region(name: &str) -> RegionId {
+pub(super) fn region(name: &str) -> RegionId {
     RegionId::new(name)
 }
 
 /// Allocations from `(region, shard ids)` pairs.
-fn allocations(regions: &[(&str, &[u32])]) -> Allocations {
+pub(super) fn allocations(regions: &[(&str, &[u32])]) -> Allocations {
     regions
         .iter()
         .map(|(name, shards)| (region(name), shards.iter().copied().map(ShardId).collect()))

@@ -24,6 +24,8 @@ pub struct CoordinatorHandle {
 
 impl CoordinatorHandle {
     /// Starts a coordinator for `entity_type`: replays `store`, then serves.
+    /// The strategy learns each shard's standby copies from
+    /// `settings.standbys` ([`AllocationStrategy::set_standbys`]).
     ///
     /// # Errors
     /// A setting cannot work.
@@ -34,6 +36,8 @@ impl CoordinatorHandle {
         store: Arc<dyn CoordinatorStore>,
     ) -> Result<Self, SettingsError> {
         settings.validate()?;
+        let mut strategy = strategy;
+        strategy.set_standbys(settings.standbys);
         let (inbox, rx) = mpsc::channel(INBOX_CAPACITY);
         let tasks = Arc::new(TaskSet::default());
         let coordinator = Coordinator {

@@ -67,16 +67,18 @@ impl Coordinator {
 
     /// Sends every linked region the regions and proxies registered now.
     fn announce_members(&self) {
+        let proxies: Vec<RegionId> = self.state.proxies().iter().cloned().collect();
         let regions: Vec<RegionId> = self
             .state
             .allocations()
             .keys()
-            .chain(self.state.proxies())
+            .chain(&proxies)
             .cloned()
             .collect();
         for link in self.links.values() {
             let _ = link.to_region.send(CoordinatorToRegion::Members {
                 regions: regions.clone(),
+                proxies: proxies.clone(),
             });
         }
     }

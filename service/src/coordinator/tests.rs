@@ -61,7 +61,7 @@ async fn next<T>(
 
 fn members(message: CoordinatorToRegion) -> Option<Vec<RegionId>> {
     match message {
-        CoordinatorToRegion::Members { regions } => Some(regions),
+        CoordinatorToRegion::Members { regions, .. } => Some(regions),
         _ => None,
     }
 }
@@ -103,6 +103,35 @@ async fn every_region_learns_the_members_when_one_registers_or_leaves() {
     // b hosts nothing: leaving its link terminates it at once.
     drop(link_b);
     assert_eq!(next(&mut link_a, members).await, vec![a.clone()]);
+}
+
+/// A proxy hosts nothing and keeps no standby copies: the members list
+/// says which regions are proxies, so that nodes rank copies' keepers over
+/// the same regions the coordinator places shards on.
+#[tokio::test]
+async fn the_members_list_names_its_proxies() {
+    let coordinator = coordinator();
+    let (a, p) = (RegionId::new("a"), RegionId::new("p"));
+    let mut link_a = register(&coordinator, &a).await;
+    next(&mut link_a, members).await;
+    let link_p = coordinator.connect(p.clone()).await.unwrap();
+    link_p
+        .to_coordinator
+        .send(RegionToCoordinator::Register {
+            region: p.clone(),
+            proxy: true,
+            hosted: vec![],
+            number_of_shards: SHARDS,
+            extractor: 1,
+            ping: 1,
+        })
+        .unwrap();
+    let listed = next(&mut link_a, |message| match message {
+        CoordinatorToRegion::Members { regions, proxies } => Some((regions, proxies)),
+        _ => None,
+    })
+    .await;
+    assert_eq!(listed, (vec![a, p.clone()], vec![p]));
 }
 
 #[tokio::test]

@@ -32,8 +32,8 @@ pub(crate) struct Shared<E: Entity> {
     pub durable: Arc<crate::store::DurableShards>,
     /// The shards whose partitions this node's consumers hold.
     pub assignments: Arc<super::assigned::Assignments>,
-    /// The regions the coordinator last listed (standby shards are placed
-    /// among them).
+    /// The regions the coordinator last listed, its proxies excepted
+    /// (standby copies are kept among them).
     pub members: tokio::sync::watch::Sender<Vec<RegionId>>,
 }
 

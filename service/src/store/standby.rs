@@ -9,13 +9,15 @@
 //! and goes on from where it ended, and a step finds the shard running
 //! and leaves it alone.
 //!
-//! Which node keeps which shard: of the members the coordinator lists, the
-//! `standbys + 1` ranked first for the shard by a hash of both (rendezvous
-//! hashing), the shard's host excepted, so copies stay put as members come
-//! and go, but for those of the members that came or went. Kafka, not
-//! colo, decides which node a partition's shard goes to; with `standbys`
-//! one less than the nodes, every node that may get it has it warm. A copy
-//! a node no longer keeps stays in its store, a tail behind: a start there
+//! Which node keeps which shard: of the regions the coordinator lists (not
+//! its proxies), the `standbys + 1` ranked first for the shard by a hash of
+//! both (`colo_allocation::standbys`), the shard's host excepted, so copies
+//! stay put as members come and go, but for those of the members that
+//! came or went. The coordinator ranks alike, and places a shard without a
+//! home on a keeper when the balance of shards allows it. Kafka, not colo,
+//! decides which node a partition's shard goes to; with `standbys` one
+//! less than the nodes, every node that may get it has it warm. A copy a
+//! node no longer keeps stays in its store, a tail behind: a start there
 //! still reads only what it lacks.
 //!
 //! Every [`STEP`], each kept shard's partition is read from its checkpoint
@@ -25,7 +27,8 @@ use super::applier::Applied;
 use super::restore::{Ending, Restore, RestoreError, RestoredFrom};
 use super::{DurableShards, NodeStore};
 use crate::metrics::StandbyMetrics;
-use colo_allocation::{stable_hash, RegionId, ShardId};
+use colo_allocation::standbys::keeps;
+use colo_allocation::{RegionId, ShardId};
 use colo_connectors::Changelog;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,7 +36,8 @@ use std::time::Duration;
 /// How often the standbys read their partitions' new records.
 pub(crate) const STEP: Duration = Duration::from_secs(1);
 
-/// The members the coordinator listed last, as the region publishes them.
+/// The regions the coordinator listed last, its proxies excepted, as the
+/// region publishes them.
 pub(crate) type MembersOf = tokio::sync::watch::Receiver<Vec<RegionId>>;
 
 /// One entity type's standby shards on this node.
@@ -158,60 +162,5 @@ impl Standbys {
             tracing::info!(entity_type = %self.entity_type, %shard, read = pass.applied.read, "a standby's copy read the whole partition again");
         }
         Ok(Some(pass.applied))
-    }
-}
-
-/// Whether `node` keeps a copy of `shard`: it is among the `standbys + 1`
-/// members ranked first for the shard (one of them may host it).
-pub(crate) fn keeps(node: &RegionId, members: &[RegionId], shard: ShardId, standbys: u32) -> bool {
-    let rank = |region: &RegionId| stable_hash(&format!("{shard}/{region}"));
-    let mine = rank(node);
-    let above = members
-        .iter()
-        .filter(|m| *m != node)
-        .filter(|m| {
-            let theirs = rank(m);
-            theirs > mine || (theirs == mine && m.to_string() > node.to_string())
-        })
-        .count();
-    members.contains(node) && above <= usize::try_from(standbys).unwrap_or(usize::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn nodes(n: usize) -> Vec<RegionId> {
-        (0..n).map(|i| RegionId::new(format!("n{i}:1"))).collect()
-    }
-
-    #[test]
-    fn each_shard_has_standbys_plus_one_keepers_and_they_stay_when_a_member_leaves() {
-        let members = nodes(5);
-        for shard in (0..64).map(ShardId) {
-            let keepers: Vec<&RegionId> = members
-                .iter()
-                .filter(|m| keeps(m, &members, shard, 1))
-                .collect();
-            assert_eq!(keepers.len(), 2, "shard {shard}");
-            let (gone, rest): (Vec<RegionId>, Vec<RegionId>) =
-                members.iter().cloned().partition(|m| m == keepers[0]);
-            assert!(keeps(keepers[1], &rest, shard, 1), "the other keeper stays");
-            assert!(!keeps(&gone[0], &rest, shard, 1), "not a member");
-        }
-    }
-
-    #[test]
-    fn with_standbys_one_less_than_the_nodes_every_node_keeps_every_shard() {
-        let members = nodes(3);
-        for shard in (0..64).map(ShardId) {
-            assert!(members.iter().all(|m| keeps(m, &members, shard, 2)));
-        }
-        assert!(!keeps(
-            &RegionId::new("stranger:1"),
-            &members,
-            ShardId(0),
-            2
-        ));
     }
 }

@@ -83,6 +83,12 @@ pub struct Cluster {
 /// metrics use a name of their own). Shards are never rebalanced: they
 /// move only when a node leaves, when a test says so.
 pub fn cluster(entity_type: &str) -> Cluster {
+    cluster_with(entity_type, settings())
+}
+
+/// [`cluster`] whose coordinator has other sharding settings (its
+/// `rebalance_interval` is still an hour).
+pub fn cluster_with(entity_type: &str, settings: ShardingSettings) -> Cluster {
     // What the nodes log, shown with a failing test's output.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
@@ -93,7 +99,7 @@ pub fn cluster(entity_type: &str) -> Cluster {
         .expect("least-shard settings");
     let settings = ShardingSettings {
         rebalance_interval: Duration::from_secs(3600),
-        ..settings()
+        ..settings
     };
     let coordinator = CoordinatorHandle::spawn(
         entity_type,

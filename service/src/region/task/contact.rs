@@ -504,8 +504,9 @@ impl<E: Entity> RegionTask<E> {
                 self.start_draining(&region, true);
                 self.ask_waiting_homes();
             }
-            CoordinatorToRegion::Members { regions } => {
-                self.shared.members.send_replace(regions.clone());
+            CoordinatorToRegion::Members { regions, proxies } => {
+                let hosts = regions.iter().filter(|r| !proxies.contains(r));
+                self.shared.members.send_replace(hosts.cloned().collect());
                 self.shared.node.transport.members(self.name(), regions);
             }
             CoordinatorToRegion::GetRegionStats { request, timeout } => {

@@ -369,8 +369,9 @@ pub fn coordinator_message_to_pb(
                 region: region.to_string(),
             })
         }
-        CoordinatorToRegion::Members { regions } => ToRegion::Members(pb::Members {
+        CoordinatorToRegion::Members { regions, proxies } => ToRegion::Members(pb::Members {
             regions: regions.iter().map(ToString::to_string).collect(),
+            proxies: proxies.iter().map(ToString::to_string).collect(),
         }),
         CoordinatorToRegion::GetRegionStats { request, timeout } => {
             ToRegion::GetRegionStats(pb::GetRegionStats {
@@ -439,6 +440,7 @@ pub fn coordinator_message_from_pb(message: ToRegion) -> Result<CoordinatorToReg
         },
         ToRegion::Members(m) => CoordinatorToRegion::Members {
             regions: m.regions.into_iter().map(RegionId::new).collect(),
+            proxies: m.proxies.into_iter().map(RegionId::new).collect(),
         },
         ToRegion::GetRegionStats(m) => CoordinatorToRegion::GetRegionStats {
             request: m.request,
@@ -595,6 +597,7 @@ mod tests {
             },
             CoordinatorToRegion::Members {
                 regions: vec![RegionId::new("r"), RegionId::new("s")],
+                proxies: vec![RegionId::new("s")],
             },
             CoordinatorToRegion::GetRegionStats {
                 request: 2,

@@ -234,7 +234,11 @@ fn coordinator_message() -> impl Strategy<Value = pb::CoordinatorMessage> {
         shard().prop_map(|shard| M::BeginHandOff(pb::BeginHandOff { shard })),
         shard().prop_map(|shard| M::HandOff(pb::HandOff { shard })),
         text().prop_map(|region| M::RegionTerminated(pb::RegionTerminated { region })),
-        prop::collection::vec(text(), 0..4).prop_map(|regions| M::Members(pb::Members { regions })),
+        (
+            prop::collection::vec(text(), 0..4),
+            prop::collection::vec(text(), 0..2)
+        )
+            .prop_map(|(regions, proxies)| M::Members(pb::Members { regions, proxies })),
         (number(), duration()).prop_map(|(request, timeout)| M::GetRegionStats(
             pb::GetRegionStats { request, timeout }
         )),
