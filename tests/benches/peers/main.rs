@@ -17,10 +17,12 @@
 //!    again on the survivor (a record of it handled after the kill),
 //!    records handled twice, and whether every user's totals are exact at
 //!    the end;
-//! 3. `moves`: at that pace, a second process joins and leaves gracefully
-//!    (SIGTERM) `COLO_BENCH_CYCLES` (3) times: for every moved partition,
-//!    the pause from its last record handled on the old owner to its first
-//!    on the new one, and records handled twice;
+//! 3. `moves` (`moves.rs`): at that pace, a second process joins and
+//!    leaves gracefully (SIGTERM) `COLO_BENCH_CYCLES` (3) times: for every
+//!    moved partition, the pause from its last record handled on the old
+//!    owner to its first on the new one, how long the leaving process took
+//!    to exit, and records handled twice (`COLO_BENCH_NODES`, 2: the
+//!    processes once the joiner is in);
 //! 4. `restore` (`restore.rs`): one process handles three records each of
 //!    `COLO_BENCH_RESTORE_USERS` (1,000,000) users, its resident memory
 //!    per user is read, and it stops; one on an empty disk then takes
@@ -50,6 +52,7 @@
 //! restore`.
 
 mod figures;
+mod moves;
 mod restore;
 #[path = "../support/mod.rs"]
 mod support;
@@ -57,7 +60,7 @@ mod systems;
 
 use colo_tests::broker::Broker;
 use colo_tests::purchases::Producer;
-use figures::{bucket_max, bucket_percentile, latency_between, percentile, spread};
+use figures::{bucket_max, bucket_percentile, latency_between, spread};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use support::{cpu_seconds, env};
@@ -514,126 +517,6 @@ async fn flow(broker: &Broker, systems: &[System], dir: &std::path::Path) {
     }
 }
 
-/// Each moved partition's pause: from its last record on `from` to its
-/// first on `to` after `since` (none where the two overlap).
-fn pauses(from: &Observed, to: &Observed, since: f64) -> Vec<f64> {
-    to.first
-        .iter()
-        .filter(|(_, first)| **first > since)
-        .filter_map(|(p, first)| Some((first - from.last.get(p)?).max(0.0)))
-        .collect()
-}
-
-async fn moves(broker: &Broker, systems: &[System], dir: &std::path::Path) {
-    let rate = env("COLO_BENCH_RATE", 20_000);
-    let users = env("COLO_BENCH_USERS", 10_000);
-    let runs = env("COLO_BENCH_RUNS", 3);
-    let cycles = env("COLO_BENCH_CYCLES", 3);
-    let hold = Duration::from_secs(env("COLO_BENCH_HOLD_S", 5));
-    let join_wait = Duration::from_secs(env("COLO_BENCH_JOIN_WAIT_S", 60));
-    println!("moves: {rate} records/s of {users} users, {PARTITIONS} partitions; a second process joins and leaves (SIGTERM) {cycles} times, {runs} runs; each moved partition's pause, last record on the old owner to first on the new");
-    println!("| system | joins: pause p50 ms | p99 ms | max ms | leaves: pause p50 ms | p99 ms | max ms | records handled twice per run | joins that moved nothing within {}s |", join_wait.as_secs());
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for &system in systems {
-        let (mut joins, mut leaves, mut twice) = (Vec::new(), Vec::new(), Vec::new());
-        let mut idle_joins = 0;
-        for run in 1..=runs {
-            let name = format!("peers-{}-m{}-{run}", std::process::id(), tag(system));
-            let topic = format!("{name}.purchases");
-            create_topic(broker.bootstrap(), &topic).await;
-            let at = placement(broker, &topic, name);
-            let mut a = Instance::start(system, &at, 0, None);
-            answering(&mut a, Duration::from_secs(90)).await;
-            // Long enough for every cycle, however slow each move is; the
-            // producer stops when the run ends.
-            let producer = paced(dir, broker, &at.topic, users, rate);
-            until_observed(&a, "a record handled", Duration::from_secs(120), |o| {
-                o.handled > 0.0
-            })
-            .await;
-            tokio::time::sleep(hold).await;
-            let mut gone_handled = 0.0;
-            for _ in 0..cycles {
-                let joined_at = now();
-                let mut b = Instance::start(system, &at, 1, Some(&a));
-                // Kafka Streams moves an active task to a joiner only once
-                // its warm-up copy has caught up (a probing rebalance, every
-                // 10 min by default): a join that moves nothing within
-                // `COLO_BENCH_JOIN_WAIT_S` (a minute) is counted as such.
-                let taken =
-                    observed_within(&b, join_wait, |o| o.first.values().any(|t| *t > joined_at))
-                        .await;
-                if taken.is_none() {
-                    idle_joins += 1;
-                }
-                tokio::time::sleep(hold).await;
-                let (seen_a, seen_b) = (observe(&a).await, observe(&b).await);
-                joins.extend(pauses(&seen_a, &seen_b, joined_at));
-                // Leaving: read until it exits, the last reading kept.
-                let mut last_b = observe(&b).await;
-                let left_at = now();
-                b.terminate();
-                let deadline = Instant::now() + Duration::from_secs(120);
-                while !b.exited() && Instant::now() < deadline {
-                    if let Some(seen) = b.observe().await {
-                        last_b = seen;
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                b.kill();
-                gone_handled += last_b.handled;
-                let held: Vec<i32> = last_b.last.keys().copied().collect();
-                let Some(Resumed { taken: back, .. }) =
-                    resumed(&a, &held, left_at, Duration::from_secs(180)).await
-                else {
-                    panic!(
-                        "{}: partitions not taken back after a leave:\n{}",
-                        system.name(),
-                        a.log()
-                    );
-                };
-                leaves.extend(
-                    back.iter()
-                        .filter_map(|(p, t)| Some((t - last_b.last.get(p)?).max(0.0))),
-                );
-                tokio::time::sleep(hold).await;
-            }
-            // Records handled twice: everything handled, less what was
-            // produced, once the producer has stopped and all is handled.
-            producer.stopped(Duration::from_secs(120)).await;
-            let produced = end_offsets(broker.bootstrap(), &at.topic);
-            let settled = settled(&a, gone_handled, produced).await;
-            twice.push(settled + gone_handled - produced as f64);
-        }
-        let ms = |values: &[f64], p: f64| {
-            let v = percentile(values, p) * 1e3;
-            if v.is_nan() {
-                "-".to_string()
-            } else {
-                format!("{v:.0}")
-            }
-        };
-        println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {idle_joins} of {} |",
-            system.name(),
-            ms(&joins, 0.5),
-            ms(&joins, 0.99),
-            ms(&joins, 1.0),
-            ms(&leaves, 0.5),
-            ms(&leaves, 0.99),
-            ms(&leaves, 1.0),
-            // The bare consumer's count misses what its leaving process
-            // read after the bench's last look at it.
-            if system == System::Bare {
-                "–".to_string()
-            } else {
-                spread(&twice, 0)
-            },
-            runs * cycles
-        );
-    }
-}
-
 fn main() {
     let filters: Vec<String> = std::env::args()
         .skip(1)
@@ -675,7 +558,7 @@ fn main() {
             flow(&broker, &stateful, dir.path()).await;
         }
         if wanted("moves") {
-            moves(&broker, &systems, dir.path()).await;
+            moves::moves(&broker, &systems, dir.path()).await;
         }
         if wanted("restore") {
             restore::restore(&broker, &stateful, dir.path()).await;
