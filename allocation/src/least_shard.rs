@@ -11,9 +11,10 @@
 //!   limits, so it typically balances in one or two rounds.
 //!
 //! With standby copies (`sharding.standbys`), a shard without a home goes
-//! to a region that keeps a copy of it, if it can without unbalancing the
-//! regions: only where the rebalance would then move nothing. A copy saves
-//! a restore once, a rebalance costs a hand-off, so balance comes first.
+//! to a region that keeps a copy of it ([`AllocationStrategy::allocate_warm`]),
+//! if it can without unbalancing the regions: only where the rebalance
+//! would then move nothing. A copy saves a restore once, a rebalance costs
+//! a hand-off, so balance comes first.
 
 use crate::least_shard_settings::{LeastShardSettings, SettingsError};
 use crate::{AllocationStrategy, Allocations, RegionId, ShardId};
@@ -24,8 +25,6 @@ use std::collections::BTreeSet;
 #[derive(Clone, Debug, Default)]
 pub struct LeastShardAllocationStrategy {
     settings: LeastShardSettings,
-    /// Each shard's standby copies (0: none, placement by count alone).
-    standbys: u32,
 }
 
 impl LeastShardAllocationStrategy {
@@ -36,10 +35,7 @@ impl LeastShardAllocationStrategy {
     /// The first problem [`LeastShardSettings::validate`] finds.
     pub fn new(settings: LeastShardSettings) -> Result<Self, SettingsError> {
         settings.validate()?;
-        Ok(Self {
-            settings,
-            standbys: 0,
-        })
+        Ok(Self { settings })
     }
 
     /// The settings this strategy runs with.
@@ -153,12 +149,32 @@ impl AllocationStrategy for LeastShardAllocationStrategy {
     fn allocate(
         &mut self,
         _requester: &RegionId,
-        shard: ShardId,
+        _shard: ShardId,
         current: &Allocations,
     ) -> Option<RegionId> {
-        self.warm_region(shard, current)
-            .or_else(|| least_loaded_region(current))
-            .cloned()
+        least_loaded_region(current).cloned()
+    }
+
+    fn allocate_warm(
+        &mut self,
+        requester: &RegionId,
+        shard: ShardId,
+        current: &Allocations,
+        warm: &[RegionId],
+    ) -> Option<RegionId> {
+        let settled = BTreeSet::new();
+        let fits = |region: &&RegionId| {
+            let mut after = current.clone();
+            match after.get_mut(*region) {
+                Some(shards) => shards.push(shard),
+                None => return false,
+            }
+            self.moves(&after, &settled).is_empty()
+        };
+        match warm.iter().find(fits) {
+            Some(region) => Some(region.clone()),
+            None => self.allocate(requester, shard, current),
+        }
     }
 
     fn rebalance(
@@ -167,10 +183,6 @@ impl AllocationStrategy for LeastShardAllocationStrategy {
         in_progress: &BTreeSet<ShardId>,
     ) -> BTreeSet<ShardId> {
         self.moves(current, in_progress)
-    }
-
-    fn set_standbys(&mut self, standbys: u32) {
-        self.standbys = standbys;
     }
 }
 
@@ -181,23 +193,6 @@ impl LeastShardAllocationStrategy {
         } else {
             self.rebalance_by_threshold(current, in_progress)
         }
-    }
-
-    /// The first-ranked region keeping a copy of `shard` where placing it
-    /// leaves nothing for the rebalance to move; `None` without standbys
-    /// or when every such region would be too busy.
-    fn warm_region<'a>(&self, shard: ShardId, current: &'a Allocations) -> Option<&'a RegionId> {
-        if self.standbys == 0 {
-            return None;
-        }
-        let settled = BTreeSet::new();
-        crate::standbys::keepers(shard, current.keys(), self.standbys)
-            .into_iter()
-            .find(|region| {
-                let mut after = current.clone();
-                after.entry((*region).clone()).or_default().push(shard);
-                self.moves(&after, &settled).is_empty()
-            })
     }
 }
 

@@ -4,10 +4,12 @@
 //!
 //! Nodes decide for themselves which copies they keep, and the coordinator
 //! decides where a shard without a home goes; both rank with this one
-//! function over the same regions (the coordinator's, proxies excepted), so
-//! the coordinator knows where the warm copies are without being told. A
-//! hash of the pair, rather than a ring, keeps every other shard's keepers
-//! where they were when a region comes or goes.
+//! function over the same regions (the coordinator's registered regions,
+//! proxies excepted), so the coordinator knows where the copies are
+//! without being told. A region that has just become a keeper (another
+//! left) starts its copy at its next step. A hash of the pair, rather than
+//! a ring, keeps every other shard's keepers where they were when a region
+//! comes or goes.
 
 use crate::{stable_hash, RegionId, ShardId};
 

@@ -43,12 +43,19 @@ pub trait AllocationStrategy: Send + 'static {
     /// there. Nothing to do for a strategy that takes no locations.
     fn location_released(&mut self, _shard: ShardId, _region: &RegionId) {}
 
-    /// Each shard has `standbys` standby copies besides its host's
-    /// (`sharding.standbys`), on the regions [`crate::standbys::keepers`]
-    /// names. A strategy that places shards may prefer those regions: a
-    /// start there reads only the changelog's tail. The coordinator tells
-    /// it once, before its first placement; nothing to do by default.
-    fn set_standbys(&mut self, _standbys: u32) {}
+    /// [`allocate`](Self::allocate) for a shard of which `warm` regions
+    /// (among `current`, the most preferred first) keep a standby copy
+    /// (`sharding.standbys`): a start there reads only the changelog's
+    /// tail. A strategy may prefer them; by default it does not.
+    fn allocate_warm(
+        &mut self,
+        requester: &RegionId,
+        shard: ShardId,
+        current: &Allocations,
+        _warm: &[RegionId],
+    ) -> Option<RegionId> {
+        self.allocate(requester, shard, current)
+    }
 }
 
 impl<S: AllocationStrategy + ?Sized> AllocationStrategy for Box<S> {
@@ -77,7 +84,13 @@ impl<S: AllocationStrategy + ?Sized> AllocationStrategy for Box<S> {
         (**self).location_released(shard, region)
     }
 
-    fn set_standbys(&mut self, standbys: u32) {
-        (**self).set_standbys(standbys)
+    fn allocate_warm(
+        &mut self,
+        requester: &RegionId,
+        shard: ShardId,
+        current: &Allocations,
+        warm: &[RegionId],
+    ) -> Option<RegionId> {
+        (**self).allocate_warm(requester, shard, current, warm)
     }
 }

@@ -371,7 +371,14 @@ impl Coordinator {
         if active.len() < self.settings.min_members {
             return Ok(()); // too early: the requester retries
         }
-        let chosen = self.strategy.allocate(&requester, shard, &active);
+        let chosen = match self.settings.standbys {
+            0 => self.strategy.allocate(&requester, shard, &active),
+            standbys => {
+                let warm = warm_regions(self.state.allocations(), &active, shard, standbys);
+                self.strategy
+                    .allocate_warm(&requester, shard, &active, &warm)
+            }
+        };
         let region = match chosen {
             Some(region) if active.contains_key(&region) => region,
             Some(region) => {
@@ -577,6 +584,24 @@ impl Coordinator {
             let _ = inbox.send(Input::StatsDone { request: internal }).await;
         });
     }
+}
+
+/// The regions of `active` that keep a standby copy of `shard`, the most
+/// preferred first. The nodes rank the keepers over every registered
+/// region (the members the coordinator announces, proxies apart), so the
+/// ranking here is over the same regions; only then are the regions that
+/// cannot take a shard now (leaving, unlinked) left out.
+fn warm_regions(
+    registered: &Allocations,
+    active: &Allocations,
+    shard: ShardId,
+    standbys: u32,
+) -> Vec<RegionId> {
+    colo_allocation::standbys::keepers(shard, registered.keys(), standbys)
+        .into_iter()
+        .filter(|region| active.contains_key(*region))
+        .cloned()
+        .collect()
 }
 
 /// Registered regions that are linked and not leaving, with their shards.

@@ -385,10 +385,19 @@ async fn run(
     }
     let types: Vec<coordinators::Hosted> = entity_types
         .iter()
-        .map(|t| coordinators::Hosted {
-            name: t.name().to_string(),
-            settings: t.settings().clone(),
-            follows_partitions: kafka_driven.contains(t.name()),
+        .map(|t| {
+            let mut settings = t.settings().clone();
+            // Copies are kept of durable types with a changelog only (with
+            // [kafka], every durable type has one): another type's
+            // coordinator has no copies to prefer.
+            if !t.is_durable() || config.kafka.is_none() {
+                settings.standbys = 0;
+            }
+            coordinators::Hosted {
+                name: t.name().to_string(),
+                settings,
+                follows_partitions: kafka_driven.contains(t.name()),
+            }
         })
         .collect();
     let (hosting, electing): (Arc<dyn CoordinatorHosting>, _) = if config.elects_coordinator() {

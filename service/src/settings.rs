@@ -72,7 +72,7 @@ pub struct ShardingSettings {
     /// of a durable entity type's shard by reading its changelog, so that
     /// a start of the shard there reads only the tail. The coordinator
     /// places a shard on a node keeping its copy when the balance of
-    /// shards allows (`AllocationStrategy::set_standbys`). Kafka, not
+    /// shards allows (`AllocationStrategy::allocate_warm`). Kafka, not
     /// colo, decides which node a partition's shard goes to: with one less
     /// than the nodes, each node that may get it has its copy warm.
     #[serde(default)]

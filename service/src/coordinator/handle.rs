@@ -24,8 +24,8 @@ pub struct CoordinatorHandle {
 
 impl CoordinatorHandle {
     /// Starts a coordinator for `entity_type`: replays `store`, then serves.
-    /// The strategy learns each shard's standby copies from
-    /// `settings.standbys` ([`AllocationStrategy::set_standbys`]).
+    /// With `settings.standbys`, the strategy is told which regions keep a
+    /// copy of a shard it places ([`AllocationStrategy::allocate_warm`]).
     ///
     /// # Errors
     /// A setting cannot work.
@@ -36,8 +36,6 @@ impl CoordinatorHandle {
         store: Arc<dyn CoordinatorStore>,
     ) -> Result<Self, SettingsError> {
         settings.validate()?;
-        let mut strategy = strategy;
-        strategy.set_standbys(settings.standbys);
         let (inbox, rx) = mpsc::channel(INBOX_CAPACITY);
         let tasks = Arc::new(TaskSet::default());
         let coordinator = Coordinator {

@@ -345,3 +345,33 @@ async fn a_region_back_on_a_new_link_keeps_no_claim_of_a_shard_it_does_not_run()
         "b's location no longer waits for a claim of a's earlier process"
     );
 }
+
+/// The copies of a shard are where the nodes put them, ranked over every
+/// registered region: a keeper that cannot take the shard now (leaving,
+/// or unlinked) is left out, and its place is not given to a region that
+/// keeps no copy.
+#[test]
+fn the_warm_regions_are_the_keepers_that_can_take_the_shard_now() {
+    let registered = |names: &[&str]| -> colo_allocation::Allocations {
+        names.iter().map(|n| (RegionId::new(*n), vec![])).collect()
+    };
+    let all = registered(&["a", "b", "c"]);
+    let regions: Vec<RegionId> = all.keys().cloned().collect();
+    let shard = (0..)
+        .map(ShardId)
+        .find(|shard| {
+            let order = colo_allocation::standbys::ranked(*shard, &regions);
+            order.iter().map(|r| r.as_str()).collect::<Vec<_>>() == ["c", "b", "a"]
+        })
+        .expect("a shard ranking c, b, a");
+    let active = registered(&["a", "b"]);
+    assert_eq!(
+        super::warm_regions(&all, &active, shard, 1),
+        vec![RegionId::new("b")],
+        "c and b keep the copies; c is leaving; a keeps none"
+    );
+    assert_eq!(
+        super::warm_regions(&all, &all, shard, 1),
+        vec![RegionId::new("c"), RegionId::new("b")]
+    );
+}

@@ -181,8 +181,12 @@ impl Instance {
 
     /// What it reports now; `None` while it does not answer.
     pub async fn observe(&self) -> Option<Observed> {
-        match colo_tests::http::get(&self.metrics, "/metrics").await {
-            Ok((200, body)) => Some(Observed::parse(self.system, &body)),
+        // Bounded: a process that takes the connection and never answers
+        // (stopping, say) must not hold the bench's loops past their
+        // deadlines.
+        let metrics = colo_tests::http::get(&self.metrics, "/metrics");
+        match tokio::time::timeout(Duration::from_secs(5), metrics).await {
+            Ok(Ok((200, body))) => Some(Observed::parse(self.system, &body)),
             _ => None,
         }
     }
