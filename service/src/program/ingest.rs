@@ -69,18 +69,35 @@ pub(super) fn coordinator_log(
         .as_ref()
         .ok_or_else(|| ProgramError::Settings("the coordinator topic needs [kafka]".into()))?;
     let topic = kafka.coordinator_topic();
-    colo_connectors::Changelog::unbatched(
+    let unusable = |e: colo_connectors::SourceError| {
+        ProgramError::Settings(format!(
+            "the coordinator keeps its state in {topic:?}, which cannot be used: {e}"
+        ))
+    };
+    let log = colo_connectors::Changelog::unbatched(
         &kafka.bootstrap_servers,
         &kafka.client_properties(),
         &topic,
         CHANGELOG_TIMEOUT,
     )
-    .and_then(|c| c.check(1).map(|()| c))
-    .map_err(|e| {
-        ProgramError::Settings(format!(
-            "the coordinator keeps its state in {topic:?}, which cannot be used: {e}"
-        ))
-    })
+    .map_err(unusable)?;
+    // The topic was listed by every broker that answered a moment ago, but
+    // a broker that did not answer then (slow at a cluster's start) may
+    // answer this check before it has learnt the topic from the metadata
+    // log: missing is asked again until CREATE_TIMEOUT. Blocking, as the
+    // caller runs this on a blocking thread.
+    let deadline = std::time::Instant::now() + CREATE_TIMEOUT;
+    loop {
+        match log.check(1) {
+            Ok(()) => return Ok(log),
+            Err(colo_connectors::SourceError::Topic(colo_connectors::TopicError::Missing {
+                ..
+            })) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(unusable(e)),
+        }
+    }
 }
 
 /// How long topic creation may take.
