@@ -27,11 +27,20 @@ fn coordinator() -> CoordinatorHandle {
 }
 
 async fn register(coordinator: &CoordinatorHandle, region: &RegionId) -> CoordinatorLink {
+    register_as(coordinator, region, false).await
+}
+
+/// [`register`] as a proxy when `proxy`.
+async fn register_as(
+    coordinator: &CoordinatorHandle,
+    region: &RegionId,
+    proxy: bool,
+) -> CoordinatorLink {
     let link = coordinator.connect(region.clone()).await.unwrap();
     link.to_coordinator
         .send(RegionToCoordinator::Register {
             region: region.clone(),
-            proxy: false,
+            proxy,
             hosted: vec![],
             number_of_shards: SHARDS,
             extractor: 1,
@@ -114,18 +123,7 @@ async fn the_members_list_names_its_proxies() {
     let (a, p) = (RegionId::new("a"), RegionId::new("p"));
     let mut link_a = register(&coordinator, &a).await;
     next(&mut link_a, members).await;
-    let link_p = coordinator.connect(p.clone()).await.unwrap();
-    link_p
-        .to_coordinator
-        .send(RegionToCoordinator::Register {
-            region: p.clone(),
-            proxy: true,
-            hosted: vec![],
-            number_of_shards: SHARDS,
-            extractor: 1,
-            ping: 1,
-        })
-        .unwrap();
+    let _link_p = register_as(&coordinator, &p, true).await;
     let listed = next(&mut link_a, |message| match message {
         CoordinatorToRegion::Members { regions, proxies } => Some((regions, proxies)),
         _ => None,

@@ -11,7 +11,7 @@ use crate::figures::{percentile, spread};
 use crate::support::env;
 use crate::systems::{answering, Instance, Observed, System};
 use crate::{
-    create_topic, end_offsets, now, observe, observed_within, paced, placement, tag,
+    create_topic, end_offsets, now, observe, observed_within, paced, placement, settled, tag,
     until_observed, PARTITIONS,
 };
 use colo_tests::broker::Broker;
@@ -72,31 +72,6 @@ async fn taken_back(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Some(taken)
-}
-
-/// What `instances` have handled in all once they handle no more, and
-/// with what `gone` handled, at least `produced` (or after five minutes:
-/// a system that stopped handling records shows it as fewer handled than
-/// produced). The bare consumer's count misses what its leaving process
-/// read after the bench's last look at it: it need only stop growing.
-async fn settled_all(instances: &[Instance], gone: f64, produced: u64) -> f64 {
-    let produced = match instances.first().map(|i| i.system) {
-        Some(System::Bare) => 0,
-        _ => produced,
-    };
-    let end = Instant::now() + Duration::from_secs(300);
-    let mut before = f64::NAN;
-    loop {
-        let mut now = 0.0;
-        for instance in instances {
-            now += observe(instance).await.handled;
-        }
-        if (now == before && now + gone >= produced as f64) || Instant::now() >= end {
-            return now;
-        }
-        before = now;
-        tokio::time::sleep(Duration::from_secs(3)).await;
-    }
 }
 
 pub async fn moves(broker: &Broker, systems: &[System], dir: &std::path::Path) {
@@ -194,7 +169,7 @@ pub async fn moves(broker: &Broker, systems: &[System], dir: &std::path::Path) {
             // produced, once the producer has stopped and all is handled.
             producer.stopped(Duration::from_secs(120)).await;
             let produced = end_offsets(broker.bootstrap(), &at.topic);
-            let handled = settled_all(&others, gone_handled, produced).await;
+            let handled = settled(&others, gone_handled, produced).await;
             twice.push(handled + gone_handled - produced as f64);
         }
         let ms = |values: &[f64], p: f64| {
