@@ -56,15 +56,15 @@ pub use dead_letters::{
 };
 pub use election::{Election, ElectionEvent, ElectionSettings, StepDown};
 pub use error::{SourceError, TopicError};
-pub use mock::{MockGroupTimings, MockKafka};
+pub use mock::{group_member_epoch, group_member_id, MemberTarget, MockGroupTimings, MockKafka};
 pub use observer::{NoObserver, PartitionState, SourceObserver};
 pub use producer::{
     check_partitioner, KeyedProducer, Partitioning, ProduceError, ProducerSettings, PARTITIONER,
 };
 pub use record::{Record, TopicPartition};
 pub use source::{
-    AssignedPartition, Gate, GroupRejoin, KafkaSource, Revocation, Rewind, SourceEvent,
-    SourceSettings, FETCH_QUEUE_BACKOFF_MS,
+    AssignedPartition, Gate, GroupMember, GroupRejoin, KafkaSource, Revocation, Rewind,
+    SourceEvent, SourceSettings, FETCH_QUEUE_BACKOFF_MS,
 };
 pub use topics::{
     await_listed, check_partition_counts, check_topic_usable, create_missing_topics,

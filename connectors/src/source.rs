@@ -52,7 +52,45 @@ use tokio::sync::mpsc;
 pub struct KafkaSource {
     stop: Arc<AtomicBool>,
     rejoin: GroupRejoin,
+    member: GroupMember,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A source's consumer as a member of its group, under the consumer
+/// protocol (KIP-848), where the client picks its member id: what a mock
+/// cluster's target assignment names it by, and whether the group's
+/// coordinator counts it yet.
+#[derive(Clone)]
+pub struct GroupMember {
+    id: Option<String>,
+    /// The thread owns the consumer; this sees it while it runs.
+    consumer: std::sync::Weak<BaseConsumer<SourceContext>>,
+}
+
+impl std::fmt::Debug for GroupMember {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupMember")
+            .field("id", &self.id)
+            .field("running", &(self.consumer.strong_count() > 0))
+            .finish()
+    }
+}
+
+impl GroupMember {
+    /// Its member id; None under the classic protocol (see
+    /// [`crate::group_member_id`]).
+    pub fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
+    /// Its member epoch, while the source runs: above 0 once the group's
+    /// coordinator counts it a member with a target (see
+    /// [`crate::group_member_epoch`]). Blocks briefly: call it off the
+    /// async runtime's threads.
+    pub fn epoch(&self) -> Option<i32> {
+        let consumer = self.consumer.upgrade()?;
+        crate::mock::group_member_epoch(consumer.client())
+    }
 }
 
 /// Has a running source leave its group and join it again, as a new
@@ -123,6 +161,10 @@ impl KafkaSource {
         let consumer: Arc<BaseConsumer<SourceContext>> =
             Arc::new(config.create_with_context(context)?);
         let _ = consumer.context().consumer.set(Arc::downgrade(&consumer));
+        let member = GroupMember {
+            id: crate::mock::group_member_id(consumer.client()),
+            consumer: Arc::downgrade(&consumer),
+        };
         let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
         consumer.subscribe(&topics)?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -154,6 +196,7 @@ impl KafkaSource {
             Self {
                 stop,
                 rejoin,
+                member,
                 thread: Some(thread),
             },
             receiver,
@@ -163,6 +206,11 @@ impl KafkaSource {
     /// What has this source rejoin its group.
     pub fn group_rejoin(&self) -> GroupRejoin {
         self.rejoin.clone()
+    }
+
+    /// Its consumer as a member of its group.
+    pub fn group_member(&self) -> GroupMember {
+        self.member.clone()
     }
 
     /// Stops consuming and commits the offsets of what was handled. Blocks

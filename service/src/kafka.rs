@@ -251,6 +251,13 @@ impl KafkaIngest {
         self.source.as_ref().map(KafkaSource::group_rejoin)
     }
 
+    /// Its consumer as a member of its group: its member id and epoch
+    /// under the consumer protocol (KIP-848), for a mock cluster's target
+    /// assignment.
+    pub fn group_member(&self) -> Option<colo_connectors::GroupMember> {
+        self.source.as_ref().map(KafkaSource::group_member)
+    }
+
     /// Stops consuming: the partitions are revoked (their shards handed
     /// off) and what was handled is committed.
     pub async fn shutdown(mut self) {

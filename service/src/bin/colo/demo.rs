@@ -8,6 +8,7 @@
 //! seconds, `/metrics` served all along, and a summary that checks every
 //! record was handled and every user's totals equal what was produced.
 
+mod assignment;
 mod membership;
 mod pauses;
 
@@ -33,7 +34,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
+use assignment::GroupAssignor;
 use membership::{Membership, NodeStarter};
+
+/// The users' consumer group.
+const GROUP: &str = "demo.user";
 
 /// What the demo does.
 #[derive(Debug, Clone)]
@@ -131,6 +136,8 @@ impl Entity for TalliedUser {
 /// One in-process node: its region of users and its Kafka ingest.
 struct DemoNode {
     name: String,
+    /// Its consumer as a member of the group.
+    member: Option<colo_connectors::GroupMember>,
     node: Node,
     region: Region<TalliedUser>,
     ingest: KafkaIngest,
@@ -141,8 +148,9 @@ struct DemoNode {
 /// # Errors
 /// A step failed, or not every produced record was handled.
 pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
-    let broker =
-        MockKafka::start(1, GROUP_TIMINGS).map_err(step("start the in-process Kafka cluster"))?;
+    let broker = Arc::new(
+        MockKafka::start(1, GROUP_TIMINGS).map_err(step("start the in-process Kafka cluster"))?,
+    );
     let partitions = i32::try_from(options.partitions)
         .map_err(|_| DemoError::Step("too many partitions".into()))?;
     broker
@@ -260,7 +268,8 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
         .collect();
     let sent_now = || sent.iter().map(|s| s.load(Ordering::Relaxed)).sum::<u64>();
 
-    let mut membership = Membership::new(starter, options.partitions as usize);
+    let assignor = GroupAssignor::new(broker.clone(), GROUP, USER_EVENTS, partitions);
+    let mut membership = Membership::new(starter, assignor, options.partitions as usize);
     let started = Instant::now();
     let stats_wait = options.progress_every / 2;
     let mut tick = tokio::time::interval(options.progress_every);
@@ -459,7 +468,7 @@ fn ingest_settings(bootstrap: &str, settings: &ShardingSettings) -> IngestSettin
     IngestSettings {
         source: SourceSettings {
             bootstrap_servers: bootstrap.to_string(),
-            group_id: "demo.user".into(),
+            group_id: GROUP.into(),
             topics: vec![USER_EVENTS.into()],
             client: vec![("group.protocol".into(), "consumer".into())],
             max_in_flight: 1000,

@@ -1,6 +1,7 @@
 //! The demo's membership changes: node-4 joins, then node-2 leaves, each in
 //! a task of its own, beside the progress lines.
 
+use super::assignment::GroupAssignor;
 use super::{step, DemoError, DemoNode, TalliedUser};
 use colo::kafka::{IngestSettings, KafkaIngest};
 use colo::samples::purchases;
@@ -8,6 +9,8 @@ use colo::state::Engine;
 use colo::TaskSet;
 use colo::{EntityType, InMemoryNetwork, Node, NodeStore, Region, StateSettings};
 use colo_connectors::Changelog;
+use colo_connectors::GroupMember;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
@@ -22,6 +25,11 @@ const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(60);
 /// node-2 leaves anyway, and the others to host a leaving node's shards
 /// before the demo goes on.
 const SETTLES_WITHIN: Duration = Duration::from_secs(20);
+
+/// How often a joiner's member epoch is read while the group's
+/// coordinator does not count it yet: a fraction of the members' heartbeat
+/// interval.
+const ADMIT_EVERY: Duration = Duration::from_millis(50);
 
 /// What starting a node takes, cloned into the task that starts node-4.
 #[derive(Clone)]
@@ -69,8 +77,10 @@ impl NodeStarter {
             .map_err(step("start the Kafka ingest"))?
             .map_err(step("start the Kafka ingest"))?
         };
+        let member = ingest.group_member();
         Ok(DemoNode {
             name: name.to_string(),
+            member,
             node,
             region,
             ingest,
@@ -83,6 +93,8 @@ impl NodeStarter {
 pub(super) struct Membership {
     phase: Phase,
     starter: NodeStarter,
+    /// Gives the group its target assignment at each change.
+    assignor: Arc<GroupAssignor>,
     /// Shards of the entity type: all are hosted again once a leave is
     /// done.
     shards: usize,
@@ -113,6 +125,10 @@ pub(super) enum Change {
         node: DemoNode,
         took: Duration,
         shards: usize,
+        /// Shards the nodes already there took from one another in the
+        /// join, once all shards were hosted again: none, when the group's
+        /// assignment is sticky.
+        swapped: usize,
     },
     Left {
         name: String,
@@ -123,11 +139,12 @@ pub(super) enum Change {
 }
 
 impl Membership {
-    pub(super) fn new(starter: NodeStarter, shards: usize) -> Self {
+    pub(super) fn new(starter: NodeStarter, assignor: GroupAssignor, shards: usize) -> Self {
         let (changed, changes) = mpsc::channel(1);
         Self {
             phase: Phase::Before,
             starter,
+            assignor: Arc::new(assignor),
             shards,
             tasks: TaskSet::default(),
             moves: Vec::new(),
@@ -148,7 +165,7 @@ impl Membership {
                     "node-4 joins: the group rebalances and some partitions' shards hand off to it"
                 );
                 self.moves.push(("node-4's join".into(), Instant::now()));
-                self.join("node-4", self.shards / (nodes.len() + 1));
+                self.join("node-4", self.shards / (nodes.len() + 1), nodes);
                 self.phase = Phase::Joining;
             }
             Phase::Joined if share >= 0.55 && nodes.len() > 1 => {
@@ -156,7 +173,7 @@ impl Membership {
                 self.moves
                     .push((format!("{}'s leave", leaving.name), Instant::now()));
                 println!("{} leaves: its partitions are revoked, its shards handed off, its offsets committed", leaving.name);
-                self.leave(leaving, nodes[0].region.clone());
+                self.leave(leaving, nodes);
                 self.phase = Phase::Leaving;
             }
             _ => {}
@@ -175,10 +192,15 @@ impl Membership {
 
     pub(super) fn changed(&mut self, change: Change, nodes: &mut Vec<DemoNode>) {
         match change {
-            Change::Joined { node, took, shards } => {
+            Change::Joined {
+                node,
+                took,
+                shards,
+                swapped,
+            } => {
                 let plural = if shards == 1 { "" } else { "s" };
                 println!(
-                    "{} hosts {shards} shard{plural} {:.1}s after it joined (at the members' heartbeats, the others revoke, then it is assigned)",
+                    "{} hosts {shards} shard{plural} {:.1}s after it joined (at the members' heartbeats, the others revoke, then it is assigned); the others took {swapped} of one another's",
                     node.name,
                     took.as_secs_f64()
                 );
@@ -209,18 +231,36 @@ impl Membership {
 
     /// Starts node `name`, reporting once it hosts `at_least` shards (each
     /// node's share, rounded down): the rounds of the group that hand them
-    /// to it are done then.
-    fn join(&self, name: &'static str, at_least: usize) {
+    /// to it are done then. The group's target assignment first keeps what
+    /// `nodes` hold, then gives it its share.
+    fn join(&self, name: &'static str, at_least: usize, nodes: &[DemoNode]) {
         let (starter, changed) = (self.starter.clone(), self.changed.clone());
+        let assignor = self.assignor.clone();
+        let members: Vec<_> = nodes
+            .iter()
+            .map(|node| (node.member.clone(), node.region.clone()))
+            .collect();
+        let all = self.shards;
         self.tasks.spawn(async move {
             let started = Instant::now();
             let join = async {
+                let before = held_partitions(&members).await?;
+                assignor.take_over(&before).map_err(DemoError::Step)?;
                 let node = starter.start(name).await?;
+                let mut ids: Vec<String> = before.iter().map(|(id, _)| id.clone()).collect();
+                let joiner = node.member.clone().ok_or_else(no_member_id)?;
+                admitted(&assignor, &ids, &joiner).await?;
+                ids.push(joiner.id().ok_or_else(no_member_id)?.to_string());
+                assignor.assign(&ids).map_err(DemoError::Step)?;
                 let shards = hosted_shards(&node.region, at_least, SETTLES_WITHIN).await;
+                let took = started.elapsed();
+                all_hosted(&node.region, all, SETTLES_WITHIN).await;
+                let after = held_partitions(&members).await?;
                 Ok(Change::Joined {
                     node,
-                    took: started.elapsed(),
+                    took,
                     shards,
+                    swapped: swapped(&before, &after),
                 })
             };
             let joined = match tokio::time::timeout(MEMBERSHIP_TIMEOUT, join).await {
@@ -233,13 +273,27 @@ impl Membership {
         });
     }
 
-    /// Stops `leaving` gracefully, reporting once the others, as `remaining`
-    /// sees them, host every shard again (or could have).
-    fn leave(&self, leaving: DemoNode, remaining: Region<TalliedUser>) {
+    /// Stops `leaving` gracefully, reporting once the others, as the first
+    /// of `remaining` sees them, host every shard again (or could have).
+    /// The group's target assignment gives its partitions to the others
+    /// first: they take them once it has given them up.
+    fn leave(&self, leaving: DemoNode, remaining: &[DemoNode]) {
         let (changed, shards) = (self.changed.clone(), self.shards);
+        let assignor = self.assignor.clone();
+        let members = remaining
+            .iter()
+            .map(member_id)
+            .collect::<Result<Vec<_>, _>>();
+        let remaining = remaining[0].region.clone();
         self.tasks.spawn(async move {
             let started = Instant::now();
             let name = leaving.name.clone();
+            let assigned =
+                members.and_then(|members| assignor.assign(&members).map_err(DemoError::Step));
+            if let Err(error) = assigned {
+                let _ = changed.send(Err(error)).await;
+                return;
+            }
             let stop = async move {
                 leaving.ingest.shutdown().await;
                 leaving.node.shutdown().await;
@@ -262,6 +316,83 @@ impl Membership {
             let _ = changed.send(left).await;
         });
     }
+}
+
+/// Each node's member id and the partitions it holds: its hosted shards,
+/// shard = partition.
+async fn held_partitions(
+    nodes: &[(Option<GroupMember>, Region<TalliedUser>)],
+) -> Result<Vec<(String, Vec<i32>)>, DemoError> {
+    let mut held = Vec::with_capacity(nodes.len());
+    for (member, region) in nodes {
+        let member = member
+            .as_ref()
+            .and_then(|member| member.id())
+            .ok_or_else(no_member_id)?
+            .to_string();
+        let state = region
+            .state(Duration::from_secs(5))
+            .await
+            .map_err(step("read a node's shards"))?;
+        let partitions = state
+            .shards
+            .keys()
+            .filter_map(|shard| i32::try_from(shard.0).ok())
+            .collect();
+        held.push((member, partitions));
+    }
+    Ok(held)
+}
+
+/// The partitions each node holds `after` that it did not hold `before`.
+fn swapped(before: &[(String, Vec<i32>)], after: &[(String, Vec<i32>)]) -> usize {
+    before
+        .iter()
+        .zip(after)
+        .map(|((_, before), (_, after))| after.iter().filter(|p| !before.contains(p)).count())
+        .sum()
+}
+
+fn member_id(node: &DemoNode) -> Result<String, DemoError> {
+    node.member
+        .as_ref()
+        .and_then(|member| member.id())
+        .map(str::to_string)
+        .ok_or_else(no_member_id)
+}
+
+/// Has the group's coordinator count `joiner` a member, naming it with no
+/// partitions until its epoch says it does (see [`GroupAssignor::admit`]).
+async fn admitted(
+    assignor: &GroupAssignor,
+    members: &[String],
+    joiner: &GroupMember,
+) -> Result<(), DemoError> {
+    let id = joiner.id().ok_or_else(no_member_id)?;
+    let deadline = Instant::now() + SETTLES_WITHIN;
+    let mut every = tokio::time::interval(ADMIT_EVERY);
+    loop {
+        every.tick().await;
+        assignor.admit(members, id).map_err(DemoError::Step)?;
+        let member = joiner.clone();
+        let epoch = tokio::task::spawn_blocking(move || member.epoch())
+            .await
+            .map_err(step("read the joiner's member epoch"))?;
+        if epoch.is_some_and(|epoch| epoch > 0) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(DemoError::Step(format!(
+                "the group's coordinator did not count the joining node a member within {SETTLES_WITHIN:?}"
+            )));
+        }
+    }
+}
+
+fn no_member_id() -> DemoError {
+    DemoError::Step(
+        "a node's consumer has no member id: the demo's group uses the consumer protocol".into(),
+    )
 }
 
 /// The shards `region` hosts once they are `at_least`, or after `within`.
