@@ -132,9 +132,10 @@ async fn the_kafka_demo_runs_hands_off_and_handles_every_record() {
         "produced 9000 purchase events",
         "every record was handled, each user's in order",
         "every user's totals equal what was produced",
-        "the longest pause of a shard's records",
-        "s in node-4's join",
-        "s in node-2's leave",
+        "the longest pause of a moved shard's records",
+        "the longest pause of a shard's records that stayed on its node",
+        "s in node-4's join (",
+        "s in node-2's leave (",
         // The group's assignment is sticky, as Apache Kafka's: a join
         // moves the joiner's share only, never a partition from one node
         // that stays to another.

@@ -563,19 +563,35 @@ async fn cluster_stats(
 
 /// The longest pause of a shard's records within each membership change,
 /// from its start to the next one's (the last: to the end).
-fn print_pauses(pauses: &pauses::Pauses, moves: &[(String, Instant)]) {
-    let mut said = Vec::new();
-    for (i, (change, from)) in moves.iter().enumerate() {
-        let until = moves.get(i + 1).map(|(_, next)| *next);
-        match pauses.longest(*from, until) {
-            Some(gap) => said.push(format!("{:.2}s in {change}", gap.as_secs_f64())),
-            None => said.push(format!("none in {change}")),
-        }
+fn print_pauses(pauses: &pauses::Pauses, moves: &[membership::Move]) {
+    let mut moved = Vec::new();
+    let mut stayed = Vec::new();
+    for (i, change) in moves.iter().enumerate() {
+        let until = moves.get(i + 1).map(|next| next.began);
+        let say = |gap: Option<Duration>| {
+            gap.map_or_else(
+                || "none".to_string(),
+                |gap| format!("{:.2}s", gap.as_secs_f64()),
+            )
+        };
+        let of_moved = pauses.longest(change.began, until, |shard| change.moved.contains(&shard));
+        let of_stayed = pauses.longest(change.began, until, |shard| !change.moved.contains(&shard));
+        moved.push(format!(
+            "{} in {} ({} shards moved)",
+            say(of_moved),
+            change.name,
+            change.moved.len()
+        ));
+        stayed.push(format!("{} in {}", say(of_stayed), change.name));
     }
-    if !said.is_empty() {
+    if !moved.is_empty() {
         println!(
-            "  the longest pause of a shard's records (its last handled on one node to its first on the next, for a moved one): {}",
-            said.join(", ")
+            "  the longest pause of a moved shard's records (its last handled on its old node to its first on its new): {}",
+            moved.join(", ")
+        );
+        println!(
+            "  the longest pause of a shard's records that stayed on its node: {}",
+            stayed.join(", ")
         );
     }
 }

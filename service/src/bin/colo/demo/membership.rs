@@ -10,6 +10,7 @@ use colo::TaskSet;
 use colo::{EntityType, InMemoryNetwork, Node, NodeStore, Region, StateSettings};
 use colo_connectors::Changelog;
 use colo_connectors::GroupMember;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -100,7 +101,7 @@ pub(super) struct Membership {
     shards: usize,
     pub(super) tasks: TaskSet,
     /// Each change begun, and when.
-    moves: Vec<(String, Instant)>,
+    moves: Vec<Move>,
     changed: mpsc::Sender<Result<Change, DemoError>>,
     /// Bounded by the one change under way at a time.
     pub(super) changes: mpsc::Receiver<Result<Change, DemoError>>,
@@ -119,6 +120,14 @@ enum Phase {
     Done,
 }
 
+/// A change of the demo's membership, begun.
+pub(super) struct Move {
+    pub(super) name: String,
+    pub(super) began: Instant,
+    /// The shards it moved from one node to another, once it is done.
+    pub(super) moved: BTreeSet<u32>,
+}
+
 /// A change done, as its task reports it.
 pub(super) enum Change {
     Joined {
@@ -129,12 +138,16 @@ pub(super) enum Change {
         /// join, once all shards were hosted again: none, when the group's
         /// assignment is sticky.
         swapped: usize,
+        /// Every shard whose node changed.
+        moved: BTreeSet<u32>,
     },
     Left {
         name: String,
         took: Duration,
         /// Since it began to leave, until the others hosted every shard.
         rehosted: Option<Duration>,
+        /// The shards it hosted when it began to leave.
+        moved: BTreeSet<u32>,
     },
 }
 
@@ -164,14 +177,21 @@ impl Membership {
                 println!(
                     "node-4 joins: the group rebalances and some partitions' shards hand off to it"
                 );
-                self.moves.push(("node-4's join".into(), Instant::now()));
+                self.moves.push(Move {
+                    name: "node-4's join".into(),
+                    began: Instant::now(),
+                    moved: BTreeSet::new(),
+                });
                 self.join("node-4", self.shards / (nodes.len() + 1), nodes);
                 self.phase = Phase::Joining;
             }
             Phase::Joined if share >= 0.55 && nodes.len() > 1 => {
                 let leaving = nodes.remove(1);
-                self.moves
-                    .push((format!("{}'s leave", leaving.name), Instant::now()));
+                self.moves.push(Move {
+                    name: format!("{}'s leave", leaving.name),
+                    began: Instant::now(),
+                    moved: BTreeSet::new(),
+                });
                 println!("{} leaves: its partitions are revoked, its shards handed off, its offsets committed", leaving.name);
                 self.leave(leaving, nodes);
                 self.phase = Phase::Leaving;
@@ -181,7 +201,7 @@ impl Membership {
     }
 
     /// Each change begun so far, and when.
-    pub(super) fn moves(&self) -> &[(String, Instant)] {
+    pub(super) fn moves(&self) -> &[Move] {
         &self.moves
     }
 
@@ -197,7 +217,11 @@ impl Membership {
                 took,
                 shards,
                 swapped,
+                moved,
             } => {
+                if let Some(change) = self.moves.last_mut() {
+                    change.moved = moved;
+                }
                 let plural = if shards == 1 { "" } else { "s" };
                 println!(
                     "{} hosts {shards} shard{plural} {:.1}s after it joined (at the members' heartbeats, the others revoke, then it is assigned); the others took {swapped} of one another's",
@@ -211,7 +235,11 @@ impl Membership {
                 name,
                 took,
                 rehosted,
+                moved,
             } => {
+                if let Some(change) = self.moves.last_mut() {
+                    change.moved = moved;
+                }
                 let shards = self.shards;
                 match rehosted {
                     Some(rehosted) => println!(
@@ -255,12 +283,18 @@ impl Membership {
                 let shards = hosted_shards(&node.region, at_least, SETTLES_WITHIN).await;
                 let took = started.elapsed();
                 all_hosted(&node.region, all, SETTLES_WITHIN).await;
-                let after = held_partitions(&members).await?;
+                let mut after = held_partitions(&members).await?;
+                let swapped = swapped(&before, &after);
+                after.push((
+                    ids.last().cloned().unwrap_or_default(),
+                    hosted(&node.region).await?,
+                ));
                 Ok(Change::Joined {
                     node,
                     took,
                     shards,
-                    swapped: swapped(&before, &after),
+                    swapped,
+                    moved: moved(&before, &after),
                 })
             };
             let joined = match tokio::time::timeout(MEMBERSHIP_TIMEOUT, join).await {
@@ -294,6 +328,16 @@ impl Membership {
                 let _ = changed.send(Err(error)).await;
                 return;
             }
+            let moved: BTreeSet<u32> = match hosted(&leaving.region).await {
+                Ok(partitions) => partitions
+                    .into_iter()
+                    .filter_map(|p| u32::try_from(p).ok())
+                    .collect(),
+                Err(error) => {
+                    let _ = changed.send(Err(error)).await;
+                    return;
+                }
+            };
             let stop = async move {
                 leaving.ingest.shutdown().await;
                 leaving.node.shutdown().await;
@@ -308,6 +352,7 @@ impl Membership {
                     name,
                     took,
                     rehosted,
+                    moved,
                 }),
                 Err(_) => Err(DemoError::Step(format!(
                     "{name} did not leave within {MEMBERSHIP_TIMEOUT:?}"
@@ -330,18 +375,37 @@ async fn held_partitions(
             .and_then(|member| member.id())
             .ok_or_else(no_member_id)?
             .to_string();
-        let state = region
-            .state(Duration::from_secs(5))
-            .await
-            .map_err(step("read a node's shards"))?;
-        let partitions = state
-            .shards
-            .keys()
-            .filter_map(|shard| i32::try_from(shard.0).ok())
-            .collect();
-        held.push((member, partitions));
+        held.push((member, hosted(region).await?));
     }
     Ok(held)
+}
+
+/// The partitions `region` holds: its hosted shards, shard = partition.
+async fn hosted(region: &Region<TalliedUser>) -> Result<Vec<i32>, DemoError> {
+    let state = region
+        .state(Duration::from_secs(5))
+        .await
+        .map_err(step("read a node's shards"))?;
+    Ok(state
+        .shards
+        .keys()
+        .filter_map(|shard| i32::try_from(shard.0).ok())
+        .collect())
+}
+
+/// The shards held by another member `after` than `before`.
+fn moved(before: &[(String, Vec<i32>)], after: &[(String, Vec<i32>)]) -> BTreeSet<u32> {
+    let holders = |held: &[(String, Vec<i32>)]| -> BTreeMap<i32, String> {
+        held.iter()
+            .flat_map(|(member, partitions)| partitions.iter().map(move |p| (*p, member.clone())))
+            .collect()
+    };
+    let (before, after) = (holders(before), holders(after));
+    after
+        .iter()
+        .filter(|(partition, member)| before.get(partition) != Some(member))
+        .filter_map(|(partition, _)| u32::try_from(*partition).ok())
+        .collect()
 }
 
 /// The partitions each node holds `after` that it did not hold `before`.

@@ -1,8 +1,9 @@
 //! How long each shard's records stopped being handled while the demo's
 //! membership changed: for each shard, the gap between one record handled
 //! and the next, kept when it is long; the summary gives the longest within
-//! each change (a join, a leave). A moved partition's pause is such a gap:
-//! from its last record handled on the old owner to its first on the new.
+//! each change (a join, a leave), of the shards it moved and of those that
+//! stayed. A moved partition's pause is such a gap: from its last record
+//! handled on the old owner to its first on the new.
 
 use colo::allocation::{KafkaMurmur2Extractor, MessageExtractor};
 use parking_lot::Mutex;
@@ -25,8 +26,8 @@ pub(super) struct Pauses {
 #[derive(Default)]
 struct Seen {
     last: HashMap<u32, Instant>,
-    /// When each long gap ended, and how long it was.
-    long: Vec<(Instant, Duration)>,
+    /// Each long gap's shard, when it ended, and how long it was.
+    long: Vec<(u32, Instant, Duration)>,
 }
 
 impl std::fmt::Debug for Pauses {
@@ -57,20 +58,28 @@ impl Pauses {
         if let Some(before) = seen.last.insert(shard, now) {
             let gap = now.duration_since(before);
             if gap >= KEPT_FROM {
-                seen.long.push((now, gap));
+                seen.long.push((shard, now, gap));
             }
         }
     }
 
-    /// The longest gap that ended at or after `from` and before `until`
-    /// (no bound: until now), if one was long enough to be kept.
-    pub(super) fn longest(&self, from: Instant, until: Option<Instant>) -> Option<Duration> {
+    /// The longest gap of a shard `of` that ended at or after `from` and
+    /// before `until` (no bound: until now), if one was long enough to be
+    /// kept.
+    pub(super) fn longest(
+        &self,
+        from: Instant,
+        until: Option<Instant>,
+        of: impl Fn(u32) -> bool,
+    ) -> Option<Duration> {
         self.seen
             .lock()
             .long
             .iter()
-            .filter(|(ended, _)| *ended >= from && until.is_none_or(|until| *ended < until))
-            .map(|(_, gap)| *gap)
+            .filter(|(shard, ended, _)| {
+                of(*shard) && *ended >= from && until.is_none_or(|until| *ended < until)
+            })
+            .map(|(_, _, gap)| *gap)
             .max()
     }
 }
@@ -88,18 +97,33 @@ mod tests {
             .map(|n| format!("user-{n}"))
             .find(|user| shards.shard_id(user) != shards.shard_id("user-1"))
             .expect("another shard's user");
+        let shards_of = {
+            let shards = shards.clone();
+            move |user: &str| shards.shard_id(user).0
+        };
         pauses.track(shards);
         let start = Instant::now();
         let later = start + Duration::from_millis(150);
         pauses.handled_at("user-1", start);
         pauses.handled_at(&other, start + Duration::from_millis(10));
         pauses.handled_at("user-1", later);
+        let any = |_| true;
         assert_eq!(
-            pauses.longest(start, None),
+            pauses.longest(start, None, any),
             Some(Duration::from_millis(150))
         );
+        let moved = shards_of("user-1");
+        assert_eq!(
+            pauses.longest(start, None, |shard| shard != moved),
+            None,
+            "none of another shard"
+        );
         let after = later + Duration::from_millis(1);
-        assert_eq!(pauses.longest(after, None), None, "none ends after");
-        assert_eq!(pauses.longest(start, Some(later)), None, "none ends before");
+        assert_eq!(pauses.longest(after, None, any), None, "none ends after");
+        assert_eq!(
+            pauses.longest(start, Some(later), any),
+            None,
+            "none ends before"
+        );
     }
 }
