@@ -373,9 +373,22 @@ level = "info,colo=debug"
     }
 
     /// kill -STOP: the process freezes with its connections open, as a
-    /// stuck node would; it sends no heartbeat and answers nothing.
+    /// stuck node would; it sends no heartbeat and answers nothing. Returns
+    /// once every thread of it is stopped: `kill` returns when the signal
+    /// is sent, and a thread already running goes on until the kernel
+    /// stops it, long enough to answer a request sent right after (a CI
+    /// run saw a paused node answer at once).
     pub fn pause(&self) {
         self.signal("-STOP");
+        let pid = self.pid().expect("node running");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !all_threads_stopped(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {pid} not stopped 10 s after SIGSTOP"
+            );
+            std::thread::yield_now();
+        }
     }
 
     /// kill -CONT: the process goes on where it froze.
@@ -457,6 +470,22 @@ level = "info,colo=debug"
             .await
             .unwrap_or_else(|e| panic!("connect to {}: {e}", self.grpc))
     }
+}
+
+/// Whether every thread of process `pid` is stopped by a signal (state
+/// `T` in `/proc/<pid>/task/<tid>/stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // The state follows the command's closing parenthesis.
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_some_and(|state| state == "T")
+        })
+    })
 }
 
 impl Drop for NodeProcess {

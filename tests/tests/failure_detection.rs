@@ -32,15 +32,16 @@ async fn a_paused_node_answers_nothing_from_its_stale_copies_after_waking() {
     let x = on_b.iter().next().expect("an entity on b").clone();
 
     b.pause();
-    // Once b is terminated, x starts again elsewhere (state is in memory
-    // only until the durable-state issue: it starts from 0).
+    // Once b is terminated, x starts again elsewhere: its state is in
+    // memory only, so the new copy starts from 0, and b's copy, had it
+    // answered, would say 5.
     wait::until("x answers without b", Duration::from_secs(30), || {
         let mut client = via_a.clone();
         let x = x.clone();
         async move {
             ask_within(&mut client, &x, r#""Get""#, Duration::from_secs(1))
                 .await
-                .is_ok()
+                .is_ok_and(|count| count == 0)
         }
     })
     .await;
