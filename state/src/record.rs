@@ -46,6 +46,7 @@ pub struct StateRecord {
     /// itself. A deletion is a record, not an absence, so that it keeps the
     /// applied offsets: a record replayed from before the deletion is
     /// still known as applied.
+    #[serde(deserialize_with = "state_bytes::deserialize")]
     pub state: Option<Vec<u8>>,
     /// The earlier starts whose keys may still hold a record of the entity
     /// (see the module's doc).
@@ -62,7 +63,89 @@ struct RecordRef<'a, T: AsRef<str>> {
     version: u32,
     #[serde(serialize_with = "topics_as_str")]
     applied: &'a [(T, u64)],
+    #[serde(serialize_with = "state_bytes::serialize")]
     state: Option<&'a [u8]>,
+}
+
+/// The state as bytes rather than as a sequence of `u8`, which serde would
+/// make of a byte slice otherwise: postcard writes both alike (a length,
+/// then the bytes), and reads one as the other, but a sequence is written
+/// and read a byte at a time (a state is encoded at every message).
+mod state_bytes {
+    use serde::de::{Deserializer, Error, SeqAccess, Visitor};
+    use serde::ser::Serializer;
+
+    pub(super) fn serialize<S: Serializer>(
+        state: &Option<&[u8]>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match state {
+            Some(bytes) => serializer.serialize_some(&Bytes(bytes)),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    struct Bytes<'a>(&'a [u8]);
+
+    impl serde::Serialize for Bytes<'_> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.serialize_bytes(self.0)
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Vec<u8>>, D::Error> {
+        deserializer.deserialize_option(OptionalBytes)
+    }
+
+    struct OptionalBytes;
+
+    impl<'de> Visitor<'de> for OptionalBytes {
+        type Value = Option<Vec<u8>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an entity's state, or none")
+        }
+
+        fn visit_none<E: Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(
+            self,
+            deserializer: D,
+        ) -> Result<Self::Value, D::Error> {
+            deserializer.deserialize_bytes(StateBytes).map(Some)
+        }
+    }
+
+    struct StateBytes;
+
+    impl<'de> Visitor<'de> for StateBytes {
+        type Value = Vec<u8>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an entity's state")
+        }
+
+        fn visit_bytes<E: Error>(self, bytes: &[u8]) -> Result<Self::Value, E> {
+            Ok(bytes.to_vec())
+        }
+
+        fn visit_byte_buf<E: Error>(self, bytes: Vec<u8>) -> Result<Self::Value, E> {
+            Ok(bytes)
+        }
+
+        /// A format that writes bytes as a sequence.
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+            while let Some(byte) = seq.next_element()? {
+                bytes.push(byte);
+            }
+            Ok(bytes)
+        }
+    }
 }
 
 fn topics_as_str<T: AsRef<str>, S: serde::Serializer>(
@@ -216,6 +299,35 @@ impl StateRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The record as serde's derive writes a state without help: a
+    /// sequence of `u8`. What colo wrote before the state was written as
+    /// bytes.
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    struct AsSequence {
+        epoch: u64,
+        version: u32,
+        applied: Vec<(String, u64)>,
+        state: Option<Vec<u8>>,
+    }
+
+    #[test]
+    fn the_state_as_bytes_is_written_and_read_as_a_sequence_of_bytes_was() {
+        for state in [Some(b"{\"total\":12}".to_vec()), Some(Vec::new()), None] {
+            let mut record = StateRecord::new(7, 3, state.clone());
+            record.mark_applied("user-events", 41);
+            let before = AsSequence {
+                epoch: 7,
+                version: 3,
+                applied: vec![("user-events".to_string(), 41)],
+                state,
+            };
+            let mut written = vec![FORMAT];
+            written.extend(postcard::to_allocvec(&before).expect("encodes"));
+            assert_eq!(record.encode(), written, "the same bytes");
+            assert_eq!(StateRecord::decode(&written), Ok(record), "read back");
+        }
+    }
 
     #[test]
     fn a_record_reads_back_as_written() {
