@@ -157,6 +157,12 @@ impl MockKafka {
         // long as it. The member ids and lists outlive the calls; librdkafka
         // copies them into the target assignment, which it copies again into
         // the group, under the cluster's lock, and which is destroyed here.
+        // One hole is librdkafka's: the timer that expires consumer-protocol
+        // sessions (`rd_kafka_mock_cgrp_consumer_session_tmr_cb`, once a
+        // second on the cluster's thread) unlocks that lock where it means
+        // to take it, so a call here that it overlaps (microseconds) may
+        // share the group with the cluster's thread. The demo calls it a
+        // handful of times per change, naming no more members than it must.
         #[allow(unsafe_code)]
         let set = unsafe {
             let cluster =

@@ -86,7 +86,9 @@ impl GroupMember {
     /// Its member epoch, while the source runs: above 0 once the group's
     /// coordinator counts it a member with a target (see
     /// [`crate::group_member_epoch`]). Blocks briefly: call it off the
-    /// async runtime's threads.
+    /// async runtime's threads. It holds the consumer for the call: a
+    /// source stopped meanwhile closes its consumer when the call ends,
+    /// on this thread.
     pub fn epoch(&self) -> Option<i32> {
         let consumer = self.consumer.upgrade()?;
         crate::mock::group_member_epoch(consumer.client())

@@ -139,7 +139,8 @@ mod state_bytes {
 
         /// A format that writes bytes as a sequence.
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+            // A length read off a damaged record allocates no more than this.
+            let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
             while let Some(byte) = seq.next_element()? {
                 bytes.push(byte);
             }

@@ -387,7 +387,7 @@ level = "info,colo=debug"
                 std::time::Instant::now() < deadline,
                 "node {pid} not stopped 10 s after SIGSTOP"
             );
-            std::thread::yield_now();
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 

@@ -54,29 +54,19 @@ impl GroupAssignor {
         self.assign(&members)
     }
 
-    /// Names `joiner` in the target with no partitions, the others keeping
-    /// theirs: the cluster counts a member from its first heartbeat on, and
-    /// drops a target naming one it does not count yet, so a joiner's
-    /// share waits until this one has reached it (its epoch above 0).
-    pub(super) fn admit(&self, members: &[String], joiner: &str) -> Result<(), String> {
-        let owners = self.owners.lock();
-        let mut targets: Vec<MemberTarget> = members
-            .iter()
-            .map(|member| MemberTarget {
-                member_id: member.clone(),
-                partitions: owners
-                    .iter()
-                    .filter(|(_, owner)| *owner == member)
-                    .map(|(partition, _)| (self.topic.clone(), *partition))
-                    .collect(),
-            })
-            .collect();
-        targets.push(MemberTarget {
+    /// Names `joiner` in the target with no partitions: the cluster counts
+    /// a member from its first heartbeat on, and drops a target naming one
+    /// it does not count yet, so a joiner's share waits until this one has
+    /// reached it (its epoch above 0). The others are not named: their
+    /// targets, and their epochs, stay as they are (a commit made under an
+    /// epoch that moved meanwhile is refused).
+    pub(super) fn admit(&self, joiner: &str) -> Result<(), String> {
+        let target = MemberTarget {
             member_id: joiner.to_string(),
             partitions: Vec::new(),
-        });
+        };
         self.broker
-            .assign(&self.group, &targets)
+            .assign(&self.group, &[target])
             .map_err(|e| format!("set the group's target assignment: {e}"))
     }
 
@@ -210,6 +200,9 @@ mod tests {
         let before = owners(&[("a", 0..6), ("b", 6..12), ("c", 12..18), ("d", 18..24)]);
         let after = sticky(&members(&["a", "c", "d"]), &before, 24);
         assert!(after.values().all(|partitions| partitions.len() == 8));
+        let mut all: Vec<i32> = after.values().flatten().copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..24).collect::<Vec<_>>(), "each once");
         assert_eq!(moved(&before, &after), 6, "{after:?}");
         assert!(!after.contains_key("b"));
     }

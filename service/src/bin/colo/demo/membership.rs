@@ -277,7 +277,7 @@ impl Membership {
                 let node = starter.start(name).await?;
                 let mut ids: Vec<String> = before.iter().map(|(id, _)| id.clone()).collect();
                 let joiner = node.member.clone().ok_or_else(no_member_id)?;
-                admitted(&assignor, &ids, &joiner).await?;
+                admitted(&assignor, &joiner).await?;
                 ids.push(joiner.id().ok_or_else(no_member_id)?.to_string());
                 assignor.assign(&ids).map_err(DemoError::Step)?;
                 let shards = hosted_shards(&node.region, at_least, SETTLES_WITHIN).await;
@@ -408,12 +408,23 @@ fn moved(before: &[(String, Vec<i32>)], after: &[(String, Vec<i32>)]) -> BTreeSe
         .collect()
 }
 
-/// The partitions each node holds `after` that it did not hold `before`.
+/// The partitions each node holds `after` that another node held
+/// `before`.
 fn swapped(before: &[(String, Vec<i32>)], after: &[(String, Vec<i32>)]) -> usize {
     before
         .iter()
         .zip(after)
-        .map(|((_, before), (_, after))| after.iter().filter(|p| !before.contains(p)).count())
+        .enumerate()
+        .map(|(i, (_, (_, now)))| {
+            now.iter()
+                .filter(|p| {
+                    before
+                        .iter()
+                        .enumerate()
+                        .any(|(j, (_, then))| j != i && then.contains(p))
+                })
+                .count()
+        })
         .sum()
 }
 
@@ -427,17 +438,13 @@ fn member_id(node: &DemoNode) -> Result<String, DemoError> {
 
 /// Has the group's coordinator count `joiner` a member, naming it with no
 /// partitions until its epoch says it does (see [`GroupAssignor::admit`]).
-async fn admitted(
-    assignor: &GroupAssignor,
-    members: &[String],
-    joiner: &GroupMember,
-) -> Result<(), DemoError> {
+async fn admitted(assignor: &GroupAssignor, joiner: &GroupMember) -> Result<(), DemoError> {
     let id = joiner.id().ok_or_else(no_member_id)?;
     let deadline = Instant::now() + SETTLES_WITHIN;
     let mut every = tokio::time::interval(ADMIT_EVERY);
     loop {
         every.tick().await;
-        assignor.admit(members, id).map_err(DemoError::Step)?;
+        assignor.admit(id).map_err(DemoError::Step)?;
         let member = joiner.clone();
         let epoch = tokio::task::spawn_blocking(move || member.epoch())
             .await
