@@ -219,9 +219,7 @@ impl Membership {
                 swapped,
                 moved,
             } => {
-                if let Some(change) = self.moves.last_mut() {
-                    change.moved = moved;
-                }
+                self.moved(moved);
                 let plural = if shards == 1 { "" } else { "s" };
                 println!(
                     "{} hosts {shards} shard{plural} {:.1}s after it joined (at the members' heartbeats, the others revoke, then it is assigned); the others took {swapped} of one another's",
@@ -237,9 +235,7 @@ impl Membership {
                 rehosted,
                 moved,
             } => {
-                if let Some(change) = self.moves.last_mut() {
-                    change.moved = moved;
-                }
+                self.moved(moved);
                 let shards = self.shards;
                 match rehosted {
                     Some(rehosted) => println!(
@@ -254,6 +250,13 @@ impl Membership {
                 }
                 self.phase = Phase::Done;
             }
+        }
+    }
+
+    /// The change under way moved `shards`.
+    fn moved(&mut self, shards: BTreeSet<u32>) {
+        if let Some(change) = self.moves.last_mut() {
+            change.moved = shards;
         }
     }
 
@@ -275,26 +278,23 @@ impl Membership {
                 let before = held_partitions(&members).await?;
                 assignor.take_over(&before).map_err(DemoError::Step)?;
                 let node = starter.start(name).await?;
+                let joiner = id_of(node.member.as_ref())?;
+                admitted(&assignor, node.member.as_ref(), &joiner).await?;
                 let mut ids: Vec<String> = before.iter().map(|(id, _)| id.clone()).collect();
-                let joiner = node.member.clone().ok_or_else(no_member_id)?;
-                admitted(&assignor, &joiner).await?;
-                ids.push(joiner.id().ok_or_else(no_member_id)?.to_string());
+                ids.push(joiner.clone());
                 assignor.assign(&ids).map_err(DemoError::Step)?;
                 let shards = hosted_shards(&node.region, at_least, SETTLES_WITHIN).await;
                 let took = started.elapsed();
                 all_hosted(&node.region, all, SETTLES_WITHIN).await;
                 let mut after = held_partitions(&members).await?;
-                let swapped = swapped(&before, &after);
-                after.push((
-                    ids.last().cloned().unwrap_or_default(),
-                    hosted(&node.region).await?,
-                ));
+                after.push((joiner.clone(), hosted(&node.region).await?));
+                let (moved, swapped) = moves(&before, &after, &joiner);
                 Ok(Change::Joined {
                     node,
                     took,
                     shards,
                     swapped,
-                    moved: moved(&before, &after),
+                    moved,
                 })
             };
             let joined = match tokio::time::timeout(MEMBERSHIP_TIMEOUT, join).await {
@@ -370,12 +370,7 @@ async fn held_partitions(
 ) -> Result<Vec<(String, Vec<i32>)>, DemoError> {
     let mut held = Vec::with_capacity(nodes.len());
     for (member, region) in nodes {
-        let member = member
-            .as_ref()
-            .and_then(|member| member.id())
-            .ok_or_else(no_member_id)?
-            .to_string();
-        held.push((member, hosted(region).await?));
+        held.push((id_of(member.as_ref())?, hosted(region).await?));
     }
     Ok(held)
 }
@@ -393,60 +388,65 @@ async fn hosted(region: &Region<TalliedUser>) -> Result<Vec<i32>, DemoError> {
         .collect())
 }
 
-/// The shards held by another member `after` than `before`.
-fn moved(before: &[(String, Vec<i32>)], after: &[(String, Vec<i32>)]) -> BTreeSet<u32> {
+/// The shards held by another member `after` than `before`, and how many
+/// of them went to another member than `joiner` from one that held them.
+fn moves(
+    before: &[(String, Vec<i32>)],
+    after: &[(String, Vec<i32>)],
+    joiner: &str,
+) -> (BTreeSet<u32>, usize) {
     let holders = |held: &[(String, Vec<i32>)]| -> BTreeMap<i32, String> {
         held.iter()
             .flat_map(|(member, partitions)| partitions.iter().map(move |p| (*p, member.clone())))
             .collect()
     };
     let (before, after) = (holders(before), holders(after));
-    after
+    let changed: Vec<(&i32, &String)> = after
         .iter()
         .filter(|(partition, member)| before.get(partition) != Some(member))
-        .filter_map(|(partition, _)| u32::try_from(*partition).ok())
-        .collect()
-}
-
-/// The partitions each node holds `after` that another node held
-/// `before`.
-fn swapped(before: &[(String, Vec<i32>)], after: &[(String, Vec<i32>)]) -> usize {
-    before
+        .collect();
+    let swapped = changed
         .iter()
-        .zip(after)
-        .enumerate()
-        .map(|(i, (_, (_, now)))| {
-            now.iter()
-                .filter(|p| {
-                    before
-                        .iter()
-                        .enumerate()
-                        .any(|(j, (_, then))| j != i && then.contains(p))
-                })
-                .count()
-        })
-        .sum()
+        .filter(|(partition, member)| *member != joiner && before.contains_key(partition))
+        .count();
+    let moved = changed
+        .iter()
+        .filter_map(|(partition, _)| u32::try_from(**partition).ok())
+        .collect();
+    (moved, swapped)
 }
 
 fn member_id(node: &DemoNode) -> Result<String, DemoError> {
-    node.member
-        .as_ref()
-        .and_then(|member| member.id())
+    id_of(node.member.as_ref())
+}
+
+/// A member's id, which the demo's group (consumer protocol) always has.
+fn id_of(member: Option<&GroupMember>) -> Result<String, DemoError> {
+    member
+        .and_then(GroupMember::id)
         .map(str::to_string)
-        .ok_or_else(no_member_id)
+        .ok_or_else(|| {
+            DemoError::Step(
+                "a node's consumer has no member id: the demo's group uses the consumer protocol"
+                    .into(),
+            )
+        })
 }
 
 /// Has the group's coordinator count `joiner` a member, naming it with no
 /// partitions until its epoch says it does (see [`GroupAssignor::admit`]).
-async fn admitted(assignor: &GroupAssignor, joiner: &GroupMember) -> Result<(), DemoError> {
-    let id = joiner.id().ok_or_else(no_member_id)?;
+async fn admitted(
+    assignor: &GroupAssignor,
+    joiner: Option<&GroupMember>,
+    id: &str,
+) -> Result<(), DemoError> {
     let deadline = Instant::now() + SETTLES_WITHIN;
     let mut every = tokio::time::interval(ADMIT_EVERY);
     loop {
         every.tick().await;
         assignor.admit(id).map_err(DemoError::Step)?;
-        let member = joiner.clone();
-        let epoch = tokio::task::spawn_blocking(move || member.epoch())
+        let member = joiner.cloned();
+        let epoch = tokio::task::spawn_blocking(move || member.and_then(|member| member.epoch()))
             .await
             .map_err(step("read the joiner's member epoch"))?;
         if epoch.is_some_and(|epoch| epoch > 0) {
@@ -458,12 +458,6 @@ async fn admitted(assignor: &GroupAssignor, joiner: &GroupMember) -> Result<(), 
             )));
         }
     }
-}
-
-fn no_member_id() -> DemoError {
-    DemoError::Step(
-        "a node's consumer has no member id: the demo's group uses the consumer protocol".into(),
-    )
 }
 
 /// The shards `region` hosts once they are `at_least`, or after `within`.
