@@ -316,7 +316,7 @@ impl Membership {
         let assignor = self.assignor.clone();
         let members = remaining
             .iter()
-            .map(member_id)
+            .map(|node| id_of(node.member.as_ref()))
             .collect::<Result<Vec<_>, _>>();
         let remaining = remaining[0].region.clone();
         self.tasks.spawn(async move {
@@ -414,10 +414,6 @@ fn moves(
         .filter_map(|(partition, _)| u32::try_from(**partition).ok())
         .collect();
     (moved, swapped)
-}
-
-fn member_id(node: &DemoNode) -> Result<String, DemoError> {
-    id_of(node.member.as_ref())
 }
 
 /// A member's id, which the demo's group (consumer protocol) always has.
