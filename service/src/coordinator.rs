@@ -6,14 +6,14 @@
 //! is an event persisted before it is applied, so a coordinator that takes
 //! over from the same store continues where the last one stopped.
 
-pub mod election;
 mod handle;
 pub mod hosting;
 pub mod kafka_store;
+pub mod leader;
+pub mod ledger;
 mod membership;
 mod placement;
 pub mod rebalance;
-pub mod state;
 pub mod stats;
 pub mod store;
 #[cfg(test)]
@@ -27,8 +27,8 @@ use crate::protocol::{CoordinatorToRegion, RegionToCoordinator};
 use crate::settings::ShardingSettings;
 use crate::tasks::TaskSet;
 use colo_allocation::{AllocationStrategy, Allocations, RegionId, ShardId};
+use ledger::{CoordinatorEvent, CoordinatorState};
 use rebalance::{HandOffPlan, WorkerInput};
-use state::{CoordinatorEvent, CoordinatorState};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;

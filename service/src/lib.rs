@@ -43,7 +43,7 @@
 //!   ([`CoordinatorHandle`]), its event-sourced state and store
 //!   ([`InMemoryStore`], or the cluster's coordinator topic with
 //!   `[kafka]`), its members, and which node hosts it: the one configured,
-//!   or the one elected through Kafka ([`coordinator::election`]).
+//!   or the one elected through Kafka ([`coordinator::leader`]).
 //! - [`transport`]: how nodes reach each other: [`InMemoryNetwork`] within
 //!   a process (tests), gRPC between processes; [`credits`], the flow
 //!   control that keeps a busy receiver from stalling or being resent to.
@@ -75,6 +75,7 @@ pub mod codec;
 pub mod config;
 pub mod coordinator;
 pub mod credits;
+mod durability;
 pub mod entity;
 mod envelope;
 mod error;

@@ -5,8 +5,8 @@
 //! only bounded labels (`entity_type`, `reason`, `outcome`).
 
 mod coordinator;
+mod durable_state;
 mod progress;
-mod state;
 
 pub(crate) use coordinator::{
     coordinator_elected, coordinator_election_rejoined, coordinator_hosted, coordinator_recovered,
@@ -16,16 +16,16 @@ pub use coordinator::{
     COORDINATOR_ELECTED_EPOCH, COORDINATOR_EPOCH, COORDINATOR_HOSTED, COORDINATOR_RECOVERY,
     COORDINATOR_RECOVERY_RECORDS, COORDINATOR_REJOINS, COORDINATOR_TAKEOVER, COORDINATOR_TAKEOVERS,
 };
-pub(crate) use progress::PartitionProgress;
-pub use progress::{
-    KAFKA_FIRST_HANDLED, KAFKA_LAST_HANDLED, KAFKA_RECORD_LATENCY, RECORD_LATENCY_BUCKETS,
-};
-pub(crate) use state::{StandbyMetrics, StateMetrics};
-pub use state::{
+pub(crate) use durable_state::{StandbyMetrics, StateMetrics};
+pub use durable_state::{
     STANDBY_BYTES, STANDBY_FAILURES, STANDBY_LAG, STANDBY_RECORDS, STANDBY_SHARDS, STATE_LOADS,
     STATE_REMOVED_ENTITIES, STATE_RESTORED_RECORDS, STATE_RESTORES, STATE_RESTORE_DURATION,
     STATE_SKIPPED_RECORDS, STATE_UNDECODABLE, STATE_WRITES, STATE_WRITE_DURATION,
     STATE_WRITTEN_ENTITIES,
+};
+pub(crate) use progress::PartitionProgress;
+pub use progress::{
+    KAFKA_FIRST_HANDLED, KAFKA_LAST_HANDLED, KAFKA_RECORD_LATENCY, RECORD_LATENCY_BUCKETS,
 };
 
 use crate::kafka_view::{KafkaView, PartitionView, RebalanceTag, RevokeStep};
@@ -383,7 +383,7 @@ pub fn describe() {
             KAFKA_GIVEN_UP,
             "Partitions whose records in hand were given up uncommitted (their next owner handles them again), by reason: lost (the session expired) or revoke_timeout (not settled within kafka.delivery_timeout at a revoke)"
         );
-        state::describe();
+        durable_state::describe();
         coordinator::describe();
         progress::describe();
         // Node-wide series exist, at zero, before anything happens.

@@ -1,7 +1,7 @@
 //! A node: one process's regions, its transport, its table of remote asks,
 //! and every task it started (so that it can stop them all).
 
-mod inbound;
+mod recipient;
 
 use crate::entity::{Entity, EntityType, RegistrationError};
 use crate::node_context::{NodeContext, NodeTasks};
@@ -10,8 +10,8 @@ use crate::replies::PendingReplies;
 use crate::store::NodeStore;
 use crate::transport::Transport;
 use colo_allocation::RegionId;
-use inbound::NodeInbound;
 use parking_lot::RwLock;
+use recipient::NodeRecipient;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -23,9 +23,9 @@ const LAST_SENDS: std::time::Duration = std::time::Duration::from_secs(5);
 /// One node of a cluster: runs a region per entity type.
 pub struct Node {
     context: Arc<NodeContext>,
-    inbound: Arc<NodeInbound>,
+    recipient: Arc<NodeRecipient>,
     /// Every region ever started here, by entity type, for callers that
-    /// reach them by name. Kept after shutdown (unlike the inbound table), so
+    /// reach them by name. Kept after shutdown (unlike the recipient's table), so
     /// that such a caller learns the region has stopped rather than that the
     /// entity type does not exist.
     by_name: RwLock<BTreeMap<String, Arc<dyn ErasedRegion>>>,
@@ -64,11 +64,11 @@ impl Node {
             store,
             kafka: Arc::default(),
         });
-        let inbound = Arc::new(NodeInbound::new(context.clone()));
-        transport.attach(inbound.clone());
+        let recipient = Arc::new(NodeRecipient::new(context.clone()));
+        transport.attach(recipient.clone());
         Self {
             context,
-            inbound,
+            recipient,
             by_name: RwLock::default(),
         }
     }
@@ -126,7 +126,7 @@ impl Node {
             // `[sharding]` applies to every entity type of a node program.
             tracing::warn!(entity_type = %entity_type.name, "sharding.standbys applies to durable entity types with a changelog only; not to this one");
         }
-        let mut regions = self.inbound.regions.write();
+        let mut regions = self.recipient.regions.write();
         if regions.contains_key(&entity_type.name) {
             return Err(RegistrationError::AlreadyRegistered(entity_type.name));
         }
@@ -195,11 +195,11 @@ impl Node {
     /// Gracefully stops every region of the node: each hands off its shards
     /// to the other nodes and delivers its buffered messages first.
     pub async fn shutdown(&self) {
-        let regions: Vec<_> = self.inbound.regions.read().values().cloned().collect();
+        let regions: Vec<_> = self.recipient.regions.read().values().cloned().collect();
         futures::future::join_all(regions.iter().map(|r| r.shutdown())).await;
-        self.inbound.regions.write().clear();
+        self.recipient.regions.write().clear();
         self.context.transport.detach();
-        self.inbound.close();
+        self.recipient.close();
         // The process usually ends next: the entities' last replies must
         // have left first.
         self.context.transport.finish_sending(LAST_SENDS).await;
@@ -210,11 +210,11 @@ impl Node {
     /// close.
     pub async fn kill(&self) {
         self.context.transport.abort();
-        self.inbound.close();
-        for region in self.inbound.regions.read().values() {
+        self.recipient.close();
+        for region in self.recipient.regions.read().values() {
             region.stop_accepting();
         }
         self.context.tasks.abort_all().await;
-        self.inbound.regions.write().clear();
+        self.recipient.regions.write().clear();
     }
 }

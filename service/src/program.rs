@@ -21,18 +21,18 @@
 //! # Ok(()) }
 //! ```
 
+mod candidacy;
 mod coordinators;
-mod election;
 mod ingest;
+mod open_store;
 mod servers;
 mod signals;
-mod state;
 
 use crate::admin::{self, Admin, Readiness};
 use crate::api::ShardingApi;
 use crate::config::{ConfigError, NodeConfig, RunArgs};
-use crate::coordinator::election::ElectedHosting;
 use crate::coordinator::hosting::{CoordinatorHosting, StaticHosting};
+use crate::coordinator::leader::ElectedHosting;
 use crate::entity::{Entity, EntityType, RegistrationError};
 use crate::kafka::{IngestHealth, KafkaIngest, RecordDecoder};
 use crate::node::Node;
@@ -402,7 +402,7 @@ async fn run(
         .collect();
     let (hosting, electing): (Arc<dyn CoordinatorHosting>, _) = if config.elects_coordinator() {
         let hosting = Arc::new(ElectedHosting::new(advertised.clone()));
-        let electing = election::Electing::start(&config, types, hosting.clone()).await?;
+        let electing = candidacy::Electing::start(&config, types, hosting.clone()).await?;
         (hosting, Some(electing))
     } else {
         let hosting = Arc::new(StaticHosting::new(config.coordinator.address.clone()));
@@ -420,10 +420,12 @@ async fn run(
         ..GrpcSettings::default()
     };
     let transport = GrpcTransport::new(&advertised, grpc_settings, hosting);
-    let node = Arc::new(match state::open_store(&config, &entity_types).await? {
-        Some(store) => Node::with_state_store(transport.clone(), store),
-        None => Node::new(transport.clone()),
-    });
+    let node = Arc::new(
+        match open_store::open_store(&config, &entity_types).await? {
+            Some(store) => Node::with_state_store(transport.clone(), store),
+            None => Node::new(transport.clone()),
+        },
+    );
     if let Some(electing) = &electing {
         electing.watch_regions(&node);
     }

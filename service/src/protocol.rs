@@ -1,6 +1,6 @@
 //! The coordinator protocol, as types split by direction: what a region sends
 //! the coordinator, what the coordinator sends a region. The coordinator's
-//! persisted events are in [`crate::coordinator::state`].
+//! persisted events are in [`crate::coordinator::ledger`].
 //!
 //! Each region speaks to the coordinator over one ordered, bidirectional link
 //! ([`CoordinatorLink`]); the in-memory transport makes it a pair of channels,

@@ -15,11 +15,11 @@ mod assigned;
 mod command;
 mod delivery;
 mod erased;
-mod inbound;
 mod lease;
 mod mail;
 mod outbound;
 mod placement;
+mod recipient;
 mod routes;
 mod shard;
 mod shared;
@@ -41,9 +41,9 @@ pub(crate) use assigned::AssignedShard;
 use command::{shut_down, RegionCmd, COMMAND_CAPACITY};
 pub use delivery::Delivery;
 pub use erased::{ErasedError, ErasedRegion, Told};
-use inbound::Inbound;
-pub(crate) use inbound::{Placed, RegionInbound};
 pub use placement::PlacementError;
+use recipient::ReceivingHalf;
+pub(crate) use recipient::{Placed, RegionRecipient};
 use shared::Shared;
 
 /// A handle on this node's region of one entity type: tell and ask entities
@@ -90,7 +90,7 @@ impl<E: Entity> Region<E> {
         entity_type: EntityType<E>,
         proxy: bool,
         node: Arc<NodeContext>,
-    ) -> (Self, Arc<dyn RegionInbound>) {
+    ) -> (Self, Arc<dyn RegionRecipient>) {
         let metrics = RegionMetrics::new(&entity_type.name);
         let (home_tx, home_rx) = mpsc::unbounded_channel();
         let (commands, command_rx) = mpsc::channel(COMMAND_CAPACITY);
@@ -126,7 +126,7 @@ impl<E: Entity> Region<E> {
         if let Some(standbys) = standbys_of(&shared) {
             node.tasks.spawn(standbys.run());
         }
-        let inbound = Arc::new(Inbound {
+        let inbound = Arc::new(ReceivingHalf {
             shared: shared.clone(),
             commands: commands.clone(),
         });

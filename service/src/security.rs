@@ -3,7 +3,8 @@
 //! - [`NodeTls`] (`security/credentials.rs`): the node's certificate, key
 //!   and CA, reloaded when the files change.
 //! - [`connection`]: the connections the servers accept, TLS handshakes
-//!   done, with what each proved ([`ConnectionInfo`]).
+//!   done, with what each proved ([`ConnectionInfo`]), and whether the
+//!   other end may speak as the node it claims ([`check_node`]).
 //! - [`identity`]: which node a certificate speaks for.
 //! - [`TokenFile`] (`security/tokens.rs`): the client API's bearer tokens.
 //! - [`AccessLayer`] (`security/access.rs`): who may call which service.
@@ -18,8 +19,9 @@ pub mod identity;
 mod tokens;
 
 pub use access::{Access, AccessLayer, Policy};
-pub use connection::{Connection, ConnectionInfo, TlsListener};
-pub use credentials::{host_of, NodeTls};
+pub use connection::{check_node, Connection, ConnectionInfo, TlsListener};
+pub use credentials::NodeTls;
+pub use identity::host_of;
 pub use tokens::{Client, Scope, TokenFile, MIN_TOKEN_LENGTH};
 
 use crate::config::NodeConfig;

@@ -27,18 +27,15 @@ pub(crate) use restore::{
 pub(crate) use standby::Standbys;
 pub use standby_view::StandbyView;
 
+use crate::durability::ShardDurability;
 use colo_allocation::ShardId;
 use colo_connectors::Changelog;
 use colo_state::{Engine, StateStore, StoreError};
-use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::Waker;
 use std::time::Duration;
-use tokio::sync::watch;
 
 /// How many threads a node's store reads run on (loads of starting
 /// entities, scans of remembered ones). Commits have a thread of their own
@@ -225,106 +222,6 @@ impl Drop for NodeStore {
     }
 }
 
-/// How far a shard's changes are durable, for those who must wait for it
-/// (a Kafka partition commits a record's offset only once the change the
-/// record made is durable).
-///
-/// Changes are numbered by the write they go into: `changed` is the
-/// number of the last write that took a change, `flushed` the last write
-/// that is durable. A change made before a reader looks at `changed` is
-/// durable once `flushed` reaches what it saw.
-#[derive(Debug)]
-pub(crate) struct ShardDurability {
-    changed: AtomicU64,
-    flushed: watch::Sender<u64>,
-    /// Its state is restored: its entities may run, its records be
-    /// consumed.
-    restored: watch::Sender<bool>,
-    /// A waiter cannot go on until the next write: the shard writes now
-    /// rather than at its flush interval.
-    hurry: AtomicBool,
-    /// The shard task, woken when hurried.
-    shard: AtomicWaker,
-    /// A source's committed offset moved since the shard last looked: its
-    /// deleted entities may be removed now.
-    commits: AtomicBool,
-}
-
-impl ShardDurability {
-    pub fn new(restored: bool) -> Self {
-        Self {
-            changed: AtomicU64::new(0),
-            flushed: watch::Sender::new(0),
-            restored: watch::Sender::new(restored),
-            hurry: AtomicBool::new(false),
-            shard: AtomicWaker::new(),
-            commits: AtomicBool::new(false),
-        }
-    }
-
-    /// A committed offset moved: the shard task is woken to look.
-    fn commits_moved(&self) {
-        self.commits.store(true, Ordering::Release);
-        self.shard.wake();
-    }
-
-    /// Whether a committed offset moved since the last call.
-    pub fn take_commits_moved(&self) -> bool {
-        self.commits.swap(false, Ordering::AcqRel)
-    }
-
-    /// Asks for the next write now: a Kafka partition whose records wait
-    /// for it would otherwise reach its bound of records waiting to be
-    /// durable and stop taking records until the flush interval.
-    pub fn hurry(&self) {
-        self.hurry.store(true, Ordering::Release);
-        self.shard.wake();
-    }
-
-    /// Whether a write was asked for since the last call; the shard task
-    /// (`waker`) is woken at the next ask.
-    pub fn hurried(&self, waker: &Waker) -> bool {
-        self.shard.register(waker);
-        self.hurry.swap(false, Ordering::AcqRel)
-    }
-
-    /// Its state is restored.
-    pub fn restored(&self) {
-        self.restored.send_replace(true);
-    }
-
-    /// A change went into write `seq`.
-    pub fn changed(&self, seq: u64) {
-        self.changed.fetch_max(seq, Ordering::AcqRel);
-    }
-
-    /// Write `seq` is durable.
-    pub fn flushed(&self, seq: u64) {
-        self.flushed.send_if_modified(|f| {
-            let newer = seq > *f;
-            if newer {
-                *f = seq;
-            }
-            newer
-        });
-    }
-
-    /// The number of the last write that took a change.
-    pub fn changed_seq(&self) -> u64 {
-        self.changed.load(Ordering::Acquire)
-    }
-
-    /// The number of the last durable write.
-    pub fn flushed_seq(&self) -> u64 {
-        *self.flushed.borrow()
-    }
-
-    /// The number of the last durable write, and how it moves.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.flushed.subscribe()
-    }
-}
-
 /// The durability of a region's local shards, by shard: the shard task
 /// puts its own in when it starts; and the shards whose writes fail now,
 /// with the last reason, which make the node unready.
@@ -426,12 +323,7 @@ impl DurableShards {
     /// Waits until `shard`'s state is restored, if it runs here (false if
     /// its task ended first).
     pub async fn restored(&self, shard: ShardId) -> bool {
-        let Some(mut restored) = self
-            .running
-            .lock()
-            .get(&shard)
-            .map(|d| d.restored.subscribe())
-        else {
+        let Some(mut restored) = self.running.lock().get(&shard).map(|d| d.watch_restored()) else {
             return true;
         };
         let done = restored.wait_for(|r| *r).await.is_ok();
@@ -443,7 +335,7 @@ impl DurableShards {
         self.running
             .lock()
             .iter()
-            .filter(|(_, d)| !*d.restored.borrow())
+            .filter(|(_, d)| !d.is_restored())
             .map(|(shard, _)| *shard)
             .collect()
     }

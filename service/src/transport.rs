@@ -112,7 +112,7 @@ pub trait Transport: Send + Sync + 'static {
     }
 
     /// Starts handing this node's received traffic to `inbound`.
-    fn attach(&self, inbound: Arc<dyn Inbound>);
+    fn attach(&self, inbound: Arc<dyn Recipient>);
 
     /// Stops receiving: other nodes find this one unreachable. What this
     /// node is still sending (the last replies, say) goes on.
@@ -162,7 +162,7 @@ pub trait Transport: Send + Sync + 'static {
 }
 
 /// What a transport hands received traffic to: the node.
-pub trait Inbound: Send + Sync + 'static {
+pub trait Recipient: Send + Sync + 'static {
     /// The credit window of a sender at this node.
     fn credits(&self, from: &Sender) -> Arc<crate::credits::Credits>;
 

@@ -7,7 +7,7 @@
 
 use colo::allocation::{RegionId, ShardId};
 use colo::coordinator::kafka_store::KafkaCoordinatorStore;
-use colo::coordinator::state::{CoordinatorEvent, CoordinatorState};
+use colo::coordinator::ledger::{CoordinatorEvent, CoordinatorState};
 use colo::coordinator::store::CoordinatorStore;
 use colo_connectors::Changelog;
 use colo_tests::broker::Broker;

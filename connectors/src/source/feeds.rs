@@ -2,6 +2,8 @@
 //! gate's phase, the records held back, the in-flight bound, the offsets
 //! stored.
 
+mod release;
+
 use super::budget::Budget;
 use crate::ack::{Ack, Offsets};
 use crate::observer::{PartitionState, SourceObserver};

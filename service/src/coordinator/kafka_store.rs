@@ -32,7 +32,7 @@
 //! last record, at its place), so a reader today reads what one would after
 //! the cleaner ran.
 
-use super::state::{CoordinatorEvent, CoordinatorState};
+use super::ledger::{CoordinatorEvent, CoordinatorState};
 use super::store::{CoordinatorStore, StoreError, COMPACT_EVERY};
 use colo_connectors::Changelog;
 use futures::future::BoxFuture;
@@ -58,7 +58,7 @@ enum Body {
     /// The whole state, as the events that replay to it.
     Snapshot(Vec<CoordinatorEvent>),
     /// A node elected to host every coordinator of the cluster, at this
-    /// gRPC address (`coordinator/election.rs`); not an entity type's.
+    /// gRPC address (`coordinator/leader.rs`); not an entity type's.
     Leader {
         address: String,
     },

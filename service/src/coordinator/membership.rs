@@ -9,7 +9,7 @@
 //! exception is a region that hosts nothing when its link closes (a proxy,
 //! or a region that has handed everything off): nothing of it can run twice.
 
-use super::state::CoordinatorEvent;
+use super::ledger::CoordinatorEvent;
 use super::store::StoreError;
 use super::{Coordinator, WorkerInput};
 use crate::metrics;

@@ -4,7 +4,7 @@
 //! without Kafka; `kafka_store.rs` keeps the events on the cluster's
 //! `<cluster>.coordinator` topic behind the same trait.
 
-use super::state::CoordinatorEvent;
+use super::ledger::CoordinatorEvent;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -107,7 +107,7 @@ impl CoordinatorStore for InMemoryStore {
             // The log replays by construction (the coordinator checked every
             // event against the state first); if it did not, keep it as it
             // is for the coordinator to report.
-            if let Ok(state) = super::state::CoordinatorState::replay(log.events.iter().cloned()) {
+            if let Ok(state) = super::ledger::CoordinatorState::replay(log.events.iter().cloned()) {
                 log.events = state.snapshot();
             }
             log.snapshot = log.events.len();
@@ -123,7 +123,7 @@ impl CoordinatorStore for InMemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordinator::state::CoordinatorState;
+    use crate::coordinator::ledger::CoordinatorState;
     use colo_allocation::{RegionId, ShardId};
 
     #[tokio::test]

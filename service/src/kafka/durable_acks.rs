@@ -13,7 +13,7 @@
 //! owner, and each entity skips what it had made durable.
 
 use super::slots::Prehashed;
-use crate::store::ShardDurability;
+use crate::durability::ShardDurability;
 use colo_connectors::Ack;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;

@@ -3,11 +3,11 @@
 //! refused), and each key's chain of held records, so that a key's records
 //! are handled one after another while different keys run side by side.
 
+use crate::durability::ShardDurability;
 use crate::entity::{Entity, EntityId};
 use crate::envelope::RecordAnswer;
 use crate::error::unanswered;
 use crate::error::{AskError, TellError};
-use crate::store::ShardDurability;
 use colo_connectors::Record;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Weak;

@@ -1,5 +1,5 @@
 //! Hosting the coordinators: on the node that the config names, or on the
-//! node elected through Kafka (`election.rs`).
+//! node elected through Kafka (`program/candidacy.rs`).
 
 use super::ProgramError;
 use crate::config::NodeConfig;

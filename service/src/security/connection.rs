@@ -4,6 +4,7 @@
 //! extensions, where the access checks and the peer services read it.
 
 use super::credentials::NodeTls;
+use super::identity::{host_of, names};
 use crate::tasks::TaskSet;
 use rustls_pki_types::CertificateDer;
 use std::io;
@@ -47,6 +48,32 @@ impl ConnectionInfo {
             Encryption::Tls(certificate) => certificate.as_deref(),
             Encryption::Plain => None,
         }
+    }
+}
+
+/// Checks that the other end of a connection may speak as the node
+/// `claimed` (`host:port`): over TLS its certificate must name the host;
+/// over plain text (no `[tls]`) nothing is checked.
+///
+/// # Errors
+/// `PERMISSION_DENIED`, saying why, when the certificate names another host
+/// or there is none.
+pub fn check_node(info: Option<&ConnectionInfo>, claimed: &str) -> Result<(), tonic::Status> {
+    let Some(info) = info.filter(|info| matches!(info.encryption, Encryption::Tls(_))) else {
+        return Ok(());
+    };
+    let host = host_of(claimed);
+    match info.certificate() {
+        Some(certificate) if names(certificate, host) => Ok(()),
+        Some(_) => {
+            tracing::warn!(remote = ?info.remote, claimed, "refused a node whose certificate does not name the host it claims");
+            Err(tonic::Status::permission_denied(format!(
+                "the client certificate does not name {host}, the host of the node {claimed} it claims to be"
+            )))
+        }
+        None => Err(tonic::Status::unauthenticated(
+            "a node must present its certificate",
+        )),
     }
 }
 

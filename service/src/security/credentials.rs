@@ -6,6 +6,7 @@
 //! because only one file was replaced yet, say) keeps the last good files in
 //! use and is tried again on the next check.
 
+use super::identity::{host_of, names};
 use super::{read_file, SecurityError};
 use crate::config::TlsSection;
 use parking_lot::RwLock;
@@ -148,7 +149,7 @@ impl Files {
         let Some(leaf) = chain.first() else {
             return Err(bad("tls.cert", &self.cert, "holds no certificate".into()));
         };
-        if !super::identity::names(leaf, &self.host) {
+        if !names(leaf, &self.host) {
             return Err(SecurityError::NotNamed {
                 path: self.cert.clone(),
                 host: self.host.clone(),
@@ -186,27 +187,5 @@ impl Files {
             pems,
             server: Arc::new(server),
         })
-    }
-}
-
-/// The host of `host:port` (an IPv6 host without its brackets).
-pub fn host_of(address: &str) -> &str {
-    let host = address
-        .rsplit_once(':')
-        .map_or(address, |(host, _port)| host);
-    host.strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::host_of;
-
-    #[test]
-    fn the_host_of_an_address_drops_port_and_brackets() {
-        assert_eq!(host_of("colo-1:7001"), "colo-1");
-        assert_eq!(host_of("127.0.0.1:7001"), "127.0.0.1");
-        assert_eq!(host_of("[::1]:7001"), "::1");
     }
 }

@@ -3,8 +3,17 @@
 //! certificate must name that host, so a certificate issued to one node
 //! cannot be used to act as another (on another host).
 
-use super::connection::{ConnectionInfo, Encryption};
 use rustls_pki_types::{CertificateDer, ServerName};
+
+/// The host of `host:port` (an IPv6 host without its brackets).
+pub fn host_of(address: &str) -> &str {
+    let host = address
+        .rsplit_once(':')
+        .map_or(address, |(host, _port)| host);
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+}
 
 /// Whether `certificate` names `host` (a DNS name or an IP address) in its
 /// subject alternative names.
@@ -17,28 +26,14 @@ pub fn names(certificate: &CertificateDer<'_>, host: &str) -> bool {
         .is_ok()
 }
 
-/// Checks that the other end of a connection may speak as the node
-/// `claimed` (`host:port`): over TLS its certificate must name the host;
-/// over plain text (no `[tls]`) nothing is checked.
-///
-/// # Errors
-/// `PERMISSION_DENIED`, saying why, when the certificate names another host
-/// or there is none.
-pub fn check_node(info: Option<&ConnectionInfo>, claimed: &str) -> Result<(), tonic::Status> {
-    let Some(info) = info.filter(|info| matches!(info.encryption, Encryption::Tls(_))) else {
-        return Ok(());
-    };
-    let host = super::credentials::host_of(claimed);
-    match info.certificate() {
-        Some(certificate) if names(certificate, host) => Ok(()),
-        Some(_) => {
-            tracing::warn!(remote = ?info.remote, claimed, "refused a node whose certificate does not name the host it claims");
-            Err(tonic::Status::permission_denied(format!(
-                "the client certificate does not name {host}, the host of the node {claimed} it claims to be"
-            )))
-        }
-        None => Err(tonic::Status::unauthenticated(
-            "a node must present its certificate",
-        )),
+#[cfg(test)]
+mod tests {
+    use super::host_of;
+
+    #[test]
+    fn the_host_of_an_address_drops_port_and_brackets() {
+        assert_eq!(host_of("colo-1:7001"), "colo-1");
+        assert_eq!(host_of("127.0.0.1:7001"), "127.0.0.1");
+        assert_eq!(host_of("[::1]:7001"), "::1");
     }
 }

@@ -2,7 +2,7 @@
 //! `restore.rs`): what a shard's restore and a standby's step share.
 
 use super::restore::{
-    deletion_start, entity_of, fingerprint, is_marker, Ending, Restore, RestoreError,
+    deletion_start, entity_of, fingerprint, is_marker, Applied, Ending, Restore, RestoreError,
 };
 use colo_connectors::ChangelogRecord;
 use colo_state::{Checkpoint, CheckpointKind, Op, RecordError, StateRecord, WriteBatch};
@@ -43,18 +43,6 @@ pub(super) struct Applier<'a> {
     /// then write on), a standby's need not (a copy lost in a crash is
     /// read again, its checkpoint lost with it).
     synced: bool,
-}
-
-/// What a pass applied.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Applied {
-    pub read: u64,
-    /// What those records' keys and values came to, in bytes.
-    pub bytes: u64,
-    pub applied: u64,
-    pub ignored: u64,
-    /// The checkpoint the pass left.
-    pub checkpoint: Checkpoint,
 }
 
 impl<'a> Applier<'a> {

@@ -23,7 +23,7 @@
 //! Every [`STEP`], each kept shard's partition is read from its checkpoint
 //! to its end: the copies lag by about that much.
 
-use super::applier::Applied;
+use super::restore::Applied;
 use super::restore::{Ending, Restore, RestoreError, RestoredFrom};
 use super::{DurableShards, NodeStore};
 use crate::metrics::StandbyMetrics;

@@ -24,7 +24,7 @@ mod prop_tests;
 pub use coordinator_service::CoordinatorService;
 pub use node_service::NodeService;
 
-use super::{Inbound, Transport, TransportError};
+use super::{Recipient, Transport, TransportError};
 use crate::coordinator::hosting::{CoordinatorHosting, CoordinatorLocation};
 use crate::envelope::{WireEnvelope, WireReply};
 use crate::protocol::CoordinatorLink;
@@ -33,7 +33,7 @@ use crate::tasks::TaskSet;
 use colo_allocation::RegionId;
 use futures::future::BoxFuture;
 use members::Members;
-use node_service::InboundSlot;
+use node_service::RecipientSlot;
 use parking_lot::Mutex;
 use peer::Peer;
 use std::collections::HashMap;
@@ -153,7 +153,7 @@ pub struct GrpcTransport {
     incarnation: u64,
     settings: GrpcSettings,
     hosting: Arc<dyn CoordinatorHosting>,
-    inbound: InboundSlot,
+    inbound: RecipientSlot,
     /// The Link task towards each node, while the node is a member.
     peers: Mutex<HashMap<RegionId, Arc<Peer>>>,
     /// The sequence numbers of every envelope this node sends, to any node:
@@ -307,7 +307,7 @@ impl Transport for GrpcTransport {
         })
     }
 
-    fn attach(&self, inbound: Arc<dyn Inbound>) {
+    fn attach(&self, inbound: Arc<dyn Recipient>) {
         *self.inbound.write() = Some(inbound);
     }
 

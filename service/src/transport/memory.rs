@@ -3,7 +3,7 @@
 //! decoded), so tests exercise the codec and the runtime's handling of
 //! unreachable nodes without sockets.
 
-use super::{Inbound, Sender, Transport, TransportError};
+use super::{Recipient, Sender, Transport, TransportError};
 use crate::codec;
 use crate::coordinator::CoordinatorHandle;
 use crate::envelope::{WireEnvelope, WireReply};
@@ -26,7 +26,7 @@ pub struct InMemoryNetwork {
 
 #[derive(Default)]
 struct Inner {
-    nodes: RwLock<HashMap<RegionId, Arc<dyn Inbound>>>,
+    nodes: RwLock<HashMap<RegionId, Arc<dyn Recipient>>>,
     coordinators: RwLock<HashMap<String, CoordinatorHandle>>,
     /// Simulated one-way delay of deliveries to a node.
     latency: RwLock<HashMap<RegionId, Duration>>,
@@ -112,7 +112,7 @@ impl InMemoryNetwork {
             .insert(coordinator.entity_type().to_string(), coordinator);
     }
 
-    fn node(&self, name: &RegionId) -> Result<Arc<dyn Inbound>, TransportError> {
+    fn node(&self, name: &RegionId) -> Result<Arc<dyn Recipient>, TransportError> {
         self.inner
             .nodes
             .read()
@@ -190,7 +190,7 @@ impl Transport for InMemoryTransport {
         self.incarnation
     }
 
-    fn attach(&self, inbound: Arc<dyn Inbound>) {
+    fn attach(&self, inbound: Arc<dyn Recipient>) {
         self.network
             .inner
             .nodes

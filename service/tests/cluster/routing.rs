@@ -38,7 +38,7 @@ async fn scenario_1_unknown_shard_that_belongs_to_the_local_region() {
         .filter(|e| {
             matches!(
                 e,
-                colo::coordinator::state::CoordinatorEvent::ShardHomeAllocated { .. }
+                colo::coordinator::ledger::CoordinatorEvent::ShardHomeAllocated { .. }
             )
         })
         .count();

@@ -469,7 +469,7 @@ impl Cluster {
 
     /// Shard homes as the coordinator's persisted events say.
     pub fn homes(&self) -> BTreeMap<ShardId, String> {
-        let state = colo::coordinator::state::CoordinatorState::replay(self.store.events())
+        let state = colo::coordinator::ledger::CoordinatorState::replay(self.store.events())
             .expect("coordinator events replay");
         state
             .allocations()
@@ -480,7 +480,7 @@ impl Cluster {
 
     /// Shards per registered region.
     pub fn shard_counts(&self) -> BTreeMap<String, usize> {
-        let state = colo::coordinator::state::CoordinatorState::replay(self.store.events())
+        let state = colo::coordinator::ledger::CoordinatorState::replay(self.store.events())
             .expect("coordinator events replay");
         state
             .allocations()

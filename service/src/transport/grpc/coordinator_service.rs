@@ -10,7 +10,7 @@ use super::convert;
 use super::GrpcSettings;
 use crate::coordinator::hosting::{CoordinatorHosting, CoordinatorLocation};
 use crate::protocol::{CoordinatorLink, RegionToCoordinator};
-use crate::security::{identity, ConnectionInfo};
+use crate::security::{check_node, ConnectionInfo};
 use crate::tasks::TaskSet;
 use colo_proto::v1 as pb;
 use std::sync::Arc;
@@ -126,7 +126,7 @@ impl Session {
             return;
         };
         let region = region.clone();
-        if let Err(refusal) = identity::check_node(self.connection.as_ref(), region.as_str()) {
+        if let Err(refusal) = check_node(self.connection.as_ref(), region.as_str()) {
             return self.fail(refusal).await;
         }
         let (handle, epoch) = match self.hosting.locate(&entity_type) {

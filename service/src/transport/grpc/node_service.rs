@@ -21,9 +21,9 @@
 use super::convert;
 use super::members::Members;
 use crate::credits::Credits;
-use crate::security::{identity, ConnectionInfo};
+use crate::security::{check_node, ConnectionInfo};
 use crate::tasks::TaskSet;
-use crate::transport::{Inbound, Sender};
+use crate::transport::{Recipient, Sender};
 use colo_allocation::RegionId;
 use colo_proto::v1 as pb;
 use parking_lot::{Mutex, RwLock};
@@ -36,7 +36,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 /// Where received traffic goes: set when the node attaches, cleared when it
 /// detaches (then every Link is refused and senders find the node gone).
-pub type InboundSlot = Arc<RwLock<Option<Arc<dyn Inbound>>>>;
+pub type RecipientSlot = Arc<RwLock<Option<Arc<dyn Recipient>>>>;
 
 /// What the receiver remembers of one sender incarnation across its Links.
 struct SenderState {
@@ -94,7 +94,7 @@ impl Senders {
 /// The `colo.v1.Node` service.
 pub struct NodeService {
     local: RegionId,
-    inbound: InboundSlot,
+    inbound: RecipientSlot,
     incarnation: u64,
     senders: Arc<Mutex<Senders>>,
     members: Arc<Members>,
@@ -111,7 +111,7 @@ impl std::fmt::Debug for NodeService {
 impl NodeService {
     pub(crate) fn new(
         local: RegionId,
-        inbound: InboundSlot,
+        inbound: RecipientSlot,
         incarnation: u64,
         senders: Arc<Mutex<Senders>>,
         members: Arc<Members>,
@@ -163,7 +163,7 @@ impl pb::node_server::Node for NodeService {
 
 struct Link {
     local: RegionId,
-    slot: InboundSlot,
+    slot: RecipientSlot,
     incarnation: u64,
     senders: Arc<Mutex<Senders>>,
     members: Arc<Members>,
@@ -188,7 +188,7 @@ impl Link {
             }
             Ok(None) | Err(_) => return,
         };
-        if let Err(refusal) = identity::check_node(self.connection.as_ref(), &hello.node) {
+        if let Err(refusal) = check_node(self.connection.as_ref(), &hello.node) {
             let _ = self.answers.send(Err(refusal));
             return;
         }
@@ -365,7 +365,7 @@ fn deliver(
     state: &SenderState,
     epoch: &Epoch,
     knows: impl Fn(&RegionId) -> bool,
-    inbound: &Arc<dyn Inbound>,
+    inbound: &Arc<dyn Recipient>,
     credits: &Arc<Credits>,
     batch: pb::Batch,
 ) -> Option<Delivered> {

@@ -10,7 +10,7 @@ use super::super::prop_tests::{config, decoded, envelope, number, wire};
 use super::{deliver, Epoch, SenderState};
 use crate::credits::{Credits, WINDOW};
 use crate::envelope::{WireEnvelope, WireReply};
-use crate::transport::{Inbound, Sender};
+use crate::transport::{Recipient, Sender};
 use colo_allocation::RegionId;
 use colo_proto::v1 as pb;
 use parking_lot::Mutex;
@@ -25,7 +25,7 @@ struct Node {
     taken: Mutex<Vec<WireEnvelope>>,
 }
 
-impl Inbound for Node {
+impl Recipient for Node {
     fn credits(&self, _from: &Sender) -> Arc<Credits> {
         Credits::new(WINDOW)
     }
@@ -105,7 +105,7 @@ proptest! {
         };
         let epoch = Epoch { current: Arc::new(AtomicU64::new(1 + u64::from(epoch_ended))), served: 1 };
         let node = Arc::new(Node { refuse_at, taken: Mutex::default() });
-        let inbound: Arc<dyn Inbound> = node.clone();
+        let inbound: Arc<dyn Recipient> = node.clone();
         let credits = Credits::new(WINDOW);
         let knows = |n: &RegionId| n.as_str() != STRANGER;
 

@@ -6,21 +6,21 @@
 use crate::credits::{Credits, WINDOW};
 use crate::envelope::{WireEnvelope, WireReply};
 use crate::node_context::NodeContext;
-use crate::region::{Placed, RegionInbound};
-use crate::transport::{Inbound, Sender};
+use crate::region::{Placed, RegionRecipient};
+use crate::transport::{Recipient, Sender};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Routes what the transport receives to the node's regions.
-pub(super) struct NodeInbound {
+pub(super) struct NodeRecipient {
     pub context: Arc<NodeContext>,
-    pub regions: RwLock<HashMap<String, Arc<dyn RegionInbound>>>,
+    pub regions: RwLock<HashMap<String, Arc<dyn RegionRecipient>>>,
     /// Each sender incarnation's credit here.
     credits: Mutex<HashMap<Sender, Arc<Credits>>>,
 }
 
-impl NodeInbound {
+impl NodeRecipient {
     pub fn new(context: Arc<NodeContext>) -> Self {
         Self {
             context,
@@ -37,7 +37,7 @@ impl NodeInbound {
     }
 }
 
-impl Inbound for NodeInbound {
+impl Recipient for NodeRecipient {
     fn credits(&self, from: &Sender) -> Arc<Credits> {
         let mut all = self.credits.lock();
         if let Some(credits) = all.get(from) {

@@ -27,7 +27,7 @@ pub(crate) enum Placed {
 
 /// A region as the node sees it: where the transport hands received
 /// envelopes, and how the node stops it.
-pub(crate) trait RegionInbound: Send + Sync + 'static {
+pub(crate) trait RegionRecipient: Send + Sync + 'static {
     /// Takes an envelope received from another node, without waiting.
     fn deliver(&self, env: WireEnvelope, credit: crate::credits::Credit) -> Placed;
     /// Refuses new messages (the node is dying).
@@ -36,12 +36,12 @@ pub(crate) trait RegionInbound: Send + Sync + 'static {
     fn shutdown(&self) -> BoxFuture<'_, ()>;
 }
 
-pub(super) struct Inbound<E: Entity> {
+pub(super) struct ReceivingHalf<E: Entity> {
     pub(super) shared: Arc<Shared<E>>,
     pub(super) commands: mpsc::Sender<RegionCmd<E>>,
 }
 
-impl<E: Entity> RegionInbound for Inbound<E> {
+impl<E: Entity> RegionRecipient for ReceivingHalf<E> {
     fn deliver(&self, env: WireEnvelope, credit: crate::credits::Credit) -> Placed {
         let shared = &self.shared;
         let origin = env.origin.map(|o| Box::new(Origin::from_wire(o)));

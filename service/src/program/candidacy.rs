@@ -33,8 +33,8 @@
 use super::coordinators::{self, Hosted};
 use super::ProgramError;
 use crate::config::NodeConfig;
-use crate::coordinator::election::{leader_key, leader_value, ElectedHosting, Read};
 use crate::coordinator::kafka_store::KafkaCoordinatorStore;
+use crate::coordinator::leader::{leader_key, leader_value, ElectedHosting, Read};
 use crate::coordinator::store::CoordinatorStore;
 use crate::node::Node;
 use crate::tasks::TaskSet;
