@@ -224,7 +224,7 @@ impl<E: Entity> Region<E> {
         message: E::Message,
     ) -> Result<Option<&'static str>, TellError> {
         let env = self.envelope(entity_id, message, Reply::None)?;
-        let placement = self.shared.route(env).await?;
+        let placement = self.shared.routes.route(env).await?;
         Ok(match placement {
             routes::Placement::Buffered if !self.coordinator_reachable() => {
                 Some("coordinator unreachable")
@@ -266,7 +266,7 @@ impl<E: Entity> Region<E> {
     ) -> Result<oneshot::Receiver<Result<E::Reply, AskError>>, TellError> {
         let (tx, rx) = oneshot::channel();
         let env = self.envelope(entity_id, message, Reply::Local(tx, origin))?;
-        self.shared.route(env).await?;
+        self.shared.routes.route(env).await?;
         Ok(rx)
     }
 
@@ -295,7 +295,7 @@ impl<E: Entity> Region<E> {
             received: false,
             delayed: false,
         };
-        self.shared.route(env).await?;
+        self.shared.routes.route(env).await?;
         Ok(rx)
     }
 

@@ -5,7 +5,9 @@
 //! per-shard lock makes "decide where" and "enqueue" one step, which is what
 //! keeps per-sender order across home changes. Nothing ever waits while
 //! holding a lock: a full mailbox is waited for outside it, and the decision
-//! is re-checked before the message is placed.
+//! is re-checked before the message is placed. A message from this node
+//! and one received from another are routed by the same decision
+//! (`decide`), which differ only in what they may wait for (`Admission`).
 
 use super::mail::{in_handler, Mail};
 use crate::entity::Entity;
@@ -58,6 +60,24 @@ pub(crate) enum Placement {
     Forwarded,
     /// Into the buffer: its shard's home is not known (or moving).
     Buffered,
+}
+
+/// Where a message comes from, which decides what routing may do with it.
+#[derive(Debug, Clone, Copy)]
+enum Admission {
+    /// From this node: it may wait for room in a full mailbox, and the
+    /// buffer is bounded (`buffer_size`).
+    Local,
+    /// From another node: placed without waiting, into its home's mailbox
+    /// whatever its length or into the buffer whatever its size. Such a
+    /// message was accepted by its sender's region and is bounded by the
+    /// sender's credit window (see `credits.rs`) instead; a receiver that
+    /// made it wait would stall the sender's whole link. `registered`: the
+    /// region can learn shard homes now; without it a buffered message
+    /// could wait for as long as the coordinator is away, holding its
+    /// sender's credit, so it is refused instead, and its sender routes it
+    /// again.
+    Received { registered: bool },
 }
 
 /// What routing under the lock decided.
@@ -129,13 +149,14 @@ impl<E: Entity> Routes<E> {
         self.buffered.load(Ordering::Relaxed)
     }
 
-    /// Routes one message: into its home's mailbox, or into the buffer.
+    /// Routes one message from this node: into its home's mailbox, or into
+    /// the buffer.
     ///
     /// # Errors
     /// The message is refused (buffer full, region stopped); it comes back.
     pub async fn route(&self, mut env: Envelope<E>) -> Result<Placement, TellError> {
         loop {
-            match self.try_route(env)? {
+            match self.decide(env, Admission::Local)? {
                 Step::Placed(placement) => return Ok(placement),
                 Step::Full(sink, back) => {
                     // Wait for room outside the lock, then route again: the
@@ -161,89 +182,68 @@ impl<E: Entity> Routes<E> {
         }
     }
 
-    /// Places a message received from another node without waiting: into
-    /// its home's mailbox whatever its length, or into the buffer whatever
-    /// its size. Such a message was accepted by its sender's region and is
-    /// bounded by the sender's credit window (see `credits.rs`) instead; a
-    /// receiver that made it wait would stall the sender's whole link.
-    ///
-    /// `registered`: the region can learn shard homes now. Without it a
-    /// buffered message could wait for as long as the coordinator is away,
-    /// holding its sender's credit; it is refused instead, and its sender
-    /// routes it again.
+    /// Places a message received from another node without waiting (see
+    /// [`Admission::Received`]).
     ///
     /// # Errors
     /// The region has stopped, or cannot buffer; the message comes back.
     pub fn place(&self, mut env: Envelope<E>, registered: bool) -> Result<(), TellError> {
         loop {
-            let mut slot = self.slot(env.shard).lock();
-            match &mut slot.route {
-                Route::Home(home) => match home.sink.push(Mail::One(env)) {
-                    Ok(()) => {
-                        if home.remote.is_some() {
-                            self.metrics.forwarded.increment(1);
-                        }
-                        return Ok(());
-                    }
-                    Err(mail) => {
-                        // The home went away: buffer and ask again.
-                        slot.route = Route::Buffering {
-                            queue: VecDeque::new(),
-                            requested: false,
-                        };
-                        env = unwrap_one(mail);
-                    }
-                },
-                Route::Stopped => return Err(TellError::RegionStopped(self.entity_type.clone())),
-                Route::Buffering { .. } if !registered => {
-                    return Err(TellError::CoordinatorUnreachable(self.entity_type.clone()));
-                }
-                Route::Buffering { queue, requested } => {
-                    self.buffered.fetch_add(1, Ordering::Relaxed);
-                    self.metrics.buffered.increment(1.0);
-                    self.metrics.buffered_total.increment(1);
-                    let shard = env.shard;
-                    queue.push_back(env);
-                    if !*requested {
-                        *requested = true;
-                        let _ = self.home_requests.send(shard);
-                    }
-                    return Ok(());
-                }
+            match self.decide(env, Admission::Received { registered })? {
+                Step::Placed(_) => return Ok(()),
+                Step::Retry(back) | Step::Full(_, back) => env = back,
             }
         }
     }
 
-    /// The synchronous part of routing, under the shard's lock.
-    fn try_route(&self, env: Envelope<E>) -> Result<Step<E>, TellError> {
+    /// Where a message goes, decided and done under its shard's lock: the
+    /// one place that reads a shard's route.
+    fn decide(&self, env: Envelope<E>, admission: Admission) -> Result<Step<E>, TellError> {
         let mut slot = self.slot(env.shard).lock();
         match &mut slot.route {
             Route::Home(home) if home.remote.is_some() && env.local_only() => {
                 Err(TellError::NotHere(self.entity_type.clone()))
             }
-            Route::Home(home) => match home.sink.try_push(Mail::One(env)) {
-                Ok(()) => {
-                    if home.remote.is_some() {
+            Route::Home(home) => {
+                let pushed = match admission {
+                    Admission::Local => home.sink.try_push(Mail::One(env)),
+                    Admission::Received { .. } => {
+                        home.sink.push(Mail::One(env)).map_err(PushError::Closed)
+                    }
+                };
+                match pushed {
+                    Ok(()) if home.remote.is_some() => {
                         self.metrics.forwarded.increment(1);
                         Ok(Step::Placed(Placement::Forwarded))
-                    } else {
-                        Ok(Step::Placed(Placement::Delivered))
+                    }
+                    Ok(()) => Ok(Step::Placed(Placement::Delivered)),
+                    Err(PushError::Full(mail)) => {
+                        Ok(Step::Full(home.sink.clone(), unwrap_one(mail)))
+                    }
+                    Err(PushError::Closed(mail)) => {
+                        // The home went away (a shard stopped, an outbound
+                        // queue closed): buffer and ask again.
+                        slot.route = Route::Buffering {
+                            queue: VecDeque::new(),
+                            requested: false,
+                        };
+                        Ok(Step::Retry(unwrap_one(mail)))
                     }
                 }
-                Err(PushError::Full(mail)) => Ok(Step::Full(home.sink.clone(), unwrap_one(mail))),
-                Err(PushError::Closed(mail)) => {
-                    // The home went away (a shard stopped, an outbound queue
-                    // closed): buffer and ask again.
-                    slot.route = Route::Buffering {
-                        queue: VecDeque::new(),
-                        requested: false,
-                    };
-                    Ok(Step::Retry(unwrap_one(mail)))
-                }
-            },
+            }
             Route::Stopped => Err(TellError::RegionStopped(self.entity_type.clone())),
             Route::Buffering { queue, requested } => {
-                self.reserve()?;
+                match admission {
+                    Admission::Local => self.reserve()?,
+                    Admission::Received { registered: false } => {
+                        return Err(TellError::CoordinatorUnreachable(self.entity_type.clone()));
+                    }
+                    Admission::Received { registered: true } => {
+                        self.buffered.fetch_add(1, Ordering::Relaxed);
+                        self.metrics.buffered.increment(1.0);
+                        self.metrics.buffered_total.increment(1);
+                    }
+                }
                 let shard = env.shard;
                 queue.push_back(env);
                 if !*requested {

@@ -4,8 +4,6 @@
 
 use super::{activity, lease, routes};
 use crate::entity::{Entity, EntityType};
-use crate::envelope::Envelope;
-use crate::error::TellError;
 use crate::metrics::RegionMetrics;
 use crate::node_context::NodeContext;
 use colo_allocation::{MessageExtractor, RegionId};
@@ -35,12 +33,6 @@ pub(crate) struct Shared<E: Entity> {
     /// The regions the coordinator last listed, its proxies excepted
     /// (standby copies are kept among them).
     pub members: tokio::sync::watch::Sender<Vec<RegionId>>,
-}
-
-impl<E: Entity> Shared<E> {
-    pub(super) async fn route(&self, env: Envelope<E>) -> Result<routes::Placement, TellError> {
-        self.routes.route(env).await
-    }
 }
 
 /// Where the extractor puts a fixed set of probe ids, hashed: regions that
