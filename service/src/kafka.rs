@@ -25,6 +25,7 @@
 //! reason and its source topic, partition and offset as headers. Nothing
 //! is skipped unrecorded.
 
+mod changelog;
 mod durable_acks;
 mod partition;
 mod rebalances;

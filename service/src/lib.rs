@@ -112,6 +112,8 @@ pub use node::Node;
 pub use program::{NodeProgram, ProgramError};
 pub use region::{Delivery, ErasedError, ErasedRegion, PlacementError, Region, Told};
 pub use settings::{EntityRecovery, SettingsError, ShardingSettings};
-pub use store::{NodeStore, StateSettings};
+pub use store::{
+    ChangelogError, ChangelogRecord, ChangelogWrite, EntityChangelog, NodeStore, StateSettings,
+};
 pub use tasks::TaskSet;
 pub use transport::{memory::InMemoryNetwork, Transport, TransportError};

@@ -15,12 +15,14 @@
 
 mod applier;
 mod calls;
+mod changelog;
 mod commit;
 mod restore;
 mod standby;
 mod standby_view;
 
 pub(crate) use calls::StoreCalls;
+pub use changelog::{ChangelogError, ChangelogRecord, ChangelogWrite, EntityChangelog};
 pub(crate) use restore::{
     removal_keys, removal_tag, restore_until_done, state_key, Restore, Restored,
 };
@@ -29,7 +31,6 @@ pub use standby_view::StandbyView;
 
 use crate::durability::ShardDurability;
 use colo_allocation::ShardId;
-use colo_connectors::Changelog;
 use colo_state::{Engine, StateStore, StoreError};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -89,7 +90,7 @@ impl Default for StateSettings {
 pub struct NodeStore {
     store: Option<Arc<dyn StateStore>>,
     settings: StateSettings,
-    changelogs: HashMap<String, Arc<Changelog>>,
+    changelogs: HashMap<String, Arc<dyn EntityChangelog>>,
     calls: StoreCalls,
     restores: StoreCalls,
     commits: commit::GroupCommit,
@@ -145,13 +146,13 @@ impl NodeStore {
     /// changed entities goes there first, and a shard that starts (here or
     /// on another node) restores from it. Without one, an entity type's
     /// state stays on the node that wrote it.
-    pub fn with_changelog(mut self, entity_type: &str, changelog: Changelog) -> Self {
+    pub fn with_changelog(mut self, entity_type: &str, changelog: impl EntityChangelog) -> Self {
         self.changelogs
             .insert(entity_type.to_string(), Arc::new(changelog));
         self
     }
 
-    pub(crate) fn changelog(&self, entity_type: &str) -> Option<Arc<Changelog>> {
+    pub(crate) fn changelog(&self, entity_type: &str) -> Option<Arc<dyn EntityChangelog>> {
         self.changelogs.get(entity_type).cloned()
     }
 

@@ -4,7 +4,7 @@
 use super::restore::{
     deletion_start, entity_of, fingerprint, is_marker, Applied, Ending, Restore, RestoreError,
 };
-use colo_connectors::ChangelogRecord;
+use super::ChangelogRecord;
 use colo_state::{Checkpoint, CheckpointKind, Op, RecordError, StateRecord, WriteBatch};
 use std::collections::HashMap;
 use std::ops::ControlFlow;

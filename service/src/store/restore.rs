@@ -60,9 +60,9 @@
 
 mod passes;
 
+use super::{ChangelogError, ChangelogRecord, EntityChangelog};
 use crate::metrics::StateMetrics;
 use colo_allocation::ShardId;
-use colo_connectors::{Changelog, ChangelogError, ChangelogRecord};
 use colo_state::{Checkpoint, CheckpointKind, StateRecord, StateStore, StoreError, WriteBatch};
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -256,7 +256,7 @@ pub(crate) struct Restore {
     pub store: Arc<dyn StateStore>,
     /// The node's restores' turns (see [`super::RESTORES`]).
     pub turns: super::StoreCalls,
-    pub changelog: Arc<Changelog>,
+    pub changelog: Arc<dyn EntityChangelog>,
     pub entity_type: Arc<str>,
     pub shard: ShardId,
     /// Named in the marker, for whoever reads the changelog.

@@ -25,11 +25,11 @@
 
 use super::restore::Applied;
 use super::restore::{Ending, Restore, RestoreError, RestoredFrom};
+use super::EntityChangelog;
 use super::{DurableShards, NodeStore};
 use crate::metrics::StandbyMetrics;
 use colo_allocation::standbys::keeps;
 use colo_allocation::{RegionId, ShardId};
-use colo_connectors::Changelog;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,7 +43,7 @@ pub(crate) type MembersOf = tokio::sync::watch::Receiver<Vec<RegionId>>;
 /// One entity type's standby shards on this node.
 pub(crate) struct Standbys {
     store: Arc<NodeStore>,
-    changelog: Arc<Changelog>,
+    changelog: Arc<dyn EntityChangelog>,
     entity_type: Arc<str>,
     number_of_shards: u32,
     standbys: u32,
@@ -58,7 +58,7 @@ impl Standbys {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Arc<NodeStore>,
-        changelog: Arc<Changelog>,
+        changelog: Arc<dyn EntityChangelog>,
         entity_type: &str,
         number_of_shards: u32,
         standbys: u32,

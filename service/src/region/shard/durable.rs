@@ -41,9 +41,8 @@ use crate::metrics::StateMetrics;
 use crate::node_context::NodeContext;
 use crate::settings::EntityRecovery;
 use crate::store::{restore_until_done, Restore, Restored};
-use crate::store::{DurableShards, NodeStore};
+use crate::store::{DurableShards, EntityChangelog, NodeStore};
 use colo_allocation::ShardId;
-use colo_connectors::Changelog;
 use colo_state::StateRecord;
 use deletions::{Deleted, Deletions};
 use smallvec::SmallVec;
@@ -161,7 +160,7 @@ pub(super) struct DurableShard<E: Entity> {
     /// the next write retires them.
     retirable: Map<Earlier>,
     deletions: Deletions,
-    changelog: Option<Arc<Changelog>>,
+    changelog: Option<Arc<dyn EntityChangelog>>,
     /// Until it is done, the shard takes no mail.
     restoring: Option<Restoring>,
     /// Remembered entities still to start, once restored.

@@ -3,6 +3,7 @@
 //! record applied by the epoch rule (`applier.rs`).
 
 use super::super::applier::Applier;
+use super::super::ChangelogWrite;
 use super::*;
 
 impl Restore {
@@ -39,7 +40,14 @@ impl Restore {
         let mark = fingerprint(&key);
         let offsets = self
             .changelog
-            .write(self.partition(), &[(key, marker.into_bytes())])
+            .write(
+                self.partition(),
+                &[ChangelogWrite {
+                    key: &key,
+                    value: Some(marker.as_bytes()),
+                    tag: None,
+                }],
+            )
             .await?;
         let Some(&epoch) = offsets.first() else {
             return Err(RestoreError::Thread("the marker got no offset".into()));

@@ -10,8 +10,8 @@ use crate::entity::Entity;
 use crate::error::AskError;
 use crate::node_context::NodeContext;
 use crate::store::{removal_keys, removal_tag, state_key, NodeStore};
+use crate::store::{ChangelogWrite, EntityChangelog};
 use colo_allocation::ShardId;
-use colo_connectors::{Changelog, ChangelogWrite};
 use colo_state::{Checkpoint, CheckpointKind, WriteBatch};
 use std::future::Future;
 use std::sync::Arc;
@@ -256,7 +256,7 @@ struct Record<'a> {
 
 pub(super) async fn write(
     store: Arc<NodeStore>,
-    changelog: Option<Arc<Changelog>>,
+    changelog: Option<Arc<dyn EntityChangelog>>,
     (entity_type, shard): (Arc<str>, ShardId),
     (epoch, marker): (u64, u64),
     changes: Changes,
@@ -299,7 +299,7 @@ pub(super) async fn write(
             .collect();
         let partition = i32::try_from(shard.0).unwrap_or(i32::MAX);
         let offsets = changelog
-            .write_or_delete(partition, &writes)
+            .write(partition, &writes)
             .await
             .map_err(|e| e.to_string())?;
         checkpoint = offsets.iter().max().map(|last| Checkpoint {
