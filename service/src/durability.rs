@@ -65,6 +65,13 @@ impl ShardDurability {
         self.shard.wake();
     }
 
+    /// The shard task (`waker`) is woken at the next ask for a write or the
+    /// next committed offset that moves, whatever it decides now: a look
+    /// that finds nothing to do must still be told of what comes after it.
+    pub fn wake_on_news(&self, waker: &Waker) {
+        self.shard.register(waker);
+    }
+
     /// Whether a write was asked for since the last call; the shard task
     /// (`waker`) is woken at the next ask.
     pub fn hurried(&self, waker: &Waker) -> bool {

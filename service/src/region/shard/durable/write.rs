@@ -52,6 +52,11 @@ impl<E: Entity> DurableShard<E> {
         if self.writing.is_some() || !serving {
             return false;
         }
+        // Before anything is looked at: a commit that moves after the look
+        // below wakes the shard, also when the look finds nothing to write
+        // (a deletion's commit came after its write, and the shard slept
+        // on until something else woke it).
+        self.durability.wake_on_news(cx.waker());
         self.check_removals();
         if self.settled() {
             return false;
