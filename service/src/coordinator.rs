@@ -8,8 +8,6 @@
 
 mod handle;
 pub mod hosting;
-pub mod kafka_store;
-pub mod leader;
 pub mod ledger;
 mod membership;
 mod placement;

@@ -1,5 +1,9 @@
-//! Kafka records driving an entity type: the connector's source wired to
-//! the type's region on this node.
+//! Kafka, in one room: the records driving an entity type (the
+//! connector's source wired to the type's region on this node, below), a
+//! durable type's changelog on a compacted topic (`changelog.rs`, the
+//! state side's `EntityChangelog`), and the coordinator's store and its
+//! leader records on the cluster's coordinator topic
+//! ([`KafkaCoordinatorStore`], [`leader`]).
 //!
 //! Shard = partition, so a record is handled on the node that consumed it.
 //! The group's rebalances move shards synchronously:
@@ -26,12 +30,15 @@
 //! is skipped unrecorded.
 
 mod changelog;
+mod coordinator_store;
 mod durable_acks;
+pub mod leader;
 mod partition;
 mod rebalances;
 mod records;
 mod slots;
 
+pub use coordinator_store::KafkaCoordinatorStore;
 pub use records::{json_events, json_records, Ack, JsonEvents, Record, RecordDecoder};
 
 use crate::entity::Entity;

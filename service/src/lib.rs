@@ -43,7 +43,7 @@
 //!   ([`CoordinatorHandle`]), its event-sourced state and store
 //!   ([`InMemoryStore`], or the cluster's coordinator topic with
 //!   `[kafka]`), its members, and which node hosts it: the one configured,
-//!   or the one elected through Kafka ([`coordinator::leader`]).
+//!   or the one elected through Kafka ([`kafka::leader`]).
 //! - [`transport`]: how nodes reach each other: [`InMemoryNetwork`] within
 //!   a process (tests), gRPC between processes; [`credits`], the flow
 //!   control that keeps a busy receiver from stalling or being resent to.

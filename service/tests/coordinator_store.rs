@@ -6,9 +6,9 @@
 //! types sharing the topic do not see each other's records.
 
 use colo::allocation::{RegionId, ShardId};
-use colo::coordinator::kafka_store::KafkaCoordinatorStore;
 use colo::coordinator::ledger::{CoordinatorEvent, CoordinatorState};
 use colo::coordinator::store::CoordinatorStore;
+use colo::kafka::KafkaCoordinatorStore;
 use colo_connectors::Changelog;
 use colo_tests::broker::Broker;
 use std::ops::ControlFlow;

@@ -3,7 +3,7 @@
 //! Regions do not care how the choice is made: they ask [`CoordinatorHosting`]
 //! every time they (re)connect. One node hosts every coordinator, chosen by
 //! configuration ([`StaticHosting`]) or elected through Kafka
-//! (`leader.rs`); the protocol is the same, because every coordinator
+//! (`kafka/leader.rs`); the protocol is the same, because every coordinator
 //! message carries the epoch of the coordinator that sent it, and a region
 //! drops a link whose coordinator is older than the one elected.
 

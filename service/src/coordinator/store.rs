@@ -1,7 +1,7 @@
 //! Where the coordinator's events are kept.
 //!
 //! The in-memory store serves the in-process cluster, tests and nodes
-//! without Kafka; `kafka_store.rs` keeps the events on the cluster's
+//! without Kafka; `kafka/coordinator_store.rs` keeps the events on the cluster's
 //! `<cluster>.coordinator` topic behind the same trait.
 
 use super::ledger::CoordinatorEvent;

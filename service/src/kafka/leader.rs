@@ -10,13 +10,12 @@
 //! address; a node that reads a leader record above its own stops its
 //! coordinators at once (`program/candidacy.rs` drives this).
 
-use super::hosting::{CoordinatorHosting, CoordinatorLocation};
-use super::kafka_store;
-use super::CoordinatorHandle;
+use super::coordinator_store::epoch_of;
+pub(crate) use super::coordinator_store::{leader_key, leader_value};
+use crate::coordinator::hosting::{CoordinatorHosting, CoordinatorLocation};
+use crate::coordinator::CoordinatorHandle;
 use parking_lot::RwLock;
 use std::collections::HashMap;
-
-pub(crate) use kafka_store::{leader_key, leader_value};
 
 /// The node the topic names, and its epoch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +76,7 @@ impl ElectedHosting {
         let Some(value) = value else {
             return Ok(Read::Other);
         };
-        let (epoch, address) = kafka_store::epoch_of(value)?;
+        let (epoch, address) = epoch_of(value)?;
         let mut view = self.view.write();
         view.highest = view.highest.max(epoch);
         let Some(address) = address else {

@@ -4,9 +4,9 @@
 use super::ProgramError;
 use crate::config::NodeConfig;
 use crate::coordinator::hosting::StaticHosting;
-use crate::coordinator::kafka_store::KafkaCoordinatorStore;
 use crate::coordinator::store::{CoordinatorStore, InMemoryStore};
 use crate::coordinator::CoordinatorHandle;
+use crate::kafka::KafkaCoordinatorStore;
 use crate::settings::ShardingSettings;
 use colo_allocation::{
     AllocationStrategy, ExternalAllocationClient, ExternalAllocationStrategy,
@@ -24,7 +24,7 @@ const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 /// before it.
 ///
 /// With `[kafka]`, each keeps its state on the cluster's coordinator topic
-/// (`coordinator/kafka_store.rs`): a restarted coordinator reads it back.
+/// (`kafka/coordinator_store.rs`): a restarted coordinator reads it back.
 /// Without, the state is in memory and lost when the node restarts, while
 /// the other nodes may still run shards. A marker in the data directory
 /// says whether this node has hosted the coordinator before: if it has, the
