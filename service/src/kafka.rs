@@ -292,11 +292,20 @@ impl colo_connectors::SourceObserver for Observer {
         partition: &colo_connectors::TopicPartition,
         state: colo_connectors::PartitionState,
     ) {
-        self.metrics.partition(partition, state);
+        let gauges = crate::metrics::PartitionGauges {
+            in_flight: state.in_flight,
+            paused: state.paused,
+            held: state.held,
+            waiting_for_shard: state.waiting_for_shard,
+            lag: state.lag,
+        };
+        self.metrics
+            .partition(&partition.topic, partition.partition, gauges);
     }
 
     fn partition_gone(&self, partition: &colo_connectors::TopicPartition) {
-        self.metrics.partition_gone(partition);
+        self.metrics
+            .partition_gone(&partition.topic, partition.partition);
     }
 
     fn committed(&self, latency: Option<Duration>, ok: bool) {

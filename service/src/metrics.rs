@@ -122,12 +122,12 @@ impl KafkaMetrics {
 
     /// The handles of `partition`'s records as they are handled, for the
     /// partition's task to keep from its assignment here to its end.
-    pub fn progress(&self, partition: &colo_connectors::TopicPartition) -> PartitionProgress {
+    pub fn progress(&self, topic: &str, partition: i32) -> PartitionProgress {
         PartitionProgress::new(
             &self.entity_type,
-            &partition.topic,
-            partition.partition,
-            self.records(&partition.topic, "handled"),
+            topic,
+            partition,
+            self.records(topic, "handled"),
         )
     }
 
@@ -178,16 +178,25 @@ impl KafkaMetrics {
     }
 }
 
-impl colo_connectors::SourceObserver for KafkaMetrics {
-    fn partition(
-        &self,
-        partition: &colo_connectors::TopicPartition,
-        state: colo_connectors::PartitionState,
-    ) {
+/// What the source reports of one assigned partition, as its gauges and
+/// the cluster map show it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PartitionGauges {
+    pub in_flight: usize,
+    pub paused: bool,
+    pub held: usize,
+    pub waiting_for_shard: bool,
+    pub lag: Option<i64>,
+}
+
+impl KafkaMetrics {
+    /// A partition's state, reported by the source while it is assigned
+    /// here.
+    pub fn partition(&self, topic: &str, partition: i32, state: PartitionGauges) {
         let labels = [
             ("entity_type", self.entity_type.clone()),
-            ("topic", partition.topic.clone()),
-            ("partition", partition.partition.to_string()),
+            ("topic", topic.to_string()),
+            ("partition", partition.to_string()),
         ];
         metrics::gauge!(KAFKA_IN_FLIGHT, &labels).set(state.in_flight as f64);
         metrics::gauge!(KAFKA_PAUSED, &labels).set(if state.paused { 1.0 } else { 0.0 });
@@ -202,8 +211,8 @@ impl colo_connectors::SourceObserver for KafkaMetrics {
         }
         self.view.partition(PartitionView {
             entity_type: self.entity_type.clone(),
-            topic: partition.topic.clone(),
-            partition: partition.partition,
+            topic: topic.to_string(),
+            partition,
             lag: state.lag,
             in_flight: state.in_flight,
             paused: state.paused,
@@ -211,13 +220,14 @@ impl colo_connectors::SourceObserver for KafkaMetrics {
         });
     }
 
-    fn partition_gone(&self, partition: &colo_connectors::TopicPartition) {
+    /// A partition is no longer assigned here.
+    pub fn partition_gone(&self, topic: &str, partition: i32) {
         self.view
-            .partition_gone(&self.entity_type, &partition.topic, partition.partition);
+            .partition_gone(&self.entity_type, topic, partition);
         let labels = [
             ("entity_type", self.entity_type.clone()),
-            ("topic", partition.topic.clone()),
-            ("partition", partition.partition.to_string()),
+            ("topic", topic.to_string()),
+            ("partition", partition.to_string()),
         ];
         // Another node reports it now: this one's series read zero.
         for name in [
@@ -231,7 +241,8 @@ impl colo_connectors::SourceObserver for KafkaMetrics {
         }
     }
 
-    fn committed(&self, latency: Option<Duration>, ok: bool) {
+    /// A commit of the source's offsets ended, `ok` or not.
+    pub fn committed(&self, latency: Option<Duration>, ok: bool) {
         let outcome = if ok { "ok" } else { "failed" };
         metrics::counter!(KAFKA_COMMITS, "entity_type" => self.entity_type.clone(), "outcome" => outcome).increment(1);
         if let Some(latency) = latency {
@@ -240,7 +251,8 @@ impl colo_connectors::SourceObserver for KafkaMetrics {
         }
     }
 
-    fn commit_refused_in_rebalance(&self) {
+    /// A commit was refused because the group was rebalancing.
+    pub fn commit_refused_in_rebalance(&self) {
         metrics::counter!(KAFKA_COMMITS, "entity_type" => self.entity_type.clone(), "outcome" => "rebalancing").increment(1);
     }
 }

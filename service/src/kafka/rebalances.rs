@@ -112,7 +112,9 @@ impl<E: Entity> Rebalances<E> {
             let (give_up, given_up) = oneshot::channel();
             self.partitions
                 .insert(partition.partition.clone(), Running { give_up, ended });
-            let progress = self.metrics.progress(&partition.partition);
+            let progress = self
+                .metrics
+                .progress(&partition.partition.topic, partition.partition.partition);
             let origin_topic: Arc<str> = Arc::from(partition.partition.topic.as_str());
             let misplaced_source =
                 Origin::other_partition(&partition.partition.topic, partition.partition.partition);
