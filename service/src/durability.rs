@@ -72,10 +72,9 @@ impl ShardDurability {
         self.shard.register(waker);
     }
 
-    /// Whether a write was asked for since the last call; the shard task
-    /// (`waker`) is woken at the next ask.
-    pub fn hurried(&self, waker: &Waker) -> bool {
-        self.shard.register(waker);
+    /// Whether a write was asked for since the last call (the shard task
+    /// registered with [`Self::wake_on_news`] is woken at the next ask).
+    pub fn hurried(&self) -> bool {
         self.hurry.swap(false, Ordering::AcqRel)
     }
 

@@ -234,15 +234,11 @@ impl<E: Entity> Routes<E> {
             Route::Stopped => Err(TellError::RegionStopped(self.entity_type.clone())),
             Route::Buffering { queue, requested } => {
                 match admission {
-                    Admission::Local => self.reserve()?,
+                    Admission::Local => self.reserve(true)?,
                     Admission::Received { registered: false } => {
                         return Err(TellError::CoordinatorUnreachable(self.entity_type.clone()));
                     }
-                    Admission::Received { registered: true } => {
-                        self.buffered.fetch_add(1, Ordering::Relaxed);
-                        self.metrics.buffered.increment(1.0);
-                        self.metrics.buffered_total.increment(1);
-                    }
+                    Admission::Received { registered: true } => self.reserve(false)?,
                 }
                 let shard = env.shard;
                 queue.push_back(env);
@@ -255,9 +251,11 @@ impl<E: Entity> Routes<E> {
         }
     }
 
-    fn reserve(&self) -> Result<(), TellError> {
+    /// Counts one more buffered message; `bounded`: refused past
+    /// `buffer_size` (a message from this node, see [`Admission`]).
+    fn reserve(&self, bounded: bool) -> Result<(), TellError> {
         let before = self.buffered.fetch_add(1, Ordering::Relaxed);
-        if before >= self.limit {
+        if bounded && before >= self.limit {
             self.buffered.fetch_sub(1, Ordering::Relaxed);
             self.metrics.dropped_buffer_full.increment(1);
             return Err(TellError::BufferFull {

@@ -67,7 +67,7 @@ impl<E: Entity> DurableShard<E> {
             }
             self.backoff = None;
         }
-        let hurried = self.durability.hurried(cx.waker());
+        let hurried = self.durability.hurried();
         // An answer waits: written at once, and what changes meanwhile
         // goes into the next write (a busy shard's writes follow one
         // another, each taking all that changed while the last ran).
