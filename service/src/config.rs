@@ -11,7 +11,6 @@
 //! - `config/passivation.rs`: `[sharding.passivation]`.
 //! - `config/kafka.rs`: `[kafka]`; `config/secrets.rs`: its client
 //!   properties, secrets read from files or environment variables.
-//! - `config/state.rs`: `[state]`.
 //! - `config/security.rs`: `[tls]` and `[api]`.
 //! - `config/overrides.rs`: environment and flag overrides.
 //! - `config/validate.rs`: checks across fields after deserializing.
@@ -25,7 +24,6 @@ mod overrides;
 mod passivation;
 mod secrets;
 mod security;
-mod state;
 mod validate;
 
 pub use args::RunArgs;
@@ -34,10 +32,10 @@ pub use kafka::KafkaSection;
 pub use passivation::{PassivationSection, StrategyName};
 pub use secrets::{ClientProperties, ClientValue, SecretSource};
 pub use security::{ApiSection, TlsSection};
-pub use state::{EngineName, StateSection};
 
 use crate::logging::LogFormat;
-use crate::settings::{EntityRecovery, ShardingSettings};
+use crate::settings::{EntityRecovery, IngestSettings, ShardingSettings};
+use crate::store::StateSettings;
 use colo_allocation::{LeastShardSettings, RegionId};
 use overrides::Override;
 use serde::{Deserialize, Serialize};
@@ -64,7 +62,7 @@ pub struct NodeConfig {
     pub log: LogSection,
     /// `[state]`: durable entity types' state store.
     #[serde(default)]
-    pub state: StateSection,
+    pub state: StateSettings,
     /// `[kafka]`: topics driving entity types. Absent: no Kafka.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kafka: Option<KafkaSection>,
@@ -428,14 +426,17 @@ impl NodeConfig {
     /// for the shards' release (a hand-off, at most `handoff_timeout`); an
     /// assignment for the shards' start. The rebalance callback's timeout
     /// is the sum, so none is cut short.
-    pub fn ingest_settings(&self, entity_type: &str) -> Option<crate::kafka::IngestSettings> {
+    pub fn ingest_settings(
+        &self,
+        entity_type: &str,
+    ) -> Option<IngestSettings<colo_connectors::SourceSettings>> {
         let kafka = self.kafka.as_ref()?;
         let topics = kafka.topics.get(entity_type)?;
         let placement_timeout = self
             .sharding
             .handoff_timeout
             .max(self.sharding.shard_start_timeout);
-        Some(crate::kafka::IngestSettings {
+        Some(IngestSettings {
             source: colo_connectors::SourceSettings {
                 bootstrap_servers: kafka.bootstrap_servers.clone(),
                 group_id: kafka.group_id(entity_type),

@@ -29,26 +29,27 @@ pub(crate) struct Envelope<E: Entity> {
 }
 
 impl<E: Entity> Envelope<E> {
-    /// A Kafka record its partition gave up on: dropped rather than
-    /// handled (see [`Reply::Record`]). So is a copy of a record sent as
+    /// An acked record (a source's record whose partition acks it once
+    /// handled, such as Kafka's) its partition gave up on: dropped rather than
+    /// handled (see [`Reply::Acked`]). So is a copy of a record sent as
     /// an ask (it has an origin) that its partition stopped waiting for:
     /// sent again, or given up; the partition's own copy, or its next
     /// owner's, takes its place.
     pub fn abandoned(&self) -> bool {
         match &self.reply {
-            Reply::Record(waiter, _) => waiter.is_closed(),
+            Reply::Acked(waiter, _) => waiter.is_closed(),
             Reply::Local(waiter, Some(_)) => waiter.is_closed(),
             _ => false,
         }
     }
 
-    /// A Kafka record handled by this node's shard only (see
-    /// [`Reply::Record`]).
+    /// An acked record handled by this node's shard only (see
+    /// [`Reply::Acked`]).
     pub fn local_only(&self) -> bool {
-        matches!(self.reply, Reply::Record(..))
+        matches!(self.reply, Reply::Acked(..))
     }
 
-    /// The Kafka record this message came from, when a durable entity must
+    /// The acked record this message came from, when a durable entity must
     /// know it (to skip a record it applied already).
     pub fn origin(&self) -> Option<&Origin> {
         self.reply.origin()
@@ -56,10 +57,10 @@ impl<E: Entity> Envelope<E> {
 }
 
 impl<R> Reply<R> {
-    /// The Kafka record a message came from (see [`Origin`]).
+    /// The acked record a message came from (see [`Origin`]).
     pub fn origin(&self) -> Option<&Origin> {
         match self {
-            Reply::Record(_, origin) | Reply::Local(_, origin) | Reply::Remote(_, origin) => {
+            Reply::Acked(_, origin) | Reply::Local(_, origin) | Reply::Remote(_, origin) => {
                 origin.as_deref()
             }
             Reply::None => None,
@@ -136,14 +137,14 @@ pub struct WireOrigin {
 pub(crate) enum Reply<R> {
     /// A tell: nobody waits.
     None,
-    /// An ask from this node. A Kafka record that may be handled on
+    /// An ask from this node. An acked record that may be handled on
     /// another node (its shard is not its partition's here: a producer with
     /// another partitioner put it in another partition than its key's, or
     /// another topic's partition keeps its shard elsewhere) is one too,
     /// awaited by its partition, with its origin: it follows its shard
     /// wherever it is, and the entity skips it if it applied it already.
     Local(oneshot::Sender<Result<R, AskError>>, Option<Box<Origin>>),
-    /// A Kafka record's delivery, awaited by its partition on this node,
+    /// An acked record's delivery, awaited by its partition on this node,
     /// which consumes it where its shard lives. Unlike an ask, it is
     /// handled by this node's shard only, never forwarded: a shard that
     /// left this node took the partition with it (released, or the node
@@ -151,21 +152,21 @@ pub(crate) enum Reply<R> {
     /// again from the last commit. And once its partition stops waiting
     /// (lost, or its revoke gave up on it) it is handled nowhere: handling
     /// this copy too would run it twice and out of order.
-    Record(oneshot::Sender<RecordAnswer<R>>, Option<Box<Origin>>),
+    Acked(oneshot::Sender<AckedAnswer<R>>, Option<Box<Origin>>),
     /// An ask from another node (or one that left this node and came back),
-    /// with its record's origin if it is a Kafka record's. Boxed: it is
+    /// with its record's origin if it is an acked record's. Boxed: it is
     /// rare, and keeps every envelope within one cache line.
     Remote(Box<ReplyTo>, Option<Box<Origin>>),
 }
 
-/// The answer to a Kafka record handled by its partition's own shard
-/// ([`Reply::Record`]): the entity's, and, from a durable shard, the start
+/// The answer to an acked record handled by its partition's own shard
+/// ([`Reply::Acked`]): the entity's, and, from a durable shard, the start
 /// of the shard that handled it. Its change is durable only once that start
 /// has written it: a start that ended first never will, and the record
 /// must be consumed again, whatever start runs by the time its partition
 /// settles it.
 #[derive(Debug)]
-pub(crate) struct RecordAnswer<R> {
+pub(crate) struct AckedAnswer<R> {
     pub result: Result<R, AskError>,
     pub start: Option<Weak<ShardDurability>>,
 }
@@ -199,7 +200,7 @@ pub struct WireEnvelope {
     pub reply_to: Option<ReplyTo>,
     /// Held by a node that fenced itself (see [`Envelope`]).
     pub delayed: bool,
-    /// For a Kafka record's ask: where the record came from.
+    /// For an acked record's ask: where the record came from.
     pub origin: Option<WireOrigin>,
 }
 

@@ -5,7 +5,7 @@
 //! shards use it without importing the node, which imports them.
 
 use crate::codec;
-use crate::envelope::{RecordAnswer, Reply, WireReply};
+use crate::envelope::{AckedAnswer, Reply, WireReply};
 use crate::error::AskError;
 use crate::replies::PendingReplies;
 use crate::tasks::TaskSet;
@@ -67,8 +67,8 @@ impl NodeContext {
             Reply::Local(tx, _) => {
                 let _ = tx.send(result);
             }
-            Reply::Record(tx, _) => {
-                let _ = tx.send(RecordAnswer {
+            Reply::Acked(tx, _) => {
+                let _ = tx.send(AckedAnswer {
                     result,
                     start: None,
                 });

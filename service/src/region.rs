@@ -26,7 +26,7 @@ mod shared;
 mod task;
 
 use crate::entity::{Entity, EntityId, EntityType};
-use crate::envelope::{Envelope, Origin, RecordAnswer, Reply};
+use crate::envelope::{AckedAnswer, Envelope, Origin, Reply};
 use crate::error::{replied, AskError, QueryError, TellError};
 use crate::inspection::{ClusterShardingStats, CurrentRegionState};
 use crate::metrics::RegionMetrics;
@@ -254,9 +254,9 @@ impl<E: Entity> Region<E> {
             .map_err(|_| AskError::Timeout(timeout))?
     }
 
-    /// Routes a message whose outcome the caller waits for itself (a Kafka
-    /// partition routes its records in order and waits for them in order),
-    /// wherever its shard is. `origin`: the Kafka record it is, if any (see
+    /// Routes a message whose outcome the caller waits for itself (a
+    /// source's partition routes its records in order and waits for them
+    /// in order), wherever its shard is. `origin`: the acked record it is, if any (see
     /// [`Reply::Local`]).
     pub(crate) async fn route_tracked(
         &self,
@@ -270,18 +270,18 @@ impl<E: Entity> Region<E> {
         Ok(rx)
     }
 
-    /// Routes a Kafka record's message to `entity_id`, of `shard` (its
+    /// Routes an acked record's message to `entity_id`, of `shard` (its
     /// extractor's: the caller has it already); its outcome comes on the
     /// returned channel. Dropping the channel gives the record up: wherever
     /// it waits, it is dropped before an entity gets it (see
-    /// [`Reply::Record`]).
-    pub(crate) async fn route_record(
+    /// [`Reply::Acked`]).
+    pub(crate) async fn route_acked(
         &self,
         entity_id: &EntityId,
         shard: ShardId,
         message: E::Message,
         origin: Option<Box<Origin>>,
-    ) -> Result<oneshot::Receiver<RecordAnswer<E::Reply>>, TellError> {
+    ) -> Result<oneshot::Receiver<AckedAnswer<E::Reply>>, TellError> {
         if entity_id.is_empty() {
             return Err(TellError::EmptyEntityId);
         }
@@ -290,7 +290,7 @@ impl<E: Entity> Region<E> {
             entity_id: entity_id.clone(),
             shard,
             message,
-            reply: Reply::Record(tx, origin),
+            reply: Reply::Acked(tx, origin),
             credit: None,
             received: false,
             delayed: false,

@@ -79,6 +79,37 @@ pub struct ShardingSettings {
     pub standbys: u32,
 }
 
+/// How an entity type consumes a source of acked records (for Kafka,
+/// `colo::kafka::IngestSettings`): the source's own settings, and how the
+/// ingest settles, retries and gives up records, which does not depend on
+/// the source.
+#[derive(Debug, Clone)]
+pub struct IngestSettings<S> {
+    /// The source's own settings (for Kafka: brokers, group, topics).
+    pub source: S,
+    /// How long a revoke (or a graceful stop) waits for the records in
+    /// hand to settle; those left then are given up, uncommitted, and
+    /// handled again by the partition's next owner. A record is delivered
+    /// again only when its delivery failed, never because it waits, but
+    /// for a record sent to another node: one unanswered this long is sent
+    /// again (that node may have died with it).
+    pub delivery_timeout: Duration,
+    /// How long hosting or releasing shards may take in a rebalance.
+    pub placement_timeout: Duration,
+    /// Handler failures of one record before it is dead-lettered.
+    pub max_attempts: u32,
+    /// How long a record whose deliveries keep failing for a reason that
+    /// waiting does not pass (its shard's node refuses it, or drops it
+    /// unhandled) is delivered again before it is dead-lettered: no record
+    /// holds its partition up for ever.
+    pub redelivery_timeout: Duration,
+    /// The pause before a record is delivered again.
+    pub retry_backoff: Duration,
+    /// Where records that cannot be handled go: `<cluster>.<entity
+    /// type>.dlq` by convention.
+    pub dead_letter_topic: String,
+}
+
 /// How remembered entities start again with their shard (Akka's
 /// entity-recovery-strategy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

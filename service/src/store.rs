@@ -30,6 +30,7 @@ pub(crate) use standby::Standbys;
 pub use standby_view::StandbyView;
 
 use crate::durability::ShardDurability;
+use crate::settings::SettingsError;
 use colo_allocation::ShardId;
 use colo_state::{Engine, StateStore, StoreError};
 use parking_lot::Mutex;
@@ -62,13 +63,22 @@ pub(crate) type ShardWriter = Arc<tokio::sync::Mutex<()>>;
 /// which costs a changelog reader of its own.
 pub(crate) type Vouched = Arc<Mutex<HashMap<ShardId, colo_state::Checkpoint>>>;
 
-/// How durable entity types write their state behind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where durable entity types keep their state and how they write it
+/// behind; also a node's `[state]` section, so its fields, defaults and
+/// checks are written only here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct StateSettings {
+    /// The embedded database under the node's data directory. A data
+    /// directory keeps the engine it was created with: the node refuses to
+    /// start with the other one. A store opened elsewhere
+    /// ([`NodeStore::new`]) has its own.
+    pub engine: Engine,
     /// A shard writes its changed entities at least this often. An ask to
     /// a durable entity waits up to this long for its answer, so it is
     /// short; each write is one durable batch (an fsync), so not shorter
     /// than the disk can take.
+    #[serde(with = "humantime_serde")]
     pub flush_interval: Duration,
     /// A shard writes at once when this many of its entities have changed
     /// since its last write, which bounds the memory their encoded states
@@ -79,9 +89,34 @@ pub struct StateSettings {
 impl Default for StateSettings {
     fn default() -> Self {
         Self {
+            engine: Engine::default(),
             flush_interval: Duration::from_millis(100),
             max_dirty: 10_000,
         }
+    }
+}
+
+impl StateSettings {
+    /// Refuses settings a store cannot write behind with.
+    ///
+    /// # Errors
+    /// The first refused field.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        if self.flush_interval.is_zero() {
+            return Err(SettingsError {
+                field: "flush_interval",
+                reason: "must be longer than zero (it is how often changed state is written)"
+                    .to_string(),
+            });
+        }
+        if self.max_dirty == 0 {
+            return Err(SettingsError {
+                field: "max_dirty",
+                reason: "must be at least 1 (the changed entities that make a shard write at once)"
+                    .to_string(),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -113,25 +148,24 @@ impl std::fmt::Debug for NodeStore {
 }
 
 impl NodeStore {
-    /// The store of `data_dir` with `engine`. Blocks on disk: call it from
-    /// a blocking thread (or before the runtime starts).
+    /// The store of `data_dir` with `settings.engine`. Blocks on disk: call
+    /// it from a blocking thread (or before the runtime starts).
     ///
     /// # Errors
     /// The store cannot be opened (see [`colo_state::open`]).
-    pub fn open(
-        data_dir: &Path,
-        engine: Engine,
-        settings: StateSettings,
-    ) -> Result<Self, StoreError> {
-        let store = colo_state::open(data_dir, engine)?;
+    pub fn open(data_dir: &Path, settings: StateSettings) -> Result<Self, StoreError> {
+        let store = colo_state::open(data_dir, settings.engine)?;
         Ok(Self::new(Arc::from(store), settings))
     }
 
     /// A store opened elsewhere.
     pub fn new(store: Arc<dyn StateStore>, settings: StateSettings) -> Self {
         Self {
+            settings: StateSettings {
+                engine: store.engine(),
+                ..settings
+            },
             store: Some(store),
-            settings,
             changelogs: HashMap::new(),
             calls: StoreCalls::new("colo-store", STORE_CALLS),
             restores: StoreCalls::new("colo-restore", RESTORES),

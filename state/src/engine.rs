@@ -76,8 +76,10 @@ pub trait StateStore: Send + Sync + std::fmt::Debug {
     fn engine(&self) -> Engine;
 }
 
-/// The embedded database under a node's data directory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// The embedded database under a node's data directory; also the value of
+/// a node's `state.engine` setting, so the list is written only here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Engine {
     /// fjall: the default, the faster on the store benchmark's model of
     /// colo's workload (BENCHMARKS.md, "State store engines").

@@ -41,7 +41,14 @@ pub fn one_node(entity_type: &str, settings: &ShardingSettings, store: Option<No
 pub async fn open_store(dir: &Path, engine: Engine) -> NodeStore {
     let path = dir.to_path_buf();
     tokio::task::spawn_blocking(move || {
-        NodeStore::open(&path, engine, StateSettings::default()).expect("store")
+        NodeStore::open(
+            &path,
+            StateSettings {
+                engine,
+                ..StateSettings::default()
+            },
+        )
+        .expect("store")
     })
     .await
     .expect("open")

@@ -129,15 +129,15 @@ fn the_example_file_parses() {
 #[test]
 fn the_state_section_sets_the_engine_and_the_write_behind() {
     let c = load(MINIMAL, &[], &[]).unwrap();
-    assert_eq!(c.state.engine.engine(), colo_state::Engine::Fjall);
-    assert_eq!(c.state.settings(), crate::StateSettings::default());
+    assert_eq!(c.state.engine, colo_state::Engine::Fjall);
+    assert_eq!(c.state, crate::StateSettings::default());
     let c = load(
         MINIMAL,
         &[("COLO_STATE__ENGINE", "sled")],
         &["state.flush_interval=1s", "state.max_dirty=5"],
     )
     .unwrap();
-    assert_eq!(c.state.engine.engine(), colo_state::Engine::Sled);
+    assert_eq!(c.state.engine, colo_state::Engine::Sled);
     assert_eq!(c.state.flush_interval, Duration::from_secs(1));
     assert_eq!(c.state.max_dirty, 5);
     for (set, field) in [

@@ -127,19 +127,9 @@ impl NodeConfig {
             (format!("{section}.{field}"), e.reason)
         })?;
 
-        if self.state.flush_interval.is_zero() {
-            return refuse(
-                "state.flush_interval",
-                "must be longer than zero (it is how often changed state is written)".to_string(),
-            );
-        }
-        if self.state.max_dirty == 0 {
-            return refuse(
-                "state.max_dirty",
-                "must be at least 1 (the changed entities that make a shard write at once)"
-                    .to_string(),
-            );
-        }
+        self.state
+            .validate()
+            .map_err(|e| (format!("state.{}", e.field), e.reason))?;
 
         crate::logging::validate_level(&self.log.level)
             .map_err(|e| ("log.level".to_string(), e.reason))?;

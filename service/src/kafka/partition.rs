@@ -10,7 +10,7 @@
 //! before it), while different keys run side by side.
 //!
 //! A record of the shard the partition hosts here goes to that shard only
-//! (`Reply::Record`). One in another partition than its key's (a producer
+//! (`Reply::Acked`). One in another partition than its key's (a producer
 //! with another partitioner put it there) is an ask that follows its shard
 //! to whatever node hosts it, with its origin (topic, partition, offset),
 //! so that a durable entity applies it once however often it arrives.
@@ -30,7 +30,7 @@
 //! The task gives its records up (uncommitted, consumed again) when its
 //! partition is lost or revoked: a revoke waits for the records in flight,
 //! not for retries, and its bound drops whatever is left wherever it waits
-//! (see `Reply::Record`). It also has the source consume the partition
+//! (see `Reply::Acked`). It also has the source consume the partition
 //! again from its committed offset, routing nothing more, while the
 //! partition stays here: when a handled record's change is lost (its shard
 //! stopped before writing it: its node fenced itself), when a record finds
@@ -118,7 +118,7 @@ pub(super) enum ShardPlace {
     /// Not asked for yet.
     Unknown,
     /// Hosted here: its records are handled by this node's shard only
-    /// (`Reply::Record`), never forwarded.
+    /// (`Reply::Acked`), never forwarded.
     Here,
     /// Kept on another node (another topic's partition of the same number
     /// claims it there, or the coordinator takes no locations from
@@ -363,7 +363,7 @@ impl<E: Entity> PartitionTask<E> {
     /// Routes a record's message; `shard` is its key's, when known.
     ///
     /// A record of the shard this partition hosts here goes to that shard
-    /// only (`Reply::Record`). Any other (in another partition than its
+    /// only (`Reply::Acked`). Any other (in another partition than its
     /// key's, or of a partition whose shard another topic keeps on another
     /// node) is an ask that follows its shard wherever it is, with its
     /// origin, so a durable entity applies it once however often it is
@@ -384,8 +384,8 @@ impl<E: Entity> PartitionTask<E> {
         let shard = shard.unwrap_or_else(|| self.region.shard_of(&id));
         let origin = self.origin(shard, offset, tries.previous);
         let routed = if self.hosts(shard) {
-            let routed = self.region.route_record(&id, shard, message, origin).await;
-            routed.map(Awaiting::Record)
+            let routed = self.region.route_acked(&id, shard, message, origin).await;
+            routed.map(Awaiting::Acked)
         } else {
             let routed = self.region.route_tracked(&id, message, origin).await;
             let deadline = tokio::time::Instant::now() + self.settings.delivery_timeout;

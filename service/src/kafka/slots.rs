@@ -5,7 +5,7 @@
 
 use crate::durability::ShardDurability;
 use crate::entity::{Entity, EntityId};
-use crate::envelope::RecordAnswer;
+use crate::envelope::AckedAnswer;
 use crate::error::unanswered;
 use crate::error::{AskError, TellError};
 use colo_connectors::Record;
@@ -108,14 +108,14 @@ pub(super) enum Step<E: Entity> {
 }
 
 /// The start of the shard that handled a record, when its answer names
-/// one (see `RecordAnswer`).
+/// one (see `AckedAnswer`).
 pub(super) type Start = Option<Weak<ShardDurability>>;
 
 /// Where a routed record's answer comes from.
 pub(super) enum Awaiting<R> {
-    /// Its partition's own shard here (`Reply::Record`), naming the start
+    /// Its partition's own shard here (`Reply::Acked`), naming the start
     /// of the shard that handled it.
-    Record(oneshot::Receiver<RecordAnswer<R>>),
+    Acked(oneshot::Receiver<AckedAnswer<R>>),
     /// An ask that follows its shard wherever it is (`Reply::Local`),
     /// sent again if no answer comes by `deadline`: a node that dies with
     /// it answers nothing, and its durable entity skips a copy it applied.
@@ -137,7 +137,7 @@ impl<R> Awaiting<R> {
     pub(super) fn try_answer(&mut self) -> Option<(Outcome, Start)> {
         use oneshot::error::TryRecvError;
         match self {
-            Awaiting::Record(rx) => match rx.try_recv() {
+            Awaiting::Acked(rx) => match rx.try_recv() {
                 Ok(answer) => Some((Outcome::of(answer.result.map(drop)), answer.start)),
                 Err(TryRecvError::Closed) => Some((Outcome::of(Err(unanswered())), None)),
                 Err(TryRecvError::Empty) => None,
@@ -156,7 +156,7 @@ impl<R> Awaiting<R> {
     /// Waits for the answer.
     pub(super) async fn answer(&mut self) -> (Outcome, Start) {
         match self {
-            Awaiting::Record(rx) => match rx.await {
+            Awaiting::Acked(rx) => match rx.await {
                 Ok(answer) => (Outcome::of(answer.result.map(drop)), answer.start),
                 Err(_) => (Outcome::of(Err(unanswered())), None),
             },

@@ -15,8 +15,7 @@ pub(super) async fn open_store(
         return Ok(None);
     }
     let dir = config.data_dir();
-    let engine = config.state.engine.engine();
-    let settings = config.state.settings();
+    let settings = config.state;
     let durable: Vec<(String, u32)> = entity_types
         .iter()
         .filter(|t| t.is_durable())
@@ -25,7 +24,7 @@ pub(super) async fn open_store(
     let changelog_config = config.clone();
     let opened = tokio::task::spawn_blocking(move || {
         let changelogs = ingest::changelogs(&changelog_config, &durable)?;
-        let mut store = NodeStore::open(&dir, engine, settings)?;
+        let mut store = NodeStore::open(&dir, settings)?;
         for (name, changelog) in changelogs {
             store = store.with_changelog(&name, changelog);
         }
@@ -33,6 +32,6 @@ pub(super) async fn open_store(
     })
     .await
     .map_err(|e| ProgramError::Settings(format!("opening the state store: {e}")))??;
-    tracing::info!(data_dir = %config.data_dir().display(), %engine, flush_interval = ?settings.flush_interval, max_dirty = settings.max_dirty, store = ?opened, "state store open");
+    tracing::info!(data_dir = %config.data_dir().display(), engine = %settings.engine, flush_interval = ?settings.flush_interval, max_dirty = settings.max_dirty, store = ?opened, "state store open");
     Ok(Some(opened))
 }

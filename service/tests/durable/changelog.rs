@@ -49,6 +49,7 @@ fn behind() -> StateSettings {
     StateSettings {
         flush_interval: Duration::from_millis(20),
         max_dirty: 10_000,
+        ..StateSettings::default()
     }
 }
 

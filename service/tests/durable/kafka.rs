@@ -123,6 +123,7 @@ async fn records_waiting_for_a_write_do_not_wait_for_the_flush_interval_at_the_i
     let state = StateSettings {
         flush_interval: Duration::from_secs(3600),
         max_dirty: 100_000,
+        ..StateSettings::default()
     };
     let (node, ingest) = ledger_node(name, &broker, &open(&dir), state);
     let bootstrap = broker.bootstrap_servers();

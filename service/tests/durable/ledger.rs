@@ -165,6 +165,7 @@ pub fn at_once() -> StateSettings {
     StateSettings {
         flush_interval: Duration::from_secs(3600),
         max_dirty: 1,
+        ..StateSettings::default()
     }
 }
 

@@ -37,6 +37,7 @@ async fn state_survives_a_new_node_on_the_same_store_and_writes_go_behind_in_bat
     let behind = StateSettings {
         flush_interval: Duration::from_millis(20),
         max_dirty: 10_000,
+        ..StateSettings::default()
     };
     let a = start(&store, behind, 1);
     let asks = (0..50).map(|i| {
@@ -245,6 +246,7 @@ fn hourly() -> StateSettings {
     StateSettings {
         flush_interval: Duration::from_secs(3600),
         max_dirty: 10_000,
+        ..StateSettings::default()
     }
 }
 

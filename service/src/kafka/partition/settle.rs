@@ -187,7 +187,7 @@ impl<E: Entity> PartitionTask<E> {
     /// what its shard changed so far is durable.
     fn settle_ack(&mut self, ack: Ack, key: Option<u64>, handled: Option<(ShardId, Start)>) {
         match handled {
-            // Handled by this partition's shard here (`Reply::Record`):
+            // Handled by this partition's shard here (`Reply::Acked`):
             // acked once the start of the shard that handled it has
             // written its change.
             Some((shard, start)) if self.durable && self.hosts(shard) => {

@@ -35,7 +35,7 @@ use super::recovery::{Recovery, Stored};
 use super::Map;
 use crate::durability::ShardDurability;
 use crate::entity::{Entity, EntityId, StateCodec};
-use crate::envelope::{Origin, RecordAnswer, Reply};
+use crate::envelope::{AckedAnswer, Origin, Reply};
 use crate::error::AskError;
 use crate::metrics::StateMetrics;
 use crate::node_context::NodeContext;
@@ -524,7 +524,7 @@ impl<E: Entity> DurableShard<E> {
     }
 
     /// Sends an answer now; a record's says which start of the shard
-    /// handled it (see [`RecordAnswer`]).
+    /// handled it (see [`AckedAnswer`]).
     pub fn answer_now(
         &self,
         node: &NodeContext,
@@ -532,8 +532,8 @@ impl<E: Entity> DurableShard<E> {
         result: Result<E::Reply, AskError>,
     ) {
         match reply {
-            Reply::Record(tx, _) => {
-                let _ = tx.send(RecordAnswer {
+            Reply::Acked(tx, _) => {
+                let _ = tx.send(AckedAnswer {
                     result,
                     start: Some(Arc::downgrade(&self.durability)),
                 });

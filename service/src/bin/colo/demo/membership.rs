@@ -5,7 +5,6 @@ use super::assignment::GroupAssignor;
 use super::{step, DemoError, DemoNode, TalliedUser};
 use colo::kafka::{IngestSettings, KafkaIngest};
 use colo::samples::purchases;
-use colo::state::Engine;
 use colo::TaskSet;
 use colo::{EntityType, InMemoryNetwork, Node, NodeStore, Region, StateSettings};
 use colo_connectors::Changelog;
@@ -49,7 +48,7 @@ impl NodeStarter {
             let settings = self.ingest.source.clone();
             let entity_type = self.entity_type.name().to_string();
             tokio::task::spawn_blocking(move || {
-                let store = NodeStore::open(&dir, Engine::default(), StateSettings::default())
+                let store = NodeStore::open(&dir, StateSettings::default())
                     .map_err(step("open the node's state store"))?;
                 let changelog = Changelog::new(
                     &settings.bootstrap_servers,

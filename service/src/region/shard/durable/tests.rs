@@ -59,12 +59,7 @@ async fn a_commit_past_a_deleted_entity_wakes_its_shard_with_nothing_else_to_wri
     use std::task::{Context, Waker};
 
     let dir = tempfile::tempdir().expect("dir");
-    let store = NodeStore::open(
-        dir.path(),
-        colo_state::Engine::Fjall,
-        StateSettings::default(),
-    )
-    .expect("store");
+    let store = NodeStore::open(dir.path(), StateSettings::default()).expect("store");
     let codec = EntityType::new("user", |_| User::default())
         .durable(1)
         .state
