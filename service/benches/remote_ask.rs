@@ -11,10 +11,10 @@
 //! second over several rounds for 1 and 64 concurrent askers, and the ratios
 //! remote / local and TLS / plain.
 
-use colo::config::TlsSection;
 use colo::coordinator::hosting::StaticHosting;
-use colo::samples::counter::{Counter, CounterMsg, COUNTER};
-use colo::security::{AccessLayer, NodeTls, Policy};
+use colo::process::config::TlsSettings;
+use colo::process::samples::counter::{Counter, CounterMsg, COUNTER};
+use colo::process::security::{AccessLayer, NodeTls, Policy};
 use colo::transport::grpc::{GrpcSettings, GrpcTransport};
 use colo::TaskSet;
 use colo::{CoordinatorHandle, EntityType, InMemoryStore, Node, Region, ShardingSettings};
@@ -41,7 +41,7 @@ async fn node(
     listener: TcpListener,
     coordinator: &str,
     host: bool,
-    tls: Option<&TlsSection>,
+    tls: Option<&TlsSettings>,
 ) -> (Arc<Node>, Region<Counter>) {
     let address = listener.local_addr().expect("bound").to_string();
     let hosting = Arc::new(StaticHosting::new(coordinator));
@@ -79,7 +79,7 @@ async fn node(
     });
     // The node program's own acceptor: TLS handshakes, then every request
     // checked.
-    let incoming = colo::security::connection::incoming(listener, tls, &TASKS);
+    let incoming = colo::process::security::connection::incoming(listener, tls, &TASKS);
     let server = tonic::transport::Server::builder()
         .layer(access)
         .add_service(transport.node_service())
@@ -121,7 +121,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Certificates for 127.0.0.1 from a new CA, made by the repository's
 /// script, and the `[tls]` naming them.
-fn certificates(dir: &std::path::Path) -> TlsSection {
+fn certificates(dir: &std::path::Path) -> TlsSettings {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/certs.sh");
     let status = std::process::Command::new("bash")
         .arg(script)
@@ -131,7 +131,7 @@ fn certificates(dir: &std::path::Path) -> TlsSection {
         .status()
         .expect("run scripts/certs.sh");
     assert!(status.success(), "scripts/certs.sh failed");
-    TlsSection {
+    TlsSettings {
         ca: dir.join("ca.pem"),
         cert: dir.join("127.0.0.1.pem"),
         key: dir.join("127.0.0.1.key"),
@@ -143,7 +143,7 @@ fn certificates(dir: &std::path::Path) -> TlsSection {
 /// Two nodes, the first hosting the coordinator; every entity placed. The
 /// first's region, and the entities local to it and on the other node.
 async fn pair(
-    tls: Option<&TlsSection>,
+    tls: Option<&TlsSettings>,
 ) -> (Vec<Arc<Node>>, Region<Counter>, Vec<String>, Vec<String>) {
     let la = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let lb = TcpListener::bind("127.0.0.1:0").await.expect("bind");

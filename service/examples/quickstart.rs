@@ -3,7 +3,7 @@
 //! `cargo run -p colo --example quickstart`
 
 use colo::allocation::LeastShardAllocationStrategy;
-use colo::samples::counter::{Counter, CounterMsg};
+use colo::process::samples::counter::{Counter, CounterMsg};
 use colo::{CoordinatorHandle, EntityType, InMemoryNetwork, InMemoryStore, Node, ShardingSettings};
 use std::{sync::Arc, time::Duration};
 

@@ -7,7 +7,7 @@
 //! cargo build --release -p colo --example users_in_memory
 //! ```
 
-use colo::samples::purchases::{purchase_records, User, USER};
+use colo::process::samples::purchases::{purchase_records, User, USER};
 use colo::{EntityType, NodeProgram};
 use std::process::ExitCode;
 

@@ -324,3 +324,20 @@ impl<E: Entity> EntityType<E> {
         Ok(self)
     }
 }
+
+/// The runtime's own tests' entity: a sum of what it is told, durable or
+/// not, so they need nothing of the samples above them.
+#[cfg(test)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Tally(pub u64);
+
+#[cfg(test)]
+impl Entity for Tally {
+    type Message = u64;
+    type Reply = u64;
+
+    async fn handle(&mut self, _: &EntityContext, add: u64) -> Result<u64, EntityError> {
+        self.0 += add;
+        Ok(self.0)
+    }
+}

@@ -31,12 +31,10 @@
 
 mod changelog;
 mod coordinator_store;
-mod durable_acks;
 pub mod leader;
 mod partition;
 mod rebalances;
 mod records;
-mod slots;
 
 pub use coordinator_store::KafkaCoordinatorStore;
 pub use records::{json_events, json_records, Ack, JsonEvents, Record, RecordDecoder};

@@ -3,8 +3,8 @@
 //! generated client.
 
 use colo::allocation::{LeastShardAllocationStrategy, LeastShardSettings};
-use colo::api::ShardingApi;
-use colo::samples::counter::{Counter, CounterMsg, COUNTER};
+use colo::process::api::ShardingApi;
+use colo::process::samples::counter::{Counter, CounterMsg, COUNTER};
 use colo::{
     codec, CoordinatorHandle, EntityType, InMemoryNetwork, InMemoryStore, Node, ShardingSettings,
 };

@@ -6,7 +6,7 @@
 
 use colo::allocation::{KafkaMurmur2Extractor, LeastShardAllocationStrategy};
 use colo::kafka::{json_records, IngestError, IngestSettings, KafkaIngest};
-use colo::samples::counter::{Counter, CounterMsg};
+use colo::process::samples::counter::{Counter, CounterMsg};
 use colo::{
     CoordinatorHandle, EntityType, InMemoryNetwork, InMemoryStore, Node, Region, ShardingSettings,
 };

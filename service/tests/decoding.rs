@@ -8,10 +8,10 @@
 //! `transport::grpc`'s `prop_tests` (they are private to the transport).
 
 use colo::codec::{self, ContentType};
-use colo::samples::counter::CounterMsg;
+use colo::process::samples::counter::CounterMsg;
 // What a program's own decoder needs comes from colo alone.
 use colo::kafka::{json_events, json_records, Ack, Record, RecordDecoder};
-use colo::samples::purchases::{purchase_records, UserMsg};
+use colo::process::samples::purchases::{purchase_records, UserMsg};
 use colo_proto::v1::PurchaseEvent;
 use proptest::prelude::*;
 use proptest::sample::Index;

@@ -2,7 +2,7 @@
 //! with its own server on a loopback port, the coordinator on the first.
 
 use colo::coordinator::hosting::StaticHosting;
-use colo::samples::counter::{Counter, CounterMsg, COUNTER};
+use colo::process::samples::counter::{Counter, CounterMsg, COUNTER};
 use colo::transport::grpc::{GrpcSettings, GrpcTransport};
 use colo::{CoordinatorHandle, EntityType, InMemoryStore, Node, Region, ShardingSettings};
 use std::collections::BTreeSet;

@@ -18,7 +18,7 @@
 
 mod support;
 
-use colo::samples::purchases::{encode_event, Generator};
+use colo::process::samples::purchases::{encode_event, Generator};
 use colo_tests::broker::Broker;
 use colo_tests::process::NodeProcess;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};

@@ -14,7 +14,7 @@
 
 mod common;
 
-use colo::samples::purchases::{encode_event, Generator, Totals};
+use colo::process::samples::purchases::{encode_event, Generator, Totals};
 use colo_tests::broker::Broker;
 use colo_tests::kafka::distinct_dead_letters;
 use colo_tests::process::NodeProcess;

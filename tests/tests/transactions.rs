@@ -4,7 +4,7 @@
 //! committed transaction's records are handled once each, an aborted
 //! one's never, and each user's records in the order they were written.
 
-use colo::samples::purchases::{encode_event, Generator, Purchase, Totals};
+use colo::process::samples::purchases::{encode_event, Generator, Purchase, Totals};
 use colo_tests::broker::Broker;
 use colo_tests::purchases::{at_least_once_in_order_problems, handled, verify};
 use colo_tests::user_nodes::*;

@@ -42,22 +42,25 @@
 
 mod settle;
 
-use super::durable_acks::DurableAcks;
-use super::slots::{Awaiting, Chained, Outcome, Slots, Start, Step, Tries};
 use super::{partition_shard, IngestSettings, RecordDecoder};
 use crate::entity::{Entity, EntityId};
 use crate::envelope::Origin;
 use crate::error::TellError;
+use crate::ingest::slots::{Awaiting, Chained, Outcome, Start, Step, Tries};
+use crate::ingest::DurableAcks;
 use crate::kafka_view::RebalanceTag;
 use crate::logging::{ExpectedWait, Say};
 use crate::metrics::{KafkaMetrics, PartitionProgress};
 use crate::region::{AssignedShard, PlacementError, Region};
 use colo_allocation::ShardId;
-use colo_connectors::{DeadLetters, Gate, Record, Rewind, TopicPartition};
+use colo_connectors::{Ack, DeadLetters, Gate, Record, Rewind, TopicPartition};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
+
+/// A partition's records in hand: Kafka's records in the ingest's slots.
+type Slots<E> = crate::ingest::slots::Slots<E, Record>;
 
 /// Records a partition's task works on at most (routed, or held behind
 /// their key's): the others wait in their stream, in the source's
@@ -99,7 +102,7 @@ pub(super) struct PartitionTask<E: Entity> {
     pub(super) misplaced_source: Arc<str>,
     /// Handled records waiting for their change to be durable before they
     /// are acked (see `durable_acks.rs`).
-    pub(super) unflushed: DurableAcks,
+    pub(super) unflushed: DurableAcks<Ack>,
     /// Consumes the partition again from its committed offset.
     pub(super) rewind: Rewind,
     /// Says the partition's shard is assigned here while the task runs

@@ -2,11 +2,11 @@
 //! node: assigned partitions get a task each, revoked ones are settled,
 //! committed and their shards handed off, lost ones dropped.
 
-use super::durable_acks::DurableAcks;
 use super::partition::{PartitionTask, ShardPlace};
 use super::{partition_shard, IngestHealth, IngestSettings, RecordDecoder};
 use crate::entity::Entity;
 use crate::envelope::Origin;
+use crate::ingest::DurableAcks;
 use crate::kafka_view::RebalanceTag;
 use crate::logging::{ExpectedWait, Say};
 use crate::metrics::KafkaMetrics;
@@ -137,7 +137,12 @@ impl<E: Entity> Rebalances<E> {
                 durable: self.region.is_durable(),
                 origin_topic,
                 misplaced_source,
-                unflushed: DurableAcks::new(self.settings.source.max_in_flight),
+                unflushed: DurableAcks::new(
+                    self.settings
+                        .source
+                        .max_in_flight
+                        .saturating_mul(colo_connectors::AWAITING_DURABILITY_PER_IN_FLIGHT),
+                ),
                 rewind: partition.rewind,
                 _assigned: assigned,
                 revoked: false,

@@ -200,6 +200,29 @@ fn short_type_name<V>() -> String {
     short
 }
 
+/// Kafka's records are the ingest's records of a partition...
+impl crate::ingest::SourceRecord for Record {
+    fn offset(&self) -> i64 {
+        self.offset
+    }
+}
+
+/// ...and its acks the ingest's acks: dropped unhandled, the record is
+/// consumed again.
+impl crate::ingest::SourceAck for Ack {
+    fn offset(&self) -> i64 {
+        Ack::offset(self)
+    }
+
+    fn applied(&mut self) {
+        Ack::applied(self);
+    }
+
+    fn handled(self) {
+        Ack::handled(self);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,8 +28,8 @@ use super::{Recipient, Transport, TransportError};
 use crate::coordinator::hosting::{CoordinatorHosting, CoordinatorLocation};
 use crate::envelope::{WireEnvelope, WireReply};
 use crate::protocol::CoordinatorLink;
-use crate::security::NodeTls;
 use crate::tasks::TaskSet;
+use crate::transport::tls::NodeTls;
 use colo_allocation::RegionId;
 use futures::future::BoxFuture;
 use members::Members;
@@ -71,7 +71,7 @@ impl Default for GrpcSettings {
 
 /// What an in-process gRPC server (tests, benches) accepts connections
 /// from: `listener`, plain text, with Nagle's algorithm off as on the
-/// connecting side (see [`crate::security::connection::accept`], which the
+/// connecting side (see [`crate::transport::tls::connection::accept`], which the
 /// node program uses).
 pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
     tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
@@ -86,7 +86,7 @@ fn endpoint(
     match &settings.tls {
         None => Endpoint::from_shared(format!("http://{address}")),
         Some(tls) => Endpoint::from_shared(format!("https://{address}"))?
-            .tls_config(tls.client_config(crate::security::host_of(address))),
+            .tls_config(tls.client_config(crate::transport::tls::host_of(address))),
     }
 }
 

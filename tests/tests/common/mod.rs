@@ -4,7 +4,7 @@
 //! `colo produce`. Here rather than in the tests' library, which does not
 //! build the colo crate whose sample events it writes.
 
-use colo::samples::purchases::{encode_event, Generator, Totals};
+use colo::process::samples::purchases::{encode_event, Generator, Totals};
 use colo_tests::rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
 use colo_tests::rdkafka::ClientConfig;
 use std::path::{Path, PathBuf};

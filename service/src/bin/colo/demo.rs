@@ -12,13 +12,13 @@ mod assignment;
 mod membership;
 mod pauses;
 
-use colo::admin::{self, Admin, Readiness};
 use colo::allocation::{
     ExternalAllocationClient, ExternalAllocationStrategy, KafkaMurmur2Extractor,
 };
 use colo::entity::{Entity, EntityContext, EntityError};
 use colo::kafka::{IngestSettings, KafkaIngest};
-use colo::samples::purchases::{
+use colo::process::admin::{self, Admin, Readiness};
+use colo::process::samples::purchases::{
     self, ProduceSettings, User, UserMsg, UserStats, USER, USER_EVENTS, USER_STATE_VERSION,
 };
 use colo::{

@@ -63,7 +63,7 @@ enum Command {
     Simulate(SimulateArgs),
     /// Runs a node: gRPC for other nodes and clients, admin HTTP for
     /// metrics and health, a region per configured entity type.
-    Run(colo::config::RunArgs),
+    Run(colo::process::config::RunArgs),
     /// Sends records to a topic, each to its key's murmur2 partition: the
     /// sample's purchase events (protobuf, keyed by user id, writing the
     /// totals each user must reach), or records of one's own from a file
@@ -189,9 +189,9 @@ fn block_on<T>(f: impl std::future::Future<Output = Result<T, String>>) -> Resul
         .block_on(f)
 }
 
-fn run_node(args: &colo::config::RunArgs) -> Result<(), String> {
-    use colo::samples::counter::{Counter, COUNTER};
-    use colo::samples::purchases::{purchase_records, User, USER, USER_STATE_VERSION};
+fn run_node(args: &colo::process::config::RunArgs) -> Result<(), String> {
+    use colo::process::samples::counter::{Counter, COUNTER};
+    use colo::process::samples::purchases::{purchase_records, User, USER, USER_STATE_VERSION};
     // The config is read before anything starts, so a bad one stops the
     // process with the field's name and nothing half-started.
     let program = colo::NodeProgram::from_run_args(args).map_err(|e| e.to_string())?;

@@ -5,9 +5,9 @@
 //! with the rest of the records in hand when the partition must be
 //! consumed again.
 
-use super::super::slots::{Outcome, Slots, Start, Step, Tries};
-use super::PartitionTask;
+use super::{PartitionTask, Slots};
 use crate::entity::Entity;
+use crate::ingest::slots::{Outcome, Start, Step, Tries};
 use colo_allocation::ShardId;
 use colo_connectors::Ack;
 use std::time::{Duration, Instant};

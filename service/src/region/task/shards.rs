@@ -179,13 +179,13 @@ impl<E: Entity> Shards<E> {
 #[cfg(test)]
 mod tests {
     use super::{ShardPhase, Shards};
-    use crate::samples::counter::Counter;
+    use crate::entity::Tally;
     use colo_allocation::{RegionId, ShardId};
     use tokio::time::Instant;
 
     #[test]
     fn a_shard_whose_messages_may_come_back_is_held_with_its_unanswered_ask() {
-        let mut shards = Shards::<Counter>::default();
+        let mut shards = Shards::<Tally>::default();
         let shard = ShardId(3);
         let since = Instant::now();
         shards.put(shard, ShardPhase::Asked { since });
@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn a_held_shard_keeps_its_phase_and_what_it_owes() {
-        let mut shards = Shards::<Counter>::default();
+        let mut shards = Shards::<Tally>::default();
         let shard = ShardId(1);
         shards.put(
             shard,

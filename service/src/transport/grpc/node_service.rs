@@ -20,9 +20,9 @@
 
 use super::convert;
 use super::members::Members;
-use crate::credits::Credits;
-use crate::security::{check_node, ConnectionInfo};
 use crate::tasks::TaskSet;
+use crate::transport::credits::Credits;
+use crate::transport::tls::{check_node, ConnectionInfo};
 use crate::transport::{Recipient, Sender};
 use colo_allocation::RegionId;
 use colo_proto::v1 as pb;

@@ -6,8 +6,8 @@
 //! on stdout for scripts. A failed call is a [`ClientCliError`] whose text
 //! starts with the gRPC status code.
 
-use colo::api::MAX_TIMEOUT;
 use colo::codec::ContentType;
+use colo::process::api::MAX_TIMEOUT;
 use colo_proto::v1::{AskRequest, ClusterStatsRequest, Payload, RegionStateRequest, TellRequest};
 use std::fmt::Write as _;
 use std::io::Write as _;

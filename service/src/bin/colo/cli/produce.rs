@@ -12,7 +12,7 @@ pub use colo_connectors::PARTITIONER;
 use own_records::{read_records, Template};
 pub use sender::{check_partitioner, send, SendError, SendSettings, Sent};
 
-use colo::samples::purchases::{self, ProduceSettings, Totals};
+use colo::process::samples::purchases::{self, ProduceSettings, Totals};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -10,7 +10,7 @@
 
 use super::client::{code_name, entity_type, message_json, Client, Credentials, DEFAULT_ADDR};
 use colo::codec::ContentType;
-use colo::samples::purchases::{Totals, UserStats, USER};
+use colo::process::samples::purchases::{Totals, UserStats, USER};
 use colo_proto::v1::{AskRequest, Payload};
 use futures::stream::{self, StreamExt};
 use serde_json::Value;

@@ -4,7 +4,7 @@
 use super::assignment::GroupAssignor;
 use super::{step, DemoError, DemoNode, TalliedUser};
 use colo::kafka::{IngestSettings, KafkaIngest};
-use colo::samples::purchases;
+use colo::process::samples::purchases;
 use colo::TaskSet;
 use colo::{EntityType, InMemoryNetwork, Node, NodeStore, Region, StateSettings};
 use colo_connectors::Changelog;

@@ -52,22 +52,22 @@ impl std::task::Wake for Wakes {
 async fn a_commit_past_a_deleted_entity_wakes_its_shard_with_nothing_else_to_write() {
     use super::deletions::Deleted;
     use super::DurableShard;
+    use crate::entity::Tally;
     use crate::entity::{EntityId, EntityType};
-    use crate::samples::purchases::User;
     use crate::store::{DurableShards, NodeStore, StateSettings};
     use colo_allocation::ShardId;
     use std::task::{Context, Waker};
 
     let dir = tempfile::tempdir().expect("dir");
     let store = NodeStore::open(dir.path(), StateSettings::default()).expect("store");
-    let codec = EntityType::new("user", |_| User::default())
+    let codec = EntityType::new("tally", |_| Tally::default())
         .durable(1)
         .state
         .expect("durable");
     let shards = Arc::new(DurableShards::default());
     let shard = ShardId(3);
-    let mut durable: DurableShard<User> =
-        DurableShard::new(codec, Arc::new(store), "user", shard, &shards, "a", None);
+    let mut durable: DurableShard<Tally> =
+        DurableShard::new(codec, Arc::new(store), "tally", shard, &shards, "a", None);
     let id = EntityId::from("gone");
     durable.deletions.deleted(
         &id,

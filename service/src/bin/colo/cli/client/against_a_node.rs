@@ -4,8 +4,8 @@
 
 use super::{execute, ClientCliError, ClientCommand, Target};
 use colo::allocation::{LeastShardAllocationStrategy, LeastShardSettings};
-use colo::api::ShardingApi;
-use colo::samples::counter::{Counter, COUNTER};
+use colo::process::api::ShardingApi;
+use colo::process::samples::counter::{Counter, COUNTER};
 use colo::{CoordinatorHandle, EntityType, InMemoryNetwork, InMemoryStore, Node, ShardingSettings};
 use std::sync::Arc;
 use std::time::Duration;

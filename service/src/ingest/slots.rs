@@ -1,25 +1,25 @@
-//! The records a partition's task has in hand, in offset order: each
+//! The records a source partition's task has in hand, in offset order: each
 //! one's step (held behind its key, routed, answered, to be sent again,
 //! refused), and each key's chain of held records, so that a key's records
 //! are handled one after another while different keys run side by side.
 
+use super::SourceRecord;
 use crate::durability::ShardDurability;
 use crate::entity::{Entity, EntityId};
 use crate::envelope::AckedAnswer;
 use crate::error::unanswered;
 use crate::error::{AskError, TellError};
-use colo_connectors::Record;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Weak;
 use tokio::sync::oneshot;
 
 /// The records in the partition's hands, in offset order, and which keys
 /// have one unsettled.
-pub(super) struct Slots<E: Entity> {
-    pub(super) queue: VecDeque<Slot<E>>,
+pub(crate) struct Slots<E: Entity, R> {
+    pub(crate) queue: VecDeque<Slot<E, R>>,
     /// The sequence number of the front of `queue`: a slot's number is its
     /// position plus this, which stays fixed as the front settles.
-    pub(super) front: u64,
+    pub(crate) front: u64,
     /// Each key with an unsettled record, by the key's hash: the number of
     /// its last record in the queue. Its records are chained through
     /// [`Slot::next`] from the one routed. Keys whose hashes collide (one
@@ -27,14 +27,14 @@ pub(super) struct Slots<E: Entity> {
     /// handled one after another, never out of order; the second may then
     /// name the first as its key's previous record (`Origin::previous`),
     /// which at worst has the partition consumed again once.
-    pub(super) busy: HashMap<u64, u64, Prehashed>,
-    pub(super) keys: foldhash::fast::RandomState,
+    pub(crate) busy: HashMap<u64, u64, Prehashed>,
+    pub(crate) keys: foldhash::fast::RandomState,
 }
 
 /// Hashes a key's hash to itself: the busy keys are hashed once, when a
 /// record is taken.
 #[derive(Clone, Copy, Default)]
-pub(super) struct Prehashed;
+pub(crate) struct Prehashed;
 
 impl std::hash::BuildHasher for Prehashed {
     type Hasher = KeyHash;
@@ -45,7 +45,7 @@ impl std::hash::BuildHasher for Prehashed {
 }
 
 /// The hasher of [`Prehashed`].
-pub(super) struct KeyHash(u64);
+pub(crate) struct KeyHash(u64);
 
 impl std::hash::Hasher for KeyHash {
     fn finish(&self) -> u64 {
@@ -65,17 +65,17 @@ impl std::hash::Hasher for KeyHash {
 }
 
 /// A record in hand.
-pub(super) struct Slot<E: Entity> {
-    pub(super) record: Record,
-    pub(super) step: Step<E>,
+pub(crate) struct Slot<E: Entity, R> {
+    pub(crate) record: R,
+    pub(crate) step: Step<E>,
     /// Its key's hash, for a record that has a key.
-    pub(super) key: Option<u64>,
+    pub(crate) key: Option<u64>,
     /// The number of its key's next record in the queue, held behind it.
-    pub(super) next: Option<u64>,
+    pub(crate) next: Option<u64>,
 }
 
 /// Where a record in hand is.
-pub(super) enum Step<E: Entity> {
+pub(crate) enum Step<E: Entity> {
     /// Waits for an earlier record of its key to settle (boxed: most
     /// records are never held, and a slot stays small).
     Held {
@@ -109,10 +109,10 @@ pub(super) enum Step<E: Entity> {
 
 /// The start of the shard that handled a record, when its answer names
 /// one (see `AckedAnswer`).
-pub(super) type Start = Option<Weak<ShardDurability>>;
+pub(crate) type Start = Option<Weak<ShardDurability>>;
 
 /// Where a routed record's answer comes from.
-pub(super) enum Awaiting<R> {
+pub(crate) enum Awaiting<R> {
     /// Its partition's own shard here (`Reply::Acked`), naming the start
     /// of the shard that handled it.
     Acked(oneshot::Receiver<AckedAnswer<R>>),
@@ -134,7 +134,7 @@ fn unanswered_ask() -> (Outcome, Start) {
 impl<R> Awaiting<R> {
     /// The answer if it is in; a channel dropped unanswered means the
     /// record was not handled.
-    pub(super) fn try_answer(&mut self) -> Option<(Outcome, Start)> {
+    pub(crate) fn try_answer(&mut self) -> Option<(Outcome, Start)> {
         use oneshot::error::TryRecvError;
         match self {
             Awaiting::Acked(rx) => match rx.try_recv() {
@@ -154,7 +154,7 @@ impl<R> Awaiting<R> {
     }
 
     /// Waits for the answer.
-    pub(super) async fn answer(&mut self) -> (Outcome, Start) {
+    pub(crate) async fn answer(&mut self) -> (Outcome, Start) {
         match self {
             Awaiting::Acked(rx) => match rx.await {
                 Ok(answer) => (Outcome::of(answer.result.map(drop)), answer.start),
@@ -171,19 +171,19 @@ impl<R> Awaiting<R> {
 
 /// How a record's deliveries went so far: what bounds its retries.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Tries {
+pub(crate) struct Tries {
     /// Its handler's failures (up to `max_attempts`).
-    pub(super) failures: u32,
+    pub(crate) failures: u32,
     /// Since when its deliveries have failed in a row for a reason that
     /// does not pass by waiting (up to `redelivery_timeout`).
-    pub(super) undelivered_since: Option<std::time::Instant>,
+    pub(crate) undelivered_since: Option<std::time::Instant>,
     /// The offset of its key's previous record, whose change may not be
     /// durable yet when it was routed (`Origin::previous`).
-    pub(super) previous: Option<i64>,
+    pub(crate) previous: Option<i64>,
 }
 
 /// Whether a record taken in is routed now or held behind its key's.
-pub(super) enum Chained {
+pub(crate) enum Chained {
     /// Held until its key's unsettled record is handled.
     Held,
     /// Routed now; `previous`: its key's last record, handled and not
@@ -192,10 +192,10 @@ pub(super) enum Chained {
 }
 
 /// A held record to route now: its number, key and message.
-pub(super) type Next<E> = Option<(u64, EntityId, Box<<E as Entity>::Message>)>;
+pub(crate) type Next<E> = Option<(u64, EntityId, Box<<E as Entity>::Message>)>;
 
 /// What became of the front record's latest delivery.
-pub(super) enum Outcome {
+pub(crate) enum Outcome {
     Handled,
     /// The handler failed (or its reply could not be decoded): counts
     /// toward `max_attempts`.
@@ -219,7 +219,7 @@ pub(super) enum Outcome {
 
 impl Outcome {
     /// Why it was not handled, for a log line (`None`: it was).
-    pub(super) fn reason(&self) -> Option<&str> {
+    pub(crate) fn reason(&self) -> Option<&str> {
         match self {
             Outcome::Handled => None,
             Outcome::Failed(reason)
@@ -231,7 +231,7 @@ impl Outcome {
         }
     }
 
-    pub(super) fn of(result: Result<(), AskError>) -> Self {
+    pub(crate) fn of(result: Result<(), AskError>) -> Self {
         match result {
             Ok(()) | Err(AskError::AlreadyApplied) => Outcome::Handled,
             Err(e @ AskError::PreviousLost) => Outcome::Lost(e.to_string()),
@@ -245,7 +245,7 @@ impl Outcome {
         }
     }
 
-    pub(super) fn refusal(e: TellError) -> Self {
+    pub(crate) fn refusal(e: TellError) -> Self {
         match e {
             TellError::EmptyEntityId | TellError::Codec(_) => Outcome::Refused(e.to_string()),
             TellError::BufferFull { .. }
@@ -257,9 +257,9 @@ impl Outcome {
     }
 }
 
-impl<E: Entity> Slot<E> {
+impl<E: Entity, R> Slot<E, R> {
     /// Whether it was handled, its reply taken in if it came.
-    pub(super) fn handled(&mut self) -> bool {
+    pub(crate) fn handled(&mut self) -> bool {
         if let Step::Routed { reply, .. } = &mut self.step {
             let Some((outcome, start)) = reply.try_answer() else {
                 return false;
@@ -285,8 +285,8 @@ impl<E: Entity> Slot<E> {
     }
 }
 
-impl<E: Entity> Slots<E> {
-    pub(super) fn new() -> Self {
+impl<E: Entity, R: SourceRecord> Slots<E, R> {
+    pub(crate) fn new() -> Self {
         Self {
             queue: VecDeque::new(),
             front: 0,
@@ -295,11 +295,11 @@ impl<E: Entity> Slots<E> {
         }
     }
 
-    pub(super) fn next_number(&self) -> u64 {
+    pub(crate) fn next_number(&self) -> u64 {
         self.front + self.queue.len() as u64
     }
 
-    pub(super) fn push(&mut self, record: Record, step: Step<E>, key: Option<u64>) {
+    pub(crate) fn push(&mut self, record: R, step: Step<E>, key: Option<u64>) {
         self.queue.push_back(Slot {
             record,
             step,
@@ -311,7 +311,7 @@ impl<E: Entity> Slots<E> {
     /// Chains the next record, of key `key`, behind the key's unsettled
     /// ones: held, or routed now (the key had none, or only handled ones
     /// waiting to settle in order).
-    pub(super) fn chain(&mut self, key: u64) -> Chained {
+    pub(crate) fn chain(&mut self, key: u64) -> Chained {
         let number = self.next_number();
         match self.busy.entry(key) {
             std::collections::hash_map::Entry::Occupied(mut tail) => {
@@ -323,7 +323,7 @@ impl<E: Entity> Slots<E> {
                 // handled (a record is routed only then): once the last is
                 // handled too, the next may go.
                 if slot.handled() {
-                    let previous = Some(slot.record.offset);
+                    let previous = Some(slot.record.offset());
                     return Chained::Route { previous };
                 }
                 slot.next = Some(number);
@@ -338,7 +338,7 @@ impl<E: Entity> Slots<E> {
 
     /// Takes the settled front out: returns its record, its key, and the
     /// next record of its key if one is held, to be routed now.
-    pub(super) fn pop(&mut self) -> Option<(Record, Option<u64>, Next<E>)> {
+    pub(crate) fn pop(&mut self) -> Option<(R, Option<u64>, Next<E>)> {
         let slot = self.queue.pop_front()?;
         let number = self.front;
         self.front += 1;
@@ -362,7 +362,7 @@ impl<E: Entity> Slots<E> {
         Some((slot.record, Some(key), next))
     }
 
-    pub(super) fn front_mut(&mut self) -> Option<&mut Slot<E>> {
+    pub(crate) fn front_mut(&mut self) -> Option<&mut Slot<E, R>> {
         self.queue.front_mut()
     }
 }

@@ -1,7 +1,7 @@
 //! The node program's own checks: entity types it does not register, and
 //! readiness while a Kafka-driven type's consumer starts or after it failed.
 use super::*;
-use crate::samples::counter::{Counter, COUNTER};
+use crate::process::samples::counter::{Counter, COUNTER};
 
 fn config(sets: &[&str]) -> NodeConfig {
     let mut all = vec![

@@ -2,7 +2,7 @@
 //! and their topics created when the config asks for it.
 
 use super::{ProgramError, Registration};
-use crate::config::NodeConfig;
+use crate::process::config::NodeConfig;
 use colo_connectors::NewTopicSpec;
 use std::collections::BTreeSet;
 use std::time::Duration;

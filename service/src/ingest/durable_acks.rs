@@ -13,8 +13,8 @@
 //! owner, and each entity skips what it had made durable.
 
 use super::slots::Prehashed;
+use super::SourceAck;
 use crate::durability::ShardDurability;
-use colo_connectors::Ack;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
@@ -26,16 +26,16 @@ use std::task::{Context, Poll};
 type Flushed = Pin<Box<dyn Future<Output = (u64, bool)> + Send + Sync>>;
 
 /// One shard's acks waiting for its writes.
-struct ShardAcks {
+struct ShardAcks<A> {
     durability: Weak<ShardDurability>,
     /// (write number, ack, its key's hash), in the order handled.
-    acks: VecDeque<(u64, Ack, Option<u64>)>,
+    acks: VecDeque<(u64, A, Option<u64>)>,
     waiting: Option<Flushed>,
     /// The last write asked for.
     hurried: u64,
 }
 
-impl ShardAcks {
+impl<A> ShardAcks<A> {
     /// Asks for the write the newest acks wait for, once, when many wait.
     fn hurry_if_many(&mut self, hurry_at: usize, durability: &ShardDurability) {
         let Some(&(newest, _, _)) = self.acks.back() else {
@@ -50,11 +50,10 @@ impl ShardAcks {
 
 /// Every shard's acks waiting in one partition (usually one shard: the
 /// partition's own).
-pub(super) struct DurableAcks {
-    shards: Vec<ShardAcks>,
+pub(crate) struct DurableAcks<A> {
+    shards: Vec<ShardAcks<A>>,
     /// With this many acks waiting for one shard, it is asked to write
-    /// now: half of what the partition may hold waiting to be durable
-    /// (`AWAITING_DURABILITY_PER_IN_FLIGHT` times its in-flight bound), so
+    /// now: half of what the partition may hold waiting to be durable, so
     /// that the write is durable before the partition stops taking
     /// records. Below it, the shard writes at its flush interval.
     hurry_at: usize,
@@ -78,15 +77,13 @@ fn settled_key(pending: &mut HashMap<u64, i64, Prehashed>, key: Option<u64>, off
     }
 }
 
-impl DurableAcks {
-    /// For a partition of at most `max_in_flight` records in flight.
-    pub fn new(max_in_flight: usize) -> Self {
+impl<A: SourceAck> DurableAcks<A> {
+    /// For a partition whose source holds at most `awaiting` of its
+    /// records waiting to be durable.
+    pub fn new(awaiting: usize) -> Self {
         Self {
             shards: Vec::new(),
-            hurry_at: (max_in_flight
-                .saturating_mul(colo_connectors::AWAITING_DURABILITY_PER_IN_FLIGHT)
-                / 2)
-            .max(1),
+            hurry_at: (awaiting / 2).max(1),
             lost: false,
             pending: HashMap::default(),
         }
@@ -105,7 +102,7 @@ impl DurableAcks {
     /// ended can lose a change, so its waits are polled only then, not at
     /// every record (polling them cost as much as routing one).
     pub fn lost(&mut self) -> bool {
-        let ended = |s: &ShardAcks| !s.acks.is_empty() && s.durability.strong_count() == 0;
+        let ended = |s: &ShardAcks<A>| !s.acks.is_empty() && s.durability.strong_count() == 0;
         if !self.lost && self.shards.iter().any(ended) {
             let mut cx = Context::from_waker(std::task::Waker::noop());
             let _ = self.poll_settled(&mut cx);
@@ -139,7 +136,7 @@ impl DurableAcks {
     /// the change was written, and the ack is dropped, the record consumed
     /// again (as it is when the answer named no start, which a durable
     /// shard's never does). `key`: its key's hash (see [`Self::pending`]).
-    pub fn push(&mut self, mut ack: Ack, key: Option<u64>, start: Option<Weak<ShardDurability>>) {
+    pub fn push(&mut self, mut ack: A, key: Option<u64>, start: Option<Weak<ShardDurability>>) {
         let Some(handler) = start.and_then(|start| start.upgrade()) else {
             drop(ack);
             self.lost = true;
@@ -249,6 +246,17 @@ fn wait_for(durability: &ShardDurability, seq: u64) -> Flushed {
 mod tests {
     use super::*;
 
+    /// An ack that only knows its offset.
+    struct Detached;
+
+    impl SourceAck for Detached {
+        fn offset(&self) -> i64 {
+            0
+        }
+        fn applied(&mut self) {}
+        fn handled(self) {}
+    }
+
     /// A record handled by one start of its shard, whose change that start
     /// never wrote (it was fenced), settles after the shard started again
     /// on the same node: the new start has nothing unwritten, but the
@@ -263,7 +271,7 @@ mod tests {
         drop(first);
         // The shard started again here, with nothing unwritten.
         let _second = Arc::new(ShardDurability::new(true));
-        acks.push(Ack::detached(), None, Some(handled_by));
+        acks.push(Detached, None, Some(handled_by));
         assert!(acks.lost(), "consumed again from the committed offset");
     }
 
@@ -275,7 +283,7 @@ mod tests {
         let mut acks = DurableAcks::new(100);
         let start = Arc::new(ShardDurability::new(true));
         start.changed(1);
-        acks.push(Ack::detached(), Some(7), Some(Arc::downgrade(&start)));
+        acks.push(Detached, Some(7), Some(Arc::downgrade(&start)));
         assert!(!acks.lost(), "its start still runs");
         drop(start);
         assert!(acks.lost(), "consumed again from the committed offset");
@@ -289,7 +297,7 @@ mod tests {
         let mut acks = DurableAcks::new(100);
         let start = Arc::new(ShardDurability::new(true));
         start.changed(1);
-        acks.push(Ack::detached(), Some(7), Some(Arc::downgrade(&start)));
+        acks.push(Detached, Some(7), Some(Arc::downgrade(&start)));
         assert_eq!(acks.pending(7), Some(0), "key 7's record waits");
         assert_eq!(acks.len(), 1, "waits for write 1");
         start.flushed(1);

@@ -28,15 +28,15 @@ mod open_store;
 mod servers;
 mod signals;
 
-use crate::admin::{self, Admin, Readiness};
-use crate::api::ShardingApi;
-use crate::config::{ConfigError, NodeConfig, RunArgs};
 use crate::coordinator::hosting::{CoordinatorHosting, StaticHosting};
 use crate::entity::{Entity, EntityType, RegistrationError};
 use crate::kafka::leader::ElectedHosting;
 use crate::kafka::{IngestHealth, KafkaIngest, RecordDecoder};
 use crate::node::Node;
-use crate::security::Security;
+use crate::process::admin::{self, Admin, Readiness};
+use crate::process::api::ShardingApi;
+use crate::process::config::{ConfigError, NodeConfig, RunArgs};
+use crate::process::security::Security;
 use crate::settings::ShardingSettings;
 use crate::tasks::TaskSet;
 use crate::transport::grpc::{GrpcSettings, GrpcTransport};
@@ -87,7 +87,7 @@ pub enum ProgramError {
     /// A certificate, key or tokens file named by `[tls]` or `[api]`
     /// cannot be used.
     #[error("invalid config: {0}")]
-    Security(#[from] crate::security::SecurityError),
+    Security(#[from] crate::process::security::SecurityError),
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),

@@ -8,36 +8,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
-use std::time::Duration;
-
-/// `[tls]`: the gRPC listener over TLS, and mutual TLS between nodes.
-///
-/// Every node presents `cert`; a peer is accepted only if its certificate
-/// chains to `ca` and names the host of the node address it claims. The
-/// files are read again when they change, so a rotated certificate needs
-/// no restart.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsSection {
-    /// PEM file of the CA certificate(s) that node (and client)
-    /// certificates chain to.
-    pub ca: PathBuf,
-    /// PEM file of this node's certificate chain. Its subject alternative
-    /// names must include the host of `node.advertised`.
-    pub cert: PathBuf,
-    /// PEM file of this node's private key (PKCS#8, PKCS#1 or SEC1).
-    pub key: PathBuf,
-    /// Serve the admin HTTP server over TLS too, with the same certificate.
-    #[serde(default)]
-    pub admin: bool,
-    /// How often the files are checked for a change.
-    #[serde(default = "default_reload_interval", with = "humantime_serde")]
-    pub reload_interval: Duration,
-}
-
-fn default_reload_interval() -> Duration {
-    Duration::from_secs(10)
-}
 
 /// `[api]`: how clients of the gRPC client API authenticate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,7 +39,7 @@ fn yes() -> bool {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::NodeConfig;
+    use crate::process::config::NodeConfig;
     use std::path::Path;
 
     const NODE: &str = "[node]\nlisten = \"127.0.0.1:7001\"\nadmin_listen = \"127.0.0.1:9001\"\n[coordinator]\naddress = \"127.0.0.1:7001\"\n";

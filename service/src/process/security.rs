@@ -1,87 +1,23 @@
-//! Who may reach a node, and how they prove it (`[tls]`, `[api]`).
-//!
-//! - [`NodeTls`] (`security/credentials.rs`): the node's certificate, key
-//!   and CA, reloaded when the files change.
-//! - [`connection`]: the connections the servers accept, TLS handshakes
-//!   done, with what each proved ([`ConnectionInfo`]), and whether the
-//!   other end may speak as the node it claims ([`check_node`]).
-//! - [`identity`]: which node a certificate speaks for.
-//! - [`TokenFile`] (`security/tokens.rs`): the client API's bearer tokens.
-//! - [`AccessLayer`] (`security/access.rs`): who may call which service.
+//! Who may reach a node's listeners, and how they prove it (`[tls]`,
+//! `[api]`): the node's TLS (the transport's [`NodeTls`], with
+//! `[tls]`), the client API's bearer tokens ([`TokenFile`],
+//! `security/tokens.rs`) and who may call which service ([`AccessLayer`],
+//! `security/access.rs`), all reloaded when their files change.
 //!
 //! Kafka's credentials are `[kafka.client]`'s (`config/secrets.rs`): they
 //! go to librdkafka and never into a log line or an error.
 
 mod access;
-pub mod connection;
-mod credentials;
-pub mod identity;
 mod tokens;
 
+pub use crate::transport::tls::{
+    connection, ConnectionInfo, NodeTls, SecurityError, TlsListener, TlsSettings,
+};
 pub use access::{Access, AccessLayer, Policy};
-pub use connection::{check_node, Connection, ConnectionInfo, TlsListener};
-pub use credentials::NodeTls;
-pub use identity::host_of;
 pub use tokens::{Client, Scope, TokenFile, MIN_TOKEN_LENGTH};
 
-use crate::config::NodeConfig;
-use std::path::PathBuf;
+use crate::process::config::NodeConfig;
 use std::time::Duration;
-
-/// Why the node's credentials could not be loaded. Never carries a key's or
-/// a token's bytes.
-#[derive(Debug, thiserror::Error)]
-pub enum SecurityError {
-    /// A file cannot be read.
-    #[error("{field}: cannot read {}: {source}", path.display())]
-    Read {
-        /// The config field naming the file.
-        field: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A file holds no usable PEM, or its parts do not go together.
-    #[error("{field}: {}: {reason}", path.display())]
-    Pem {
-        /// The config field naming the file.
-        field: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// The node's certificate does not name the host it is advertised at.
-    #[error("tls.cert: {} does not name {host}, the host of node.advertised: other nodes would refuse it", path.display())]
-    NotNamed {
-        /// The certificate file.
-        path: PathBuf,
-        /// The advertised host.
-        host: String,
-    },
-    /// A line of the tokens file is not `NAME SCOPE TOKEN`.
-    #[error("api.tokens_file: {}: line {line}: {reason}", path.display())]
-    Tokens {
-        /// The file.
-        path: PathBuf,
-        /// The line, from 1 (0: the file as a whole).
-        line: usize,
-        /// What is wrong (never the token).
-        reason: String,
-    },
-}
-
-/// The contents of the file `field` names, off the runtime's threads.
-async fn read_file(field: &'static str, path: &std::path::Path) -> Result<Vec<u8>, SecurityError> {
-    tokio::fs::read(path)
-        .await
-        .map_err(|source| SecurityError::Read {
-            field,
-            path: path.to_path_buf(),
-            source,
-        })
-}
 
 /// What a node's listeners ask of whoever connects, from `[tls]` and
 /// `[api]`.

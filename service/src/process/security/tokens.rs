@@ -6,7 +6,7 @@
 //! answer takes tell a caller how close a guess was (a length that matches
 //! none is told apart; tokens are at least 16 characters).
 
-use super::{read_file, SecurityError};
+use crate::transport::tls::{read_file, SecurityError};
 use parking_lot::RwLock;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! with the changelog of each durable type when the node has `[kafka]`.
 
 use super::{ingest, ProgramError, Registration};
-use crate::config::NodeConfig;
+use crate::process::config::NodeConfig;
 use crate::store::NodeStore;
 
 /// The node's state store, when an entity type it hosts is durable: one

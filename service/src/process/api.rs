@@ -157,7 +157,7 @@ impl Sharding for ShardingApi {
                 "this node does not listen for shutdown requests",
             ));
         }
-        tracing::info!(node = %self.node.id().as_str(), from = ?request.extensions().get::<crate::security::ConnectionInfo>().and_then(|c| c.remote), "shutdown requested over gRPC");
+        tracing::info!(node = %self.node.id().as_str(), from = ?request.extensions().get::<crate::transport::tls::ConnectionInfo>().and_then(|c| c.remote), "shutdown requested over gRPC");
         self.shutdown.send_replace(true);
         Ok(Response::new(ShutdownResponse {}))
     }

@@ -7,8 +7,8 @@
 //! use and is tried again on the next check.
 
 use super::identity::{host_of, names};
+use super::TlsSettings;
 use super::{read_file, SecurityError};
-use crate::config::TlsSection;
 use parking_lot::RwLock;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
@@ -70,7 +70,7 @@ impl NodeTls {
     /// # Errors
     /// A file cannot be read or holds no usable PEM, the key does not match
     /// the certificate, or the certificate does not name the node's host.
-    pub async fn load(section: &TlsSection, advertised: &str) -> Result<Self, SecurityError> {
+    pub async fn load(section: &TlsSettings, advertised: &str) -> Result<Self, SecurityError> {
         let files = Files {
             ca: section.ca.clone(),
             cert: section.cert.clone(),

@@ -2,11 +2,11 @@
 //! node elected through Kafka (`program/candidacy.rs`).
 
 use super::ProgramError;
-use crate::config::NodeConfig;
 use crate::coordinator::hosting::StaticHosting;
 use crate::coordinator::store::{CoordinatorStore, InMemoryStore};
 use crate::coordinator::CoordinatorHandle;
 use crate::kafka::KafkaCoordinatorStore;
+use crate::process::config::NodeConfig;
 use crate::settings::ShardingSettings;
 use colo_allocation::{
     AllocationStrategy, ExternalAllocationClient, ExternalAllocationStrategy,

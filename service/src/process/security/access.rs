@@ -4,8 +4,8 @@
 //! health checks nothing. Without `[tls]` every call is let through (local
 //! development; the node warns when that listener is not on loopback).
 
-use super::connection::ConnectionInfo;
 use super::tokens::{Scope, TokenFile};
+use crate::transport::tls::ConnectionInfo;
 use futures::future::{Either, Ready};
 use std::sync::Arc;
 use std::task::{Context, Poll};

@@ -32,11 +32,11 @@
 
 use super::coordinators::{self, Hosted};
 use super::ProgramError;
-use crate::config::NodeConfig;
 use crate::coordinator::store::CoordinatorStore;
 use crate::kafka::leader::{leader_key, leader_value, ElectedHosting, Read};
 use crate::kafka::KafkaCoordinatorStore;
 use crate::node::Node;
+use crate::process::config::NodeConfig;
 use crate::tasks::TaskSet;
 use colo_connectors::{Changelog, Election, ElectionEvent, ElectionSettings, GroupRejoin};
 use std::sync::{Arc, OnceLock, Weak};

@@ -26,12 +26,13 @@ mod secrets;
 mod security;
 mod validate;
 
+pub use crate::transport::tls::TlsSettings;
 pub use args::RunArgs;
 pub use error::{ConfigError, Origin};
 pub use kafka::KafkaSection;
 pub use passivation::{PassivationSection, StrategyName};
 pub use secrets::{ClientProperties, ClientValue, SecretSource};
-pub use security::{ApiSection, TlsSection};
+pub use security::ApiSection;
 
 use crate::logging::LogFormat;
 use crate::settings::{EntityRecovery, IngestSettings, ShardingSettings};
@@ -69,7 +70,7 @@ pub struct NodeConfig {
     /// `[tls]`: the gRPC listener over TLS, mutual between nodes. Absent:
     /// plain text (local development).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<TlsSection>,
+    pub tls: Option<TlsSettings>,
     /// `[api]`: how clients of the client API authenticate.
     #[serde(default)]
     pub api: ApiSection,

@@ -4,8 +4,8 @@
 //! node gives when it serves plain text where others can reach it.
 
 use super::ProgramError;
-use crate::admin::{self, Admin};
-use crate::security::{connection, Security, TlsListener};
+use crate::process::admin::{self, Admin};
+use crate::process::security::{connection, Security, TlsListener};
 use crate::tasks::TaskSet;
 use std::future::Future;
 use std::net::SocketAddr;
