@@ -1,9 +1,9 @@
 //! Messages on their way to an entity, in their local and wire forms.
 
+use crate::credits::Credit;
 use crate::durability::ShardDurability;
 use crate::entity::{Entity, EntityId};
 use crate::error::AskError;
-use crate::transport::credits::Credit;
 use bytes::Bytes;
 use colo_allocation::{RegionId, ShardId};
 use serde::{Deserialize, Serialize};

@@ -41,6 +41,7 @@ pub mod settings;
 pub mod transport;
 
 mod clock;
+mod credits;
 mod durability;
 mod envelope;
 mod error;

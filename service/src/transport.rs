@@ -6,10 +6,10 @@
 //! gRPC ([`grpc`]: a Link per peer with credit-based flow control and
 //! sequence numbers, and the coordinator links) connects processes. Both
 //! move bytes: payloads are encoded at the codec boundary before they get
-//! here. [`credits`]: the flow control that keeps a busy receiver from
+//! here. [`Credits`]: the flow control that keeps a busy receiver from
 //! stalling or being resent to; [`tls`]: mutual TLS between nodes.
 
-pub mod credits;
+pub use crate::credits::{Closed, Credit, Credits, WINDOW};
 pub mod grpc;
 pub mod memory;
 pub mod tls;
@@ -87,7 +87,7 @@ pub trait Transport: Send + Sync + 'static {
     /// has taken every envelope into its custody (a shard, its buffer, an
     /// outbound queue); an error says how many, if any, were taken. It waits
     /// while the receiver holds a window's worth of this node's envelopes
-    /// ([`crate::transport::credits`]); it never sends a batch twice to one incarnation
+    /// ([`Credits`]); it never sends a batch twice to one incarnation
     /// of the receiver, nor elsewhere.
     fn deliver(
         &self,
@@ -167,7 +167,7 @@ pub trait Transport: Send + Sync + 'static {
 /// What a transport hands received traffic to: the node.
 pub trait Recipient: Send + Sync + 'static {
     /// The credit window of a sender at this node.
-    fn credits(&self, from: &Sender) -> Arc<crate::transport::credits::Credits>;
+    fn credits(&self, from: &Sender) -> Arc<crate::credits::Credits>;
 
     /// Takes a received batch, in order, without waiting: each envelope
     /// goes to its shard, the buffer or another node at once, carrying a
@@ -178,7 +178,7 @@ pub trait Recipient: Send + Sync + 'static {
         &self,
         from: &Sender,
         batch: Vec<WireEnvelope>,
-        credits: &Arc<crate::transport::credits::Credits>,
+        credits: &Arc<crate::credits::Credits>,
     ) -> Result<(), usize>;
 
     /// Completes a pending ask.

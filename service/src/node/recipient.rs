@@ -3,10 +3,10 @@
 //! the asks waiting here, and replies meant for an earlier incarnation of
 //! this node are dropped.
 
+use crate::credits::{Credits, WINDOW};
 use crate::envelope::{WireEnvelope, WireReply};
 use crate::node_context::NodeContext;
 use crate::region::{Placed, RegionRecipient};
-use crate::transport::credits::{Credits, WINDOW};
 use crate::transport::{Recipient, Sender};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;

@@ -29,7 +29,7 @@ pub(crate) enum Placed {
 /// envelopes, and how the node stops it.
 pub(crate) trait RegionRecipient: Send + Sync + 'static {
     /// Takes an envelope received from another node, without waiting.
-    fn deliver(&self, env: WireEnvelope, credit: crate::transport::credits::Credit) -> Placed;
+    fn deliver(&self, env: WireEnvelope, credit: crate::credits::Credit) -> Placed;
     /// Refuses new messages (the node is dying).
     fn stop_accepting(&self);
     /// Hands off every shard and stops.
@@ -42,7 +42,7 @@ pub(super) struct ReceivingHalf<E: Entity> {
 }
 
 impl<E: Entity> RegionRecipient for ReceivingHalf<E> {
-    fn deliver(&self, env: WireEnvelope, credit: crate::transport::credits::Credit) -> Placed {
+    fn deliver(&self, env: WireEnvelope, credit: crate::credits::Credit) -> Placed {
         let shared = &self.shared;
         let origin = env.origin.map(|o| Box::new(Origin::from_wire(o)));
         let reply = env

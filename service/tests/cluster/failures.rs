@@ -143,7 +143,7 @@ async fn messages_a_dead_node_never_received_come_back_in_order() {
     // b stops keeping up after 20 records: it takes a credit window's worth
     // of a's messages into its custody and no more, so the rest are still
     // at a (in its queue to b) when b dies, whatever the timing.
-    const N: u64 = 3 * colo::transport::credits::WINDOW;
+    const N: u64 = 3 * colo::transport::WINDOW;
     *cluster.world.stall_node.lock() = Some(("b".into(), 20));
     let sender = tokio::spawn({
         let a = a.clone();

@@ -20,8 +20,8 @@
 
 use super::convert;
 use super::members::Members;
+use crate::credits::Credits;
 use crate::tasks::TaskSet;
-use crate::transport::credits::Credits;
 use crate::transport::tls::{check_node, ConnectionInfo};
 use crate::transport::{Recipient, Sender};
 use colo_allocation::RegionId;

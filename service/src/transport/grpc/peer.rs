@@ -27,8 +27,8 @@
 //!   knows its last ones arrived.
 
 use super::{convert, GrpcSettings};
+use crate::credits::WINDOW;
 use crate::envelope::{WireEnvelope, WireReply};
-use crate::transport::credits::WINDOW;
 use colo_allocation::RegionId;
 use colo_proto::v1 as pb;
 use std::collections::VecDeque;

@@ -8,8 +8,8 @@
 
 use super::super::prop_tests::{config, decoded, envelope, number, wire};
 use super::{deliver, Epoch, SenderState};
+use crate::credits::{Credits, WINDOW};
 use crate::envelope::{WireEnvelope, WireReply};
-use crate::transport::credits::{Credits, WINDOW};
 use crate::transport::{Recipient, Sender};
 use colo_allocation::RegionId;
 use colo_proto::v1 as pb;
