@@ -101,7 +101,7 @@ pub(super) struct PartitionTask<E: Entity> {
     /// in other partitions (see `Origin::source`).
     pub(super) misplaced_source: Arc<str>,
     /// Handled records waiting for their change to be durable before they
-    /// are acked (see `durable_acks.rs`).
+    /// are acked (see `ingest/durable_acks.rs`).
     pub(super) unflushed: DurableAcks<Ack>,
     /// Consumes the partition again from its committed offset.
     pub(super) rewind: Rewind,
