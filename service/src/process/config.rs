@@ -9,9 +9,12 @@
 //! - this file: the sections, their defaults, loading and the accessors the
 //!   node program uses.
 //! - `config/passivation.rs`: `[sharding.passivation]`.
-//! - `config/kafka.rs`: `[kafka]`; `config/secrets.rs`: its client
-//!   properties, secrets read from files or environment variables.
-//! - `config/security.rs`: `[tls]` and `[api]`.
+//! - `config/kafka.rs`: `[kafka]` and the ingest settings it gives each
+//!   entity type; `config/secrets.rs`: its client properties, secrets read
+//!   from files or environment variables.
+//! - `config/security.rs`: `[api]`. `[tls]` is the transport's
+//!   [`TlsSettings`] and `[state]` the store's [`StateSettings`]: those
+//!   sections are the runtime's own types.
 //! - `config/overrides.rs`: environment and flag overrides.
 //! - `config/validate.rs`: checks across fields after deserializing.
 //! - `config/error.rs`: [`ConfigError`] and [`Origin`].
@@ -35,7 +38,7 @@ pub use secrets::{ClientProperties, ClientValue, SecretSource};
 pub use security::ApiSection;
 
 use crate::logging::LogFormat;
-use crate::settings::{EntityRecovery, IngestSettings, ShardingSettings};
+use crate::settings::{EntityRecovery, ShardingSettings};
 use crate::store::StateSettings;
 use colo_allocation::{LeastShardSettings, RegionId};
 use overrides::Override;
@@ -418,47 +421,6 @@ impl NodeConfig {
     /// The client API's deadline for requests that carry none.
     pub fn ask_timeout(&self) -> Duration {
         self.sharding.ask_timeout
-    }
-
-    /// How `entity_type` consumes its topics, if `[kafka]` names it.
-    ///
-    /// A revoke waits for the partition's records in flight (at most
-    /// `delivery_timeout`), their commit (at most `commit_timeout`), then
-    /// for the shards' release (a hand-off, at most `handoff_timeout`); an
-    /// assignment for the shards' start. The rebalance callback's timeout
-    /// is the sum, so none is cut short.
-    pub fn ingest_settings(
-        &self,
-        entity_type: &str,
-    ) -> Option<IngestSettings<colo_connectors::SourceSettings>> {
-        let kafka = self.kafka.as_ref()?;
-        let topics = kafka.topics.get(entity_type)?;
-        let placement_timeout = self
-            .sharding
-            .handoff_timeout
-            .max(self.sharding.shard_start_timeout);
-        Some(IngestSettings {
-            source: colo_connectors::SourceSettings {
-                bootstrap_servers: kafka.bootstrap_servers.clone(),
-                group_id: kafka.group_id(entity_type),
-                topics: topics.clone(),
-                client: kafka.client_properties(),
-                max_in_flight: kafka.max_in_flight,
-                max_in_flight_total: kafka.max_in_flight_total,
-                commit_interval: kafka.commit_interval,
-                rebalance_timeout: placement_timeout
-                    + kafka.delivery_timeout
-                    + kafka.commit_timeout,
-                commit_timeout: kafka.commit_timeout,
-                stall_timeout: kafka.delivery_timeout,
-            },
-            delivery_timeout: kafka.delivery_timeout,
-            placement_timeout,
-            max_attempts: kafka.max_attempts,
-            redelivery_timeout: kafka.redelivery_timeout,
-            retry_backoff: kafka.retry_backoff,
-            dead_letter_topic: kafka.dead_letter_topic(entity_type),
-        })
     }
 }
 

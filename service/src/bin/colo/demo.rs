@@ -12,6 +12,7 @@ mod assignment;
 mod membership;
 mod pauses;
 
+use crate::cli::produce::events::{self, ProduceSettings};
 use colo::allocation::{
     ExternalAllocationClient, ExternalAllocationStrategy, KafkaMurmur2Extractor,
 };
@@ -19,7 +20,7 @@ use colo::entity::{Entity, EntityContext, EntityError};
 use colo::kafka::{IngestSettings, KafkaIngest};
 use colo::process::admin::{self, Admin, Readiness};
 use colo::process::samples::purchases::{
-    self, ProduceSettings, User, UserMsg, UserStats, USER, USER_EVENTS, USER_STATE_VERSION,
+    self, User, UserMsg, UserStats, USER, USER_EVENTS, USER_STATE_VERSION,
 };
 use colo::{
     ClusterShardingStats, CoordinatorHandle, EntityType, InMemoryNetwork, InMemoryStore, Node,
@@ -263,7 +264,7 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
         .zip(&sent)
         .map(|(settings, sent)| {
             let (sent, stop) = (sent.clone(), stop.clone());
-            tokio::task::spawn_blocking(move || purchases::produce(&settings, &stop, &sent))
+            tokio::task::spawn_blocking(move || events::produce(&settings, &stop, &sent))
         })
         .collect();
     let sent_now = || sent.iter().map(|s| s.load(Ordering::Relaxed)).sum::<u64>();

@@ -2,6 +2,7 @@
 //! consumed. Absent, the node reads no Kafka.
 
 use super::secrets::ClientProperties;
+use crate::settings::IngestSettings;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -277,4 +278,47 @@ impl KafkaSection {
 
 fn topic_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
+impl super::NodeConfig {
+    /// How `entity_type` consumes its topics, if `[kafka]` names it.
+    ///
+    /// A revoke waits for the partition's records in flight (at most
+    /// `delivery_timeout`), their commit (at most `commit_timeout`), then
+    /// for the shards' release (a hand-off, at most `handoff_timeout`); an
+    /// assignment for the shards' start. The rebalance callback's timeout
+    /// is the sum, so none is cut short.
+    pub fn ingest_settings(
+        &self,
+        entity_type: &str,
+    ) -> Option<IngestSettings<colo_connectors::SourceSettings>> {
+        let kafka = self.kafka.as_ref()?;
+        let topics = kafka.topics.get(entity_type)?;
+        let placement_timeout = self
+            .sharding
+            .handoff_timeout
+            .max(self.sharding.shard_start_timeout);
+        Some(IngestSettings {
+            source: colo_connectors::SourceSettings {
+                bootstrap_servers: kafka.bootstrap_servers.clone(),
+                group_id: kafka.group_id(entity_type),
+                topics: topics.clone(),
+                client: kafka.client_properties(),
+                max_in_flight: kafka.max_in_flight,
+                max_in_flight_total: kafka.max_in_flight_total,
+                commit_interval: kafka.commit_interval,
+                rebalance_timeout: placement_timeout
+                    + kafka.delivery_timeout
+                    + kafka.commit_timeout,
+                commit_timeout: kafka.commit_timeout,
+                stall_timeout: kafka.delivery_timeout,
+            },
+            delivery_timeout: kafka.delivery_timeout,
+            placement_timeout,
+            max_attempts: kafka.max_attempts,
+            redelivery_timeout: kafka.redelivery_timeout,
+            retry_backoff: kafka.retry_backoff,
+            dead_letter_topic: kafka.dead_letter_topic(entity_type),
+        })
+    }
 }

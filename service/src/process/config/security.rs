@@ -1,4 +1,5 @@
-//! `[tls]` and `[api]`: who may reach a node, and how they prove it.
+//! `[api]`, and how it goes with `[tls]` (the transport's `TlsSettings`):
+//! who may reach a node, and how they prove it.
 //!
 //! One gRPC listener carries node-to-node traffic, the coordinator protocol
 //! and the client API, so TLS is on for all three or for none: a cluster

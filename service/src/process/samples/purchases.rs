@@ -10,15 +10,13 @@
 //! - `purchases/records.rs`: purchase events to messages, the entity id
 //!   read from the decoded event;
 //! - `purchases/generate.rs`: the events `colo produce` and the demo send,
-//!   with the totals they must add up to;
-//! - `purchases/produce.rs`: sending them to Kafka at a rate.
+//!   with the totals they must add up to (the binary sends them to Kafka:
+//!   `colo produce`).
 
 mod generate;
-mod produce;
 mod records;
 
 pub use generate::{Generator, Totals};
-pub use produce::{produce, ProduceSettings, Produced};
 pub use records::{encode_event, purchase_records};
 
 use crate::entity::{Entity, EntityContext, EntityError};

@@ -5,6 +5,7 @@
 //! records of one's own, from a file or from a payload template
 //! (`produce/own_records.rs`, sent by `produce/sender.rs`).
 
+pub(crate) mod events;
 mod own_records;
 mod sender;
 
@@ -12,7 +13,8 @@ pub use colo_connectors::PARTITIONER;
 use own_records::{read_records, Template};
 pub use sender::{check_partitioner, send, SendError, SendSettings, Sent};
 
-use colo::process::samples::purchases::{self, ProduceSettings, Totals};
+use colo::process::samples::purchases::{self, Totals};
+use events::ProduceSettings;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -249,7 +251,7 @@ fn run_sample(args: &ProduceArgs) -> Result<Totals, ProduceCliError> {
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signal(stop.clone());
     let produced = with_progress(progress_bar(args.quiet, args.count), &sent, || {
-        purchases::produce(&settings, &stop, &sent)
+        events::produce(&settings, &stop, &sent)
     })?;
     let totals = produced.totals;
     let seconds = produced.elapsed.as_secs_f64().max(1e-9);

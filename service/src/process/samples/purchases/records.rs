@@ -1,8 +1,8 @@
 //! Purchase events as Kafka records: protobuf payloads keyed by user id.
 
 use super::{Purchase, UserMsg};
+use crate::kafka::Record;
 use crate::kafka::RecordDecoder;
-use colo_connectors::Record;
 use colo_proto::v1::PurchaseEvent;
 use prost::Message as _;
 use std::sync::Arc;
@@ -56,7 +56,7 @@ pub fn encode_event(user: &str, purchase: &Purchase) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use colo_connectors::Ack;
+    use crate::kafka::Ack;
 
     fn record(payload: Option<Vec<u8>>) -> Record {
         Record {

@@ -2,8 +2,7 @@
 //! Kafka's own murmur2 partitioner, so a user's events land in the user's
 //! shard; paced to a rate; stopped by a count, a duration or a flag.
 
-use super::generate::{Generator, Totals};
-use super::records::encode_event;
+use colo::process::samples::purchases::{encode_event, Generator, Totals};
 use colo_connectors::{KeyedProducer, Partitioning, ProduceError, ProducerSettings};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
