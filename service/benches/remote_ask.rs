@@ -14,8 +14,9 @@
 use colo::coordinator::hosting::StaticHosting;
 use colo::process::config::TlsSettings;
 use colo::process::samples::counter::{Counter, CounterMsg, COUNTER};
-use colo::process::security::{AccessLayer, NodeTls, Policy};
+use colo::process::security::{AccessLayer, Policy};
 use colo::transport::grpc::{GrpcSettings, GrpcTransport};
+use colo::transport::tls::NodeTls;
 use colo::TaskSet;
 use colo::{CoordinatorHandle, EntityType, InMemoryStore, Node, Region, ShardingSettings};
 use std::sync::Arc;
@@ -79,7 +80,7 @@ async fn node(
     });
     // The node program's own acceptor: TLS handshakes, then every request
     // checked.
-    let incoming = colo::process::security::connection::incoming(listener, tls, &TASKS);
+    let incoming = colo::transport::tls::connection::incoming(listener, tls, &TASKS);
     let server = tonic::transport::Server::builder()
         .layer(access)
         .add_service(transport.node_service())

@@ -12,8 +12,8 @@
 //!   [`NodeStore`] keeps state across passivation, hand-off and restarts.
 //! - [`Node`], [`Region`]: tell and ask ([`Delivery`] when the sender must
 //!   learn the outcome, [`ErasedRegion`] to reach a region by name).
-//! - [`settings`]: per entity type, Akka's defaults; the state store's and
-//!   an ingest's settings.
+//! - [`settings`]: per entity type, Akka's defaults, and an ingest's
+//!   settings; [`StateSettings`]: the state store's.
 //! - [`kafka`]: Kafka in one room: records driving an entity type,
 //!   changelogs, the coordinator's topic and its election.
 //! - [`process`]: a node process of your own ([`NodeProgram`]), its

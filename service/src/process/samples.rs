@@ -5,7 +5,8 @@
 //!
 //! - [`counter`]: a counter per id, asked over gRPC.
 //! - [`purchases`]: purchase events from Kafka driving one entity per user,
-//!   their decoder, and the producer behind `colo produce`.
+//!   their decoder, and the events `colo produce` and the demo send (the
+//!   binary sends them: `bin/colo/cli/produce/events.rs`).
 
 pub mod counter;
 pub mod purchases;

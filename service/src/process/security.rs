@@ -10,13 +10,12 @@
 mod access;
 mod tokens;
 
-pub use crate::transport::tls::{
-    connection, ConnectionInfo, NodeTls, SecurityError, TlsListener, TlsSettings,
-};
+pub use crate::transport::tls::SecurityError;
 pub use access::{Access, AccessLayer, Policy};
 pub use tokens::{Client, Scope, TokenFile, MIN_TOKEN_LENGTH};
 
 use crate::process::config::NodeConfig;
+use crate::transport::tls::NodeTls;
 use std::time::Duration;
 
 /// What a node's listeners ask of whoever connects, from `[tls]` and

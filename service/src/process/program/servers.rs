@@ -5,8 +5,9 @@
 
 use super::ProgramError;
 use crate::process::admin::{self, Admin};
-use crate::process::security::{connection, Security, TlsListener};
+use crate::process::security::Security;
 use crate::tasks::TaskSet;
+use crate::transport::tls::{connection, TlsListener};
 use std::future::Future;
 use std::net::SocketAddr;
 use tokio::net::TcpListener;

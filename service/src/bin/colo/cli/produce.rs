@@ -1,7 +1,8 @@
 //! `colo produce`: records sent to Kafka with a progress bar, keyed by
 //! entity id and partitioned with Kafka's murmur2 partitioner, so each
 //! lands in its entity's shard. What is sent: the sample's purchase events
-//! (with the totals the users' entities must reach written to a file), or
+//! (`produce/events.rs`, with the totals the users' entities must reach
+//! written to a file), or
 //! records of one's own, from a file or from a payload template
 //! (`produce/own_records.rs`, sent by `produce/sender.rs`).
 
