@@ -23,7 +23,8 @@
 //!   (another node may own them already), nothing is committed, and their
 //!   shards are released.
 //!
-//! Each partition is one task (`partition.rs`): its records are settled in
+//! Each partition is one task (the ingest's `ingest/partition.rs`, with
+//! Kafka as its source: `records.rs`): its records are settled in
 //! offset order, each key's handled in order, a retry in its place; a
 //! record that can never be handled goes to the dead-letter topic with the
 //! reason and its source topic, partition and offset as headers. Nothing
@@ -32,7 +33,6 @@
 mod changelog;
 mod coordinator_store;
 pub mod leader;
-mod partition;
 mod rebalances;
 mod records;
 
@@ -48,18 +48,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
-
-/// The shard of a partition (shard = partition); `None` for a partition
-/// number no shard has: one added to the topic under running nodes, past
-/// the entity type's `number_of_shards` (Kafka's are never negative). Such
-/// a partition is consumed all the same, each record sent to its key's
-/// shard, as a record in another partition than its key's is.
-fn partition_shard(partition: i32, number_of_shards: u32) -> Option<colo_allocation::ShardId> {
-    u32::try_from(partition)
-        .ok()
-        .filter(|p| *p < number_of_shards)
-        .map(colo_allocation::ShardId)
-}
 
 /// How an entity type consumes its topics: the ingest's settings with
 /// Kafka's source.

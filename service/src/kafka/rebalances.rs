@@ -2,11 +2,11 @@
 //! node: assigned partitions get a task each, revoked ones are settled,
 //! committed and their shards handed off, lost ones dropped.
 
-use super::partition::{PartitionTask, ShardPlace};
-use super::{partition_shard, IngestHealth, IngestSettings, RecordDecoder};
+use super::records::Kafka;
+use super::{IngestHealth, IngestSettings, RecordDecoder};
 use crate::entity::Entity;
 use crate::envelope::Origin;
-use crate::ingest::DurableAcks;
+use crate::ingest::{partition_shard, DurableAcks, PartitionName, PartitionTask, ShardPlace};
 use crate::kafka_view::RebalanceTag;
 use crate::logging::{ExpectedWait, Say};
 use crate::metrics::KafkaMetrics;
@@ -123,11 +123,14 @@ impl<E: Entity> Rebalances<E> {
                 self.region.number_of_shards(),
             )
             .map(|shard| self.region.partition_assigned(origin_topic.clone(), shard));
-            let task = PartitionTask {
+            let task = PartitionTask::<E, Kafka> {
                 region: self.region.clone(),
                 settings: self.settings.clone(),
                 decode: self.decode.clone(),
-                partition: partition.partition,
+                partition: PartitionName {
+                    topic: partition.partition.topic,
+                    partition: partition.partition.partition,
+                },
                 metrics: self.metrics.clone(),
                 mismatch_warned: self.mismatch_warned.clone(),
                 dead_letters: self.dead_letters.clone(),

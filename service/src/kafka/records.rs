@@ -200,15 +200,59 @@ fn short_type_name<V>() -> String {
     short
 }
 
-/// Kafka's records are the ingest's records of a partition...
+/// Kafka as a source of the ingest: its records and acks, the gate a
+/// partition flows through once its shard is hosted, the rewind to its
+/// committed offset, and the dead-letter topic.
+#[derive(Debug)]
+pub(crate) struct Kafka;
+
+impl crate::ingest::Source for Kafka {
+    type Settings = colo_connectors::SourceSettings;
+    type Record = Record;
+    type Ack = Ack;
+    type Gate = colo_connectors::Gate;
+    type Rewind = colo_connectors::Rewind;
+    type DeadLetters = colo_connectors::DeadLetters;
+
+    fn into_ack(record: Record) -> Ack {
+        record.ack
+    }
+
+    fn open(gate: colo_connectors::Gate) {
+        gate.open();
+    }
+
+    fn rewind(rewind: &colo_connectors::Rewind) {
+        rewind.rewind();
+    }
+
+    async fn dead_letter(
+        dead_letters: &colo_connectors::DeadLetters,
+        record: &Record,
+        reason: &str,
+    ) -> Result<(), String> {
+        dead_letters
+            .send(record, reason)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    fn dead_letter_topic(dead_letters: &colo_connectors::DeadLetters) -> &str {
+        dead_letters.topic()
+    }
+}
+
 impl crate::ingest::SourceRecord for Record {
     fn offset(&self) -> i64 {
         self.offset
     }
+
+    fn timestamp(&self) -> Option<i64> {
+        self.timestamp
+    }
 }
 
-/// ...and its acks the ingest's acks: dropped unhandled, the record is
-/// consumed again.
+/// A dropped ack reports its record not handled: it is consumed again.
 impl crate::ingest::SourceAck for Ack {
     fn offset(&self) -> i64 {
         Ack::offset(self)

@@ -42,25 +42,32 @@
 
 mod settle;
 
-use super::{partition_shard, IngestSettings, RecordDecoder};
+use super::slots::{Awaiting, Chained, Outcome, Start, Step, Tries};
+use super::{partition_shard, Decoder, DurableAcks, Source, SourceRecord};
 use crate::entity::{Entity, EntityId};
 use crate::envelope::Origin;
 use crate::error::TellError;
-use crate::ingest::slots::{Awaiting, Chained, Outcome, Start, Step, Tries};
-use crate::ingest::DurableAcks;
 use crate::kafka_view::RebalanceTag;
 use crate::logging::{ExpectedWait, Say};
 use crate::metrics::{KafkaMetrics, PartitionProgress};
 use crate::region::{AssignedShard, PlacementError, Region};
+use crate::settings::IngestSettings;
 use colo_allocation::ShardId;
-use colo_connectors::{Ack, DeadLetters, Gate, Record, Rewind, TopicPartition};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
-/// A partition's records in hand: Kafka's records in the ingest's slots.
-type Slots<E> = crate::ingest::slots::Slots<E, Record>;
+/// A partition's records in hand: its source's records in slots.
+type Slots<E, S> = super::slots::Slots<E, <S as Source>::Record>;
+
+/// Which partition of the source a task runs: its topic (the stream its
+/// records belong to) and its number.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct PartitionName {
+    pub topic: String,
+    pub partition: i32,
+}
 
 /// Records a partition's task works on at most (routed, or held behind
 /// their key's): the others wait in their stream, in the source's
@@ -70,54 +77,54 @@ type Slots<E> = crate::ingest::slots::Slots<E, Record>;
 const WINDOW: usize = 256;
 
 /// One assigned partition's task.
-pub(super) struct PartitionTask<E: Entity> {
-    pub(super) region: Region<E>,
-    pub(super) settings: Arc<IngestSettings>,
-    pub(super) decode: RecordDecoder<E::Message>,
-    pub(super) partition: TopicPartition,
-    pub(super) metrics: KafkaMetrics,
+pub(crate) struct PartitionTask<E: Entity, S: Source> {
+    pub(crate) region: Region<E>,
+    pub(crate) settings: Arc<IngestSettings<S::Settings>>,
+    pub(crate) decode: Decoder<S::Record, E::Message>,
+    pub(crate) partition: PartitionName,
+    pub(crate) metrics: KafkaMetrics,
     /// A record in another partition than its key's was warned about, by
     /// any partition of the entity type's ingest here: a producer with
     /// another partitioner sends many, to every partition (the counter
     /// says how many).
-    pub(super) mismatch_warned: Arc<AtomicBool>,
-    pub(super) dead_letters: DeadLetters,
+    pub(crate) mismatch_warned: Arc<AtomicBool>,
+    pub(crate) dead_letters: S::DeadLetters,
     /// When the partition was assigned here and in which rebalance, until
     /// its first record is handled.
-    pub(super) arrival: Option<(Instant, RebalanceTag)>,
+    pub(crate) arrival: Option<(Instant, RebalanceTag)>,
     /// Records handled, each one's latency, and the partition's first and
     /// last record handled here (a move's pause is read off them).
-    pub(super) progress: PartitionProgress,
+    pub(crate) progress: PartitionProgress,
     /// Where its shard is, once hosting it was asked for.
-    pub(super) shard: ShardPlace,
+    pub(crate) shard: ShardPlace,
     /// Whether the entity type's state is durable here: its records carry
     /// their origin (so an entity skips what it applied already), and each
     /// is acked only once the change it made is durable.
-    pub(super) durable: bool,
+    pub(crate) durable: bool,
     /// The partition's topic, shared by the origins of its records that
     /// belong in it.
-    pub(super) origin_topic: Arc<str>,
+    pub(crate) origin_topic: Arc<str>,
     /// `topic/partition`, shared by the origins of its records that belong
     /// in other partitions (see `Origin::source`).
-    pub(super) misplaced_source: Arc<str>,
+    pub(crate) misplaced_source: Arc<str>,
     /// Handled records waiting for their change to be durable before they
     /// are acked (see `ingest/durable_acks.rs`).
-    pub(super) unflushed: DurableAcks<Ack>,
+    pub(crate) unflushed: DurableAcks<S::Ack>,
     /// Consumes the partition again from its committed offset.
-    pub(super) rewind: Rewind,
+    pub(crate) rewind: S::Rewind,
     /// Says the partition's shard is assigned here while the task runs
     /// (region stats carry it: see `region/assigned.rs`).
-    pub(super) _assigned: Option<AssignedShard>,
+    pub(crate) _assigned: Option<AssignedShard>,
     /// Its records' stream has ended: the partition was revoked (or the
     /// node stops). What is in hand settles, but a record whose delivery
     /// failed is left to the partition's next owner rather than tried
     /// again here: a revoke waits for records in flight, never for retries.
-    pub(super) revoked: bool,
+    pub(crate) revoked: bool,
 }
 
 /// Where a partition's shard is, which says how its records are routed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ShardPlace {
+pub(crate) enum ShardPlace {
     /// Not asked for yet.
     Unknown,
     /// Hosted here: its records are handled by this node's shard only
@@ -129,15 +136,15 @@ pub(super) enum ShardPlace {
     Elsewhere,
 }
 
-impl<E: Entity> PartitionTask<E> {
+impl<E: Entity, S: Source> PartitionTask<E, S> {
     /// Hosts the partition's shard, opens the gate, then handles the
     /// records until their stream ends (revoked) or `give_up` fires or is
     /// dropped (lost, or a revoke's bound reached): then whatever is in
     /// hand is dropped unhandled, its acks reporting it not handled.
-    pub(super) async fn run(
+    pub(crate) async fn run(
         mut self,
-        gate: Gate,
-        mut records: mpsc::UnboundedReceiver<Record>,
+        gate: S::Gate,
+        mut records: mpsc::UnboundedReceiver<S::Record>,
         mut give_up: oneshot::Receiver<()>,
     ) {
         tokio::select! {
@@ -165,8 +172,8 @@ impl<E: Entity> PartitionTask<E> {
                 },
             }
         }
-        gate.open();
-        let mut slots = Slots::new();
+        S::open(gate);
+        let mut slots = Slots::<E, S>::new();
         tokio::select! {
             biased;
             _ = &mut give_up => {}
@@ -177,7 +184,7 @@ impl<E: Entity> PartitionTask<E> {
 
     /// Says, in one line, how many records the task leaves unhandled as it
     /// ends: they are not committed, and are consumed again.
-    fn given_up(&self, slots: &Slots<E>, records: &mpsc::UnboundedReceiver<Record>) {
+    fn given_up(&self, slots: &Slots<E, S>, records: &mpsc::UnboundedReceiver<S::Record>) {
         let in_hand = slots.queue.len() + records.len();
         let waiting = self.unflushed.len();
         if in_hand + waiting == 0 {
@@ -186,15 +193,15 @@ impl<E: Entity> PartitionTask<E> {
         let oldest = slots
             .queue
             .front()
-            .map(|slot| slot.record.offset)
+            .map(|slot| slot.record.offset())
             .or_else(|| self.unflushed.oldest());
         tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, records = in_hand + waiting, handled_not_yet_durable = waiting, oldest_offset = ?oldest, "partition's records in hand not handled here: not committed, they are consumed again by the partition's next owner (or by this node after a restart)");
     }
 
     async fn consume(
         &mut self,
-        slots: &mut Slots<E>,
-        records: &mut mpsc::UnboundedReceiver<Record>,
+        slots: &mut Slots<E, S>,
+        records: &mut mpsc::UnboundedReceiver<S::Record>,
     ) {
         let mut watch = tokio::time::interval(self.settings.delivery_timeout);
         watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -255,7 +262,7 @@ impl<E: Entity> PartitionTask<E> {
             return false;
         }
         tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, "a shard stopped before the changes of handled records were written: the partition is consumed again from its committed offset");
-        self.rewind.rewind();
+        S::rewind(&self.rewind);
         true
     }
 
@@ -263,11 +270,11 @@ impl<E: Entity> PartitionTask<E> {
     /// oldest since the last look (a `delivery_timeout` ago), and again at
     /// each look while it stays: the source's stall report says that a
     /// partition does not move, this says why.
-    fn watch_front(&self, slots: &Slots<E>, watched: &mut Option<i64>) {
+    fn watch_front(&self, slots: &Slots<E, S>, watched: &mut Option<i64>) {
         let Some(front) = slots.queue.front() else {
             return;
         };
-        let offset = front.record.offset;
+        let offset = front.record.offset();
         if watched.replace(offset) != Some(offset) {
             return;
         }
@@ -293,7 +300,7 @@ impl<E: Entity> PartitionTask<E> {
 
     /// The front record's outcome if it is in, without waiting. A record to
     /// deliver again or to dead-letter is always ready.
-    fn front_outcome_now(&self, slots: &mut Slots<E>) -> Option<Option<(Outcome, Start)>> {
+    fn front_outcome_now(&self, slots: &mut Slots<E, S>) -> Option<Option<(Outcome, Start)>> {
         let front = slots.front_mut()?;
         match &mut front.step {
             Step::Routed { reply, .. } => reply.try_answer().map(Some),
@@ -303,7 +310,7 @@ impl<E: Entity> PartitionTask<E> {
 
     /// Waits for the front record's outcome; `None` for a record that has
     /// none to wait for (to deliver again, or to dead-letter).
-    async fn front_outcome(slots: &mut Slots<E>) -> Option<(Outcome, Start)> {
+    async fn front_outcome(slots: &mut Slots<E, S>) -> Option<(Outcome, Start)> {
         let front = slots.front_mut()?;
         match &mut front.step {
             Step::Routed { reply, .. } => Some(reply.answer().await),
@@ -313,7 +320,7 @@ impl<E: Entity> PartitionTask<E> {
 
     /// Decodes a record and routes it, or holds it behind its key's
     /// unsettled record, or marks it for the dead-letter topic.
-    async fn take(&mut self, slots: &mut Slots<E>, record: Record) {
+    async fn take(&mut self, slots: &mut Slots<E, S>, record: S::Record) {
         let (id, message) = match (self.decode)(&record) {
             Ok((id, _)) if id.is_empty() => {
                 let reason = format!("refused: {}", TellError::EmptyEntityId);
@@ -341,7 +348,7 @@ impl<E: Entity> PartitionTask<E> {
             ..Tries::default()
         };
         let step = self
-            .route(id, Some(shard), message, record.offset, tries)
+            .route(id, Some(shard), message, record.offset(), tries)
             .await;
         slots.push(record, step, Some(key));
     }
@@ -451,7 +458,7 @@ impl<E: Entity> PartitionTask<E> {
     }
 }
 
-impl<E: Entity> PartitionTask<E> {
+impl<E: Entity, S: Source> PartitionTask<E, S> {
     /// Hosts the partition's shard here, asking again until it is, and
     /// claims it for the partition's topic; says where the shard is, or
     /// `None` if the region stopped.

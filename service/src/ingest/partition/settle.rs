@@ -5,14 +5,14 @@
 //! with the rest of the records in hand when the partition must be
 //! consumed again.
 
+use super::super::slots::{Outcome, Start, Step, Tries};
+use super::super::{Source, SourceAck, SourceRecord};
 use super::{PartitionTask, Slots};
 use crate::entity::Entity;
-use crate::ingest::slots::{Outcome, Start, Step, Tries};
 use colo_allocation::ShardId;
-use colo_connectors::Ack;
 use std::time::{Duration, Instant};
 
-impl<E: Entity> PartitionTask<E> {
+impl<E: Entity, S: Source> PartitionTask<E, S> {
     /// Settles the front record by its outcome (`None`: it has none, it is
     /// to be delivered again or dead-lettered). False once the records in
     /// hand are given up: the region has stopped, the partition is to be
@@ -21,17 +21,17 @@ impl<E: Entity> PartitionTask<E> {
     /// partition (its next owner delivers it; `ended`: the partition's
     /// stream has ended, which a record retried at the front is the first
     /// to see); they stay unacked, consumed again later.
-    pub(super) async fn settle_front(
+    pub(crate) async fn settle_front(
         &mut self,
-        slots: &mut Slots<E>,
+        slots: &mut Slots<E, S>,
         outcome: Option<(Outcome, Start)>,
         ended: bool,
     ) -> bool {
         let Some(front) = slots.front_mut() else {
             return true;
         };
-        let offset = front.record.offset;
-        let timestamp = front.record.timestamp;
+        let offset = front.record.offset();
+        let timestamp = front.record.timestamp();
         let step = std::mem::replace(&mut front.step, Step::Settling);
         let (id, tries) = match (step, outcome) {
             (Step::Refused { reason, outcome }, _) => {
@@ -109,7 +109,7 @@ impl<E: Entity> PartitionTask<E> {
                             "a record was not applied: the partition is consumed again from its committed offset"
                         };
                         tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, offset, %reason, "{why}");
-                        self.rewind.rewind();
+                        S::rewind(&self.rewind);
                     }
                     return false;
                 }
@@ -160,14 +160,14 @@ impl<E: Entity> PartitionTask<E> {
     /// `handled`: where the handled record's entity lives, and the start of
     /// the shard that handled it if its answer named one (`None`: it
     /// changed nothing, it was dead-lettered).
-    async fn ack_front(&mut self, slots: &mut Slots<E>, handled: Option<(ShardId, Start)>) {
+    async fn ack_front(&mut self, slots: &mut Slots<E, S>, handled: Option<(ShardId, Start)>) {
         let Some((record, key, next)) = slots.pop() else {
             return;
         };
-        self.settle_ack(record.ack, key, handled);
+        self.settle_ack(S::into_ack(record), key, handled);
         if let Some((number, id, message)) = next {
             let at = (number - slots.front) as usize;
-            let Some(offset) = slots.queue.get(at).map(|slot| slot.record.offset) else {
+            let Some(offset) = slots.queue.get(at).map(|slot| slot.record.offset()) else {
                 return;
             };
             // The record just settled may wait for its write: the next one
@@ -185,7 +185,7 @@ impl<E: Entity> PartitionTask<E> {
 
     /// Acks a settled record: at once, or, for a durable entity type, once
     /// what its shard changed so far is durable.
-    fn settle_ack(&mut self, ack: Ack, key: Option<u64>, handled: Option<(ShardId, Start)>) {
+    fn settle_ack(&mut self, ack: S::Ack, key: Option<u64>, handled: Option<(ShardId, Start)>) {
         match handled {
             // Handled by this partition's shard here (`Reply::Acked`):
             // acked once the start of the shard that handled it has
@@ -204,7 +204,7 @@ impl<E: Entity> PartitionTask<E> {
     /// region stops meanwhile: unacked, consumed again after a restart.
     async fn dead_letter_front(
         &mut self,
-        slots: &mut Slots<E>,
+        slots: &mut Slots<E, S>,
         reason: &str,
         outcome: &'static str,
     ) -> bool {
@@ -213,10 +213,10 @@ impl<E: Entity> PartitionTask<E> {
             let Some(front) = slots.front_mut() else {
                 return true;
             };
-            let offset = front.record.offset;
-            match self.dead_letters.send(&front.record, reason).await {
+            let offset = front.record.offset();
+            match S::dead_letter(&self.dead_letters, &front.record, reason).await {
                 Ok(()) => {
-                    tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, offset, dead_letter_topic = %self.dead_letters.topic(), %reason, "record dead-lettered");
+                    tracing::warn!(topic = %self.partition.topic, partition = self.partition.partition, offset, dead_letter_topic = %S::dead_letter_topic(&self.dead_letters), %reason, "record dead-lettered");
                     self.metrics.record(&self.partition.topic, outcome);
                     self.ack_front(slots, None).await;
                     return true;
@@ -224,7 +224,7 @@ impl<E: Entity> PartitionTask<E> {
                 Err(e) => {
                     if !warned {
                         warned = true;
-                        tracing::error!(topic = %self.partition.topic, partition = self.partition.partition, offset, dead_letter_topic = %self.dead_letters.topic(), error = %e, "dead-letter topic cannot be written; the partition waits");
+                        tracing::error!(topic = %self.partition.topic, partition = self.partition.partition, offset, dead_letter_topic = %S::dead_letter_topic(&self.dead_letters), error = %e, "dead-letter topic cannot be written; the partition waits");
                     }
                     if self.region.is_stopped() {
                         return false;
