@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 /// How a partition's task reads a record: its entity id and message, or
 /// why it cannot be handled.
-pub(crate) type Decoder<R, M> = Arc<dyn Fn(&R) -> Result<(String, M), String> + Send + Sync>;
+pub type Decoder<R, M> = Arc<dyn Fn(&R) -> Result<(String, M), String> + Send + Sync>;
 
 /// A source of acked records, as a partition's task uses it beyond its
 /// records: the gate that starts the partition's flow, a rewind to its

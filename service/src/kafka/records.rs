@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 /// How a record becomes a message: the entity id and the message, or why
 /// the record cannot be one (the reason goes to the dead-letter topic).
-pub type RecordDecoder<M> = Arc<dyn Fn(&Record) -> Result<(String, M), String> + Send + Sync>;
+/// (The ingest's decoder, for Kafka's records.)
+pub type RecordDecoder<M> = crate::ingest::Decoder<Record, M>;
 
 /// The default decoder: the key is the entity id (UTF-8, not empty), the
 /// payload the message as JSON.
