@@ -8,7 +8,7 @@
 //! names the coordinators' home, and its epoch is the floor below which a
 //! coordinator's messages come from a deposed one. Regions connect to that
 //! address; a node that reads a leader record above its own stops its
-//! coordinators at once (`program/candidacy.rs` drives this).
+//! coordinators at once (`program/kafka/candidacy.rs` drives this).
 
 use super::coordinator_store::epoch_of;
 pub(crate) use super::coordinator_store::{leader_key, leader_value};

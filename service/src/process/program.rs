@@ -21,9 +21,8 @@
 //! # Ok(()) }
 //! ```
 
-mod candidacy;
 mod coordinators;
-mod ingest;
+mod kafka;
 mod open_store;
 mod servers;
 mod signals;
@@ -103,7 +102,7 @@ pub enum ProgramError {
     Kafka(#[from] crate::kafka::IngestError),
     /// The brokers refused the node's credentials (`[kafka.client]`).
     #[error("kafka: {0}")]
-    Brokers(#[from] colo_connectors::BrokerError),
+    Brokers(#[from] kafka::BrokerError),
 }
 
 /// The command line of a node program: the flags of `colo run`.
@@ -378,10 +377,10 @@ async fn run(
     tasks.spawn(security.clone().watch());
 
     let mut entity_types = entity_types;
-    let kafka_driven = ingest::check(&config, &mut entity_types)?;
-    ingest::check_brokers(&config).await?;
+    let kafka_driven = kafka::check(&config, &mut entity_types)?;
+    kafka::check_brokers(&config).await?;
     if !config.node.proxy {
-        ingest::create_topics(&config, &entity_types).await?;
+        kafka::create_topics(&config, &entity_types).await?;
     }
     let types: Vec<coordinators::Hosted> = entity_types
         .iter()
@@ -402,12 +401,13 @@ async fn run(
         .collect();
     let (hosting, electing): (Arc<dyn CoordinatorHosting>, _) = if config.elects_coordinator() {
         let hosting = Arc::new(ElectedHosting::new(advertised.clone()));
-        let electing = candidacy::Electing::start(&config, types, hosting.clone()).await?;
+        let electing = kafka::candidacy::Electing::start(&config, types, hosting.clone()).await?;
         (hosting, Some(electing))
     } else {
         let hosting = Arc::new(StaticHosting::new(config.coordinator.address.clone()));
         if advertised == config.coordinator.address {
-            coordinators::host(&config, &types, &hosting).await?;
+            let on_topic = kafka::coordinator_stores(&config).await?;
+            coordinators::host(&config, &types, &hosting, on_topic)?;
         } else {
             coordinators::hosted_elsewhere(&types);
         }

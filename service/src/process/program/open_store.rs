@@ -1,7 +1,7 @@
 //! The node's state store, opened when an entity type it runs is durable,
 //! with the changelog of each durable type when the node has `[kafka]`.
 
-use super::{ingest, ProgramError, Registration};
+use super::{kafka, ProgramError, Registration};
 use crate::process::config::NodeConfig;
 use crate::store::NodeStore;
 
@@ -23,7 +23,7 @@ pub(super) async fn open_store(
         .collect();
     let changelog_config = config.clone();
     let opened = tokio::task::spawn_blocking(move || {
-        let changelogs = ingest::changelogs(&changelog_config, &durable)?;
+        let changelogs = kafka::changelogs(&changelog_config, &durable)?;
         let mut store = NodeStore::open(&dir, settings)?;
         for (name, changelog) in changelogs {
             store = store.with_changelog(&name, changelog);

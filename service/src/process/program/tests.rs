@@ -66,9 +66,9 @@ async fn a_changelog_write_the_broker_does_not_take_is_given_up_within_the_fenci
     let bootstrap = format!("kafka.bootstrap_servers={}", broker.bootstrap_servers());
     let config = config(&[bootstrap.as_str(), "kafka.cluster=bounded"]);
     let margin = config.coordinator.region_timeout - config.coordinator.fence_timeout;
-    assert_eq!(ingest::changelog_write_bound(&config), margin / 2);
+    assert_eq!(kafka::changelog_write_bound(&config), margin / 2);
     let changelogs =
-        tokio::task::spawn_blocking(move || ingest::changelogs(&config, &[(COUNTER.into(), 2)]))
+        tokio::task::spawn_blocking(move || kafka::changelogs(&config, &[(COUNTER.into(), 2)]))
             .await
             .expect("checked")
             .expect("the changelog");

@@ -30,13 +30,13 @@
 //! previous owner's release, its restore, a record that does not settle):
 //! each rejoin revokes every partition of the node.
 
-use super::coordinators::{self, Hosted};
-use super::ProgramError;
 use crate::coordinator::store::CoordinatorStore;
 use crate::kafka::leader::{leader_key, leader_value, ElectedHosting, Read};
 use crate::kafka::KafkaCoordinatorStore;
 use crate::node::Node;
 use crate::process::config::NodeConfig;
+use crate::process::program::coordinators::{self, Hosted};
+use crate::process::program::ProgramError;
 use crate::tasks::TaskSet;
 use colo_connectors::{Changelog, Election, ElectionEvent, ElectionSettings, GroupRejoin};
 use std::sync::{Arc, OnceLock, Weak};
@@ -119,7 +119,7 @@ fn unheld_shards(stats: &crate::inspection::ClusterShardingStats, number_of_shar
 }
 
 /// This node's part in the election, running.
-pub(super) struct Electing {
+pub(in crate::process::program) struct Electing {
     stop: Option<oneshot::Sender<()>>,
     tasks: TaskSet,
     done: Option<oneshot::Receiver<()>>,
@@ -129,12 +129,12 @@ pub(super) struct Electing {
 
 impl Electing {
     /// Joins the election group and follows the coordinator topic.
-    pub(super) async fn start(
+    pub(in crate::process::program) async fn start(
         config: &NodeConfig,
         types: Vec<Hosted>,
         hosting: Arc<ElectedHosting>,
     ) -> Result<Self, ProgramError> {
-        let Some(log) = coordinators::topic(config).await? else {
+        let Some(log) = super::coordinator_topic(config).await? else {
             return Err(ProgramError::Settings(
                 "an elected coordinator needs [kafka]".into(),
             ));
@@ -191,19 +191,19 @@ impl Electing {
 
     /// This node's consumers of the Kafka-driven entity types, which it has
     /// rejoin their groups when it leads and shards stay without a home.
-    pub(super) fn watch_ingests(&self, ingests: Vec<GroupRejoin>) {
+    pub(in crate::process::program) fn watch_ingests(&self, ingests: Vec<GroupRejoin>) {
         let _ = self.ingests.set(ingests);
     }
 
     /// The node whose regions say whether they reach a coordinator: until
     /// it is set, none does.
-    pub(super) fn watch_regions(&self, node: &Arc<Node>) {
+    pub(in crate::process::program) fn watch_regions(&self, node: &Arc<Node>) {
         let _ = self.node.set(Arc::downgrade(node));
     }
 
     /// Stops this node's coordinators and leaves the election group, so
     /// that another node is elected at once; within `limit`.
-    pub(super) async fn shutdown(mut self, limit: Duration) {
+    pub(in crate::process::program) async fn shutdown(mut self, limit: Duration) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

@@ -1,11 +1,24 @@
-//! The `[kafka]` side of a node program: which entity types Kafka drives,
-//! and their topics created when the config asks for it.
+//! The `[kafka]` side of a node program, the process's one room that wires
+//! Kafka: which entity types Kafka drives, the brokers checked, the topics
+//! created when the config asks for it, each durable type's changelog, the
+//! cluster's coordinator topic, and the coordinators' election through it
+//! (`kafka/candidacy.rs`). The runtime's Kafka room (`crate::kafka`) runs
+//! what this wires.
 
+pub(super) mod candidacy;
+
+use super::coordinators::TopicStores;
 use super::{ProgramError, Registration};
+use crate::coordinator::store::CoordinatorStore;
+use crate::kafka::KafkaCoordinatorStore;
 use crate::process::config::NodeConfig;
-use colo_connectors::NewTopicSpec;
+use colo_connectors::{Changelog, NewTopicSpec};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// The brokers refused the node's credentials or did not answer.
+pub(super) use colo_connectors::BrokerError;
 
 /// How long a changelog write (every record acknowledged) or a restore's
 /// wait for its next record may take before it is tried again.
@@ -33,7 +46,7 @@ pub(super) fn changelog_write_bound(config: &NodeConfig) -> Duration {
 pub(super) fn changelogs(
     config: &NodeConfig,
     durable: &[(String, u32)],
-) -> Result<Vec<(String, colo_connectors::Changelog)>, ProgramError> {
+) -> Result<Vec<(String, Changelog)>, ProgramError> {
     let Some(kafka) = &config.kafka else {
         return Ok(Vec::new());
     };
@@ -41,7 +54,7 @@ pub(super) fn changelogs(
         .iter()
         .map(|(name, number_of_shards)| {
             let topic = kafka.changelog_topic(name);
-            let changelog = colo_connectors::Changelog::writing_within(
+            let changelog = Changelog::writing_within(
                 &kafka.bootstrap_servers,
                 &kafka.client_properties(),
                 &topic,
@@ -59,11 +72,85 @@ pub(super) fn changelogs(
         .collect()
 }
 
+/// With `[kafka]`, the cluster's coordinator topic: created if missing
+/// (it is colo's own, like a stream processor's internal topics, whatever
+/// `kafka.create_topics` says), then checked off the runtime.
+pub(super) async fn coordinator_topic(
+    config: &NodeConfig,
+) -> Result<Option<Arc<Changelog>>, ProgramError> {
+    let Some(kafka) = &config.kafka else {
+        return Ok(None);
+    };
+    let name = kafka.coordinator_topic();
+    let (servers, client) = (kafka.bootstrap_servers.clone(), kafka.client_properties());
+    let wanted = name.clone();
+    // Listed from the metadata of every topic: asking for the one topic
+    // would have a broker that creates topics on demand make it with its
+    // default partition count.
+    let existing = tokio::task::spawn_blocking(move || {
+        colo_connectors::topics_named(&servers, &client, &|t| t == wanted, CREATE_TIMEOUT)
+    })
+    .await
+    .map_err(|e| ProgramError::Settings(format!("coordinator topic: {e}")))?
+    .map_err(|e| ProgramError::Settings(format!("the brokers: {e}")))?;
+    if existing.is_empty() {
+        let spec = colo_connectors::NewTopicSpec {
+            name: name.clone(),
+            partitions: 1,
+            replication_factor: kafka.replication_factor,
+            config: colo_connectors::CHANGELOG_CONFIG
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        colo_connectors::create_missing_topics(
+            &kafka.bootstrap_servers,
+            &kafka.client_properties(),
+            &[spec],
+            CREATE_TIMEOUT,
+        )
+        .await
+        .map_err(|e| {
+            ProgramError::Settings(format!(
+                "the coordinator topic {name:?} could not be created: {e}"
+            ))
+        })?;
+    } else {
+        // Listed by the broker asked; another node may have created it a
+        // moment ago, and the check below may ask another broker.
+        colo_connectors::await_listed(
+            &kafka.bootstrap_servers,
+            &kafka.client_properties(),
+            std::slice::from_ref(&name),
+            CREATE_TIMEOUT,
+        )
+        .await
+        .map_err(|e| ProgramError::Settings(format!("the coordinator topic {name:?}: {e}")))?;
+    }
+    let config = config.clone();
+    let log = tokio::task::spawn_blocking(move || coordinator_log(&config))
+        .await
+        .map_err(|e| ProgramError::Settings(format!("coordinator topic: {e}")))??;
+    Ok(Some(Arc::new(log)))
+}
+
+/// With `[kafka]`, each entity type's coordinator store on the cluster's
+/// coordinator topic (created if missing), for the coordinators this node
+/// hosts because the config names it.
+pub(super) async fn coordinator_stores(
+    config: &NodeConfig,
+) -> Result<Option<TopicStores>, ProgramError> {
+    let Some(log) = coordinator_topic(config).await? else {
+        return Ok(None);
+    };
+    Ok(Some(Box::new(move |name: &str, epoch: u64| {
+        Arc::new(KafkaCoordinatorStore::new(log.clone(), name, epoch)) as Arc<dyn CoordinatorStore>
+    })))
+}
+
 /// The cluster's coordinator topic, checked to exist with one partition.
 /// Blocking: call it off the runtime.
-pub(super) fn coordinator_log(
-    config: &NodeConfig,
-) -> Result<colo_connectors::Changelog, ProgramError> {
+fn coordinator_log(config: &NodeConfig) -> Result<Changelog, ProgramError> {
     let kafka = config
         .kafka
         .as_ref()
@@ -74,7 +161,7 @@ pub(super) fn coordinator_log(
             "the coordinator keeps its state in {topic:?}, which cannot be used: {e}"
         ))
     };
-    let log = colo_connectors::Changelog::unbatched(
+    let log = Changelog::unbatched(
         &kafka.bootstrap_servers,
         &kafka.client_properties(),
         &topic,
