@@ -10,13 +10,32 @@
 mod access;
 mod tokens;
 
-pub use crate::transport::tls::SecurityError;
 pub use access::{Access, AccessLayer, Policy};
 pub use tokens::{Client, Scope, TokenFile, MIN_TOKEN_LENGTH};
 
 use crate::process::config::NodeConfig;
-use crate::transport::tls::NodeTls;
+use crate::transport::tls::{CredentialsError, NodeTls};
+use std::path::PathBuf;
 use std::time::Duration;
+
+/// Why the node's security files could not be loaded. Never carries a
+/// key's or a token's bytes.
+#[derive(Debug, thiserror::Error)]
+pub enum SecurityError {
+    /// A file cannot be read, or `[tls]`'s do not load.
+    #[error(transparent)]
+    Credentials(#[from] CredentialsError),
+    /// A line of the tokens file is not `NAME SCOPE TOKEN`.
+    #[error("api.tokens_file: {}: line {line}: {reason}", path.display())]
+    Tokens {
+        /// The file.
+        path: PathBuf,
+        /// The line, from 1 (0: the file as a whole).
+        line: usize,
+        /// What is wrong (never the token).
+        reason: String,
+    },
+}
 
 /// What a node's listeners ask of whoever connects, from `[tls]` and
 /// `[api]`.

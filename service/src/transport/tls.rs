@@ -49,10 +49,11 @@ fn default_reload_interval() -> Duration {
     Duration::from_secs(10)
 }
 
-/// Why the node's credentials could not be loaded. Never carries a key's or
-/// a token's bytes.
+/// Why a file of the node's credentials (its certificates and key, or
+/// another the process reads the same way) could not be loaded. Never
+/// carries a key's bytes.
 #[derive(Debug, thiserror::Error)]
-pub enum SecurityError {
+pub enum CredentialsError {
     /// A file cannot be read.
     #[error("{field}: cannot read {}: {source}", path.display())]
     Read {
@@ -81,26 +82,16 @@ pub enum SecurityError {
         /// The advertised host.
         host: String,
     },
-    /// A line of the tokens file is not `NAME SCOPE TOKEN`.
-    #[error("api.tokens_file: {}: line {line}: {reason}", path.display())]
-    Tokens {
-        /// The file.
-        path: PathBuf,
-        /// The line, from 1 (0: the file as a whole).
-        line: usize,
-        /// What is wrong (never the token).
-        reason: String,
-    },
 }
 
 /// The contents of the file `field` names, off the runtime's threads.
 pub(crate) async fn read_file(
     field: &'static str,
     path: &std::path::Path,
-) -> Result<Vec<u8>, SecurityError> {
+) -> Result<Vec<u8>, CredentialsError> {
     tokio::fs::read(path)
         .await
-        .map_err(|source| SecurityError::Read {
+        .map_err(|source| CredentialsError::Read {
             field,
             path: path.to_path_buf(),
             source,

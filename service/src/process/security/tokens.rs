@@ -6,7 +6,8 @@
 //! answer takes tell a caller how close a guess was (a length that matches
 //! none is told apart; tokens are at least 16 characters).
 
-use crate::transport::tls::{read_file, SecurityError};
+use super::SecurityError;
+use crate::transport::tls::read_file;
 use parking_lot::RwLock;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -8,7 +8,7 @@
 
 use super::identity::{host_of, names};
 use super::TlsSettings;
-use super::{read_file, SecurityError};
+use super::{read_file, CredentialsError};
 use parking_lot::RwLock;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
@@ -70,7 +70,7 @@ impl NodeTls {
     /// # Errors
     /// A file cannot be read or holds no usable PEM, the key does not match
     /// the certificate, or the certificate does not name the node's host.
-    pub async fn load(section: &TlsSettings, advertised: &str) -> Result<Self, SecurityError> {
+    pub async fn load(section: &TlsSettings, advertised: &str) -> Result<Self, CredentialsError> {
         let files = Files {
             ca: section.ca.clone(),
             cert: section.cert.clone(),
@@ -106,7 +106,7 @@ impl NodeTls {
     ///
     /// # Errors
     /// The changed files do not load; the last good ones stay in use.
-    pub async fn reload(&self) -> Result<bool, SecurityError> {
+    pub async fn reload(&self) -> Result<bool, CredentialsError> {
         let pems = self.files.read().await?;
         if self.current.read().pems == pems {
             return Ok(false);
@@ -118,7 +118,7 @@ impl NodeTls {
 }
 
 impl Files {
-    async fn read(&self) -> Result<Pems, SecurityError> {
+    async fn read(&self) -> Result<Pems, CredentialsError> {
         Ok(Pems {
             ca: read_file("tls.ca", &self.ca).await?,
             cert: read_file("tls.cert", &self.cert).await?,
@@ -126,9 +126,9 @@ impl Files {
         })
     }
 
-    fn build(&self, pems: Pems) -> Result<Material, SecurityError> {
+    fn build(&self, pems: Pems) -> Result<Material, CredentialsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let bad = |field: &'static str, path: &Path, reason: String| SecurityError::Pem {
+        let bad = |field: &'static str, path: &Path, reason: String| CredentialsError::Pem {
             field,
             path: path.to_path_buf(),
             reason,
@@ -150,7 +150,7 @@ impl Files {
             return Err(bad("tls.cert", &self.cert, "holds no certificate".into()));
         };
         if !names(leaf, &self.host) {
-            return Err(SecurityError::NotNamed {
+            return Err(CredentialsError::NotNamed {
                 path: self.cert.clone(),
                 host: self.host.clone(),
             });
