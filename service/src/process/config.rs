@@ -191,6 +191,19 @@ fn default_region_timeout() -> Duration {
 
 /// `[sharding]`: [`ShardingSettings`] with human durations, plus the ask
 /// timeout of the client API. Defaults are [`ShardingSettings::default`].
+///
+/// A section of its own rather than serde on `ShardingSettings`, because
+/// the file is shaped for whoever writes it and the settings for the
+/// runtime: remembering entities is four flat keys here and one
+/// `Option<EntityRecovery>` there, passivation is chosen by a preset's
+/// name, and the heartbeat, fence and region timeouts are written under
+/// `[coordinator]`, which reads them too. A shared part flattened into
+/// both would lose the refusal of unknown keys (serde's `flatten` and
+/// `deny_unknown_fields` do not combine). Still defined once where it
+/// counts: the defaults are the settings' own, the checks are
+/// `ShardingSettings::validate`, and [`NodeConfig::sharding_settings`]
+/// names every field, so a field added to the settings and not here does
+/// not compile.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ShardingSection {
