@@ -11,7 +11,7 @@ use super::coordinators::TopicStores;
 use super::{ProgramError, Registration};
 use crate::coordinator::store::CoordinatorStore;
 use crate::kafka::KafkaCoordinatorStore;
-use crate::process::config::NodeConfig;
+use crate::process::config::{KafkaSection, NodeConfig};
 use colo_connectors::{Changelog, NewTopicSpec};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -19,6 +19,26 @@ use std::time::Duration;
 
 /// The brokers refused the node's credentials or did not answer.
 pub(super) use colo_connectors::BrokerError;
+
+/// A compacted topic's config, as colo's own changelogs and coordinator
+/// topic have it.
+fn compacted() -> Vec<(String, String)> {
+    colo_connectors::CHANGELOG_CONFIG
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// An entity type's coordinator store on the coordinator topic `log`, for
+/// the coordinator of `epoch`: where the static and the elected
+/// coordinators keep their state alike.
+pub(super) fn coordinator_store(
+    log: &Arc<Changelog>,
+    name: &str,
+    epoch: u64,
+) -> Arc<dyn CoordinatorStore> {
+    Arc::new(KafkaCoordinatorStore::new(log.clone(), name, epoch))
+}
 
 /// How long a changelog write (every record acknowledged) or a restore's
 /// wait for its next record may take before it is tried again.
@@ -94,14 +114,11 @@ pub(super) async fn coordinator_topic(
     .map_err(|e| ProgramError::Settings(format!("coordinator topic: {e}")))?
     .map_err(|e| ProgramError::Settings(format!("the brokers: {e}")))?;
     if existing.is_empty() {
-        let spec = colo_connectors::NewTopicSpec {
+        let spec = NewTopicSpec {
             name: name.clone(),
             partitions: 1,
             replication_factor: kafka.replication_factor,
-            config: colo_connectors::CHANGELOG_CONFIG
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            config: compacted(),
         };
         colo_connectors::create_missing_topics(
             &kafka.bootstrap_servers,
@@ -127,8 +144,8 @@ pub(super) async fn coordinator_topic(
         .await
         .map_err(|e| ProgramError::Settings(format!("the coordinator topic {name:?}: {e}")))?;
     }
-    let config = config.clone();
-    let log = tokio::task::spawn_blocking(move || coordinator_log(&config))
+    let kafka = kafka.clone();
+    let log = tokio::task::spawn_blocking(move || coordinator_log(&kafka))
         .await
         .map_err(|e| ProgramError::Settings(format!("coordinator topic: {e}")))??;
     Ok(Some(Arc::new(log)))
@@ -144,17 +161,13 @@ pub(super) async fn coordinator_stores(
         return Ok(None);
     };
     Ok(Some(Box::new(move |name: &str, epoch: u64| {
-        Arc::new(KafkaCoordinatorStore::new(log.clone(), name, epoch)) as Arc<dyn CoordinatorStore>
+        coordinator_store(&log, name, epoch)
     })))
 }
 
 /// The cluster's coordinator topic, checked to exist with one partition.
 /// Blocking: call it off the runtime.
-fn coordinator_log(config: &NodeConfig) -> Result<Changelog, ProgramError> {
-    let kafka = config
-        .kafka
-        .as_ref()
-        .ok_or_else(|| ProgramError::Settings("the coordinator topic needs [kafka]".into()))?;
+fn coordinator_log(kafka: &KafkaSection) -> Result<Changelog, ProgramError> {
     let topic = kafka.coordinator_topic();
     let unusable = |e: colo_connectors::SourceError| {
         ProgramError::Settings(format!(
@@ -267,12 +280,6 @@ pub(super) async fn create_topics(
 ) -> Result<(), ProgramError> {
     let Some(kafka) = config.kafka.as_ref().filter(|k| k.create_topics) else {
         return Ok(());
-    };
-    let compacted = || {
-        colo_connectors::CHANGELOG_CONFIG
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
     };
     let mut specs = Vec::new();
     for entity_type in entity_types {

@@ -30,9 +30,7 @@
 //! previous owner's release, its restore, a record that does not settle):
 //! each rejoin revokes every partition of the node.
 
-use crate::coordinator::store::CoordinatorStore;
 use crate::kafka::leader::{leader_key, leader_value, ElectedHosting, Read};
-use crate::kafka::KafkaCoordinatorStore;
 use crate::node::Node;
 use crate::process::config::NodeConfig;
 use crate::process::program::coordinators::{self, Hosted};
@@ -476,8 +474,7 @@ impl Driver {
     async fn lead(&mut self, since: Instant, epoch: u64) -> Phase {
         let mut started = 0;
         for t in &self.types {
-            let store: Arc<dyn CoordinatorStore> =
-                Arc::new(KafkaCoordinatorStore::new(self.log.clone(), &t.name, epoch));
+            let store = super::coordinator_store(&self.log, &t.name, epoch);
             match coordinators::spawn(
                 &self.config,
                 &t.name,
