@@ -154,9 +154,11 @@ fn changelog_keys(
 /// Once Kafka's log cleaner has compacted the changelog, a node on an
 /// empty data directory restores from it the same totals. The cleaner
 /// leaves each key's newest record in the segments it cleans and never
-/// touches the active one (the broker rolls a segment at the first write
-/// a second after it began): the changelog then holds fewer records than
-/// states were written, most of them the last second's.
+/// touches the active one; the broker rolls a segment only at the first
+/// write a second after it began. So the node keeps running, and writing,
+/// while the test waits for the cleaner: a trickle of purchases of other
+/// users goes on meanwhile, and every partition's segments keep rolling
+/// however late a loaded machine wrote the first users' states.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_after_compaction_gives_the_same_totals() {
     let broker = Broker::start_compacting("1s");
@@ -173,42 +175,49 @@ async fn a_restore_after_compaction_gives_the_same_totals() {
     verify(&expected_file, &a.grpc)
         .await
         .expect("totals exact on a");
-    let written = series(&a, "colo_state_written_entities_total{", "").await;
-    assert!(
-        written > 10.0,
-        "the ten users' states were written several times each: {written}"
-    );
-    a.terminate();
-    assert!(
-        a.exited(Duration::from_secs(60)).await.success(),
-        "{}",
-        a.logs()
-    );
 
+    // A hundred other users, a few purchases a second, until the
+    // changelog is compacted: enough to write to every partition.
+    let trickle = Producer::start_for(
+        "trickle-",
+        dir.path(),
+        broker.bootstrap(),
+        &topic,
+        100,
+        1_000_000,
+        Some(50),
+    );
     let changelog = format!("{cluster}.user.changelog");
     wait::until(
         "the changelog is compacted",
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         || {
             let (bootstrap, topic) = (broker.bootstrap().to_string(), changelog.clone());
+            let a = &a;
             async move {
+                let written = series(a, "colo_state_written_entities_total{", "").await;
                 let keys =
                     tokio::task::spawn_blocking(move || changelog_keys(&bootstrap, &topic, 12))
                         .await
                         .expect("reader");
-                // Fewer records than states written: compaction dropped
-                // some (uncompacted, each write is a record, and the
-                // markers more). Not "half of them": the segment a
-                // partition is writing is never compacted, and on a loaded
-                // machine the node writes its users' states in fewer,
-                // later flushes, most of them in that last segment (a CI
-                // run waited 60 s for half).
+                // Fewer records than states written (read after them):
+                // compaction dropped some. Uncompacted, each write is a
+                // record, and the markers more.
                 let records = keys.values().sum::<usize>() as f64;
                 records > 0.0 && records < written
             }
         },
     )
     .await;
+    let trickled_file = trickle.expected_file();
+    let trickled = trickle.stopped(Duration::from_secs(30)).await;
+    await_all_handled(&[&a], &trickled).await;
+    a.terminate();
+    assert!(
+        a.exited(Duration::from_secs(60)).await.success(),
+        "{}",
+        a.logs()
+    );
 
     // The same node, as a new machine: its shards restore from the
     // compacted changelog alone.
@@ -218,6 +227,9 @@ async fn a_restore_after_compaction_gives_the_same_totals() {
     verify(&expected_file, &a.grpc)
         .await
         .expect("totals exact after a restore from the compacted changelog");
+    verify(&trickled_file, &a.grpc)
+        .await
+        .expect("the trickle's totals exact after the restore too");
 }
 
 /// The failover test: a change a client had acknowledged just
