@@ -158,6 +158,7 @@ pub struct EntityType<E: Entity> {
     pub(crate) settings: ShardingSettings,
     pub(crate) stop_message: Option<StopMessage<E::Message>>,
     pub(crate) state: Option<StateCodec<E>>,
+    pub(crate) role: Option<String>,
 }
 
 impl<E: Entity> Clone for EntityType<E> {
@@ -169,6 +170,7 @@ impl<E: Entity> Clone for EntityType<E> {
             settings: self.settings.clone(),
             stop_message: self.stop_message.clone(),
             state: self.state,
+            role: self.role.clone(),
         }
     }
 }
@@ -179,6 +181,7 @@ impl<E: Entity> fmt::Debug for EntityType<E> {
             .field("name", &self.name)
             .field("settings", &self.settings)
             .field("state_version", &self.state.map(|s| s.version))
+            .field("role", &self.role)
             .finish_non_exhaustive()
     }
 }
@@ -190,6 +193,10 @@ pub enum RegistrationError {
     /// and wire names.
     #[error("invalid entity type name {0:?}: use 1 to 128 characters from [A-Za-z0-9_.-]")]
     InvalidName(String),
+    /// The role is empty or has characters that would break metric labels
+    /// and config keys.
+    #[error("invalid role {0:?}: use 1 to 128 characters from [A-Za-z0-9_.-]")]
+    InvalidRole(String),
     /// A setting cannot work.
     #[error(transparent)]
     Settings(#[from] SettingsError),
@@ -246,6 +253,7 @@ impl<E: Entity> EntityType<E> {
             settings: ShardingSettings::default(),
             stop_message: None,
             state: None,
+            role: None,
         }
     }
 
@@ -273,6 +281,23 @@ impl<E: Entity> EntityType<E> {
         self
     }
 
+    /// Runs the entity type's shards only on nodes with `role` (Akka's
+    /// `withRole`): a node without it that starts the type starts a proxy
+    /// region instead, which routes to the shards and hosts none. Its
+    /// coordinator places shards on the nodes with the role, and of a
+    /// type driven by Kafka records, only those join its consumer group.
+    /// Use it to keep a type's state and load on the machines sized for
+    /// it, and to let the others send to it all the same.
+    pub fn with_role(mut self, role: impl Into<String>) -> Self {
+        self.role = Some(role.into());
+        self
+    }
+
+    /// The role a node must have to host its shards; `None`: any node.
+    pub fn role(&self) -> Option<&str> {
+        self.role.as_deref()
+    }
+
     /// Whether its entities' state is durable (see [`EntityType::durable`]).
     pub fn is_durable(&self) -> bool {
         self.state.is_some()
@@ -289,14 +314,11 @@ impl<E: Entity> EntityType<E> {
     /// # Errors
     /// A [`RegistrationError`] naming what is wrong.
     pub(crate) fn validated(mut self) -> Result<Self, RegistrationError> {
-        let name_ok = !self.name.is_empty()
-            && self.name.len() <= 128
-            && self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-        if !name_ok {
+        if !is_name(&self.name) {
             return Err(RegistrationError::InvalidName(self.name));
+        }
+        if let Some(role) = self.role.take_if(|role| !is_name(role)) {
+            return Err(RegistrationError::InvalidRole(role));
         }
         self.settings.validate()?;
         if self.settings.remember_entities.is_some() && self.state.is_none() {
@@ -323,6 +345,17 @@ impl<E: Entity> EntityType<E> {
         self.extractor = Some(extractor);
         Ok(self)
     }
+}
+
+/// Whether `name` may name an entity type or a role: 1 to 128 characters
+/// from `[A-Za-z0-9_.-]`, so that it fits a metric label, a wire name and a
+/// config key as it is.
+pub(crate) fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
 /// The runtime's own tests' entity: a sum of what it is told, durable or

@@ -12,7 +12,7 @@ use crate::transport::Transport;
 use colo_allocation::RegionId;
 use parking_lot::RwLock;
 use recipient::NodeRecipient;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// How long a gracefully stopping node waits for its last replies and
@@ -29,6 +29,9 @@ pub struct Node {
     /// that such a caller learns the region has stopped rather than that the
     /// entity type does not exist.
     by_name: RwLock<BTreeMap<String, Arc<dyn ErasedRegion>>>,
+    /// What this node is for ([`Node::with_roles`]): an entity type with a
+    /// role runs its shards only on nodes that have it.
+    roles: BTreeSet<String>,
 }
 
 impl std::fmt::Debug for Node {
@@ -70,7 +73,28 @@ impl Node {
             context,
             recipient,
             by_name: RwLock::default(),
+            roles: BTreeSet::new(),
         }
+    }
+
+    /// Gives the node its roles, before it starts a region: an entity type
+    /// with a role ([`EntityType::with_role`]) hosts shards only on nodes
+    /// that have it, and a node without it routes to the type as a proxy.
+    /// A node without roles hosts only the types without one.
+    pub fn with_roles(mut self, roles: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.roles = roles.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The node's roles, sorted.
+    pub fn roles(&self) -> impl Iterator<Item = &str> {
+        self.roles.iter().map(String::as_str)
+    }
+
+    /// Whether this node hosts the shards of an entity type of `role`
+    /// (every node hosts those of a type without one).
+    pub fn has_role(&self, role: Option<&str>) -> bool {
+        role.is_none_or(|role| self.roles.contains(role))
     }
 
     /// The node's name.
@@ -78,7 +102,8 @@ impl Node {
         &self.context.id
     }
 
-    /// Registers an entity type and starts its region here.
+    /// Registers an entity type and starts its region here: a proxy
+    /// ([`Node::start_proxy`]) when the type has a role this node has not.
     ///
     /// # Errors
     /// The entity type is invalid or already registered on this node.
@@ -107,6 +132,11 @@ impl Node {
         proxy: bool,
     ) -> Result<Region<E>, RegistrationError> {
         let entity_type = entity_type.validated()?;
+        let has_role = self.has_role(entity_type.role());
+        if !has_role {
+            tracing::info!(entity_type = %entity_type.name, role = entity_type.role(), roles = ?self.roles, "the entity type's shards run on nodes with its role, which this node has not: it routes to them as a proxy");
+        }
+        let proxy = proxy || !has_role;
         if entity_type.is_durable() && !proxy {
             match &self.context.store {
                 None => return Err(RegistrationError::NoStateStore(entity_type.name)),

@@ -415,6 +415,41 @@ impl Broker {
         })
     }
 
+    /// The members of the consumer group `group` as the broker knows them
+    /// now (their client ids), from Kafka's own `kafka-consumer-groups.sh
+    /// --describe --members`; empty while the group has none, or is
+    /// between generations.
+    ///
+    /// # Panics
+    /// The tool cannot be run.
+    pub fn group_members(&self, group: &str) -> Vec<String> {
+        let config = tempfile::NamedTempFile::new().expect("tool.properties");
+        let lines: Vec<String> = self
+            .client
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect();
+        std::fs::write(config.path(), lines.join("\n") + "\n").expect("tool.properties");
+        let described = java(&kafka_lib(), self.dir.path(), Run::Tool)
+            .arg("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand")
+            .args(["--bootstrap-server", &self.bootstrap])
+            .args(["--describe", "--members", "--group", group])
+            .arg("--command-config")
+            .arg(config.path())
+            .output()
+            .expect("run kafka-consumer-groups");
+        // GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS (KIP-848 groups add
+        // columns after these), under a header.
+        String::from_utf8_lossy(&described.stdout)
+            .lines()
+            .filter_map(|line| {
+                let columns: Vec<&str> = line.split_whitespace().collect();
+                (columns.first() == Some(&group) && columns.len() >= 4)
+                    .then(|| columns[3].to_string())
+            })
+            .collect()
+    }
+
     /// Its directory: data, config and log.
     pub fn dir(&self) -> &Path {
         self.dir.path()

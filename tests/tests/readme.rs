@@ -259,6 +259,42 @@ async fn the_three_node_cluster_and_the_client_commands_run_as_shown() {
     started.stop_on_sigterm(logs).await;
 }
 
+/// README's roles: two nodes, the counter's shards on the one with the
+/// role, asked through the other.
+#[tokio::test]
+async fn the_roles_commands_run_as_shown() {
+    let root = root();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let nodes = block_after(&readme, "Two nodes, the counter's shards on the");
+    let client = block_after(&readme, "The front node answers for the counter");
+    let data = tempfile::tempdir().expect("a temporary directory");
+    let (status, printed, started) = start_block(&root, &nodes, data.path());
+    let logs = || std::fs::read_to_string(data.path().join("block.err")).unwrap_or_default();
+    assert!(status.success(), "{printed}\n{}", logs());
+    assert_eq!(started.1.len(), 2, "{printed}");
+    await_ready(&["127.0.0.1:9021", "127.0.0.1:9022"], &logs).await;
+    let stdout = run_client_block(&root, &nodes, &client, logs);
+    assert!(stdout.contains("counter/bob (shard"), "{stdout}");
+    assert!(stdout.contains("replied 2"), "{stdout}");
+    assert!(
+        stdout.contains("region 127.0.0.1:7022: 0 shards, 0 entities"),
+        "{stdout}"
+    );
+    // The stats list the backend node's region alone, with bob's shard.
+    let regions: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("127.0.0.1:"))
+        .collect();
+    assert_eq!(regions.len(), 1, "{stdout}");
+    assert!(regions[0].starts_with("127.0.0.1:7021 "), "{stdout}");
+    assert!(
+        logs().contains("it routes to them as a proxy"),
+        "the front node says why it hosts no counter shard: {}",
+        logs()
+    );
+    started.stop_on_sigterm(logs).await;
+}
+
 /// README's Kafka sample as written, against the test broker (its address
 /// in place of 127.0.0.1:9092): one node consuming `user-events`, `colo
 /// produce`, and a user's totals asked with `colo ask`, which reach what

@@ -43,6 +43,7 @@ use crate::store::StateSettings;
 use colo_allocation::{LeastShardSettings, RegionId};
 use overrides::Override;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -77,6 +78,11 @@ pub struct NodeConfig {
     /// `[api]`: how clients of the client API authenticate.
     #[serde(default)]
     pub api: ApiSection,
+    /// `[roles]`: entity type to the role a node must have (`node.roles`)
+    /// to host its shards. A type not named runs on every node. All nodes
+    /// must agree.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub roles: BTreeMap<String, String>,
 }
 
 /// `[node]`.
@@ -99,6 +105,11 @@ pub struct NodeSection {
     /// Run proxy regions (route only, host no shards), e.g. on a gateway.
     #[serde(default)]
     pub proxy: bool,
+    /// What this node is for: it hosts the shards of the entity types whose
+    /// role (`[roles]`) it has, and of those without one; it routes to the
+    /// others' as a proxy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
     /// Where the node keeps what it must remember across restarts. Unset:
     /// `colo-data/<advertised address>` under the working directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -24,6 +24,7 @@
 mod coordinators;
 mod kafka;
 mod open_store;
+mod roles;
 mod servers;
 mod signals;
 
@@ -123,6 +124,10 @@ trait Registration: Send {
     fn reads_records(&self) -> bool;
     /// Whether its state is durable (it needs the node's state store).
     fn is_durable(&self) -> bool;
+    /// The role a node must have to host its shards.
+    fn role(&self) -> Option<&str>;
+    /// Gives it the role `[roles]` names for it.
+    fn set_role(&mut self, role: String);
     /// Its shards follow Kafka's partitions: Kafka's murmur2 partitioner
     /// places its entities, so a record's shard is its partition.
     fn follow_partitions(&mut self);
@@ -162,6 +167,14 @@ impl<E: Entity> Registration for Registered<E> {
         self.entity_type.is_durable()
     }
 
+    fn role(&self) -> Option<&str> {
+        self.entity_type.role()
+    }
+
+    fn set_role(&mut self, role: String) {
+        self.entity_type.role = Some(role);
+    }
+
     fn follow_partitions(&mut self) {
         let shards = self.entity_type.settings.number_of_shards;
         if let Ok(extractor) = colo_allocation::KafkaMurmur2Extractor::new(shards) {
@@ -184,7 +197,7 @@ impl<E: Entity> Registration for Registered<E> {
         }
         let refused =
             |e: RegistrationError| ProgramError::Settings(format!("entity type {name:?}: {e}"));
-        if proxy {
+        if proxy || !node.has_role(this.entity_type.role()) {
             node.start_proxy(this.entity_type).map_err(refused)?;
             return Ok(None);
         }
@@ -377,6 +390,7 @@ async fn run(
     tasks.spawn(security.clone().watch());
 
     let mut entity_types = entity_types;
+    roles::assign(&config, &mut entity_types)?;
     let kafka_driven = kafka::check(&config, &mut entity_types)?;
     kafka::check_brokers(&config).await?;
     if !config.node.proxy {
@@ -424,7 +438,8 @@ async fn run(
         match open_store::open_store(&config, &entity_types).await? {
             Some(store) => Node::with_state_store(transport.clone(), store),
             None => Node::new(transport.clone()),
-        },
+        }
+        .with_roles(config.node.roles.iter().cloned()),
     );
     if let Some(electing) = &electing {
         electing.watch_regions(&node);

@@ -16,6 +16,7 @@ mod kafka_path;
 mod passivation;
 mod placement;
 mod rebalance;
+mod roles;
 mod routing;
 mod shutdown;
 mod strategies;

@@ -453,6 +453,24 @@ impl Cluster {
         region
     }
 
+    /// A node with `roles` that starts the entity type with `role`, as
+    /// every node of a cluster with roles does: a node without the role
+    /// runs a proxy.
+    pub fn add_node_with_roles(&mut self, name: &str, roles: &[&str], role: &str) -> Region<Probe> {
+        let node = Node::new(self.network.transport(name)).with_roles(roles.iter().copied());
+        let region = node
+            .start_region(self.entity_type(name).with_role(role))
+            .expect("valid entity type");
+        if node.has_role(Some(role)) {
+            self.world
+                .regions
+                .lock()
+                .insert(name.to_string(), region.clone());
+        }
+        self.nodes.insert(name.to_string(), (node, region.clone()));
+        region
+    }
+
     pub fn region(&self, name: &str) -> Region<Probe> {
         self.nodes[name].1.clone()
     }

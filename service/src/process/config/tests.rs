@@ -409,6 +409,39 @@ fn an_entity_type_named_twice_is_refused() {
 }
 
 #[test]
+fn roles_are_read_from_the_node_and_the_roles_table_by_env_and_set_too() {
+    let file = format!("{MINIMAL}[roles]\nuser = \"backend\"\n");
+    let c = load(
+        &file,
+        &[("COLO_ROLES__COUNTER", "front")],
+        &[r#"node.roles=["backend", "front"]"#, "roles.ledger=backend"],
+    )
+    .unwrap();
+    assert_eq!(c.node.roles, ["backend", "front"]);
+    assert_eq!(
+        c.roles,
+        BTreeMap::from([
+            ("counter".to_string(), "front".to_string()),
+            ("ledger".to_string(), "backend".to_string()),
+            ("user".to_string(), "backend".to_string()),
+        ])
+    );
+    assert!(load(MINIMAL, &[], &[]).unwrap().node.roles.is_empty());
+}
+
+#[test]
+fn a_role_that_is_no_name_is_refused_with_its_field() {
+    let (field, shown) = field_error(MINIMAL, &[], &[r#"node.roles=["back end"]"#]);
+    assert_eq!(field, "node.roles");
+    assert!(
+        shown.contains(r#""back end" is not a role: use 1 to 128 characters from [A-Za-z0-9_.-]"#),
+        "{shown}"
+    );
+    let (field, _) = field_error(MINIMAL, &[], &[r#"roles.user="""#]);
+    assert_eq!(field, "roles.user");
+}
+
+#[test]
 fn an_unknown_passivation_strategy_is_refused() {
     let (field, shown) = field_error(
         MINIMAL,

@@ -3,6 +3,7 @@
 //! placed under the section they live in.
 
 use super::NodeConfig;
+use crate::entity::is_name;
 use std::collections::HashSet;
 
 /// A refused field's dotted path and the reason.
@@ -33,6 +34,12 @@ impl NodeConfig {
         let mut seen = HashSet::new();
         if let Some(twice) = node.entity_types.iter().find(|t| !seen.insert(*t)) {
             return refuse("node.entity_types", format!("names `{twice}` twice"));
+        }
+        if let Some(role) = node.roles.iter().find(|r| !is_name(r)) {
+            return refuse("node.roles", bad_role(role));
+        }
+        if let Some((entity_type, role)) = self.roles.iter().find(|(_, r)| !is_name(r)) {
+            return refuse(&format!("roles.{entity_type}"), bad_role(role));
         }
         if node.shutdown_timeout.is_zero() {
             return refuse(
@@ -184,6 +191,10 @@ impl NodeConfig {
 
 /// Region ids are dialled by other nodes, so they must at least look like
 /// `host:port`; the host may be a name (e.g. a container's).
+fn bad_role(role: &str) -> String {
+    format!("{role:?} is not a role: use 1 to 128 characters from [A-Za-z0-9_.-]")
+}
+
 fn check_host_port(field: &str, value: &str) -> Result<(), Refusal> {
     let refuse = |reason: &str| Err((field.to_string(), format!("`{value}` {reason}")));
     let Some((host, port)) = value.rsplit_once(':') else {

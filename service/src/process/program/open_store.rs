@@ -1,26 +1,27 @@
 //! The node's state store, opened when an entity type it runs is durable,
 //! with the changelog of each durable type when the node has `[kafka]`.
 
-use super::{kafka, ProgramError, Registration};
+use super::{kafka, roles, ProgramError, Registration};
 use crate::process::config::NodeConfig;
 use crate::store::NodeStore;
 
 /// The node's state store, when an entity type it hosts is durable: one
-/// per node, under `node.data_dir`, opened on a blocking thread.
+/// per node, under `node.data_dir`, opened on a blocking thread. A type
+/// this node only routes to (a proxy, or another role's) needs none.
 pub(super) async fn open_store(
     config: &NodeConfig,
     entity_types: &[Box<dyn Registration>],
 ) -> Result<Option<NodeStore>, ProgramError> {
-    if config.node.proxy || !entity_types.iter().any(|t| t.is_durable()) {
+    let durable: Vec<(String, u32)> = entity_types
+        .iter()
+        .filter(|t| t.is_durable() && roles::hosts(config, t.as_ref()))
+        .map(|t| (t.name().to_string(), t.settings().number_of_shards))
+        .collect();
+    if durable.is_empty() {
         return Ok(None);
     }
     let dir = config.data_dir();
     let settings = config.state;
-    let durable: Vec<(String, u32)> = entity_types
-        .iter()
-        .filter(|t| t.is_durable())
-        .map(|t| (t.name().to_string(), t.settings().number_of_shards))
-        .collect();
     let changelog_config = config.clone();
     let opened = tokio::task::spawn_blocking(move || {
         let changelogs = kafka::changelogs(&changelog_config, &durable)?;

@@ -28,6 +28,17 @@ async fn an_entity_type_the_program_does_not_register_is_refused_at_startup() {
     assert!(err.contains("registers no entity type"), "{err}");
 }
 
+#[tokio::test]
+async fn a_role_for_an_entity_type_the_node_does_not_run_is_refused_at_startup() {
+    let program = NodeProgram::new(config(&["roles.cart=backend"]))
+        .entity_type(|s| EntityType::new(COUNTER, |_| Counter::default()).with_settings(s));
+    let err = program.run().await.unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "invalid config: roles.cart: `cart` is not an entity type this node runs (it runs: counter)"
+    );
+}
+
 #[test]
 fn a_kafka_driven_entity_type_keeps_the_node_unready_while_its_consumer_starts_or_after_it_failed()
 {

@@ -130,7 +130,8 @@ pub(super) struct Move {
 /// A change done, as its task reports it.
 pub(super) enum Change {
     Joined {
-        node: DemoNode,
+        /// Boxed: a node is many times the size of the other changes.
+        node: Box<DemoNode>,
         took: Duration,
         shards: usize,
         /// Shards the nodes already there took from one another in the
@@ -225,7 +226,7 @@ impl Membership {
                     node.name,
                     took.as_secs_f64()
                 );
-                nodes.push(node);
+                nodes.push(*node);
                 self.phase = Phase::Joined;
             }
             Change::Left {
@@ -289,7 +290,7 @@ impl Membership {
                 after.push((joiner.clone(), hosted(&node.region).await?));
                 let (moved, swapped) = moves(&before, &after, &joiner);
                 Ok(Change::Joined {
-                    node,
+                    node: Box::new(node),
                     took,
                     shards,
                     swapped,
