@@ -14,6 +14,8 @@
 //!   (not an Akka policy).
 //! - [`next_use`]: predicted next use, Belady's rule on a forecast from
 //!   each entity's last two intervals (not an Akka policy).
+//! - [`budget`]: any of them kept within a memory budget rather than (or
+//!   beside) an entity count: the entities' weight moves its limit.
 //! - [`ensemble`]: expert policies run as virtual caches, the shard
 //!   following the one with the most recent hits (not an Akka policy).
 //! - [`composite`]: admission window + admission filter + main area
@@ -25,6 +27,7 @@
 //!   structures under the policies; `area`: what the composite needs from
 //!   its areas' policies.
 mod area;
+pub mod budget;
 pub mod composite;
 pub mod ensemble;
 mod frequency_list;
@@ -42,6 +45,7 @@ pub mod settings;
 pub mod simulation;
 pub mod strategy;
 
+pub use budget::MemoryBudgeted;
 pub use composite::Composite;
 pub use ensemble::Ensemble;
 pub use frequency_sketch::{FrequencySketch, SketchHash};

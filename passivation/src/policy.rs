@@ -47,4 +47,20 @@ pub trait ReplacementPolicy<K: PolicyKey>: Send {
     fn window_proportion(&self) -> Option<f64> {
         None
     }
+
+    /// How much memory an active entity takes now, in bytes (its encoded
+    /// state, or what its entity type reports): a policy kept within a
+    /// memory budget ([`crate::MemoryBudgeted`]) pushes the entities to
+    /// passivate to stay within it. The others count entities only.
+    fn set_weight(&mut self, _id: &K, _weight: u64, _passivate: &mut Vec<K>) {}
+
+    /// This shard's share of the memory budget changed (a shard of the
+    /// node started or stopped): pushes the entities to passivate to get
+    /// within it. Only a budgeted policy has one.
+    fn set_budget(&mut self, _budget: u64, _passivate: &mut Vec<K>) {}
+
+    /// The weighed entities' memory, in bytes, for a budgeted policy.
+    fn weight(&self) -> Option<u64> {
+        None
+    }
 }

@@ -85,12 +85,16 @@ impl fmt::Debug for Strategy {
 pub struct RunResult {
     /// The strategy's name.
     pub strategy: String,
-    /// The total active-entity limit.
+    /// The total active-entity limit (a memory budget in bytes, in a
+    /// weighed replay).
     pub limit: usize,
     /// Messages replayed.
     pub accesses: u64,
     /// Messages that found their entity inactive and activated it.
     pub activations: u64,
+    /// Where the trace gives sizes: the most bytes its active entities
+    /// held at once.
+    pub peak_bytes: Option<u64>,
 }
 
 impl RunResult {

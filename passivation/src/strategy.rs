@@ -24,7 +24,8 @@ pub struct PassivationStrategy {
     pub idle_interval: Option<Duration>,
     /// The most active entities per region, divided evenly among the
     /// region's active shards. Without a replacement policy it is ignored,
-    /// as in Akka.
+    /// as in Akka. A replacement policy without it is bounded by the
+    /// node's memory budget alone (and by nothing on a node without one).
     pub active_entity_limit: Option<usize>,
     /// Which entities to passivate once a shard reaches its share of the
     /// limit.
@@ -128,12 +129,6 @@ impl PassivationStrategy {
                 "must be longer than zero (or default)",
             );
         }
-        if self.replacement.is_some() && self.active_entity_limit.is_none() {
-            return err(
-                "passivation.active_entity_limit",
-                "a replacement policy needs a limit",
-            );
-        }
         if let Some(replacement) = &self.replacement {
             replacement.validate().map_err(|e| StrategyError {
                 field: "passivation.replacement",
@@ -207,11 +202,13 @@ mod tests {
         assert!(s.validate().is_ok());
         assert_eq!(s.shard_limit(3), Some(33_333));
         assert!(s.policy::<u32>(10).is_some());
+        // Without a limit the node's memory budget bounds it: no share
+        // of a count to give the shards.
         let without_limit = PassivationStrategy {
             active_entity_limit: None,
             ..s
         };
-        let e = without_limit.validate().unwrap_err();
-        assert_eq!(e.field, "passivation.active_entity_limit");
+        assert!(without_limit.validate().is_ok());
+        assert_eq!(without_limit.shard_limit(3), None);
     }
 }

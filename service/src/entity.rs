@@ -148,6 +148,7 @@ fn decode_state<E: DeserializeOwned>(bytes: &[u8]) -> Result<E, String> {
     postcard::from_bytes(bytes).map_err(|e| e.to_string())
 }
 type StopMessage<M> = Arc<dyn Fn() -> M + Send + Sync>;
+type Size<E> = Arc<dyn Fn(&E) -> usize + Send + Sync>;
 
 /// An entity type: a name, an entity factory, a message extractor and
 /// settings. A node runs one region per entity type.
@@ -159,6 +160,7 @@ pub struct EntityType<E: Entity> {
     pub(crate) stop_message: Option<StopMessage<E::Message>>,
     pub(crate) state: Option<StateCodec<E>>,
     pub(crate) role: Option<String>,
+    pub(crate) size: Option<Size<E>>,
 }
 
 impl<E: Entity> Clone for EntityType<E> {
@@ -171,6 +173,7 @@ impl<E: Entity> Clone for EntityType<E> {
             stop_message: self.stop_message.clone(),
             state: self.state,
             role: self.role.clone(),
+            size: self.size.clone(),
         }
     }
 }
@@ -254,6 +257,7 @@ impl<E: Entity> EntityType<E> {
             stop_message: None,
             state: None,
             role: None,
+            size: None,
         }
     }
 
@@ -290,6 +294,18 @@ impl<E: Entity> EntityType<E> {
     /// it, and to let the others send to it all the same.
     pub fn with_role(mut self, role: impl Into<String>) -> Self {
         self.role = Some(role.into());
+        self
+    }
+
+    /// How much memory an entity takes, in bytes, as the node's memory
+    /// budget counts it ([`crate::Node::with_memory_budget`]). Without it
+    /// an entity weighs the size of its value, plus its encoded state if
+    /// the type is durable (about what it owns on the heap; a type that is
+    /// not durable has it uncounted). Called
+    /// after every message it handles, so it should be cheap: a length
+    /// times an item's size, say.
+    pub fn with_size(mut self, size: impl Fn(&E) -> usize + Send + Sync + 'static) -> Self {
+        self.size = Some(Arc::new(size));
         self
     }
 

@@ -50,6 +50,7 @@ mod inspection;
 mod kafka_view;
 mod logging;
 mod mailbox;
+mod memory_budget;
 mod node;
 mod node_context;
 mod protocol;

@@ -36,6 +36,7 @@ use std::time::Duration;
 
 pub const HOSTED_SHARDS: &str = "colo_region_hosted_shards";
 pub const HOSTED_ENTITIES: &str = "colo_region_hosted_entities";
+pub const ENTITY_MEMORY: &str = "colo_region_entity_memory_bytes";
 pub const DELIVERED: &str = "colo_messages_delivered_total";
 pub const FORWARDED: &str = "colo_messages_forwarded_total";
 pub const BUFFERED: &str = "colo_messages_buffered";
@@ -276,6 +277,11 @@ pub fn describe() {
         use metrics::{describe_counter, describe_gauge, describe_histogram};
         describe_gauge!(HOSTED_SHARDS, "Shards hosted by this node's region");
         describe_gauge!(HOSTED_ENTITIES, "Live entities in this node's region");
+        describe_gauge!(
+            ENTITY_MEMORY,
+            Unit::Bytes,
+            "Estimated memory of the region's live entities, where the node has a memory budget (passivation.memory_budget)"
+        );
         describe_counter!(DELIVERED, "Messages handled by an entity on this node");
         describe_counter!(
             FORWARDED,
@@ -409,6 +415,7 @@ pub fn describe() {
 pub(crate) struct RegionMetrics {
     pub hosted_shards: Gauge,
     pub hosted_entities: Gauge,
+    pub entity_memory: Gauge,
     pub delivered: Counter,
     pub forwarded: Counter,
     pub buffered: Gauge,
@@ -437,6 +444,7 @@ impl RegionMetrics {
         Self {
             hosted_shards: metrics::gauge!(HOSTED_SHARDS, "entity_type" => et.clone()),
             hosted_entities: metrics::gauge!(HOSTED_ENTITIES, "entity_type" => et.clone()),
+            entity_memory: metrics::gauge!(ENTITY_MEMORY, "entity_type" => et.clone()),
             delivered: metrics::counter!(DELIVERED, "entity_type" => et.clone()),
             forwarded: metrics::counter!(FORWARDED, "entity_type" => et.clone()),
             buffered: metrics::gauge!(BUFFERED, "entity_type" => et.clone()),

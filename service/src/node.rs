@@ -66,6 +66,7 @@ impl Node {
             tasks: NodeTasks::default(),
             store,
             kafka: Arc::default(),
+            memory: Arc::default(),
         });
         let recipient = Arc::new(NodeRecipient::new(context.clone()));
         transport.attach(recipient.clone());
@@ -83,6 +84,19 @@ impl Node {
     /// A node without roles hosts only the types without one.
     pub fn with_roles(mut self, roles: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.roles = roles.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Gives the node a memory budget for its entities, before it starts a
+    /// region: the entity types that passivate with a replacement policy
+    /// keep their active entities' estimated memory within it, each shard
+    /// within an even share, the policy choosing whom to passivate. An
+    /// entity weighs what its entity type reports
+    /// ([`EntityType::with_size`]), else its value's size, plus its encoded
+    /// state for a durable type (about what it owns on the heap). Beside `active_entity_limit`, both
+    /// bounds hold; without it, the budget alone bounds the count.
+    pub fn with_memory_budget(self, bytes: u64) -> Self {
+        self.context.memory.set(bytes);
         self
     }
 
@@ -137,6 +151,14 @@ impl Node {
             tracing::info!(entity_type = %entity_type.name, role = entity_type.role(), roles = ?self.roles, "the entity type's shards run on nodes with its role, which this node has not: it routes to them as a proxy");
         }
         let proxy = proxy || !has_role;
+        let passivation = &entity_type.settings.passivation;
+        if !proxy
+            && passivation.replacement.is_some()
+            && passivation.active_entity_limit.is_none()
+            && self.context.memory.bytes().is_none()
+        {
+            tracing::warn!(entity_type = %entity_type.name, "a replacement policy without an active-entity limit, on a node without a memory budget: it passivates nothing (set PassivationStrategy::active_entity_limit, or Node::with_memory_budget)");
+        }
         if entity_type.is_durable() && !proxy {
             match &self.context.store {
                 None => return Err(RegistrationError::NoStateStore(entity_type.name)),

@@ -53,6 +53,8 @@ pub(crate) struct NodeContext {
     pub store: Option<Arc<crate::store::NodeStore>>,
     /// What its Kafka consumers do now, for the cluster map.
     pub kafka: Arc<crate::kafka_view::KafkaView>,
+    /// The memory its entities may take, if it has a budget.
+    pub memory: Arc<crate::memory_budget::MemoryBudget>,
 }
 
 impl NodeContext {

@@ -333,11 +333,13 @@ impl<E: Entity> Region<E> {
     }
 
     /// Whether the entity type passivates entities on its own: an idle
-    /// timeout, or an active-entity limit with its replacement policy.
+    /// timeout, or a replacement policy with an active-entity limit or the
+    /// node's memory budget.
     pub(crate) fn passivates(&self) -> bool {
         let passivation = &self.shared.entity_type.settings.passivation;
-        passivation.idle_timeout.is_some()
-            || (passivation.active_entity_limit.is_some() && passivation.replacement.is_some())
+        let bounded =
+            passivation.active_entity_limit.is_some() || self.shared.node.memory.bytes().is_some();
+        passivation.idle_timeout.is_some() || (bounded && passivation.replacement.is_some())
     }
 
     /// Notes that `topic`'s partition of `shard` is assigned to this

@@ -162,10 +162,15 @@ fn every_reader_reads_the_same_accesses() {
             args.extend(["--format", format]);
         }
         let csv = stdout_ok(&args);
-        let rows: Vec<&str> = csv
+        // A trace with sizes (adapt-size) adds the peak bytes held after
+        // the columns every format has.
+        let rows: Vec<String> = csv
             .lines()
             .skip(1)
-            .map(|row| row.split_once(',').expect("a trace column").1)
+            .map(|row| {
+                let columns: Vec<&str> = row.split(',').collect();
+                columns[1..6].join(",")
+            })
             .collect();
         assert_eq!(rows, ["lru,3,10,6,40.00", "opt,3,10,5,50.00"], "{file}");
     }
@@ -348,7 +353,85 @@ fn adapt_size_ids_are_id_and_size_pairs() {
         "--single",
         "--csv",
     ]);
-    assert!(csv.ends_with("sizes,opt,10,3,2,33.33\n"), "{csv}");
+    // A trace with sizes adds the most bytes held at once: both pairs.
+    assert!(csv.ends_with("sizes,opt,10,3,2,33.33,300\n"), "{csv}");
+}
+
+/// `--weighed`: the limit is a memory budget, each entity weighs its size.
+/// At 250 bytes, LRU holds `5:100` and `5:200` (300) only for a moment: the
+/// 200-byte one pushes the other out, and `5:100` back pushes it out in
+/// turn. Three activations, never more than 200 bytes held after an
+/// access. Counted by entities, a limit of 2 holds both (300 bytes).
+#[test]
+fn weighed_runs_keep_the_budget_a_count_does_not() {
+    let weighed = stdout_ok(&[
+        "--trace",
+        &fixture("adapt_size/sizes.trace"),
+        "--strategy",
+        "lru",
+        "--limits",
+        "250",
+        "--single",
+        "--weighed",
+        "--csv",
+    ]);
+    assert!(
+        weighed.ends_with("sizes,lru,250,3,3,0.00,200\n"),
+        "{weighed}"
+    );
+    let counted = stdout_ok(&[
+        "--trace",
+        &fixture("adapt_size/sizes.trace"),
+        "--strategy",
+        "lru",
+        "--limits",
+        "2",
+        "--single",
+        "--csv",
+    ]);
+    assert!(
+        counted.ends_with("sizes,lru,2,3,2,33.33,300\n"),
+        "{counted}"
+    );
+    let table = stdout_ok(&[
+        "--trace",
+        &fixture("adapt_size/sizes.trace"),
+        "--strategy",
+        "lru",
+        "--limits",
+        "250",
+        "--weighed",
+    ]);
+    assert!(table.contains("active % \\ budget (bytes)"), "{table}");
+    assert!(table.contains("peak MiB held"), "{table}");
+}
+
+#[test]
+fn a_weighed_run_needs_sizes_and_no_opt() {
+    fails_with(
+        &[
+            "--trace",
+            &fixture("tiny.trace"),
+            "--strategy",
+            "lru",
+            "--limits",
+            "100",
+            "--weighed",
+        ],
+        &["--weighed needs a trace with sizes (adapt-size)"],
+    );
+    fails_with(
+        &[
+            "--trace",
+            &fixture("adapt_size/sizes.trace"),
+            "--strategy",
+            "lru,opt",
+            "--limits",
+            "100",
+            "--weighed",
+        ],
+        &["OPT knows no sizes"],
+    );
 }
 
 #[test]

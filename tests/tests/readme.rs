@@ -295,6 +295,45 @@ async fn the_roles_commands_run_as_shown() {
     started.stop_on_sigterm(logs).await;
 }
 
+/// README's memory budget: a node of counters and durable users within
+/// 4 KiB, the estimate within it, users passivated by the policy, and a
+/// passivated user's totals read back.
+#[tokio::test]
+async fn the_memory_budget_commands_run_as_shown() {
+    let root = root();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let node = block_after(
+        &readme,
+        "A node of the built-in counter and the sample's durable",
+    );
+    let client = block_after(&readme, "Fifty counters and fifty users later");
+    let data = tempfile::tempdir().expect("a temporary directory");
+    let (status, printed, started) = start_block(&root, &node, data.path());
+    let logs = || std::fs::read_to_string(data.path().join("block.err")).unwrap_or_default();
+    assert!(status.success(), "{printed}\n{}", logs());
+    assert_eq!(started.1.len(), 1, "{printed}");
+    await_ready(&["127.0.0.1:9031"], &logs).await;
+    let stdout = run_client_block(&root, &node, &client, logs);
+    assert!(
+        stdout.contains(r#""purchases":1,"items":2,"amount_spent":500"#),
+        "{stdout}"
+    );
+    let value = |prefix: &str| -> f64 {
+        stdout
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let memory = value("colo_region_entity_memory_bytes");
+    assert!(memory > 0.0 && memory <= 4096.0, "{stdout}");
+    assert!(
+        value("colo_passivations_total{entity_type=\"user\"") > 0.0,
+        "{stdout}"
+    );
+    started.stop_on_sigterm(logs).await;
+}
+
 /// README's Kafka sample as written, against the test broker (its address
 /// in place of 127.0.0.1:9092): one node consuming `user-events`, `colo
 /// produce`, and a user's totals asked with `colo ask`, which reach what

@@ -1,10 +1,16 @@
 //! Replaying accesses through every run (strategy x limit) in lockstep, under
 //! Akka's sharding emulation, counting activations.
+//!
+//! Where the trace gives each access a size, every run also counts the
+//! bytes its active entities hold, and its peak. A weighed replay reads its
+//! limits as memory budgets: each shard's policy is kept within its share
+//! of the budget ([`MemoryBudgeted`]), as a node with
+//! `passivation.memory_budget` keeps its shards.
 
 use super::opt::OptShard;
 use super::sharding::{shard_limit, Allocation};
 use super::{ContractBroken, RunResult, Strategy};
-use crate::ReplacementPolicy;
+use crate::{MemoryBudgeted, ReplacementPolicy};
 
 /// The replacement state of one active shard in one run.
 enum ShardPolicy {
@@ -26,6 +32,14 @@ impl ShardPolicy {
             ShardPolicy::Policy(policy) => policy.len(),
         }
     }
+
+    /// A new share: of the budget in a weighed replay, else of the limit.
+    fn set_share(&mut self, share: usize, weighed: bool, passivate: &mut Vec<u64>) {
+        match self {
+            ShardPolicy::Policy(policy) if weighed => policy.set_budget(share as u64, passivate),
+            _ => self.set_limit(share, passivate),
+        }
+    }
 }
 
 /// One strategy at one limit.
@@ -42,6 +56,14 @@ struct Run {
     passivate: Vec<u64>,
     accesses: u64,
     activations: u64,
+    /// `limit` is a memory budget in bytes.
+    weighed: bool,
+    /// By interned id: the bytes it holds while active (empty until an
+    /// access comes with a size).
+    held: Vec<u64>,
+    /// Bytes the active entities hold now, and at most.
+    bytes: u64,
+    peak: u64,
 }
 
 /// Every run of one simulation, fed the same accesses.
@@ -67,13 +89,22 @@ pub struct Access {
     pub shard: u32,
     /// Its position in the trace.
     pub position: u64,
+    /// Its size in bytes, where the trace gives one; else 0.
+    pub weight: u64,
     /// The position of the next access to the same id; only OPT reads it.
     pub next: u32,
 }
 
 impl Replay {
-    /// One run per (strategy, limit), strategies outermost.
-    pub fn new(strategies: &[Strategy], limits: &[usize], shards: u32, regions: u32) -> Self {
+    /// One run per (strategy, limit), strategies outermost; `weighed`: the
+    /// limits are memory budgets in bytes (no OPT then: it knows no sizes).
+    pub fn new(
+        strategies: &[Strategy],
+        limits: &[usize],
+        shards: u32,
+        regions: u32,
+        weighed: bool,
+    ) -> Self {
         let runs = strategies
             .iter()
             .flat_map(|strategy| {
@@ -86,6 +117,10 @@ impl Replay {
                     passivate: Vec::new(),
                     accesses: 0,
                     activations: 0,
+                    weighed,
+                    held: Vec::new(),
+                    bytes: 0,
+                    peak: 0,
                 })
             })
             .collect();
@@ -119,6 +154,7 @@ impl Replay {
                 limit: run.limit,
                 accesses: run.accesses,
                 activations: run.activations,
+                peak_bytes: (!run.held.is_empty()).then_some(run.peak),
             })
             .collect()
     }
@@ -142,6 +178,9 @@ impl Run {
             } else {
                 OptShard::new(per_region)
             }),
+            Strategy::Policy { settings, .. } if self.weighed => ShardPolicy::Policy(Box::new(
+                MemoryBudgeted::new(per_region as u64, None, |limit| settings.build(limit)),
+            )),
             Strategy::Policy { settings, .. } => ShardPolicy::Policy(settings.build(per_region)),
         });
         let region_shards = allocation.shards_of(region);
@@ -150,7 +189,7 @@ impl Run {
             let Some(policy) = self.shards[other as usize].as_mut() else {
                 continue;
             };
-            policy.set_limit(share, &mut self.passivate);
+            policy.set_share(share, self.weighed, &mut self.passivate);
             self.settle(other)?;
         }
         Ok(())
@@ -173,12 +212,29 @@ impl Run {
             Some(ShardPolicy::Opt(opt)) => {
                 opt.access(key, access.position, access.next, &mut self.passivate)
             }
-            Some(ShardPolicy::Policy(policy)) if was_active => policy.on_access(&key),
-            Some(ShardPolicy::Policy(policy)) => policy.on_activate(key, &mut self.passivate),
+            Some(ShardPolicy::Policy(policy)) => {
+                if was_active {
+                    policy.on_access(&key);
+                } else {
+                    policy.on_activate(key, &mut self.passivate);
+                }
+                if self.weighed {
+                    policy.set_weight(&key, access.weight, &mut self.passivate);
+                }
+            }
             // Every access locates its shard first, which starts it.
             None => unreachable!("an accessed shard is active"),
         }
-        self.settle(access.shard)
+        if access.weight > 0 || !self.held.is_empty() {
+            if id >= self.held.len() {
+                self.held.resize(id + 1, 0);
+            }
+            self.bytes = self.bytes - self.held[id] + access.weight;
+            self.held[id] = access.weight;
+        }
+        self.settle(access.shard)?;
+        self.peak = self.peak.max(self.bytes);
+        Ok(())
     }
 
     /// Marks what the policy of `shard` just passivated as inactive, and
@@ -197,6 +253,9 @@ impl Run {
             };
             *slot = false;
             self.active_in_shard[shard as usize] -= 1;
+            if let Some(held) = self.held.get_mut(gone as usize) {
+                self.bytes -= std::mem::take(held);
+            }
         }
         // A policy may hold back passivations it decided during an access
         // (which has no output) until its next activation or limit change,

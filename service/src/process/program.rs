@@ -439,7 +439,14 @@ async fn run(
             Some(store) => Node::with_state_store(transport.clone(), store),
             None => Node::new(transport.clone()),
         }
-        .with_roles(config.node.roles.iter().cloned()),
+        .with_roles(config.node.roles.iter().cloned())
+        .with_memory_budget(
+            config
+                .sharding
+                .passivation
+                .memory_budget_bytes()
+                .unwrap_or(0),
+        ),
     );
     if let Some(electing) = &electing {
         electing.watch_regions(&node);

@@ -42,6 +42,7 @@ mod recovery;
 mod runs;
 mod signals;
 mod stateful;
+mod weights;
 
 use crate::entity::{Entity, EntityId, EntityType};
 use crate::envelope::{Envelope, Reply};
@@ -95,6 +96,8 @@ enum After<E: Entity> {
     Unknown(Envelope<E>),
     Waiting(EntityId, Cancel),
     Passivate(EntityId),
+    /// Handled at once by an entity the node's memory budget weighs.
+    Weigh(EntityId),
     Failed(EntityId, String, Reply<E::Reply>),
 }
 
@@ -157,6 +160,8 @@ pub(crate) struct Shard<E: Entity, F> {
     idle_ticks: Option<u64>,
     /// The limit-based replacement policy, when the strategy has one.
     policy: Option<Box<dyn ReplacementPolicy<EntityId>>>,
+    /// Its part in the node's memory budget, when the node has one.
+    weighing: Option<weights::Weighing>,
     /// Reused buffer for the entities a policy wants passivated.
     evicted: Vec<EntityId>,
     /// Where the region's active rate and window gauges come from.
@@ -196,11 +201,12 @@ pub(crate) struct Shard<E: Entity, F> {
 }
 
 impl<E: Entity> Shard<E, ()> {
-    /// Starts a shard task of `region`.
+    /// Starts a shard task of `region`, one of `local_shards` running here
+    /// (itself included).
     pub fn spawn(
         id: ShardId,
         region: &Shared<E>,
-        policy: Option<Box<dyn ReplacementPolicy<EntityId>>>,
+        local_shards: usize,
         lease: Arc<Generation>,
     ) -> ShardHandle<E> {
         let (entity_type, node) = (region.entity_type.clone(), region.node.clone());
@@ -225,7 +231,10 @@ impl<E: Entity> Shard<E, ()> {
         let entities_gauge = metrics.shard_entities(&entity_type.name, id);
         // Remembered entities are not passivated automatically.
         let remembers = settings.remember_entities.is_some() && durable.is_some();
-        let policy = policy.filter(|_| !remembers);
+        let (policy, weighing) = match remembers {
+            true => (None, None),
+            false => weights::policy(&entity_type, &node, local_shards),
+        };
         let shard = Shard {
             id,
             idle_ticks: settings
@@ -240,6 +249,7 @@ impl<E: Entity> Shard<E, ()> {
             metrics,
             clock: 0,
             policy,
+            weighing,
             evicted: Vec::new(),
             activity,
             counts: ShardActivity::default(),
@@ -445,6 +455,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         // as well, but through `start_message`: it may be a record applied
         // already, and what it changes is kept.
         let durable = self.durable.is_some();
+        let weighs = self.weighing.is_some();
         let after = {
             let Self {
                 entities,
@@ -498,6 +509,8 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                                         node.reply(reply, Ok(r));
                                         if ctx.passivation_requested() {
                                             After::Passivate(entity_id)
+                                        } else if weighs {
+                                            After::Weigh(entity_id)
                                         } else {
                                             After::Nothing
                                         }
@@ -527,6 +540,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                 self.busy.entry(id).or_default().running = Some(Some(cancel));
             }
             After::Passivate(id) => self.request_stop(&id, PassivationReason::Explicit, cx),
+            After::Weigh(id) => self.weigh_active(&id),
             After::Failed(id, reason, reply) => {
                 let error = self.entity_failed(&id, reason);
                 self.node.reply(reply, Err(error));
@@ -590,6 +604,7 @@ impl<E: Entity, F> Drop for Shard<E, F> {
         self.entities.clear();
         self.metrics.hosted_entities.decrement(n);
         self.entities_gauge.decrement(n);
+        self.unreport_weight();
     }
 }
 

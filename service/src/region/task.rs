@@ -253,11 +253,8 @@ impl<E: Entity> RegionTask<E> {
                 return;
             }
             _ => {
-                let passivation = &self.shared.entity_type.settings.passivation;
-                let policy = passivation
-                    .shard_limit(self.shards.local().count() + 1)
-                    .and_then(|limit| passivation.policy(limit));
-                let handle = Shard::spawn(shard, &self.shared, policy, self.shared.lease.current());
+                let local = self.shards.local().count() + 1;
+                let handle = Shard::spawn(shard, &self.shared, local, self.shared.lease.current());
                 let sink = handle.sink.clone();
                 self.shards.put(shard, ShardPhase::Hosted(handle));
                 self.shards_changed();

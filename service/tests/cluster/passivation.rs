@@ -210,3 +210,84 @@ async fn active_rate_and_adaptive_window_are_reported() {
     let window = window.unwrap();
     assert!(window > 0.0 && window <= 1.0, "{window}");
 }
+
+/// A node's memory budget: each entity weighs what its type reports (here
+/// 1,000 bytes for each message it handled), and a shard keeps their
+/// total within its share of the budget, the policy (LRU) choosing whom
+/// to passivate; a shard started beside it halves the share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_budget_keeps_the_entities_weight_within_each_shards_share() {
+    use colo::passivation::ReplacementSettings;
+    let _ = metrics();
+    let settings = colo::ShardingSettings {
+        passivation: PassivationStrategy {
+            replacement: ReplacementSettings::preset("lru"),
+            ..PassivationStrategy::none()
+        },
+        ..fast_settings(4)
+    };
+    let mut cluster = Cluster::new("budget", settings);
+    cluster.start_coordinator(least_shard_new(0, 0.1));
+    let node = colo::Node::new(cluster.network.transport("a")).with_memory_budget(10_000);
+    let entity_type = cluster
+        .entity_type("a")
+        .with_size(|probe: &Probe| 1_000 * probe.handled() as usize);
+    let a = cluster.add_built("a", node, entity_type, true);
+    let in_shard = |shard: u32, n: usize| -> Vec<String> {
+        (0..)
+            .map(|i| format!("m{i}"))
+            .filter(|id| a.shard_of(id) == colo::ShardId(shard))
+            .take(n)
+            .collect()
+    };
+    let live = |state: colo::CurrentRegionState, shard: u32| -> Vec<String> {
+        state
+            .shards
+            .get(&colo::ShardId(shard))
+            .map(|ids| ids.iter().map(|id| id.to_string()).collect())
+            .unwrap_or_default()
+    };
+    let memory = || {
+        gauge(
+            colo::metrics::ENTITY_MEMORY,
+            &[("entity_type", cluster.name.as_str())],
+        )
+        .unwrap_or(0.0)
+    };
+    // Thirty entities of 1,000 bytes in one shard: ten fit, the last ten.
+    let ids = in_shard(0, 30);
+    for id in &ids {
+        a.ask(id, ProbeMsg::Where, ASK).await.unwrap();
+    }
+    let mut kept = live(a.state(ASK).await.unwrap(), 0);
+    kept.sort();
+    let mut last = ids[20..].to_vec();
+    last.sort();
+    assert_eq!(kept, last, "LRU keeps the ten most recent");
+    assert_eq!(memory(), 10_000.0);
+    // One grows to 6,000 bytes: the least recent others make room.
+    let big = &ids[29];
+    for _ in 0..5 {
+        a.ask(big, ProbeMsg::Where, ASK).await.unwrap();
+    }
+    let kept = live(a.state(ASK).await.unwrap(), 0);
+    assert!(kept.contains(big), "{kept:?}");
+    assert_eq!(kept.len(), 5, "6,000 bytes and four of 1,000: {kept:?}");
+    assert!(memory() <= 10_000.0, "{}", memory());
+    // A second shard: 5,000 bytes each. The big one, now 7,000 bytes,
+    // heavier than the whole share, is passivated once it has answered,
+    // after the others.
+    a.ask(&in_shard(1, 1)[0], ProbeMsg::Where, ASK)
+        .await
+        .unwrap();
+    let reply = a.ask(big, ProbeMsg::Where, ASK).await.unwrap();
+    assert_eq!(reply, at("a", 7));
+    assert!(live(a.state(ASK).await.unwrap(), 0).is_empty());
+    assert!(memory() <= 5_000.0, "{}", memory());
+    let limit = counter(
+        colo::metrics::PASSIVATIONS,
+        &[("entity_type", &cluster.name), ("reason", "limit")],
+    );
+    assert_eq!(limit, 20 + 5 + 4 + 1);
+    cluster.world.assert_never_live_twice();
+}

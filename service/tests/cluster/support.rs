@@ -254,6 +254,13 @@ impl Probe {
     }
 }
 
+impl Probe {
+    /// Messages this incarnation handled.
+    pub fn handled(&self) -> u64 {
+        self.handled
+    }
+}
+
 impl Drop for Probe {
     fn drop(&mut self) {
         let mut live = self.world.live.lock();
@@ -458,10 +465,22 @@ impl Cluster {
     /// runs a proxy.
     pub fn add_node_with_roles(&mut self, name: &str, roles: &[&str], role: &str) -> Region<Probe> {
         let node = Node::new(self.network.transport(name)).with_roles(roles.iter().copied());
-        let region = node
-            .start_region(self.entity_type(name).with_role(role))
-            .expect("valid entity type");
-        if node.has_role(Some(role)) {
+        let entity_type = self.entity_type(name).with_role(role);
+        let hosts = node.has_role(Some(role));
+        self.add_built(name, node, entity_type, hosts)
+    }
+
+    /// `node`, built by the caller on this cluster's network, running
+    /// `entity_type` (`hosts`: not as a proxy).
+    pub fn add_built(
+        &mut self,
+        name: &str,
+        node: Node,
+        entity_type: EntityType<Probe>,
+        hosts: bool,
+    ) -> Region<Probe> {
+        let region = node.start_region(entity_type).expect("valid entity type");
+        if hosts {
             self.world
                 .regions
                 .lock()

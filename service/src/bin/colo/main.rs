@@ -103,7 +103,8 @@ struct SimulateArgs {
     /// ensemble, next-use, follow-best.
     #[arg(long, value_delimiter = ',', required = true)]
     strategy: Vec<String>,
-    /// Comma-separated active-entity limits, totals across regions.
+    /// Comma-separated active-entity limits, totals across regions (with
+    /// --weighed: memory budgets in bytes).
     #[arg(long, value_delimiter = ',', required = true,
           value_parser = clap::value_parser!(u64).range(1..))]
     limits: Vec<u64>,
@@ -118,6 +119,12 @@ struct SimulateArgs {
     /// One region with one shard holding the whole limit.
     #[arg(long)]
     single: bool,
+    /// The limits are memory budgets in bytes, as a node's
+    /// passivation.memory_budget: each entity weighs its size in the
+    /// trace, and each shard keeps its policy within its share. Needs a
+    /// trace with sizes (adapt-size); not with opt.
+    #[arg(long)]
+    weighed: bool,
     /// Print CSV: trace,strategy,limit,accesses,activations,active_percent.
     #[arg(long)]
     csv: bool,
@@ -235,6 +242,7 @@ fn run_simulation(args: SimulateArgs) -> Result<(), String> {
         limits,
         regions,
         shards,
+        weighed: args.weighed,
     };
     let report = simulate::simulate(&options).map_err(|e| e.to_string())?;
     if let Some(path) = &args.plot {

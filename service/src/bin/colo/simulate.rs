@@ -46,6 +46,9 @@ pub struct SimulateOptions {
     pub regions: u32,
     /// Shards ids are spread over (Akka's simulator: 10).
     pub shards: u32,
+    /// The limits are memory budgets in bytes, and each entity weighs its
+    /// size in the trace (a format with sizes: adapt-size).
+    pub weighed: bool,
 }
 
 /// Every run of a simulation.
@@ -55,6 +58,8 @@ pub struct Report {
     pub trace: String,
     /// The format it was read as.
     pub format: TraceFormat,
+    /// The limits were memory budgets in bytes.
+    pub weighed: bool,
     /// Regions simulated.
     pub regions: u32,
     /// Shards simulated.
@@ -91,6 +96,9 @@ pub enum SimulateError {
     /// The trace has no access.
     #[error("trace {} has no accesses", .0.display())]
     EmptyTrace(PathBuf),
+    /// A weighed simulation of a trace without sizes, or with OPT.
+    #[error("{0}")]
+    Weighed(String),
     /// The trace has more distinct ids, or OPT more accesses, than fit.
     #[error("trace {} is too large to simulate: {what}", path.display())]
     TooLarge {
@@ -133,6 +141,19 @@ pub fn simulate(options: &SimulateOptions) -> Result<Report, SimulateError> {
         .or_else(|| TraceFormat::infer(&options.trace))
         .ok_or_else(|| SimulateError::UnknownFormat(options.trace.clone()))?;
     let path = &options.trace;
+    if options.weighed {
+        if strategies.iter().any(|s| matches!(s, Strategy::Opt { .. })) {
+            return Err(SimulateError::Weighed(
+                "--weighed: OPT knows no sizes; leave opt and opt-seen out".into(),
+            ));
+        }
+        if format != TraceFormat::AdaptSize {
+            return Err(SimulateError::Weighed(format!(
+                "--weighed needs a trace with sizes (adapt-size); {} is {format}",
+                path.display()
+            )));
+        }
+    }
     let mut reader = trace::TraceReader::open(path, format)?;
     let mut ids = Interner::new(options.shards);
     let mut replay = Replay::new(
@@ -140,6 +161,7 @@ pub fn simulate(options: &SimulateOptions) -> Result<Report, SimulateError> {
         &options.limits,
         options.shards,
         options.regions,
+        options.weighed,
     );
     let mut text = String::new();
     let too_large = |what| SimulateError::TooLarge {
@@ -149,8 +171,12 @@ pub fn simulate(options: &SimulateOptions) -> Result<Report, SimulateError> {
     let accesses = if strategies.iter().any(|s| matches!(s, Strategy::Opt { .. })) {
         // OPT needs every access's next use, so the trace is read whole.
         let mut trace = Vec::new();
+        let mut sizes = Vec::new();
         while reader.next_id(&mut text)? {
             trace.push(ids.intern(&text).ok_or_else(|| too_large("too many ids"))?);
+            if let Some(size) = reader.size() {
+                sizes.push(size);
+            }
             if trace.len() >= opt::NEVER as usize {
                 return Err(too_large("OPT handles fewer than 2^32 - 1 accesses"));
             }
@@ -162,6 +188,7 @@ pub fn simulate(options: &SimulateOptions) -> Result<Report, SimulateError> {
                 shard: ids.shard(id),
                 position: position as u64,
                 next,
+                weight: sizes.get(position).copied().unwrap_or(0),
             })?;
         }
         trace.len() as u64
@@ -174,6 +201,7 @@ pub fn simulate(options: &SimulateOptions) -> Result<Report, SimulateError> {
                 shard: ids.shard(id),
                 position,
                 next: opt::NEVER,
+                weight: reader.size().unwrap_or(0),
             })?;
             position += 1;
         }
@@ -185,6 +213,7 @@ pub fn simulate(options: &SimulateOptions) -> Result<Report, SimulateError> {
     Ok(Report {
         trace: trace::trace_name(path),
         format,
+        weighed: options.weighed,
         regions: options.regions,
         shards: options.shards,
         accesses,

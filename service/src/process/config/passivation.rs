@@ -33,6 +33,48 @@ pub struct PassivationSection {
     /// unset: 100000.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub active_entity_limit: Option<usize>,
+    /// The memory the node's active entities may take, for a replacement
+    /// preset: shared by every entity type the node runs, each shard
+    /// keeping within an even share. Without `active_entity_limit` it is
+    /// the only bound; with it, both hold.
+    #[serde(
+        deserialize_with = "size::deserialize",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub memory_budget: Option<bytesize::ByteSize>,
+}
+
+/// A size as an operator writes it: "512 MiB", "2GiB", "500 kB", or a
+/// number of bytes.
+mod size {
+    use bytesize::ByteSize;
+    use serde::{Deserialize, Deserializer};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Written {
+        Bytes(u64),
+        Text(String),
+        Other(serde::de::IgnoredAny),
+    }
+
+    const HOW: &str = "write it as \"512 MiB\", \"2GiB\", \"500 kB\" or a number of bytes";
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<ByteSize>, D::Error> {
+        let size = match Written::deserialize(deserializer)? {
+            Written::Bytes(bytes) => ByteSize::b(bytes),
+            Written::Text(text) => text
+                .trim()
+                .parse()
+                .map_err(|_| serde::de::Error::custom(format!("{text:?} is not a size: {HOW}")))?,
+            Written::Other(_) => {
+                return Err(serde::de::Error::custom(format!("not a size: {HOW}")))
+            }
+        };
+        Ok(Some(size))
+    }
 }
 
 /// A passivation strategy's name, checked when the config is read so the
@@ -99,6 +141,11 @@ impl fmt::Display for StrategyName {
 }
 
 impl PassivationSection {
+    /// The node's memory budget in bytes, if it has one.
+    pub fn memory_budget_bytes(&self) -> Option<u64> {
+        self.memory_budget.map(|b| b.as_u64())
+    }
+
     /// The strategy this section describes. Fields that do not apply to the
     /// strategy are ignored here and refused when the config is loaded.
     pub fn strategy(&self) -> PassivationStrategy {
@@ -109,11 +156,16 @@ impl PassivationSection {
             }
             Kind::Limit(replacement) => PassivationStrategy {
                 idle_timeout: self.idle_timeout,
-                ..PassivationStrategy::limit(
-                    self.active_entity_limit
-                        .unwrap_or(DEFAULT_ACTIVE_ENTITY_LIMIT),
-                    replacement.clone(),
-                )
+                // A memory budget is the bound instead of the default
+                // count, unless a count is given too.
+                active_entity_limit: match self.memory_budget {
+                    Some(_) => self.active_entity_limit,
+                    None => Some(
+                        self.active_entity_limit
+                            .unwrap_or(DEFAULT_ACTIVE_ENTITY_LIMIT),
+                    ),
+                },
+                ..PassivationStrategy::limit(0, replacement.clone())
             },
         };
         strategy.idle_interval = self.idle_interval;
@@ -134,6 +186,23 @@ impl PassivationSection {
                 ),
             )
         };
+        if let Some(budget) = self.memory_budget {
+            if !matches!(self.strategy.kind, Kind::Limit(_)) {
+                return Err((
+                    "passivation.memory_budget",
+                    format!(
+                        "strategy `{}` has no replacement policy to choose whom to passivate; choose a replacement preset such as `default`",
+                        self.strategy
+                    ),
+                ));
+            }
+            if budget.as_u64() == 0 {
+                return Err((
+                    "passivation.memory_budget",
+                    "must be more than zero bytes".to_string(),
+                ));
+            }
+        }
         match self.strategy.kind {
             Kind::None => {
                 for (field, set) in [
@@ -212,6 +281,46 @@ mod tests {
         }
         let err = StrategyName::try_from("arc".to_string()).unwrap_err();
         assert!(err.contains("`arc`") && err.contains("lru"), "{err}");
+    }
+
+    #[test]
+    fn a_memory_budget_bounds_a_preset_instead_of_the_default_count() {
+        let budget = |text: &str| -> PassivationSection {
+            toml::from_str(&format!("strategy = \"lru\"\nmemory_budget = {text}")).expect("parses")
+        };
+        for (written, bytes) in [
+            ("\"64 MiB\"", 64 << 20),
+            ("\"2GiB\"", 2 << 30),
+            ("\"500 kB\"", 500_000),
+            ("1048576", 1 << 20),
+        ] {
+            let section = budget(written);
+            assert_eq!(section.memory_budget_bytes(), Some(bytes), "{written}");
+            assert!(section.check().is_ok());
+            let strategy = section.strategy();
+            assert_eq!(strategy.active_entity_limit, None, "the budget alone");
+            assert!(strategy.validate().is_ok());
+        }
+        let both = PassivationSection {
+            active_entity_limit: Some(500),
+            ..budget("\"1 MiB\"")
+        };
+        assert_eq!(both.strategy().active_entity_limit, Some(500));
+        let idle = PassivationSection {
+            strategy: StrategyName::default(),
+            ..budget("\"1 MiB\"")
+        };
+        let (field, reason) = idle.check().unwrap_err();
+        assert_eq!(field, "passivation.memory_budget");
+        assert!(reason.contains("no replacement policy"), "{reason}");
+        let (field, _) = budget("0").check().unwrap_err();
+        assert_eq!(field, "passivation.memory_budget");
+        for unreadable in ["\"lots\"", "-5", "1.5"] {
+            let read: Result<PassivationSection, _> =
+                toml::from_str(&format!("strategy = \"lru\"\nmemory_budget = {unreadable}"));
+            let error = read.unwrap_err().to_string();
+            assert!(error.contains("not a size: write it as"), "{error}");
+        }
     }
 
     #[test]

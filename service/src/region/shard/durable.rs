@@ -168,6 +168,9 @@ pub(super) struct DurableShard<E: Entity> {
     kept: Map<Kept>,
     /// Where each changed state is encoded before its state record is made.
     scratch: Vec<u8>,
+    /// The size of the state last encoded or decoded: what an entity just
+    /// started or changed weighs (see `weights.rs`).
+    encoded: usize,
     /// The source topics' names, shared by the entities' applied offsets.
     topics: Vec<Arc<str>>,
     /// Changed since the last write began: each entity's encoded record.
@@ -231,6 +234,7 @@ impl<E: Entity> DurableShard<E> {
             recovery: remember.map(Recovery::new),
             kept: Map::default(),
             scratch: Vec::new(),
+            encoded: 0,
             topics: Vec::new(),
             dirty: Map::default(),
             held: Vec::new(),
@@ -361,6 +365,7 @@ impl<E: Entity> DurableShard<E> {
             )
         })?;
         let hash = record.state.as_deref().map(|s| state_hash(Some(s)));
+        self.encoded = record.state.as_ref().map_or(0, Vec::len);
         let start = match &record.state {
             None => Start::Fresh,
             Some(state) => Start::Entity((self.codec.decode)(state).map_err(|e| {
@@ -402,6 +407,7 @@ impl<E: Entity> DurableShard<E> {
     fn encode(&mut self, entity: &E) -> Result<&[u8], String> {
         self.scratch.clear();
         (self.codec.encode)(entity, &mut self.scratch)?;
+        self.encoded = self.scratch.len();
         Ok(&self.scratch)
     }
 
@@ -427,6 +433,7 @@ impl<E: Entity> DurableShard<E> {
         let changed = encoded
             .map_err(|e| format!("its state cannot be encoded: {e}"))
             .map(|encoded| self.changed_to(id, encoded.then_some(scratch.as_slice()), origin));
+        self.encoded = scratch.len();
         self.scratch = scratch;
         changed
     }
@@ -481,6 +488,11 @@ impl<E: Entity> DurableShard<E> {
             }
         }
         self.durability.changed(self.seq);
+    }
+
+    /// The size of the state last encoded or decoded, in bytes.
+    pub fn encoded_size(&self) -> usize {
+        self.encoded
     }
 
     /// A source topic's shared name, for offsets read back from a record.

@@ -483,6 +483,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         // Keep the buffer's capacity for the next time.
         self.evicted = evicted;
         self.evicted.clear();
+        self.report_weight();
     }
 
     /// One idle tick: passivates the entities untouched for the timeout's

@@ -176,8 +176,12 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             if let Some(durable) = self.durable.as_mut() {
                 durable.fresh(id, &fresh);
             }
+            let weight = self.weight_of(&fresh);
+            self.weighed(id, weight);
             return Ok(fresh);
         }
+        let weight = self.weight_of(&entity);
+        self.weighed(id, weight);
         Ok(entity)
     }
 
@@ -228,6 +232,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         self.counts.activations += 1;
         tracing::debug!(target: LIFECYCLE, entity_type = %self.entity_type.name, shard = %self.id, entity_id = %id, "entity started");
         let busy = self.busy.contains_key(id);
+        let weight = self.weight_of(&entity);
         self.entities.insert(
             id.clone(),
             Active {
@@ -239,6 +244,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         if let Some(policy) = &mut self.policy {
             policy.on_activate(id.clone(), &mut self.evicted);
         }
+        self.weighed(id, weight);
     }
 
     /// Whether the shard's state is settled for its hand-off to end: all

@@ -12,13 +12,18 @@ use std::fmt::Write;
 pub const CSV_HEADER: &str = "trace,strategy,limit,accesses,activations,active_percent";
 
 /// `trace,strategy,limit,accesses,activations,active_percent` and one row
-/// per run, each line ending in `\n`.
+/// per run, each line ending in `\n`; a trace with sizes adds
+/// `peak_bytes`, the most its active entities held at once.
 pub fn csv(report: &Report) -> String {
+    let sized = report.runs.iter().any(|r| r.peak_bytes.is_some());
     let mut out = String::from(CSV_HEADER);
+    if sized {
+        out.push_str(",peak_bytes");
+    }
     out.push('\n');
     for run in &report.runs {
         // Writing to a String cannot fail.
-        let _ = writeln!(
+        let _ = write!(
             out,
             "{},{},{},{},{},{}",
             csv_field(&report.trace),
@@ -28,6 +33,10 @@ pub fn csv(report: &Report) -> String {
             run.activations,
             active_percent_2dp(run)
         );
+        if sized {
+            let _ = write!(out, ",{}", run.peak_bytes.unwrap_or(0));
+        }
+        out.push('\n');
     }
     out
 }
@@ -45,6 +54,10 @@ pub fn table(report: &Report) -> String {
             strategies.push(&run.strategy);
         }
     }
+    let corner = match report.weighed {
+        true => "active % \\ budget (bytes)",
+        false => "active % \\ limit",
+    };
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -61,7 +74,7 @@ pub fn table(report: &Report) -> String {
     let first = strategies
         .iter()
         .map(|s| s.len())
-        .chain(["active % \\ limit".len()])
+        .chain([corner.len(), PEAK.len()])
         .max()
         .unwrap_or(0);
     let width = limits
@@ -70,7 +83,7 @@ pub fn table(report: &Report) -> String {
         .chain([6])
         .max()
         .unwrap_or(6);
-    let _ = write!(out, "{:<first$}", "active % \\ limit");
+    let _ = write!(out, "{corner:<first$}");
     for limit in &limits {
         let _ = write!(out, "  {limit:>width$}");
     }
@@ -88,8 +101,31 @@ pub fn table(report: &Report) -> String {
         }
         out.push('\n');
     }
+    if report.runs.iter().any(|r| r.peak_bytes.is_some()) {
+        let _ = write!(out, "{:<first$}", PEAK);
+        out.push('\n');
+        for strategy in &strategies {
+            let _ = write!(out, "{strategy:<first$}");
+            for limit in &limits {
+                let cell = report
+                    .runs
+                    .iter()
+                    .find(|r| r.strategy == *strategy && r.limit == *limit)
+                    .and_then(|r| r.peak_bytes)
+                    .map(|peak| format!("{:.2}", peak as f64 / MIB))
+                    .unwrap_or_default();
+                let _ = write!(out, "  {cell:>width$}");
+            }
+            out.push('\n');
+        }
+    }
     out
 }
+
+/// The heading of a trace with sizes' second table.
+const PEAK: &str = "peak MiB held";
+
+const MIB: f64 = 1024.0 * 1024.0;
 
 /// Active % with two decimals, as Akka's simulator prints it: computed in
 /// 32-bit floats (`(1 - activations / accesses) * 100`), widened to a
@@ -195,6 +231,7 @@ mod tests {
             limit: 1,
             accesses,
             activations,
+            peak_bytes: None,
         };
         assert_eq!(active_percent_2dp(&run(7, 10)), "30.00");
         assert_eq!(active_percent_2dp(&run(0, 3)), "100.00");

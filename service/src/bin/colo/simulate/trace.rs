@@ -209,6 +209,8 @@ pub struct TraceReader {
     arc_range: (i64, u64),
     /// "gzip" when read errors come from decompressing.
     compression: Option<&'static str>,
+    /// The size of the last id read, in a format that gives one.
+    size: Option<u64>,
 }
 
 impl fmt::Debug for TraceReader {
@@ -264,7 +266,14 @@ impl TraceReader {
             buf: Vec::with_capacity(64),
             arc_range: (0, 0),
             compression,
+            size: None,
         })
+    }
+
+    /// The size in bytes of the object the last id read names, where the
+    /// format gives one (adapt-size): what a weighed simulation weighs it.
+    pub fn size(&self) -> Option<u64> {
+        self.size
     }
 
     /// Reads the next entity id into `id` (cleared first); `false` at the
@@ -365,6 +374,7 @@ impl TraceReader {
             push_decimal(id, key);
             id.push(':');
             push_decimal(id, size);
+            self.size = u64::try_from(size).ok();
             return Ok(true);
         }
     }
