@@ -18,18 +18,30 @@ use std::sync::Arc;
 /// A node for `entity_type` (least-shard allocation), with `store` if its
 /// type is durable.
 pub fn one_node(entity_type: &str, settings: &ShardingSettings, store: Option<NodeStore>) -> Node {
+    one_node_of(&[entity_type], settings, store)
+}
+
+/// A node for several entity types, a coordinator each.
+pub fn one_node_of(
+    entity_types: &[&str],
+    settings: &ShardingSettings,
+    store: Option<NodeStore>,
+) -> Node {
     let network = InMemoryNetwork::new();
-    network.host_coordinator(
-        CoordinatorHandle::spawn(
-            entity_type,
-            settings.clone(),
-            Box::new(
-                LeastShardAllocationStrategy::new(LeastShardSettings::default()).expect("settings"),
-            ),
-            Arc::new(InMemoryStore::new()),
-        )
-        .expect("coordinator"),
-    );
+    for entity_type in entity_types {
+        network.host_coordinator(
+            CoordinatorHandle::spawn(
+                entity_type,
+                settings.clone(),
+                Box::new(
+                    LeastShardAllocationStrategy::new(LeastShardSettings::default())
+                        .expect("settings"),
+                ),
+                Arc::new(InMemoryStore::new()),
+            )
+            .expect("coordinator"),
+        );
+    }
     match store {
         Some(store) => Node::with_state_store(network.transport("a"), store),
         None => Node::new(network.transport("a")),
