@@ -38,7 +38,9 @@ impl<E: Entity> Envelope<E> {
     pub fn abandoned(&self) -> bool {
         match &self.reply {
             Reply::Acked(waiter, _) => waiter.is_closed(),
-            Reply::Local(waiter, Some(_)) => waiter.is_closed(),
+            Reply::Local(waiter, Some(cause)) if matches!(**cause, Cause::Record(_)) => {
+                waiter.is_closed()
+            }
             _ => false,
         }
     }
@@ -57,15 +59,43 @@ impl<E: Entity> Envelope<E> {
 }
 
 impl<R> Reply<R> {
-    /// The acked record a message came from (see [`Origin`]).
-    pub fn origin(&self) -> Option<&Origin> {
+    /// Why the message was sent, where its entity must know (see
+    /// [`Cause`]).
+    pub fn cause(&self) -> Option<&Cause> {
         match self {
-            Reply::Acked(_, origin) | Reply::Local(_, origin) | Reply::Remote(_, origin) => {
-                origin.as_deref()
+            Reply::Acked(_, cause) | Reply::Local(_, cause) | Reply::Remote(_, cause) => {
+                cause.as_deref()
             }
             Reply::None => None,
         }
     }
+
+    /// The acked record a message came from (see [`Origin`]).
+    pub fn origin(&self) -> Option<&Origin> {
+        match self.cause()? {
+            Cause::Record(origin) => Some(origin),
+            Cause::Keyed(_) => None,
+        }
+    }
+
+    /// The idempotency key of a client's tell.
+    pub fn idempotency_key(&self) -> Option<&Arc<str>> {
+        match self.cause()? {
+            Cause::Keyed(key) => Some(key),
+            Cause::Record(_) => None,
+        }
+    }
+}
+
+/// What an entity must know of why a message was sent, to apply it once:
+/// boxed in the envelope's reply, so that the other envelopes stay small.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Cause {
+    /// An acked record: a durable entity skips it if it applied it already.
+    Record(Origin),
+    /// A client's tell with an idempotency key: the entity skips it if it
+    /// applied a tell with this key within the retention.
+    Keyed(Arc<str>),
 }
 
 /// Where a record came from: its source (see [`Origin::source`]) and
@@ -143,7 +173,8 @@ pub(crate) enum Reply<R> {
     /// another topic's partition keeps its shard elsewhere) is one too,
     /// awaited by its partition, with its origin: it follows its shard
     /// wherever it is, and the entity skips it if it applied it already.
-    Local(oneshot::Sender<Result<R, AskError>>, Option<Box<Origin>>),
+    /// A client's tell with an idempotency key is one too, with its key.
+    Local(oneshot::Sender<Result<R, AskError>>, Option<Box<Cause>>),
     /// An acked record's delivery, awaited by its partition on this node,
     /// which consumes it where its shard lives. Unlike an ask, it is
     /// handled by this node's shard only, never forwarded: a shard that
@@ -152,11 +183,11 @@ pub(crate) enum Reply<R> {
     /// again from the last commit. And once its partition stops waiting
     /// (lost, or its revoke gave up on it) it is handled nowhere: handling
     /// this copy too would run it twice and out of order.
-    Acked(oneshot::Sender<AckedAnswer<R>>, Option<Box<Origin>>),
+    Acked(oneshot::Sender<AckedAnswer<R>>, Option<Box<Cause>>),
     /// An ask from another node (or one that left this node and came back),
-    /// with its record's origin if it is an acked record's. Boxed: it is
+    /// with its cause (an acked record's origin, a keyed tell's key). Boxed: it is
     /// rare, and keeps every envelope within one cache line.
-    Remote(Box<ReplyTo>, Option<Box<Origin>>),
+    Remote(Box<ReplyTo>, Option<Box<Cause>>),
 }
 
 /// The answer to an acked record handled by its partition's own shard
@@ -202,6 +233,8 @@ pub struct WireEnvelope {
     pub delayed: bool,
     /// For an acked record's ask: where the record came from.
     pub origin: Option<WireOrigin>,
+    /// For a client's tell sent as an ask: its idempotency key.
+    pub idempotency_key: Option<String>,
 }
 
 /// The answer to a remote ask.

@@ -43,6 +43,30 @@ pub enum TellError {
     /// it again otherwise).
     #[error("the shard of a Kafka record of entity type {0:?} is not on this node")]
     NotHere(String),
+    /// A tell's idempotency key is empty or longer than
+    /// [`MAX_IDEMPOTENCY_KEY`] bytes.
+    #[error("invalid idempotency key: {0}")]
+    InvalidIdempotencyKey(String),
+}
+
+/// The longest idempotency key, in bytes: each is kept with its entity's
+/// state and written at every change of it.
+pub const MAX_IDEMPOTENCY_KEY: usize = 256;
+
+/// Refuses a key that is empty or too long, saying which.
+pub(crate) fn check_idempotency_key(key: &str) -> Result<(), TellError> {
+    if key.is_empty() {
+        return Err(TellError::InvalidIdempotencyKey(
+            "it must not be empty".into(),
+        ));
+    }
+    if key.len() > MAX_IDEMPOTENCY_KEY {
+        return Err(TellError::InvalidIdempotencyKey(format!(
+            "it is {} bytes, at most {MAX_IDEMPOTENCY_KEY}",
+            key.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Why an `ask` got no reply.

@@ -70,7 +70,7 @@ pub use error::{AskError, QueryError, TellError};
 pub use inspection::{ClusterShardingStats, CurrentRegionState, RegionStats};
 pub use node::Node;
 pub use process::program::{NodeProgram, ProgramError};
-pub use region::{Delivery, ErasedError, ErasedRegion, PlacementError, Region, Told};
+pub use region::{Delivery, ErasedError, ErasedRegion, PlacementError, Region, TellOnce, Told};
 pub use settings::{EntityRecovery, SettingsError, ShardingSettings};
 pub use store::{
     ChangelogError, ChangelogRecord, ChangelogWrite, EntityChangelog, NodeStore, StateSettings,

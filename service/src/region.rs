@@ -26,8 +26,8 @@ mod shared;
 mod task;
 
 use crate::entity::{Entity, EntityId, EntityType};
-use crate::envelope::{AckedAnswer, Envelope, Origin, Reply};
-use crate::error::{replied, AskError, QueryError, TellError};
+use crate::envelope::{AckedAnswer, Cause, Envelope, Reply};
+use crate::error::{check_idempotency_key, replied, AskError, QueryError, TellError};
 use crate::inspection::{ClusterShardingStats, CurrentRegionState};
 use crate::metrics::RegionMetrics;
 use crate::node_context::NodeContext;
@@ -40,7 +40,7 @@ use tokio::sync::{mpsc, oneshot};
 pub(crate) use assigned::AssignedShard;
 use command::{shut_down, RegionCmd, COMMAND_CAPACITY};
 pub use delivery::Delivery;
-pub use erased::{ErasedError, ErasedRegion, Told};
+pub use erased::{ErasedError, ErasedRegion, TellOnce, Told};
 pub use placement::PlacementError;
 use recipient::ReceivingHalf;
 pub(crate) use recipient::{Placed, RegionRecipient};
@@ -254,18 +254,50 @@ impl<E: Entity> Region<E> {
             .map_err(|_| AskError::Timeout(timeout))?
     }
 
+    /// Tells `message` to `entity_id` once for `key`, however often it is
+    /// retried: the entity applies it unless it applied a tell with the
+    /// same key within the entity type's `idempotency_retention` (and among
+    /// its last `idempotency_keys`), wherever it runs by then. Returns once
+    /// the outcome is known: applied (durably, for a durable entity type),
+    /// or applied before. A tell whose handler failed changed nothing and
+    /// keeps no key: retried, it runs again.
+    ///
+    /// # Errors
+    /// The key is empty or longer than [`crate::error::MAX_IDEMPOTENCY_KEY`]
+    /// bytes, the message was refused, the entity failed, or no answer came
+    /// within `timeout` (the tell may still be applied: retry it with the
+    /// same key).
+    pub async fn tell_once(
+        &self,
+        entity_id: &str,
+        key: &str,
+        message: E::Message,
+        timeout: Duration,
+    ) -> Result<TellOnce, AskError> {
+        check_idempotency_key(key)?;
+        let cause = Some(Box::new(Cause::Keyed(Arc::from(key))));
+        let exchange =
+            async { replied(self.route_tracked(entity_id, message, cause).await?).await };
+        match tokio::time::timeout(timeout, exchange).await {
+            Err(_) => Err(AskError::Timeout(timeout)),
+            Ok(Ok(_)) => Ok(TellOnce::Applied),
+            Ok(Err(AskError::AlreadyApplied)) => Ok(TellOnce::AlreadyApplied),
+            Ok(Err(e)) => Err(e),
+        }
+    }
+
     /// Routes a message whose outcome the caller waits for itself (a
     /// source's partition routes its records in order and waits for them
-    /// in order), wherever its shard is. `origin`: the acked record it is, if any (see
-    /// [`Reply::Local`]).
+    /// in order), wherever its shard is. `cause`: the acked record it is, or
+    /// a client tell's idempotency key, if any (see [`Reply::Local`]).
     pub(crate) async fn route_tracked(
         &self,
         entity_id: &str,
         message: E::Message,
-        origin: Option<Box<Origin>>,
+        cause: Option<Box<Cause>>,
     ) -> Result<oneshot::Receiver<Result<E::Reply, AskError>>, TellError> {
         let (tx, rx) = oneshot::channel();
-        let env = self.envelope(entity_id, message, Reply::Local(tx, origin))?;
+        let env = self.envelope(entity_id, message, Reply::Local(tx, cause))?;
         self.shared.routes.route(env).await?;
         Ok(rx)
     }
@@ -280,7 +312,7 @@ impl<E: Entity> Region<E> {
         entity_id: &EntityId,
         shard: ShardId,
         message: E::Message,
-        origin: Option<Box<Origin>>,
+        origin: Option<Box<Cause>>,
     ) -> Result<oneshot::Receiver<AckedAnswer<E::Reply>>, TellError> {
         if entity_id.is_empty() {
             return Err(TellError::EmptyEntityId);

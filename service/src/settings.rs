@@ -77,6 +77,26 @@ pub struct ShardingSettings {
     /// than the nodes, each node that may get it has its copy warm.
     #[serde(default)]
     pub standbys: u32,
+    /// How long an entity keeps the idempotency key of a client tell it
+    /// applied (24 h by default, as Restate's): a retry with the key
+    /// within it is answered as applied and not applied again, wherever the
+    /// entity runs by then. A durable entity keeps its keys with its state.
+    #[serde(default = "default_idempotency_retention")]
+    pub idempotency_retention: Duration,
+    /// The most idempotency keys an entity keeps (100 by default), the
+    /// oldest dropped first: every change of a durable entity writes its
+    /// keys with its state. A retry that comes after this many newer keyed
+    /// tells of the same entity is applied again.
+    #[serde(default = "default_idempotency_keys")]
+    pub idempotency_keys: usize,
+}
+
+fn default_idempotency_retention() -> Duration {
+    Duration::from_secs(24 * 3600)
+}
+
+fn default_idempotency_keys() -> usize {
+    100
 }
 
 /// How an entity type consumes a source of acked records (for Kafka,
@@ -140,6 +160,8 @@ impl Default for ShardingSettings {
             handler_tell_timeout: Duration::from_secs(1),
             remember_entities: None,
             standbys: 0,
+            idempotency_retention: default_idempotency_retention(),
+            idempotency_keys: default_idempotency_keys(),
         }
     }
 }
@@ -191,6 +213,12 @@ impl ShardingSettings {
         };
         if self.number_of_shards == 0 {
             return err("number_of_shards", "must be at least 1");
+        }
+        if self.idempotency_retention.is_zero() {
+            return err("idempotency_retention", "must be longer than zero");
+        }
+        if self.idempotency_keys == 0 {
+            return err("idempotency_keys", "must be at least 1");
         }
         if let Some(EntityRecovery::Constant { frequency, number }) = self.remember_entities {
             if frequency.is_zero() || number == 0 {

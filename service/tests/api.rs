@@ -111,6 +111,7 @@ fn tell(id: &str, payload: Option<Payload>) -> TellRequest {
         entity_type: COUNTER.into(),
         entity_id: id.into(),
         payload,
+        idempotency_key: None,
     }
 }
 
@@ -356,6 +357,22 @@ async fn bad_input_is_invalid_argument_naming_the_field() {
             tell("x", payload(POSTCARD, vec![9, 9])),
             &["payload", POSTCARD],
         ),
+        (
+            "empty idempotency key",
+            TellRequest {
+                idempotency_key: Some(String::new()),
+                ..tell("x", good())
+            },
+            &["idempotency_key", "must not be empty"],
+        ),
+        (
+            "oversized idempotency key",
+            TellRequest {
+                idempotency_key: Some("k".repeat(257)),
+                ..tell("x", good())
+            },
+            &["idempotency_key", "257 bytes, at most 256"],
+        ),
     ];
     for (case, request, needles) in tells {
         let status = client.tell(request).await.expect_err(case);
@@ -420,6 +437,43 @@ async fn bad_input_is_invalid_argument_naming_the_field() {
         .expect_err("negative timeout");
     assert_eq!(status.code(), Code::InvalidArgument);
     assert!(status.message().contains("timeout"), "{status:?}");
+}
+
+/// A tell with an idempotency key is applied once however often it is
+/// retried, through either node, and the retry says so; another key is
+/// another tell.
+#[tokio::test]
+async fn a_tell_retried_with_its_idempotency_key_is_applied_once() {
+    let mut c = two_nodes().await;
+    let keyed = |key: &str| TellRequest {
+        idempotency_key: Some(key.into()),
+        ..tell("once", payload(JSON, r#"{"Add":5}"#))
+    };
+    let first =
+        c.a.client
+            .tell(keyed("add-1"))
+            .await
+            .expect("told")
+            .into_inner();
+    assert!(!first.already_applied);
+    assert!(first.buffered.is_empty(), "answered once applied");
+    for client in [&mut c.a.client, &mut c.b.client] {
+        let retry = client
+            .tell(keyed("add-1"))
+            .await
+            .expect("told")
+            .into_inner();
+        assert!(retry.already_applied, "a retry is not applied again");
+    }
+    assert_eq!(get(&mut c.b.client, "once").await, 5);
+    let other =
+        c.b.client
+            .tell(keyed("add-2"))
+            .await
+            .expect("told")
+            .into_inner();
+    assert!(!other.already_applied);
+    assert_eq!(get(&mut c.a.client, "once").await, 10);
 }
 
 #[tokio::test]

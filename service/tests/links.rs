@@ -331,6 +331,7 @@ fn raw_envelope(id: &str, seq: u64, shard: u32) -> colo_proto::v1::Envelope {
         reply_to: None,
         delayed: false,
         origin: None,
+        idempotency_key: None,
     }
 }
 

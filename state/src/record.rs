@@ -22,9 +22,16 @@
 //!   tombstones cover them all: a record left under one of them would
 //!   otherwise be all that compaction leaves of the entity.
 //!
+//! - `keys`: the idempotency keys of the client tells it applied, each with
+//!   when it was applied (milliseconds since the Unix epoch): a tell
+//!   retried with one of them is answered as applied and not applied
+//!   again, on whichever node the entity runs next. Kept with the state
+//!   so that they are exactly as durable as the change they guard.
+//!
 //! The first byte is the record format, so that a later colo can read what
 //! this one wrote: format 1 without `earlier`, format 2 with it after the
-//! rest (written only when there are any).
+//! rest (written only when there are any), format 3 with `earlier` (empty
+//! or not) and then `keys` (written only when there are keys).
 
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +40,9 @@ const FORMAT: u8 = 1;
 
 /// The record format that names earlier keys after the rest.
 const FORMAT_EARLIER: u8 = 2;
+
+/// The record format with earlier keys and then idempotency keys.
+const FORMAT_KEYS: u8 = 3;
 
 /// One entity's stored state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +62,10 @@ pub struct StateRecord {
     /// (see the module's doc).
     #[serde(skip)]
     pub earlier: Vec<u64>,
+    /// The idempotency keys of the tells it applied, with when (see the
+    /// module's doc).
+    #[serde(skip)]
+    pub keys: Vec<(String, u64)>,
 }
 
 /// The same record, borrowed: what the runtime encodes without copying the
@@ -149,6 +163,16 @@ mod state_bytes {
     }
 }
 
+/// Idempotency keys, whatever string type holds them (postcard writes
+/// them as a `Vec<(String, u64)>` reads them).
+struct KeysRef<'a, K: AsRef<str>>(&'a [(K, u64)]);
+
+impl<K: AsRef<str>> Serialize for KeysRef<'_, K> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|(key, at)| (key.as_ref(), *at)))
+    }
+}
+
 fn topics_as_str<T: AsRef<str>, S: serde::Serializer>(
     applied: &&[(T, u64)],
     serializer: S,
@@ -161,7 +185,7 @@ fn topics_as_str<T: AsRef<str>, S: serde::Serializer>(
 pub enum RecordError {
     #[error("empty state record")]
     Empty,
-    #[error("state record of format {0}, but this colo reads formats {FORMAT} and {FORMAT_EARLIER}: it was written by a newer colo")]
+    #[error("state record of format {0}, but this colo reads formats {FORMAT} to {FORMAT_KEYS}: it was written by a newer colo")]
     Format(u8),
     #[error("malformed state record: {0}")]
     Malformed(String),
@@ -175,6 +199,7 @@ impl StateRecord {
             applied: Vec::new(),
             state,
             earlier: Vec::new(),
+            keys: Vec::new(),
         }
     }
 
@@ -185,32 +210,35 @@ impl StateRecord {
             &self.applied,
             self.state.as_deref(),
             &self.earlier,
+            &self.keys,
         )
     }
 
     /// Encodes a record from its parts, as [`StateRecord::encode`] would.
-    pub fn encode_parts<T: AsRef<str>>(
+    pub fn encode_parts<T: AsRef<str>, K: AsRef<str>>(
         epoch: u64,
         version: u32,
         applied: &[(T, u64)],
         state: Option<&[u8]>,
         earlier: &[u64],
+        keys: &[(K, u64)],
     ) -> Vec<u8> {
         let mut out = Vec::new();
-        Self::encode_parts_into(&mut out, epoch, version, applied, state, earlier);
+        Self::encode_parts_into(&mut out, epoch, version, applied, state, earlier, keys);
         out
     }
 
     /// [`StateRecord::encode_parts`] into `out`, which is cleared first: an
     /// entity changed again before its last state was written reuses that
     /// state's buffer rather than allocating one per message.
-    pub fn encode_parts_into<T: AsRef<str>>(
+    pub fn encode_parts_into<T: AsRef<str>, K: AsRef<str>>(
         out: &mut Vec<u8>,
         epoch: u64,
         version: u32,
         applied: &[(T, u64)],
         state: Option<&[u8]>,
         earlier: &[u64],
+        keys: &[(K, u64)],
     ) {
         // Room for it all at once (a varint of a u64 takes at most 10
         // bytes, of a u32 or a length 5): format, epoch, version, the
@@ -220,12 +248,27 @@ impl StateRecord {
             .iter()
             .map(|(topic, _)| 5 + topic.as_ref().len() + 10)
             .sum();
-        let room =
-            1 + 10 + 5 + 5 + topics + 1 + state.map_or(0, |s| 5 + s.len()) + 5 + 10 * earlier.len();
+        let key_bytes: usize = keys
+            .iter()
+            .map(|(key, _)| 5 + key.as_ref().len() + 10)
+            .sum();
+        let room = 1
+            + 10
+            + 5
+            + 5
+            + topics
+            + 1
+            + state.map_or(0, |s| 5 + s.len())
+            + 5
+            + 10 * earlier.len()
+            + 5
+            + key_bytes;
         let mut buffer = std::mem::take(out);
         buffer.clear();
         buffer.reserve(room);
-        buffer.push(if earlier.is_empty() {
+        buffer.push(if !keys.is_empty() {
+            FORMAT_KEYS
+        } else if earlier.is_empty() {
             FORMAT
         } else {
             FORMAT_EARLIER
@@ -242,8 +285,14 @@ impl StateRecord {
             Ok(encoded) => encoded,
             Err(e) => unreachable!("a state record always encodes: {e}"),
         };
-        if !earlier.is_empty() {
+        if !earlier.is_empty() || !keys.is_empty() {
             encoded = match postcard::to_extend(earlier, encoded) {
+                Ok(encoded) => encoded,
+                Err(e) => unreachable!("a state record always encodes: {e}"),
+            };
+        }
+        if !keys.is_empty() {
+            encoded = match postcard::to_extend(&KeysRef(keys), encoded) {
                 Ok(encoded) => encoded,
                 Err(e) => unreachable!("a state record always encodes: {e}"),
             };
@@ -256,13 +305,16 @@ impl StateRecord {
     /// record.
     pub fn decode(value: &[u8]) -> Result<Self, RecordError> {
         let (&format, rest) = value.split_first().ok_or(RecordError::Empty)?;
-        if format != FORMAT && format != FORMAT_EARLIER {
+        if !(FORMAT..=FORMAT_KEYS).contains(&format) {
             return Err(RecordError::Format(format));
         }
         let malformed = |e: postcard::Error| RecordError::Malformed(e.to_string());
         let (mut record, mut tail) = postcard::take_from_bytes::<Self>(rest).map_err(malformed)?;
-        if format == FORMAT_EARLIER {
+        if format >= FORMAT_EARLIER {
             (record.earlier, tail) = postcard::take_from_bytes(tail).map_err(malformed)?;
+        }
+        if format == FORMAT_KEYS {
+            (record.keys, tail) = postcard::take_from_bytes(tail).map_err(malformed)?;
         }
         if !tail.is_empty() {
             return Err(RecordError::Malformed(format!(
@@ -360,20 +412,43 @@ mod tests {
             &[("user-events", 40u64), ("refunds", 2)],
             Some(b"{\"total\":11,\"items\":[1,2,3]}"),
             &[4, 5],
+            &[("retry-1", 1_700_000_000_000u64)],
         );
         let state = Some(b"{\"total\":12}".as_slice());
-        StateRecord::encode_parts_into(&mut buffer, 7, 3, &applied, state, &[]);
+        StateRecord::encode_parts_into(&mut buffer, 7, 3, &applied, state, &[], NO_KEYS);
         assert_eq!(
             buffer,
-            StateRecord::encode_parts(7, 3, &applied, state, &[])
+            StateRecord::encode_parts(7, 3, &applied, state, &[], NO_KEYS)
         );
         let decoded = StateRecord::decode(&buffer).expect("a record");
         assert_eq!((decoded.epoch, decoded.state.as_deref()), (7, state));
-        StateRecord::encode_parts_into(&mut buffer, 8, 3, &applied, None, &[7]);
+        StateRecord::encode_parts_into(&mut buffer, 8, 3, &applied, None, &[7], NO_KEYS);
         assert_eq!(
             buffer,
-            StateRecord::encode_parts(8, 3, &applied, None, &[7])
+            StateRecord::encode_parts(8, 3, &applied, None, &[7], NO_KEYS)
         );
+    }
+
+    const NO_KEYS: &[(&str, u64)] = &[];
+
+    /// Idempotency keys come back as written, with or without earlier
+    /// starts' keys; a record without them is written as before (format 1
+    /// or 2), so that a colo that does not know keys reads it.
+    #[test]
+    fn idempotency_keys_round_trip_in_format_3_only_when_there_are_any() {
+        let mut record = StateRecord::new(5, 2, Some(b"state".to_vec()));
+        record.mark_applied("t", 3);
+        record.keys = vec![("order-7".into(), 1_000), ("order-8".into(), 2_000)];
+        let encoded = record.encode();
+        assert_eq!(encoded[0], FORMAT_KEYS);
+        assert_eq!(StateRecord::decode(&encoded), Ok(record.clone()));
+        record.earlier = vec![2, 4];
+        assert_eq!(StateRecord::decode(&record.encode()), Ok(record.clone()));
+        record.keys.clear();
+        assert_eq!(record.encode()[0], FORMAT_EARLIER);
+        record.earlier.clear();
+        assert_eq!(record.encode()[0], FORMAT);
+        assert_eq!(StateRecord::decode(&record.encode()), Ok(record));
     }
 
     #[test]

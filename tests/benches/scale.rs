@@ -109,6 +109,7 @@ async fn tell_all(
                     entity_type: entity_type.into(),
                     entity_id: id,
                     payload: colo_tests::client::json(message),
+                    idempotency_key: None,
                 };
                 let mut tries = 0;
                 while let Err(status) = client.tell(request.clone()).await {

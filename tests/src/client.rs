@@ -53,6 +53,7 @@ pub async fn tell(
             entity_type: "counter".into(),
             entity_id: id.into(),
             payload: json(message),
+            idempotency_key: None,
         })
         .await
         .map(drop)

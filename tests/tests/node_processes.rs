@@ -347,6 +347,7 @@ async fn malformed_requests_get_invalid_argument() {
             entity_type: "counter".into(),
             entity_id: String::new(),
             payload: json(r#""Get""#),
+            idempotency_key: None,
         })
         .await
         .expect_err("empty id");

@@ -234,6 +234,18 @@ async fn the_three_node_cluster_and_the_client_commands_run_as_shown() {
     assert!(stdout.contains("region 127.0.0.1:7001"), "{stdout}");
     assert!(stdout.contains("127.0.0.1:7003"), "{stdout}");
     assert!(stdout.contains("colo_region_hosted_shards"), "{stdout}");
+    // A keyed tell told twice through two nodes: applied once.
+    let keyed = block_after(&readme, "A tell may carry an idempotency key");
+    let stdout = run_client_block(&root, &nodes, &keyed, logs);
+    assert!(stdout.contains("told counter/carol (shard"), "{stdout}");
+    assert!(
+        stdout.contains("had applied a tell with this idempotency key already"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("counter/carol (shard") && stdout.contains("replied 7"),
+        "{stdout}"
+    );
     // The cluster map's JSON, as "The cluster map" shows it: the whole
     // cluster's shards, alice's among them.
     let map = block_after(&readme, "The page polls `GET /api/cluster`");

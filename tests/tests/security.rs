@@ -64,6 +64,7 @@ async fn a_cluster_over_mutual_tls_serves_and_hands_shards_off() {
                 entity_type: "counter".into(),
                 entity_id: id.clone(),
                 payload: colo_tests::client::json(r#"{"Add":2}"#),
+                idempotency_key: None,
             })
             .await
             .expect("tell over TLS");
@@ -277,6 +278,7 @@ async fn the_client_api_takes_tokens_by_scope_and_logs_none() {
         entity_type: "counter".into(),
         entity_id: "t".into(),
         payload: colo_tests::client::json(r#"{"Add":1}"#),
+        idempotency_key: None,
     };
 
     let refusal = ShardingClient::new(channel.clone())

@@ -45,7 +45,7 @@ mod settle;
 use super::slots::{Awaiting, Chained, Outcome, Start, Step, Tries};
 use super::{partition_shard, Decoder, DurableAcks, Source, SourceRecord};
 use crate::entity::{Entity, EntityId};
-use crate::envelope::Origin;
+use crate::envelope::{Cause, Origin};
 use crate::error::TellError;
 use crate::kafka_view::RebalanceTag;
 use crate::logging::{ExpectedWait, Say};
@@ -437,7 +437,7 @@ impl<E: Entity, S: Source> PartitionTask<E, S> {
     /// not be durable (see `Origin::previous`), checked for the records
     /// this partition's own shard handles here (an ask is answered only
     /// once durable).
-    fn origin(&self, shard: ShardId, offset: i64, previous: Option<i64>) -> Option<Box<Origin>> {
+    fn origin(&self, shard: ShardId, offset: i64, previous: Option<i64>) -> Option<Box<Cause>> {
         if !self.durable {
             return None;
         }
@@ -450,11 +450,11 @@ impl<E: Entity, S: Source> PartitionTask<E, S> {
         let previous = previous
             .filter(|_| self.hosts(shard))
             .and_then(|p| u64::try_from(p).ok());
-        Some(Box::new(Origin {
+        Some(Box::new(Cause::Record(Origin {
             source,
             offset,
             previous,
-        }))
+        })))
     }
 }
 

@@ -247,7 +247,10 @@ impl Outcome {
 
     pub(crate) fn refusal(e: TellError) -> Self {
         match e {
-            TellError::EmptyEntityId | TellError::Codec(_) => Outcome::Refused(e.to_string()),
+            // A record carries no idempotency key: never here, refused.
+            TellError::EmptyEntityId
+            | TellError::Codec(_)
+            | TellError::InvalidIdempotencyKey(_) => Outcome::Refused(e.to_string()),
             TellError::BufferFull { .. }
             | TellError::MailboxFull { .. }
             | TellError::CoordinatorUnreachable(_)

@@ -12,6 +12,7 @@ pub mod status;
 pub use request::MAX_TIMEOUT;
 
 use crate::node::Node;
+use crate::region::TellOnce;
 use colo_proto::v1::sharding_server::{Sharding, ShardingServer};
 use colo_proto::v1::{
     AskRequest, AskResponse, ClusterStatsRequest, ClusterStatsResponse, Payload, RegionShardStats,
@@ -59,10 +60,21 @@ impl Sharding for ShardingApi {
         let region = request::region(&self.node, &req.entity_type)?;
         let entity_id = request::entity_id(&req.entity_id)?;
         let (content_type, data) = request::payload(req.payload.as_ref())?;
+        if let Some(key) = &req.idempotency_key {
+            let (shard, once) = region
+                .tell_once(entity_id, key, content_type, data, self.default_timeout)
+                .await?;
+            return Ok(Response::new(TellResponse {
+                shard: shard.0,
+                buffered: String::new(),
+                already_applied: once == TellOnce::AlreadyApplied,
+            }));
+        }
         let told = region.tell(entity_id, content_type, data).await?;
         Ok(Response::new(TellResponse {
             shard: told.shard.0,
             buffered: told.buffered.unwrap_or_default().to_string(),
+            already_applied: false,
         }))
     }
 

@@ -434,6 +434,8 @@ impl NodeConfig {
                     },
                 }),
             standbys: s.standbys,
+            idempotency_retention: self.api.idempotency_retention,
+            idempotency_keys: self.api.idempotency_keys,
         }
     }
 

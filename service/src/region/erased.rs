@@ -72,6 +72,16 @@ pub struct Told {
     pub buffered: Option<&'static str>,
 }
 
+/// What became of a tell with an idempotency key ([`Region::tell_once`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TellOnce {
+    /// Its entity applied it now (durably, for a durable entity type).
+    Applied,
+    /// Its entity had applied a tell with the same key within the entity
+    /// type's `idempotency_retention`: not applied again.
+    AlreadyApplied,
+}
+
 /// A node's region of one entity type, without its Rust types: messages and
 /// replies are bytes in a [`ContentType`]. Get one from
 /// [`crate::Node::region_by_name`].
@@ -108,6 +118,21 @@ pub trait ErasedRegion: Send + Sync + 'static {
         content_type: ContentType,
         payload: &'a [u8],
     ) -> BoxFuture<'a, Result<Told, ErasedError>>;
+
+    /// Decodes `payload` and tells it to the entity once for `key`, like
+    /// [`Region::tell_once`], answering its shard and what became of it.
+    ///
+    /// # Errors
+    /// The payload does not decode, the key is invalid, the message was
+    /// refused, the entity failed, or no answer came within `timeout`.
+    fn tell_once<'a>(
+        &'a self,
+        entity_id: &'a str,
+        key: &'a str,
+        content_type: ContentType,
+        payload: &'a [u8],
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(ShardId, TellOnce), ErasedError>>;
 
     /// Decodes `payload`, asks the entity like [`Region::ask`], and answers
     /// the shard and the reply encoded in the same content type.
@@ -198,6 +223,21 @@ impl<E: Entity> ErasedRegion for Region<E> {
                 shard: Region::shard_of(self, entity_id),
                 buffered,
             })
+        })
+    }
+
+    fn tell_once<'a>(
+        &'a self,
+        entity_id: &'a str,
+        key: &'a str,
+        content_type: ContentType,
+        payload: &'a [u8],
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(ShardId, TellOnce), ErasedError>> {
+        Box::pin(async move {
+            let message = self.decode_message(content_type, payload)?;
+            let once = Region::tell_once(self, entity_id, key, message, timeout).await?;
+            Ok((Region::shard_of(self, entity_id), once))
         })
     }
 

@@ -227,14 +227,14 @@ fn encode_batch<E: Entity>(
             }
         };
         if let Reply::Local(..) = env.reply {
-            if let Reply::Local(tx, origin) = std::mem::replace(&mut env.reply, Reply::None) {
+            if let Reply::Local(tx, cause) = std::mem::replace(&mut env.reply, Reply::None) {
                 let correlation = node.pending.register(tx);
                 let to = ReplyTo {
                     node: node.id.clone(),
                     incarnation: node.incarnation,
                     correlation,
                 };
-                env.reply = Reply::Remote(Box::new(to), origin);
+                env.reply = Reply::Remote(Box::new(to), cause);
             }
         }
         let reply_to = match &env.reply {
@@ -249,6 +249,7 @@ fn encode_batch<E: Entity>(
             reply_to,
             delayed: env.delayed,
             origin: env.origin().map(Origin::to_wire),
+            idempotency_key: env.reply.idempotency_key().map(|key| key.to_string()),
         });
         true
     });

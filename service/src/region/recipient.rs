@@ -9,7 +9,7 @@ use super::shard::dropped;
 use super::shared::Shared;
 use crate::codec;
 use crate::entity::Entity;
-use crate::envelope::{Envelope, Origin, Reply, WireEnvelope};
+use crate::envelope::{Cause, Envelope, Origin, Reply, WireEnvelope};
 use futures::future::BoxFuture;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -44,10 +44,14 @@ pub(super) struct ReceivingHalf<E: Entity> {
 impl<E: Entity> RegionRecipient for ReceivingHalf<E> {
     fn deliver(&self, env: WireEnvelope, credit: crate::credits::Credit) -> Placed {
         let shared = &self.shared;
-        let origin = env.origin.map(|o| Box::new(Origin::from_wire(o)));
+        let cause = match (env.origin, env.idempotency_key) {
+            (Some(origin), _) => Some(Box::new(Cause::Record(Origin::from_wire(origin)))),
+            (None, Some(key)) => Some(Box::new(Cause::Keyed(Arc::from(key)))),
+            (None, None) => None,
+        };
         let reply = env
             .reply_to
-            .map_or(Reply::None, |to| Reply::Remote(Box::new(to), origin));
+            .map_or(Reply::None, |to| Reply::Remote(Box::new(to), cause));
         // From the wire: the shard must be the one this node's extractor
         // gives the entity, or the two nodes disagree on where it lives.
         let expected = shared.extractor.shard_id(&env.entity_id);

@@ -36,6 +36,7 @@
 
 mod durable;
 mod handoff;
+mod keys;
 mod lifecycle;
 mod loads;
 mod recovery;
@@ -90,8 +91,8 @@ struct Active<E> {
 enum After<E: Entity> {
     Nothing,
     Queue(Envelope<E>),
-    /// A durable entity with nothing in hand: run now, through the checks
-    /// of what it applied already.
+    /// A durable entity with nothing in hand, or a keyed tell: run now,
+    /// through the checks of what it applied already.
     Start(Envelope<E>),
     Unknown(Envelope<E>),
     Waiting(EntityId, Cancel),
@@ -198,6 +199,10 @@ pub(crate) struct Shard<E: Entity, F> {
     entities_gauge: metrics::Gauge,
     /// The state of a durable entity type's entities (`durable.rs`).
     durable: Option<DurableShard<E>>,
+    /// Of a type kept in memory: the idempotency keys its live entities
+    /// applied (a durable type keeps them with the state: `keys.rs`).
+    memory_keys: Map<keys::AppliedKeys>,
+    retention: keys::KeyRetention,
 }
 
 impl<E: Entity> Shard<E, ()> {
@@ -211,6 +216,10 @@ impl<E: Entity> Shard<E, ()> {
     ) -> ShardHandle<E> {
         let (entity_type, node) = (region.entity_type.clone(), region.node.clone());
         let (metrics, activity) = (region.metrics.clone(), region.activity.clone());
+        let retention = keys::KeyRetention::new(
+            entity_type.settings.idempotency_retention,
+            entity_type.settings.idempotency_keys,
+        );
         let durable = match (entity_type.state, &node.store) {
             (Some(codec), Some(store)) => Some(DurableShard::new(
                 codec,
@@ -219,7 +228,7 @@ impl<E: Entity> Shard<E, ()> {
                 id,
                 &region.durable,
                 region.id.as_str(),
-                entity_type.settings.remember_entities,
+                &entity_type.settings,
             )),
             _ => None,
         };
@@ -269,6 +278,8 @@ impl<E: Entity> Shard<E, ()> {
             signals: signals.clone(),
             entities_gauge,
             durable,
+            memory_keys: Map::default(),
+            retention,
         };
         node.tasks.spawn_shard(IN_SHARD.scope((), async move {
             let leftovers = shard.run(mailbox).await;
@@ -479,7 +490,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                     active.touched = *clock;
                     if active.busy || *running >= *concurrency {
                         After::Queue(env)
-                    } else if durable {
+                    } else if durable || env.reply.idempotency_key().is_some() {
                         After::Start(env)
                     } else {
                         let Some(entity) = active.entity.take() else {

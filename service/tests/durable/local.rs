@@ -333,3 +333,72 @@ async fn a_failed_write_is_tried_again_a_flush_interval_later_even_with_an_answe
         "the waiting answer started one write, and the next waits an hour"
     );
 }
+
+/// A tell with an idempotency key is applied once: its key is written
+/// with the change it made (answered once both are in the store), and a
+/// retry finds it after the entity was passivated and on a new node on
+/// the same store. A tell whose handler failed keeps no key: its retry
+/// runs.
+#[tokio::test]
+async fn a_keyed_tell_is_applied_once_through_passivation_and_a_new_node() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir);
+    let a = start(&store, at_once(), 1);
+    let once = |region: &Region<Ledger>, key: &'static str, message: LedgerMsg| {
+        let region = region.clone();
+        async move { region.tell_once("acct-k", key, message, ASK).await }
+    };
+    assert_eq!(
+        once(&a.region, "deposit-1", LedgerMsg::Add(5)).await,
+        Ok(colo::TellOnce::Applied)
+    );
+    let record = stored(&store, "acct-k")
+        .await
+        .expect("stored when answered");
+    assert_eq!(record.keys.len(), 1);
+    assert_eq!(record.keys[0].0, "deposit-1");
+    assert_eq!(
+        once(&a.region, "deposit-1", LedgerMsg::Add(5)).await,
+        Ok(colo::TellOnce::AlreadyApplied)
+    );
+    a.region
+        .ask("acct-k", LedgerMsg::Passivate, ASK)
+        .await
+        .expect("passivates");
+    assert_eq!(
+        once(&a.region, "deposit-1", LedgerMsg::Add(5)).await,
+        Ok(colo::TellOnce::AlreadyApplied),
+        "read back with its state"
+    );
+    let failed = once(&a.region, "deposit-2", LedgerMsg::AddThenFail(100)).await;
+    assert!(
+        matches!(failed, Err(AskError::EntityFailed(_))),
+        "{failed:?}"
+    );
+    a.node.kill().await;
+
+    let b = start(&store, at_once(), 1);
+    assert_eq!(
+        once(&b.region, "deposit-1", LedgerMsg::Add(5)).await,
+        Ok(colo::TellOnce::AlreadyApplied)
+    );
+    assert_eq!(
+        once(&b.region, "deposit-2", LedgerMsg::Add(7)).await,
+        Ok(colo::TellOnce::Applied),
+        "the failed tell changed nothing: its retry runs"
+    );
+    let (balance, _) = b
+        .region
+        .ask("acct-k", LedgerMsg::Get, ASK)
+        .await
+        .expect("balance");
+    assert_eq!(balance, 12);
+    let refused = once(&b.region, "", LedgerMsg::Add(1)).await;
+    assert!(
+        matches!(
+            refused,
+            Err(AskError::Tell(colo::TellError::InvalidIdempotencyKey(_)))
+        ),
+        "{refused:?}"
+    );
+}

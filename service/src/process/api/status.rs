@@ -39,6 +39,9 @@ impl From<TellError> for Status {
                 Status::resource_exhausted(message)
             }
             TellError::EmptyEntityId => Status::invalid_argument("entity_id must not be empty"),
+            TellError::InvalidIdempotencyKey(reason) => {
+                Status::invalid_argument(format!("idempotency_key: {reason}"))
+            }
             TellError::RegionStopped(_)
             | TellError::CoordinatorUnreachable(_)
             | TellError::NotHere(_) => Status::unavailable(message),

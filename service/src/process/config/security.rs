@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// `[api]`: how clients of the gRPC client API authenticate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,6 +24,14 @@ pub struct ApiSection {
     /// `tls.ca` may call everything.
     #[serde(default = "yes")]
     pub client_certificates: bool,
+    /// How long an entity keeps a client tell's idempotency key (24 h): a
+    /// retry with it within this long is answered as applied and not
+    /// applied again.
+    #[serde(default = "day", with = "humantime_serde")]
+    pub idempotency_retention: Duration,
+    /// The most idempotency keys an entity keeps, the oldest dropped first.
+    #[serde(default = "hundred")]
+    pub idempotency_keys: usize,
 }
 
 impl Default for ApiSection {
@@ -30,8 +39,18 @@ impl Default for ApiSection {
         Self {
             tokens_file: None,
             client_certificates: true,
+            idempotency_retention: day(),
+            idempotency_keys: hundred(),
         }
     }
+}
+
+fn day() -> Duration {
+    Duration::from_secs(24 * 3600)
+}
+
+fn hundred() -> usize {
+    100
 }
 
 fn yes() -> bool {

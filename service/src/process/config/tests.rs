@@ -442,6 +442,29 @@ fn a_role_that_is_no_name_is_refused_with_its_field() {
 }
 
 #[test]
+fn idempotency_keys_are_kept_as_api_says_and_refused_at_zero() {
+    let c = load(
+        MINIMAL,
+        &[],
+        &[
+            r#"api.idempotency_retention="1h""#,
+            "api.idempotency_keys=10",
+        ],
+    )
+    .unwrap();
+    let s = c.sharding_settings();
+    assert_eq!(s.idempotency_retention, Duration::from_secs(3600));
+    assert_eq!(s.idempotency_keys, 10);
+    let defaults = load(MINIMAL, &[], &[]).unwrap().sharding_settings();
+    assert_eq!(defaults.idempotency_retention, Duration::from_secs(86_400));
+    assert_eq!(defaults.idempotency_keys, 100);
+    let (field, _) = field_error(MINIMAL, &[], &[r#"api.idempotency_retention="0s""#]);
+    assert_eq!(field, "api.idempotency_retention");
+    let (field, _) = field_error(MINIMAL, &[], &["api.idempotency_keys=0"]);
+    assert_eq!(field, "api.idempotency_keys");
+}
+
+#[test]
 fn an_unknown_passivation_strategy_is_refused() {
     let (field, shown) = field_error(
         MINIMAL,

@@ -41,6 +41,15 @@ impl NodeConfig {
         if let Some((entity_type, role)) = self.roles.iter().find(|(_, r)| !is_name(r)) {
             return refuse(&format!("roles.{entity_type}"), bad_role(role));
         }
+        if self.api.idempotency_retention.is_zero() {
+            return refuse(
+                "api.idempotency_retention",
+                "must be longer than zero".to_string(),
+            );
+        }
+        if self.api.idempotency_keys == 0 {
+            return refuse("api.idempotency_keys", "must be at least 1".to_string());
+        }
         if node.shutdown_timeout.is_zero() {
             return refuse(
                 "node.shutdown_timeout",

@@ -30,16 +30,17 @@ mod write;
 
 pub(super) use write::Writing;
 
+use super::keys::{AppliedKeys, KeyRetention};
 use super::loads::{Loaded, Loads};
 use super::recovery::{Recovery, Stored};
 use super::Map;
 use crate::durability::ShardDurability;
 use crate::entity::{Entity, EntityId, StateCodec};
-use crate::envelope::{AckedAnswer, Origin, Reply};
+use crate::envelope::{AckedAnswer, Cause, Reply};
 use crate::error::AskError;
 use crate::metrics::StateMetrics;
 use crate::node_context::NodeContext;
-use crate::settings::EntityRecovery;
+use crate::settings::ShardingSettings;
 use crate::store::{restore_until_done, Restore, Restored};
 use crate::store::{DurableShards, EntityChangelog, NodeStore};
 use colo_allocation::ShardId;
@@ -112,6 +113,9 @@ struct Kept {
     /// names them until their retirement is durable, so that whichever
     /// start deletes it removes them all (see `deletions.rs`).
     earlier: Earlier,
+    /// The idempotency keys of the client tells it applied (see
+    /// `keys.rs`).
+    keys: AppliedKeys,
 }
 
 impl Kept {
@@ -160,6 +164,8 @@ pub(super) struct DurableShard<E: Entity> {
     /// the next write retires them.
     retirable: Map<Earlier>,
     deletions: Deletions,
+    /// How long, and how many, idempotency keys an entity keeps.
+    retention: KeyRetention,
     changelog: Option<Arc<dyn EntityChangelog>>,
     /// Until it is done, the shard takes no mail.
     restoring: Option<Restoring>,
@@ -194,6 +200,8 @@ pub(super) struct DurableShard<E: Entity> {
 
 impl<E: Entity> DurableShard<E> {
     /// A durable shard's start: with a changelog, it restores first.
+    /// `settings`: its entity type's (remembering entities, keeping
+    /// idempotency keys).
     pub fn new(
         codec: StateCodec<E>,
         store: Arc<NodeStore>,
@@ -201,8 +209,11 @@ impl<E: Entity> DurableShard<E> {
         shard: ShardId,
         shards: &Arc<DurableShards>,
         node: &str,
-        remember: Option<EntityRecovery>,
+        settings: &ShardingSettings,
     ) -> Self {
+        let remember = settings.remember_entities;
+        let retention =
+            KeyRetention::new(settings.idempotency_retention, settings.idempotency_keys);
         let metrics = StateMetrics::new(entity_type);
         let changelog = store.changelog(entity_type);
         let restoring = changelog.as_ref().map(|changelog| {
@@ -229,6 +240,7 @@ impl<E: Entity> DurableShard<E> {
             retiring: Map::default(),
             retirable: Map::default(),
             deletions: Deletions::default(),
+            retention,
             changelog,
             restoring,
             recovery: remember.map(Recovery::new),
@@ -294,13 +306,24 @@ impl<E: Entity> DurableShard<E> {
         self.broken.as_deref()
     }
 
-    /// Why a record is not applied, if it is not (only an active entity is
-    /// asked): its entity applied it already (skipped, and counted), or its
-    /// key's previous record in its partition is missing from its entity's
-    /// state (see [`Origin::previous`]). One look-up of the entity answers
-    /// both: it is made for every record.
-    pub fn skips(&self, id: &EntityId, origin: Option<&Origin>) -> Option<AskError> {
-        let origin = origin?;
+    /// Why a message is not applied, if it is not (only an active entity is
+    /// asked): its entity applied it already (a record, skipped and
+    /// counted, or a client tell with the same idempotency key), or a
+    /// record's key's previous record in its partition is missing from its
+    /// entity's state (see `Origin::previous`). One look-up of the entity
+    /// answers each: it is made for every record.
+    pub fn skips(&self, id: &EntityId, cause: Option<&Cause>) -> Option<AskError> {
+        let origin = match cause? {
+            Cause::Record(origin) => origin,
+            Cause::Keyed(key) => {
+                let now = crate::clock::unix_ms();
+                let kept = self.kept.get(id)?;
+                return kept
+                    .keys
+                    .applied(key, now, self.retention)
+                    .then_some(AskError::AlreadyApplied);
+            }
+        };
         let last = self.kept.get(id).and_then(|kept| {
             kept.applied
                 .iter()
@@ -387,6 +410,7 @@ impl<E: Entity> DurableShard<E> {
                 state: hash,
                 written: Some(record.epoch),
                 earlier: record.earlier.into_iter().collect(),
+                keys: AppliedKeys::from_record(record.keys),
             },
         );
         Ok(start)
@@ -411,8 +435,9 @@ impl<E: Entity> DurableShard<E> {
         Ok(&self.scratch)
     }
 
-    /// An entity handled a message (`origin`: the record it came from):
-    /// its state, or its deletion, goes into the next write.
+    /// An entity handled a message (`cause`: the record it came from, or
+    /// the client tell's idempotency key): its state, or its deletion, goes
+    /// into the next write, with what it applied.
     ///
     /// # Errors
     /// The state cannot be encoded: the entity is dropped as failed.
@@ -420,7 +445,7 @@ impl<E: Entity> DurableShard<E> {
         &mut self,
         id: &EntityId,
         entity: Option<&E>,
-        origin: Option<&Origin>,
+        cause: Option<&Cause>,
     ) -> Result<(), String> {
         // Encoded into the scratch buffer, then copied once into the
         // state record (an allocation less for each message).
@@ -432,22 +457,37 @@ impl<E: Entity> DurableShard<E> {
         };
         let changed = encoded
             .map_err(|e| format!("its state cannot be encoded: {e}"))
-            .map(|encoded| self.changed_to(id, encoded.then_some(scratch.as_slice()), origin));
+            .map(|encoded| self.changed_to(id, encoded.then_some(scratch.as_slice()), cause));
         self.encoded = scratch.len();
         self.scratch = scratch;
         changed
     }
 
     /// An entity's state after a message: `None` once it is deleted.
-    fn changed_to(&mut self, id: &EntityId, state: Option<&[u8]>, origin: Option<&Origin>) {
+    fn changed_to(&mut self, id: &EntityId, state: Option<&[u8]>, cause: Option<&Cause>) {
         let kept = match self.kept.get_mut(id) {
             Some(kept) => kept,
             None => self.kept.entry(id.clone()).or_default(),
         };
         let hash = state_hash(state);
-        if origin.is_none() && kept.state == Some(hash) {
+        // A keyed tell is written even if it changed nothing: its key is.
+        if cause.is_none() && kept.state == Some(hash) {
             return;
         }
+        let origin = match cause {
+            Some(Cause::Record(origin)) => Some(origin),
+            Some(Cause::Keyed(key)) => {
+                kept.keys
+                    .add(key.clone(), crate::clock::unix_ms(), self.retention);
+                None
+            }
+            None => {
+                if !kept.keys.is_empty() {
+                    kept.keys.prune(crate::clock::unix_ms(), self.retention);
+                }
+                None
+            }
+        };
         kept.state = Some(hash);
         if let Some(earlier) = kept.written.filter(|&start| start != self.epoch) {
             if !kept.earlier.contains(&earlier) {
@@ -477,13 +517,16 @@ impl<E: Entity> DurableShard<E> {
             None => self.deletions.deleted(id, kept.deleted_by(self.epoch)),
         }
         let (epoch, version) = (self.epoch, self.codec.version);
-        let (applied, earlier) = (&kept.applied, &kept.earlier);
+        let (applied, earlier, keys) = (&kept.applied, &kept.earlier, kept.keys.as_slice());
         match self.dirty.get_mut(id) {
             Some(value) => {
-                StateRecord::encode_parts_into(value, epoch, version, applied, state, earlier);
+                StateRecord::encode_parts_into(
+                    value, epoch, version, applied, state, earlier, keys,
+                );
             }
             None => {
-                let value = StateRecord::encode_parts(epoch, version, applied, state, earlier);
+                let value =
+                    StateRecord::encode_parts(epoch, version, applied, state, earlier, keys);
                 self.dirty.insert(id.clone(), value);
             }
         }

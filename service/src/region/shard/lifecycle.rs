@@ -38,17 +38,25 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         // (see `Origin::previous`). Either answer rests on this start's
         // state, which may be unwritten yet: it names the start, like a
         // handled record's, and an ask's skip waits for the write.
-        let skipped = self
-            .durable
-            .as_ref()
-            .and_then(|durable| durable.skips(&env.entity_id, env.origin()));
+        // A client tell with an idempotency key its entity applied already
+        // is answered so, not applied again.
+        let skipped = match self.durable.as_ref() {
+            Some(durable) => durable.skips(&env.entity_id, env.reply.cause()),
+            None => env.reply.idempotency_key().and_then(|key| {
+                let keys = self.memory_keys.get(&env.entity_id)?;
+                let now = crate::clock::unix_ms();
+                keys.applied(key, now, self.retention)
+                    .then_some(AskError::AlreadyApplied)
+            }),
+        };
         if let Some(skipped) = skipped {
             if let Some(active) = self.entities.get_mut(&env.entity_id) {
                 active.entity = Some(entity);
             }
             let id = env.entity_id.clone();
-            if let Some(durable) = self.durable.as_mut() {
-                durable.answer(&self.node, &id, env.reply, Err(skipped));
+            match self.durable.as_mut() {
+                Some(durable) => durable.answer(&self.node, &id, env.reply, Err(skipped)),
+                None => self.node.reply(env.reply, Err(skipped)),
             }
             self.after_run(&id);
             return;
@@ -174,7 +182,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                 let result = match outcome {
                     Outcome::Replied(r) => {
                         let deleted = ctx.deletion_requested();
-                        match self.keep(id, entity, deleted, reply.origin()) {
+                        match self.keep(id, entity, deleted, reply.cause()) {
                             Ok(entity) => {
                                 if let Some(active) = self.entities.get_mut(id) {
                                     active.entity = Some(entity);
@@ -427,6 +435,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         if let Some(durable) = self.durable.as_mut() {
             durable.forget(id);
         }
+        self.memory_keys.remove(id);
         if self.entities.remove(id).is_some() {
             tracing::debug!(target: LIFECYCLE, entity_type = %self.entity_type.name, shard = %self.id, entity_id = %id, reason = reason.as_str(), "entity stopped");
             self.count_entities(-1.0);
@@ -461,6 +470,8 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             // Its next message starts it from its last kept state.
             durable.forget(id);
         }
+        // Kept in memory, it starts anew: what its keys guarded is gone.
+        self.memory_keys.remove(id);
         if self.entities.remove(id).is_some() {
             tracing::debug!(target: LIFECYCLE, entity_type = %self.entity_type.name, shard = %self.id, entity_id = %id, reason = "failed", "entity stopped");
             self.count_entities(-1.0);

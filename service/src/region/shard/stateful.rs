@@ -8,7 +8,7 @@ use super::durable::Start;
 use super::runs::Done;
 use super::{Active, Phase, Shard, Stop, LIFECYCLE};
 use crate::entity::{Entity, EntityId};
-use crate::envelope::{Envelope, Origin, Reply};
+use crate::envelope::{Cause, Envelope, Reply};
 use crate::error::AskError;
 use colo_state::StoreError;
 use std::future::Future;
@@ -165,10 +165,19 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         id: &EntityId,
         entity: E,
         deleted: bool,
-        origin: Option<&Origin>,
+        cause: Option<&Cause>,
     ) -> Result<E, String> {
-        if let Some(durable) = self.durable.as_mut() {
-            durable.changed(id, (!deleted).then_some(&entity), origin)?;
+        match (self.durable.as_mut(), cause) {
+            (Some(durable), _) => durable.changed(id, (!deleted).then_some(&entity), cause)?,
+            (None, Some(Cause::Keyed(key))) if !deleted => {
+                let now = crate::clock::unix_ms();
+                self.memory_keys.entry(id.clone()).or_default().add(
+                    key.clone(),
+                    now,
+                    self.retention,
+                );
+            }
+            (None, _) => {}
         }
         if deleted {
             drop(entity);

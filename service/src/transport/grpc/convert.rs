@@ -40,6 +40,7 @@ pub fn envelope_to_pb(env: WireEnvelope) -> pb::Envelope {
             source: o.source,
             offset: o.offset,
         }),
+        idempotency_key: env.idempotency_key,
     }
 }
 
@@ -72,6 +73,24 @@ pub fn envelope_from_pb(env: pb::Envelope) -> Result<WireEnvelope, Malformed> {
             offset: o.offset,
         }),
     };
+    // So does a tell's idempotency key (its client waits for the outcome),
+    // and never with a record's origin.
+    let idempotency_key = match (env.idempotency_key, &reply_to, &origin) {
+        (None, _, _) => None,
+        (Some(_), None, _) => {
+            return Err(malformed("envelope", "an idempotency_key without reply_to"))
+        }
+        (Some(_), _, Some(_)) => {
+            return Err(malformed(
+                "envelope",
+                "both an origin and an idempotency_key",
+            ))
+        }
+        (Some(key), Some(_), None) if key.is_empty() => {
+            return Err(malformed("envelope", "empty idempotency_key"))
+        }
+        (Some(key), Some(_), None) => Some(key),
+    };
     Ok(WireEnvelope {
         entity_type: env.entity_type,
         entity_id: env.entity_id.into(),
@@ -80,6 +99,7 @@ pub fn envelope_from_pb(env: pb::Envelope) -> Result<WireEnvelope, Malformed> {
         reply_to,
         delayed: env.delayed,
         origin,
+        idempotency_key,
     })
 }
 
@@ -489,8 +509,31 @@ mod tests {
                 source: "user-events/3".into(),
                 offset: 41,
             }),
+            idempotency_key: None,
         };
-        assert_eq!(envelope_from_pb(envelope_to_pb(env.clone())), Ok(env));
+        assert_eq!(
+            envelope_from_pb(envelope_to_pb(env.clone())),
+            Ok(env.clone())
+        );
+        let keyed = WireEnvelope {
+            origin: None,
+            idempotency_key: Some("order-7".into()),
+            ..env.clone()
+        };
+        assert_eq!(
+            envelope_from_pb(envelope_to_pb(keyed.clone())),
+            Ok(keyed.clone())
+        );
+        let both = WireEnvelope {
+            idempotency_key: Some("order-7".into()),
+            ..env.clone()
+        };
+        assert!(envelope_from_pb(envelope_to_pb(both)).is_err());
+        let unasked = WireEnvelope {
+            reply_to: None,
+            ..keyed
+        };
+        assert!(envelope_from_pb(envelope_to_pb(unasked)).is_err());
         let ok = WireReply {
             incarnation: 77,
             correlation: 3,

@@ -113,16 +113,20 @@ pub(super) fn envelope() -> impl Strategy<Value = pb::Envelope> {
         proptest::option::of(reply_to),
         any::<bool>(),
         proptest::option::of((text(), number())),
+        proptest::option::of(text()),
     )
         .prop_map(
-            |(entity_type, entity_id, shard, payload, reply_to, delayed, origin)| pb::Envelope {
-                entity_type,
-                entity_id,
-                shard,
-                payload,
-                reply_to,
-                delayed,
-                origin: origin.map(|(source, offset)| pb::Origin { source, offset }),
+            |(entity_type, entity_id, shard, payload, reply_to, delayed, origin, key)| {
+                pb::Envelope {
+                    entity_type,
+                    entity_id,
+                    shard,
+                    payload,
+                    reply_to,
+                    delayed,
+                    origin: origin.map(|(source, offset)| pb::Origin { source, offset }),
+                    idempotency_key: key,
+                }
             },
         )
 }

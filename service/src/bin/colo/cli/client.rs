@@ -68,6 +68,12 @@ pub enum ClientCommand {
         /// The entity id.
         #[arg(long)]
         id: String,
+        /// Applies the tell once however often it is retried with this key
+        /// (1 to 256 bytes, kept with the entity's state for
+        /// api.idempotency_retention): the command then waits for the
+        /// outcome, and says when the entity had applied it already.
+        #[arg(long)]
+        idempotency_key: Option<String>,
         /// The message as JSON; a bare word like Get is taken as the JSON
         /// string "Get" (a unit variant).
         message: String,
@@ -211,6 +217,7 @@ pub async fn execute(cmd: ClientCommand) -> Result<String, ClientCliError> {
         ClientCommand::Tell {
             target,
             id,
+            idempotency_key,
             message,
         } => {
             let data = message_json(&message)?;
@@ -220,6 +227,7 @@ pub async fn execute(cmd: ClientCommand) -> Result<String, ClientCliError> {
                 entity_type: entity_type.clone(),
                 entity_id: id.clone(),
                 payload: Some(json_payload(data)),
+                idempotency_key,
             });
             request.set_timeout(TELL_DEADLINE);
             let response = client.tell(request).await?.into_inner();
@@ -228,6 +236,7 @@ pub async fn execute(cmd: ClientCommand) -> Result<String, ClientCliError> {
                 entity_id: id,
                 shard: response.shard,
                 buffered: (!response.buffered.is_empty()).then_some(response.buffered),
+                already_applied: response.already_applied,
             };
             Ok(render_tell(&outcome, target.json))
         }

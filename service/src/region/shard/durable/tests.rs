@@ -1,5 +1,5 @@
 use super::waits_for_write;
-use crate::envelope::{Origin, Reply};
+use crate::envelope::{Cause, Origin, Reply};
 use crate::error::AskError;
 use std::sync::Arc;
 use tokio::sync::oneshot;
@@ -10,11 +10,11 @@ use tokio::sync::oneshot;
 /// rests on, like an answer to a change.
 #[test]
 fn a_copy_skipped_as_applied_waits_for_the_write_of_the_state_it_rests_on() {
-    let origin = Box::new(Origin {
+    let origin = Box::new(Cause::Record(Origin {
         source: Arc::from("events/3"),
         offset: 10,
         previous: None,
-    });
+    }));
     let (tx, _rx) = oneshot::channel::<Result<u32, AskError>>();
     let ask = Reply::Local(tx, Some(origin));
     let skipped: Result<u32, AskError> = Err(AskError::AlreadyApplied);
@@ -66,8 +66,15 @@ async fn a_commit_past_a_deleted_entity_wakes_its_shard_with_nothing_else_to_wri
         .expect("durable");
     let shards = Arc::new(DurableShards::default());
     let shard = ShardId(3);
-    let mut durable: DurableShard<Tally> =
-        DurableShard::new(codec, Arc::new(store), "tally", shard, &shards, "a", None);
+    let mut durable: DurableShard<Tally> = DurableShard::new(
+        codec,
+        Arc::new(store),
+        "tally",
+        shard,
+        &shards,
+        "a",
+        &crate::settings::ShardingSettings::default(),
+    );
     let id = EntityId::from("gone");
     durable.deletions.deleted(
         &id,

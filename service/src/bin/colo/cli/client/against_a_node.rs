@@ -58,11 +58,24 @@ async fn the_cli_tells_asks_and_reports_status_codes() {
     let told = execute(ClientCommand::Tell {
         target: target(false),
         id: "cli".into(),
+        idempotency_key: None,
         message: r#"{"Add":4}"#.into(),
     })
     .await
     .expect("tell");
     assert!(told.starts_with("told counter/cli (shard "), "{told}");
+    // Told again with a key, then retried: applied once.
+    for (n, expected) in [(1, "told counter/cli"), (2, "had applied a tell")] {
+        let told = execute(ClientCommand::Tell {
+            target: target(false),
+            id: "cli".into(),
+            idempotency_key: Some("cli-once".into()),
+            message: r#"{"Add":0}"#.into(),
+        })
+        .await
+        .expect("keyed tell");
+        assert!(told.contains(expected), "try {n}: {told}");
+    }
     let asked = execute(ClientCommand::Ask {
         target: target(true),
         id: "cli".into(),

@@ -21,6 +21,9 @@ pub struct TellOutcome {
     /// Why the message waits in the node's buffer, when it does.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub buffered: Option<String>,
+    /// With an idempotency key: the entity had applied it already.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub already_applied: bool,
 }
 
 /// An ask's result.
@@ -135,6 +138,12 @@ fn json_line(value: &impl Serialize) -> String {
 pub fn render_tell(outcome: &TellOutcome, json: bool) -> String {
     if json {
         return json_line(outcome);
+    }
+    if outcome.already_applied {
+        return format!(
+            "{}/{} (shard {}) had applied a tell with this idempotency key already: not applied again\n",
+            outcome.entity_type, outcome.entity_id, outcome.shard
+        );
     }
     match &outcome.buffered {
         None => format!(
@@ -305,8 +314,19 @@ mod tests {
             entity_id: "a".into(),
             shard: 7,
             buffered: None,
+            already_applied: false,
         };
         assert_eq!(render_tell(&tell, false), "told counter/a (shard 7)\n");
+        let again = TellOutcome {
+            already_applied: true,
+            ..tell.clone()
+        };
+        assert_eq!(
+            render_tell(&again, false),
+            "counter/a (shard 7) had applied a tell with this idempotency key already: not applied again\n"
+        );
+        let json: serde_json::Value = serde_json::from_str(&render_tell(&again, true)).unwrap();
+        assert_eq!(json["already_applied"], true);
         let waiting = TellOutcome {
             buffered: Some("coordinator unreachable".into()),
             ..tell.clone()
