@@ -71,7 +71,7 @@ fi
 export CARGO_INCREMENTAL=0
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-# README's cluster runs the release binary (tests/tests/readme.rs runs that
+# README's cluster runs the release binary (tests/tests/readme/ runs that
 # block as written); built here, so no test spends its deadline on it.
 cargo build --release -p colo --locked
 # The release binary's own commands run next, before a benchmark build

@@ -26,6 +26,7 @@
 //! counted. It is never reset.
 
 mod deletions;
+mod kept;
 mod write;
 
 pub(super) use write::Writing;
@@ -45,8 +46,8 @@ use crate::store::{restore_until_done, Restore, Restored};
 use crate::store::{DurableShards, EntityChangelog, NodeStore};
 use colo_allocation::ShardId;
 use colo_state::StateRecord;
-use deletions::{Deleted, Deletions};
-use smallvec::SmallVec;
+use deletions::Deletions;
+use kept::{same_topic, state_hash, Applied, Earlier, Kept};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -83,66 +84,12 @@ pub(super) enum Start<E> {
     Loading,
 }
 
-/// Earlier starts whose keys may hold a record of an entity.
-type Earlier = SmallVec<[u64; 2]>;
-
 /// A write: to the changelog first (if the entity type has one), then to
 /// the node's store with the changelog's new checkpoint.
 type WriteTask = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
 /// A shard's restore, while it runs.
 type Restoring = Pin<Box<dyn Future<Output = Restored> + Send>>;
-
-/// Per source (a topic, or a topic's other partition: see
-/// `Origin::source`), the offset of the last record applied. Checked for
-/// every record: most entities read one topic, kept inline, and a source
-/// is the partition's shared name, compared by pointer first.
-type Applied = SmallVec<[(Arc<str>, u64); 1]>;
-
-/// What an active durable entity keeps beside its value.
-#[derive(Default)]
-struct Kept {
-    applied: Applied,
-    /// The 128-bit hash of its state as last kept: a message that changed
-    /// nothing (a query) writes nothing and waits for nothing.
-    state: Option<u128>,
-    /// The start whose key its changelog record has, if it has one: this
-    /// start's first write of it retires that key (see `store/restore.rs`).
-    written: Option<u64>,
-    /// Earlier starts' keys that may still hold a record of it: its record
-    /// names them until their retirement is durable, so that whichever
-    /// start deletes it removes them all (see `deletions.rs`).
-    earlier: Earlier,
-    /// The idempotency keys of the client tells it applied (see
-    /// `keys.rs`).
-    keys: AppliedKeys,
-}
-
-impl Kept {
-    /// Its deletion by start `start`: what it applied, and every key that
-    /// may hold a record of it.
-    fn deleted_by(&self, start: u64) -> Deleted {
-        let mut keys = self.earlier.clone();
-        keys.push(start);
-        Deleted {
-            applied: self.applied.clone(),
-            start,
-            keys,
-        }
-    }
-}
-
-fn same_topic(kept: &Arc<str>, topic: &Arc<str>) -> bool {
-    Arc::ptr_eq(kept, topic) || **kept == **topic
-}
-
-fn state_hash(state: Option<&[u8]>) -> u128 {
-    match state {
-        Some(state) => xxhash_rust::xxh3::xxh3_128(state),
-        // Not a hash of any state: a deletion is always a change.
-        None => 0,
-    }
-}
 
 pub(super) struct DurableShard<E: Entity> {
     codec: StateCodec<E>,

@@ -169,7 +169,8 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
     ) -> Result<E, String> {
         match (self.durable.as_mut(), cause) {
             (Some(durable), _) => durable.changed(id, (!deleted).then_some(&entity), cause)?,
-            (None, Some(Cause::Keyed(key))) if !deleted => {
+            // Reset or not, it applied the tell.
+            (None, Some(Cause::Keyed(key))) => {
                 let now = crate::clock::unix_ms();
                 self.memory_keys.entry(id.clone()).or_default().add(
                     key.clone(),
