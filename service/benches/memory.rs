@@ -22,7 +22,7 @@
 
 mod support;
 
-use support::env;
+use support::{env, mib, resident};
 
 use colo::passivation::{PassivationStrategy, ReplacementSettings};
 use colo::state::Engine;
@@ -84,28 +84,6 @@ impl Case {
 
 /// Messages told and not handled yet, at most.
 const IN_FLIGHT: u64 = 10_000;
-
-/// The process's resident set and its peak, in bytes, and its threads.
-fn resident() -> (u64, u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    (
-        field("VmRSS:") * 1024,
-        field("VmHWM:") * 1024,
-        field("Threads:"),
-    )
-}
-
-fn mib(bytes: u64) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0)
-}
 
 async fn run(case: Case, entities: u64, active: u64) {
     let dir = tempfile::tempdir().expect("dir");

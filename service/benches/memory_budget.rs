@@ -26,7 +26,7 @@
 
 mod support;
 
-use support::env;
+use support::{env, mib, resident};
 
 use colo::passivation::{PassivationStrategy, ReplacementSettings};
 use colo::state::Engine;
@@ -169,24 +169,6 @@ impl Case {
     }
 }
 
-fn resident() -> (u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0)
-            * 1024
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-fn mib(bytes: u64) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0)
-}
-
 async fn live(region: &Region<Holder>) -> u64 {
     region
         .state(Duration::from_secs(60))
@@ -265,7 +247,7 @@ async fn run(case: Case, entities: u64, messages: u64, budget: u64) {
     let took = started.elapsed();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let active = live(&note).await + live(&ledger).await;
-    let (rss, peak_rss) = resident();
+    let (rss, peak_rss, _) = resident();
     println!(
         "| {} | {:.0} | {active} | {:.1} | {:.1} | {:.0} | {:.0} |",
         case.name(),

@@ -387,21 +387,7 @@ impl Broker {
     /// # Panics
     /// The tool cannot be run, or fails.
     pub fn group_type(&self, group: &str) -> Option<String> {
-        // A file of this call's own: tests share a broker's directory.
-        let config = tempfile::NamedTempFile::new().expect("tool.properties");
-        let lines: Vec<String> = self
-            .client
-            .iter()
-            .map(|(key, value)| format!("{key}={value}"))
-            .collect();
-        std::fs::write(config.path(), lines.join("\n") + "\n").expect("tool.properties");
-        let listed = java(&kafka_lib(), self.dir.path(), Run::Tool)
-            .arg("org.apache.kafka.tools.GroupsCommand")
-            .args(["--bootstrap-server", &self.bootstrap, "--list"])
-            .arg("--command-config")
-            .arg(config.path())
-            .output()
-            .expect("run kafka-groups");
+        let listed = self.tool("org.apache.kafka.tools.GroupsCommand", &["--list"]);
         let out = String::from_utf8_lossy(&listed.stdout);
         assert!(
             listed.status.success(),
@@ -423,21 +409,10 @@ impl Broker {
     /// # Panics
     /// The tool cannot be run.
     pub fn group_members(&self, group: &str) -> Vec<String> {
-        let config = tempfile::NamedTempFile::new().expect("tool.properties");
-        let lines: Vec<String> = self
-            .client
-            .iter()
-            .map(|(key, value)| format!("{key}={value}"))
-            .collect();
-        std::fs::write(config.path(), lines.join("\n") + "\n").expect("tool.properties");
-        let described = java(&kafka_lib(), self.dir.path(), Run::Tool)
-            .arg("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand")
-            .args(["--bootstrap-server", &self.bootstrap])
-            .args(["--describe", "--members", "--group", group])
-            .arg("--command-config")
-            .arg(config.path())
-            .output()
-            .expect("run kafka-consumer-groups");
+        let described = self.tool(
+            "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+            &["--describe", "--members", "--group", group],
+        );
         // GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS (KIP-848 groups add
         // columns after these), under a header.
         String::from_utf8_lossy(&described.stdout)
@@ -448,6 +423,30 @@ impl Broker {
                     .then(|| columns[3].to_string())
             })
             .collect()
+    }
+
+    /// Runs one of Kafka's own command-line tools (its class) against this
+    /// broker with the clients' settings, and waits for its output.
+    ///
+    /// # Panics
+    /// The tool cannot be run.
+    fn tool(&self, class: &str, args: &[&str]) -> std::process::Output {
+        // A file of this call's own: tests share a broker's directory.
+        let config = tempfile::NamedTempFile::new().expect("tool.properties");
+        let lines: Vec<String> = self
+            .client
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect();
+        std::fs::write(config.path(), lines.join("\n") + "\n").expect("tool.properties");
+        java(&kafka_lib(), self.dir.path(), Run::Tool)
+            .arg(class)
+            .args(["--bootstrap-server", &self.bootstrap])
+            .args(args)
+            .arg("--command-config")
+            .arg(config.path())
+            .output()
+            .unwrap_or_else(|e| panic!("run {class}: {e}"))
     }
 
     /// Its directory: data, config and log.

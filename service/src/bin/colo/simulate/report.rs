@@ -88,36 +88,30 @@ pub fn table(report: &Report) -> String {
         let _ = write!(out, "  {limit:>width$}");
     }
     out.push('\n');
-    for strategy in &strategies {
-        let _ = write!(out, "{strategy:<first$}");
-        for limit in &limits {
-            let cell = report
-                .runs
-                .iter()
-                .find(|r| r.strategy == *strategy && r.limit == *limit)
-                .map(active_percent_2dp)
-                .unwrap_or_default();
-            let _ = write!(out, "  {cell:>width$}");
-        }
-        out.push('\n');
-    }
-    if report.runs.iter().any(|r| r.peak_bytes.is_some()) {
-        let _ = write!(out, "{:<first$}", PEAK);
-        out.push('\n');
+    // A row per strategy, a column per limit, each cell what `cell` makes
+    // of that run.
+    let rows = |out: &mut String, cell: &dyn Fn(&RunResult) -> Option<String>| {
         for strategy in &strategies {
             let _ = write!(out, "{strategy:<first$}");
             for limit in &limits {
-                let cell = report
+                let text = report
                     .runs
                     .iter()
                     .find(|r| r.strategy == *strategy && r.limit == *limit)
-                    .and_then(|r| r.peak_bytes)
-                    .map(|peak| format!("{:.2}", peak as f64 / MIB))
+                    .and_then(cell)
                     .unwrap_or_default();
-                let _ = write!(out, "  {cell:>width$}");
+                let _ = write!(out, "  {text:>width$}");
             }
             out.push('\n');
         }
+    };
+    rows(&mut out, &|run| Some(active_percent_2dp(run)));
+    if report.runs.iter().any(|r| r.peak_bytes.is_some()) {
+        let _ = writeln!(out, "{PEAK:<first$}");
+        rows(&mut out, &|run| {
+            run.peak_bytes
+                .map(|peak| format!("{:.2}", peak as f64 / MIB))
+        });
     }
     out
 }
