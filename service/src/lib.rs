@@ -66,7 +66,7 @@ pub use colo_passivation as passivation;
 pub use colo_state as state;
 pub use coordinator::{store::InMemoryStore, CoordinatorHandle};
 pub use entity::{Entity, EntityContext, EntityError, EntityId, EntityType, RegistrationError};
-pub use error::{AskError, QueryError, TellError};
+pub use error::{AskError, QueryError, TellError, MAX_IDEMPOTENCY_KEY};
 pub use inspection::{ClusterShardingStats, CurrentRegionState, RegionStats};
 pub use node::Node;
 pub use process::program::{NodeProgram, ProgramError};

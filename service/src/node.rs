@@ -93,7 +93,8 @@ impl Node {
     /// within an even share, the policy choosing whom to passivate. An
     /// entity weighs what its entity type reports
     /// ([`EntityType::with_size`]), else its value's size, plus its encoded
-    /// state for a durable type (about what it owns on the heap). Beside `active_entity_limit`, both
+    /// state for a durable type (about what it owns on the heap).
+    /// 0 bytes: no budget. Beside `active_entity_limit`, both
     /// bounds hold; without it, the budget alone bounds the count.
     pub fn with_memory_budget(self, bytes: u64) -> Self {
         self.context.memory.set(bytes);

@@ -263,7 +263,7 @@ impl<E: Entity> Region<E> {
     /// keeps no key: retried, it runs again.
     ///
     /// # Errors
-    /// The key is empty or longer than [`crate::error::MAX_IDEMPOTENCY_KEY`]
+    /// The key is empty or longer than [`crate::MAX_IDEMPOTENCY_KEY`]
     /// bytes, the message was refused, the entity failed, or no answer came
     /// within `timeout` (the tell may still be applied: retry it with the
     /// same key).
