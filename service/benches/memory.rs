@@ -28,7 +28,6 @@ use colo::passivation::{PassivationStrategy, ReplacementSettings};
 use colo::state::Engine;
 use colo::{Entity, EntityContext, EntityError, EntityType, ShardingSettings};
 use serde::{Deserialize, Serialize};
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -81,6 +80,9 @@ impl Case {
         }
     }
 }
+
+/// Names the case a process of this bench runs.
+const CASE: &str = "COLO_BENCH_MEMORY_CASE";
 
 /// Messages told and not handled yet, at most.
 const IN_FLIGHT: u64 = 10_000;
@@ -174,31 +176,16 @@ async fn run(case: Case, entities: u64, active: u64) {
 fn main() {
     let entities = env("COLO_BENCH_ENTITIES", 2_000_000);
     let active = env("COLO_BENCH_ACTIVE", 200_000);
-    if let Ok(arg) = std::env::var("COLO_BENCH_MEMORY_CASE") {
-        let Some(case) = Case::ALL.into_iter().find(|c| c.arg() == arg) else {
-            panic!("no case {arg:?}");
-        };
+    if let Some(case) = support::this_case(CASE, &Case::ALL, Case::arg) {
         let told = match case {
             Case::DurablePassivated => entities,
             _ => active,
         };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        runtime.block_on(run(case, told, active));
+        support::runtime().block_on(run(case, told, active));
         return;
     }
     println!("resident memory per entity: counter entities of one node, each told one increment");
     println!("| case | entities | active at the end | resident, MiB | peak, MiB | bytes per active entity | threads | told and handled in |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    let exe = std::env::current_exe().expect("this bench");
-    for case in Case::ALL {
-        let status = Command::new(&exe)
-            .env("COLO_BENCH_MEMORY_CASE", case.arg())
-            .status()
-            .expect("case process");
-        assert!(status.success(), "{} failed", case.name());
-    }
+    support::each_case_in_a_process(CASE, &Case::ALL, Case::arg, Case::name);
 }

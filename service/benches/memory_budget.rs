@@ -32,7 +32,6 @@ use colo::passivation::{PassivationStrategy, ReplacementSettings};
 use colo::state::Engine;
 use colo::{Entity, EntityContext, EntityError, EntityType, Node, Region, ShardingSettings};
 use serde::{Deserialize, Serialize};
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -44,6 +43,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 static HANDLED: AtomicU64 = AtomicU64::new(0);
 /// Bytes the live entities' payloads hold now.
 static HELD: AtomicU64 = AtomicU64::new(0);
+
+/// Names the case a process of this bench runs.
+const CASE: &str = "COLO_BENCH_BUDGET_CASE";
 
 /// Messages told and not handled yet, at most.
 const IN_FLIGHT: u64 = 10_000;
@@ -264,16 +266,8 @@ fn main() {
     let entities = env("COLO_BENCH_ENTITIES", 100_000);
     let messages = env("COLO_BENCH_MESSAGES", 400_000);
     let budget = env("COLO_BENCH_BUDGET_MIB", 16) << 20;
-    if let Ok(arg) = std::env::var("COLO_BENCH_BUDGET_CASE") {
-        let Some(case) = Case::ALL.into_iter().find(|c| c.arg() == arg) else {
-            panic!("no case {arg:?}");
-        };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        runtime.block_on(run(case, entities, messages, budget));
+    if let Some(case) = support::this_case(CASE, &Case::ALL, Case::arg) {
+        support::runtime().block_on(run(case, entities, messages, budget));
         return;
     }
     println!(
@@ -283,12 +277,5 @@ fn main() {
     );
     println!("| case | messages/s | active at the end | payloads held at the end, MiB | payloads held at most, MiB | resident, MiB | peak resident, MiB |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
-    let exe = std::env::current_exe().expect("this bench");
-    for case in Case::ALL {
-        let status = Command::new(&exe)
-            .env("COLO_BENCH_BUDGET_CASE", case.arg())
-            .status()
-            .expect("case process");
-        assert!(status.success(), "{} failed", case.name());
-    }
+    support::each_case_in_a_process(CASE, &Case::ALL, Case::arg, Case::name);
 }

@@ -96,3 +96,44 @@ pub fn resident() -> (u64, u64, u64) {
 pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
+
+/// A runtime of two workers, as the machine has cores.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The case this process was started for (its argument in `var`, see
+/// [`each_case_in_a_process`]), if it was.
+///
+/// # Panics
+/// `var` names no case.
+pub fn this_case<C: Copy>(var: &str, cases: &[C], arg: impl Fn(C) -> &'static str) -> Option<C> {
+    let wanted = std::env::var(var).ok()?;
+    let found = cases.iter().copied().find(|c| arg(*c) == wanted);
+    Some(found.unwrap_or_else(|| panic!("no case {wanted:?}")))
+}
+
+/// Runs this bench again for each case, one process after another, `var`
+/// naming the case's argument: one case's freed memory is not the next's.
+///
+/// # Panics
+/// A case's process failed.
+pub fn each_case_in_a_process<C: Copy>(
+    var: &str,
+    cases: &[C],
+    arg: impl Fn(C) -> &'static str,
+    name: impl Fn(C) -> &'static str,
+) {
+    let exe = std::env::current_exe().expect("this bench");
+    for case in cases {
+        let status = std::process::Command::new(&exe)
+            .env(var, arg(*case))
+            .status()
+            .expect("case process");
+        assert!(status.success(), "{} failed", name(*case));
+    }
+}
