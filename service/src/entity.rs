@@ -1,6 +1,7 @@
 //! The entity API: what a user implements and registers.
 
 use crate::settings::{SettingsError, ShardingSettings};
+use crate::timer::{MessageCheck, TimerError, TimerRequest, TimerRequests};
 use colo_allocation::{HashExtractor, MessageExtractor, ShardId};
 use compact_str::CompactString;
 use serde::{de::DeserializeOwned, Serialize};
@@ -37,7 +38,7 @@ pub trait Entity: Send + 'static {
 }
 
 /// Where a handler runs: its entity id and shard, and the way to ask for
-/// passivation.
+/// passivation, deletion and durable timers.
 #[derive(Debug)]
 pub struct EntityContext {
     pub(crate) entity_id: EntityId,
@@ -45,6 +46,7 @@ pub struct EntityContext {
     passivate: AtomicBool,
     delete: AtomicBool,
     delayed: bool,
+    timers: TimerRequests,
 }
 
 impl EntityContext {
@@ -59,7 +61,72 @@ impl EntityContext {
             passivate: AtomicBool::new(false),
             delete: AtomicBool::new(false),
             delayed,
+            timers: TimerRequests::default(),
         }
+    }
+
+    /// Lets the handler keep timers (a durable entity type's), `firing`
+    /// naming the timer whose message it handles, if it does.
+    pub(crate) fn with_timers(mut self, check: MessageCheck, firing: Option<String>) -> Self {
+        self.timers = TimerRequests::new(Some(check), firing);
+        self
+    }
+
+    /// Schedules timer `name`: at or after `at_or_after`, `message` (one of
+    /// the entity type's own messages) comes to this entity, started again
+    /// if it was passivated, on whichever node hosts it then. A timer of
+    /// the same name is replaced; one due already fires at once.
+    ///
+    /// The timer is kept with the entity's state, written with the change
+    /// this message makes once the handler succeeds (a failed handler
+    /// schedules nothing). It fires at least once, and its firing is
+    /// applied once: it is removed in the write of the change its message
+    /// made.
+    ///
+    /// # Errors
+    /// The entity type is not durable, the name is empty or longer than
+    /// [`crate::MAX_TIMER_NAME`] bytes, or the message is not one of the
+    /// entity type's.
+    pub fn schedule<M: Serialize>(
+        &self,
+        name: &str,
+        at_or_after: std::time::SystemTime,
+        message: &M,
+    ) -> Result<(), TimerError> {
+        self.timers.schedule(name, at_or_after, message)
+    }
+
+    /// [`EntityContext::schedule`] `delay` from now.
+    ///
+    /// # Errors
+    /// As [`EntityContext::schedule`].
+    pub fn schedule_after<M: Serialize>(
+        &self,
+        name: &str,
+        delay: std::time::Duration,
+        message: &M,
+    ) -> Result<(), TimerError> {
+        self.timers
+            .schedule(name, std::time::SystemTime::now() + delay, message)
+    }
+
+    /// Cancels timer `name`, if the entity has one (once the handler
+    /// succeeds, like [`EntityContext::schedule`]).
+    ///
+    /// # Errors
+    /// The entity type is not durable, or the name is not a timer name.
+    pub fn cancel(&self, name: &str) -> Result<(), TimerError> {
+        self.timers.cancel(name)
+    }
+
+    /// The timer whose message this is, when a timer brought it.
+    pub fn fired_timer(&self) -> Option<&str> {
+        self.timers.firing()
+    }
+
+    /// What the handler asked of its timers.
+    pub(crate) fn timer_requests(&self) -> Vec<TimerRequest> {
+        self.timers.take()
     }
 
     /// Whether this message was held by a node that fenced itself (it lost

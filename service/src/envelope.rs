@@ -74,7 +74,7 @@ impl<R> Reply<R> {
     pub fn origin(&self) -> Option<&Origin> {
         match self.cause()? {
             Cause::Record(origin) => Some(origin),
-            Cause::Keyed(_) => None,
+            Cause::Keyed(_) | Cause::Timer(_) => None,
         }
     }
 
@@ -82,7 +82,7 @@ impl<R> Reply<R> {
     pub fn idempotency_key(&self) -> Option<&Arc<str>> {
         match self.cause()? {
             Cause::Keyed(key) => Some(key),
-            Cause::Record(_) => None,
+            Cause::Record(_) | Cause::Timer(_) => None,
         }
     }
 }
@@ -96,6 +96,13 @@ pub(crate) enum Cause {
     /// A client's tell with an idempotency key: the entity skips it if it
     /// applied a tell with this key within the retention.
     Keyed(Arc<str>),
+    /// A durable timer of the entity come due: applied only if the entity
+    /// still has it, due then (it may have fired, been cancelled or moved
+    /// since its shard read it), and removed with the change it makes.
+    /// Sent by the entity's own shard as an acked message, never
+    /// forwarded: a shard that moves leaves its timers to the next owner,
+    /// which reads them from its index.
+    Timer(colo_state::TimerKey),
 }
 
 /// Where a record came from: its source (see [`Origin::source`]) and

@@ -58,6 +58,7 @@ mod region;
 mod replies;
 mod store;
 mod tasks;
+mod timer;
 
 pub use codec::ContentType;
 pub use colo_allocation as allocation;
@@ -76,4 +77,5 @@ pub use store::{
     ChangelogError, ChangelogRecord, ChangelogWrite, EntityChangelog, NodeStore, StateSettings,
 };
 pub use tasks::TaskSet;
+pub use timer::{TimerError, MAX_TIMER_NAME};
 pub use transport::{memory::InMemoryNetwork, Transport, TransportError};

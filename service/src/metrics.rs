@@ -7,6 +7,7 @@
 mod coordinator;
 mod durable_state;
 mod progress;
+mod timers;
 
 pub(crate) use coordinator::{
     coordinator_elected, coordinator_election_rejoined, coordinator_hosted, coordinator_recovered,
@@ -27,6 +28,8 @@ pub(crate) use progress::PartitionProgress;
 pub use progress::{
     KAFKA_FIRST_HANDLED, KAFKA_LAST_HANDLED, KAFKA_RECORD_LATENCY, RECORD_LATENCY_BUCKETS,
 };
+pub(crate) use timers::TimerMetrics;
+pub use timers::{TIMERS_FIRED, TIMERS_PENDING, TIMERS_SCHEDULED, TIMER_LATENESS};
 
 use crate::kafka_view::{KafkaView, PartitionView, RebalanceTag, RevokeStep};
 use colo_passivation::PassivationReason;
@@ -404,6 +407,7 @@ pub fn describe() {
         durable_state::describe();
         coordinator::describe();
         progress::describe();
+        timers::describe();
         // Node-wide series exist, at zero, before anything happens.
         metrics::counter!(STALE_REPLIES).increment(0);
         metrics::counter!(DROPPED, "entity_type" => "", "reason" => "malformed").increment(0);

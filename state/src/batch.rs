@@ -57,6 +57,25 @@ pub enum Op {
     /// Every state and the checkpoint of a shard go: the shard is restored
     /// from the changelog alone.
     ClearShard { shard: ShardId },
+    /// A timer of an entity in its shard's index, due at `due`
+    /// (milliseconds since the Unix epoch), with the message it brings.
+    PutTimer {
+        shard: ShardId,
+        timer: TimerKey,
+        message: Vec<u8>,
+    },
+    /// A timer gone from the index: fired, cancelled or moved.
+    DeleteTimer { shard: ShardId, timer: TimerKey },
+}
+
+/// Where a timer sits in its shard's index: when it is due, whose it is
+/// and its name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TimerKey {
+    /// Milliseconds since the Unix epoch.
+    pub due: u64,
+    pub entity_id: String,
+    pub name: String,
 }
 
 /// Changes to one entity type's state, applied together.
@@ -91,6 +110,18 @@ impl WriteBatch {
 
     pub fn checkpoint(&mut self, shard: ShardId, checkpoint: Checkpoint) {
         self.ops.push(Op::Checkpoint { shard, checkpoint });
+    }
+
+    pub fn put_timer(&mut self, shard: ShardId, timer: TimerKey, message: Vec<u8>) {
+        self.ops.push(Op::PutTimer {
+            shard,
+            timer,
+            message,
+        });
+    }
+
+    pub fn delete_timer(&mut self, shard: ShardId, timer: TimerKey) {
+        self.ops.push(Op::DeleteTimer { shard, timer });
     }
 
     pub fn clear_shard(&mut self, shard: ShardId) {

@@ -1,6 +1,6 @@
 //! The store trait every engine implements, and the engines' names.
 
-use crate::batch::{Checkpoint, WriteBatch};
+use crate::batch::{Checkpoint, TimerKey, WriteBatch};
 use crate::error::StoreError;
 use crate::keys;
 use colo_allocation::ShardId;
@@ -60,6 +60,21 @@ pub trait StateStore: Send + Sync + std::fmt::Debug {
         entity_type: &str,
         shard: ShardId,
         visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), StoreError>;
+
+    /// Visits a shard's timers in the order they are due, from the first
+    /// after `after` (from the first of all without one), until `visit`
+    /// breaks: a caller that stops at the first timer not due yet reads
+    /// only what is due.
+    ///
+    /// # Errors
+    /// The read failed, or a stored key is not a timer's.
+    fn timers(
+        &self,
+        entity_type: &str,
+        shard: ShardId,
+        after: Option<&TimerKey>,
+        visit: &mut dyn FnMut(TimerKey, &[u8]) -> ControlFlow<()>,
     ) -> Result<(), StoreError>;
 
     /// How far the shard's changelog is reflected here, if it ever was.
@@ -140,6 +155,46 @@ pub(crate) fn visit_entities<K: AsRef<[u8]>, V: AsRef<[u8]>>(
             shard: shard.0,
         })?;
         if visit(id, value.as_ref()).is_break() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The bounds of a scan of a shard's timers after `after`.
+pub(crate) fn timers_bounds(
+    shard: ShardId,
+    after: Option<&TimerKey>,
+) -> (std::ops::Bound<Vec<u8>>, std::ops::Bound<Vec<u8>>) {
+    use std::ops::Bound;
+    let (first, end) = keys::timers_of(shard);
+    let start = match after {
+        Some(timer) => Bound::Excluded(keys::timer_key(shard, timer)),
+        None => Bound::Included(first.to_vec()),
+    };
+    (start, Bound::Excluded(end.to_vec()))
+}
+
+/// Hands a shard's timers, as an engine's range over its timer keys yields
+/// them, to a scan's visitor until it breaks.
+pub(crate) fn visit_timers<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+    entity_type: &str,
+    shard: ShardId,
+    entries: impl Iterator<Item = Result<(K, V), StoreError>>,
+    visit: &mut dyn FnMut(TimerKey, &[u8]) -> ControlFlow<()>,
+) -> Result<(), StoreError> {
+    for entry in entries {
+        let (key, value) = entry?;
+        let (due, id, name) = keys::decode_timer(key.as_ref()).ok_or_else(|| StoreError::Key {
+            entity_type: entity_type.to_string(),
+            shard: shard.0,
+        })?;
+        let timer = TimerKey {
+            due,
+            entity_id: id.to_string(),
+            name: name.to_string(),
+        };
+        if visit(timer, value.as_ref()).is_break() {
             break;
         }
     }

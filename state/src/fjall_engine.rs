@@ -3,8 +3,8 @@
 //! `write` returns. Writes are sequential whatever keys a flush touches,
 //! which is what write-behind of randomly chosen entities needs.
 
-use crate::batch::{Checkpoint, Op, WriteBatch};
-use crate::engine::{visit_entities, Engine, StateStore};
+use crate::batch::{Checkpoint, Op, TimerKey, WriteBatch};
+use crate::engine::{timers_bounds, visit_entities, visit_timers, Engine, StateStore};
 use crate::error::StoreError;
 use crate::keys;
 use colo_allocation::ShardId;
@@ -107,6 +107,18 @@ impl FjallStore {
                     keys::checkpoint(*shard).as_slice(),
                     keys::encode_checkpoint(*checkpoint).as_slice(),
                 ),
+                Op::PutTimer {
+                    shard,
+                    timer,
+                    message,
+                } => b.insert(
+                    &keyspace,
+                    keys::timer_key(*shard, timer),
+                    message.as_slice(),
+                ),
+                Op::DeleteTimer { shard, timer } => {
+                    b.remove(&keyspace, keys::timer_key(*shard, timer));
+                }
                 Op::ClearShard { shard } => {
                     // Read before the batch, applied with it: the removes and
                     // the ops after them land together.
@@ -167,6 +179,23 @@ impl StateStore for FjallStore {
             .range(start.as_slice()..end.as_slice())
             .map(|guard| guard.into_inner().map_err(|e| io(entity_type, e)));
         visit_entities(entity_type, shard, entries, visit)
+    }
+
+    fn timers(
+        &self,
+        entity_type: &str,
+        shard: ShardId,
+        after: Option<&TimerKey>,
+        visit: &mut dyn FnMut(TimerKey, &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), StoreError> {
+        let Some(keyspace) = self.keyspace(entity_type, false)? else {
+            return Ok(());
+        };
+        let (start, end) = timers_bounds(shard, after);
+        let entries = keyspace
+            .range((start, end))
+            .map(|guard| guard.into_inner().map_err(|e| io(entity_type, e)));
+        visit_timers(entity_type, shard, entries, visit)
     }
 
     fn checkpoint(

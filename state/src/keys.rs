@@ -5,12 +5,20 @@
 //!
 //! `shard (u32, big-endian) | tag (1 byte) | entity id (UTF-8)`, with tag 0
 //! for the checkpoint (no id) and tag 1 for an entity.
+//!
+//! Tag 2 is the shard's index of its entities' timers, ordered by when
+//! they are due: `shard | 2 | due (u64, big-endian) | id length (u32,
+//! big-endian) | entity id | timer name`, the timer's message as the value.
+//! A shard finds what is due with one scan from the lowest due time, and
+//! stops at the first entry not due yet: the cost goes with what is due,
+//! not with how many timers wait.
 
 use crate::batch::{Checkpoint, CheckpointKind};
 use colo_allocation::ShardId;
 
 const CHECKPOINT: u8 = 0;
 const ENTITY: u8 = 1;
+const TIMER: u8 = 2;
 
 pub fn entity(shard: ShardId, entity_id: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(5 + entity_id.len());
@@ -31,10 +39,44 @@ pub fn entities_of(shard: ShardId) -> ([u8; 5], [u8; 5]) {
     ([a, b, c, d, ENTITY], [a, b, c, d, ENTITY + 1])
 }
 
-/// The range of everything of a shard, its checkpoint included.
+/// The range of everything of a shard, its checkpoint and its timers
+/// included.
 pub fn all_of(shard: ShardId) -> ([u8; 5], [u8; 5]) {
     let [a, b, c, d] = shard.0.to_be_bytes();
-    ([a, b, c, d, CHECKPOINT], [a, b, c, d, ENTITY + 1])
+    ([a, b, c, d, CHECKPOINT], [a, b, c, d, TIMER + 1])
+}
+
+/// A timer's key in its shard's index (see the module's doc).
+pub fn timer_key(shard: ShardId, timer: &crate::batch::TimerKey) -> Vec<u8> {
+    self::timer(shard, timer.due, &timer.entity_id, &timer.name)
+}
+
+fn timer(shard: ShardId, due: u64, entity_id: &str, name: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(5 + 8 + 4 + entity_id.len() + name.len());
+    key.extend_from_slice(&shard.0.to_be_bytes());
+    key.push(TIMER);
+    key.extend_from_slice(&due.to_be_bytes());
+    let length = u32::try_from(entity_id.len()).unwrap_or(u32::MAX);
+    key.extend_from_slice(&length.to_be_bytes());
+    key.extend_from_slice(entity_id.as_bytes());
+    key.extend_from_slice(name.as_bytes());
+    key
+}
+
+/// The range of a shard's timer index: `[start, end)`.
+pub fn timers_of(shard: ShardId) -> ([u8; 5], [u8; 5]) {
+    let [a, b, c, d] = shard.0.to_be_bytes();
+    ([a, b, c, d, TIMER], [a, b, c, d, TIMER + 1])
+}
+
+/// A timer index key's due time, entity id and name.
+pub fn decode_timer(key: &[u8]) -> Option<(u64, &str, &str)> {
+    let due = u64::from_be_bytes(key.get(5..13)?.try_into().ok()?);
+    let length = u32::from_be_bytes(key.get(13..17)?.try_into().ok()?);
+    let end = 17usize.checked_add(usize::try_from(length).ok()?)?;
+    let id = std::str::from_utf8(key.get(17..end)?).ok()?;
+    let name = std::str::from_utf8(key.get(end..)?).ok()?;
+    Some((due, id, name))
 }
 
 /// The entity id of a key inside a shard's entity range.
@@ -117,6 +159,24 @@ mod tests {
         let next = entity(ShardId(8), "");
         assert!(end.as_slice() <= next.as_slice());
         assert_eq!(entity_id(&e), Some("user-\u{e9}"));
+    }
+
+    #[test]
+    fn a_shards_timers_sort_by_due_time_inside_its_range_and_read_back() {
+        let shard = ShardId(7);
+        let (start, end) = all_of(shard);
+        let (first, last) = timers_of(shard);
+        let (_, entities_end) = entities_of(shard);
+        let soon = timer(shard, 5, "zed", "remind");
+        let later = timer(shard, 6, "al", "a");
+        let much_later = timer(shard, 256, "al", "");
+        assert!(entities_end.as_slice() <= first.as_slice());
+        assert!(first.as_slice() <= soon.as_slice() && soon < later && later < much_later);
+        assert!(much_later.as_slice() < last.as_slice() && last.as_slice() <= end.as_slice());
+        assert!(start.as_slice() <= first.as_slice());
+        assert_eq!(decode_timer(&soon), Some((5, "zed", "remind")));
+        assert_eq!(decode_timer(&much_later), Some((256, "al", "")));
+        assert_eq!(decode_timer(&soon[..10]), None);
     }
 
     #[test]

@@ -18,8 +18,9 @@
 //!   the source offsets applied to it.
 //!
 //! # Inside
-//! - `keys`: how entity ids and checkpoints are laid out, so that one
-//!   shard is one contiguous range (a restore is one scan).
+//! - `keys`: how entity ids, checkpoints and timers are laid out, so that
+//!   one shard is one contiguous range (a restore is one scan) and its
+//!   timers are read in the order they are due.
 //! - `fjall_engine` (the default), `sled_engine`: the two engines.
 
 mod batch;
@@ -31,8 +32,8 @@ mod open;
 mod record;
 mod sled_engine;
 
-pub use batch::{Checkpoint, CheckpointKind, Op, WriteBatch};
+pub use batch::{Checkpoint, CheckpointKind, Op, TimerKey, WriteBatch};
 pub use engine::{Engine, StateStore};
 pub use error::StoreError;
 pub use open::open;
-pub use record::{RecordError, StateRecord};
+pub use record::{Beside, RecordError, StateRecord, Timer};

@@ -28,10 +28,17 @@
 //!   again, on whichever node the entity runs next. Kept with the state
 //!   so that they are exactly as durable as the change they guard.
 //!
+//! - `timers`: the entity's durable timers, each with its name, when it is
+//!   due (milliseconds since the Unix epoch) and the message it brings.
+//!   Kept with the state so that scheduling, cancelling and firing one is
+//!   written with the change that made it, and moves and restores with it.
+//!
 //! The first byte is the record format, so that a later colo can read what
 //! this one wrote: format 1 without `earlier`, format 2 with it after the
 //! rest (written only when there are any), format 3 with `earlier` (empty
-//! or not) and then `keys` (written only when there are keys).
+//! or not) and then `keys` (written only when there are keys), format 4
+//! with `earlier`, `keys` and then `timers` (written only when there are
+//! timers).
 
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +51,39 @@ const FORMAT_EARLIER: u8 = 2;
 /// The record format with earlier keys and then idempotency keys.
 const FORMAT_KEYS: u8 = 3;
 
+/// The record format with earlier keys, idempotency keys and timers.
+const FORMAT_TIMERS: u8 = 4;
+
+/// One of an entity's durable timers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timer {
+    /// Its name, unique among the entity's timers.
+    pub name: String,
+    /// When it is due, in milliseconds since the Unix epoch.
+    pub due: u64,
+    /// The message it brings its entity, as the entity type encodes it.
+    pub message: Vec<u8>,
+}
+
+/// What a record carries beside its state and offsets, borrowed from where
+/// the runtime keeps it.
+#[derive(Debug, Clone, Copy)]
+pub struct Beside<'a, K: AsRef<str>> {
+    /// Earlier starts' keys (see the module's doc).
+    pub earlier: &'a [u64],
+    /// Idempotency keys, each with when it was applied.
+    pub keys: &'a [(K, u64)],
+    pub timers: &'a [Timer],
+}
+
+impl Beside<'_, &'static str> {
+    /// Nothing beside.
+    pub const NOTHING: Self = Beside {
+        earlier: &[],
+        keys: &[],
+        timers: &[],
+    };
+}
 /// One entity's stored state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateRecord {
@@ -66,6 +106,9 @@ pub struct StateRecord {
     /// module's doc).
     #[serde(skip)]
     pub keys: Vec<(String, u64)>,
+    /// Its durable timers (see the module's doc).
+    #[serde(skip)]
+    pub timers: Vec<Timer>,
 }
 
 /// The same record, borrowed: what the runtime encodes without copying the
@@ -185,7 +228,7 @@ fn topics_as_str<T: AsRef<str>, S: serde::Serializer>(
 pub enum RecordError {
     #[error("empty state record")]
     Empty,
-    #[error("state record of format {0}, but this colo reads formats {FORMAT} to {FORMAT_KEYS}: it was written by a newer colo")]
+    #[error("state record of format {0}, but this colo reads formats {FORMAT} to {FORMAT_TIMERS}: it was written by a newer colo")]
     Format(u8),
     #[error("malformed state record: {0}")]
     Malformed(String),
@@ -200,6 +243,7 @@ impl StateRecord {
             state,
             earlier: Vec::new(),
             keys: Vec::new(),
+            timers: Vec::new(),
         }
     }
 
@@ -209,8 +253,11 @@ impl StateRecord {
             self.version,
             &self.applied,
             self.state.as_deref(),
-            &self.earlier,
-            &self.keys,
+            Beside {
+                earlier: &self.earlier,
+                keys: &self.keys,
+                timers: &self.timers,
+            },
         )
     }
 
@@ -220,11 +267,10 @@ impl StateRecord {
         version: u32,
         applied: &[(T, u64)],
         state: Option<&[u8]>,
-        earlier: &[u64],
-        keys: &[(K, u64)],
+        beside: Beside<'_, K>,
     ) -> Vec<u8> {
         let mut out = Vec::new();
-        Self::encode_parts_into(&mut out, epoch, version, applied, state, earlier, keys);
+        Self::encode_parts_into(&mut out, epoch, version, applied, state, beside);
         out
     }
 
@@ -237,9 +283,13 @@ impl StateRecord {
         version: u32,
         applied: &[(T, u64)],
         state: Option<&[u8]>,
-        earlier: &[u64],
-        keys: &[(K, u64)],
+        beside: Beside<'_, K>,
     ) {
+        let Beside {
+            earlier,
+            keys,
+            timers,
+        } = beside;
         // Room for it all at once (a varint of a u64 takes at most 10
         // bytes, of a u32 or a length 5): format, epoch, version, the
         // offsets' count, each topic with its offset, the state's tag and
@@ -262,11 +312,17 @@ impl StateRecord {
             + 5
             + 10 * earlier.len()
             + 5
-            + key_bytes;
+            + key_bytes
+            + timers
+                .iter()
+                .map(|t| 5 + t.name.len() + 10 + 5 + t.message.len())
+                .sum::<usize>();
         let mut buffer = std::mem::take(out);
         buffer.clear();
         buffer.reserve(room);
-        buffer.push(if !keys.is_empty() {
+        buffer.push(if !timers.is_empty() {
+            FORMAT_TIMERS
+        } else if !keys.is_empty() {
             FORMAT_KEYS
         } else if earlier.is_empty() {
             FORMAT
@@ -285,14 +341,20 @@ impl StateRecord {
             Ok(encoded) => encoded,
             Err(e) => unreachable!("a state record always encodes: {e}"),
         };
-        if !earlier.is_empty() || !keys.is_empty() {
+        if !earlier.is_empty() || !keys.is_empty() || !timers.is_empty() {
             encoded = match postcard::to_extend(earlier, encoded) {
                 Ok(encoded) => encoded,
                 Err(e) => unreachable!("a state record always encodes: {e}"),
             };
         }
-        if !keys.is_empty() {
+        if !keys.is_empty() || !timers.is_empty() {
             encoded = match postcard::to_extend(&KeysRef(keys), encoded) {
+                Ok(encoded) => encoded,
+                Err(e) => unreachable!("a state record always encodes: {e}"),
+            };
+        }
+        if !timers.is_empty() {
+            encoded = match postcard::to_extend(timers, encoded) {
                 Ok(encoded) => encoded,
                 Err(e) => unreachable!("a state record always encodes: {e}"),
             };
@@ -305,7 +367,7 @@ impl StateRecord {
     /// record.
     pub fn decode(value: &[u8]) -> Result<Self, RecordError> {
         let (&format, rest) = value.split_first().ok_or(RecordError::Empty)?;
-        if !(FORMAT..=FORMAT_KEYS).contains(&format) {
+        if !(FORMAT..=FORMAT_TIMERS).contains(&format) {
             return Err(RecordError::Format(format));
         }
         let malformed = |e: postcard::Error| RecordError::Malformed(e.to_string());
@@ -313,8 +375,11 @@ impl StateRecord {
         if format >= FORMAT_EARLIER {
             (record.earlier, tail) = postcard::take_from_bytes(tail).map_err(malformed)?;
         }
-        if format == FORMAT_KEYS {
+        if format >= FORMAT_KEYS {
             (record.keys, tail) = postcard::take_from_bytes(tail).map_err(malformed)?;
+        }
+        if format >= FORMAT_TIMERS {
+            (record.timers, tail) = postcard::take_from_bytes(tail).map_err(malformed)?;
         }
         if !tail.is_empty() {
             return Err(RecordError::Malformed(format!(
@@ -406,30 +471,70 @@ mod tests {
     #[test]
     fn a_record_encoded_into_a_used_buffer_is_the_record_alone() {
         let applied = [("user-events", 41u64)];
+        let timers = [Timer {
+            name: "remind".into(),
+            due: 9,
+            message: vec![1, 2],
+        }];
         let mut buffer = StateRecord::encode_parts(
             6,
             3,
             &[("user-events", 40u64), ("refunds", 2)],
             Some(b"{\"total\":11,\"items\":[1,2,3]}"),
-            &[4, 5],
-            &[("retry-1", 1_700_000_000_000u64)],
+            Beside {
+                earlier: &[4, 5],
+                keys: &[("retry-1", 1_700_000_000_000u64)],
+                timers: &timers,
+            },
         );
         let state = Some(b"{\"total\":12}".as_slice());
-        StateRecord::encode_parts_into(&mut buffer, 7, 3, &applied, state, &[], NO_KEYS);
+        let nothing = Beside::NOTHING;
+        StateRecord::encode_parts_into(&mut buffer, 7, 3, &applied, state, nothing);
         assert_eq!(
             buffer,
-            StateRecord::encode_parts(7, 3, &applied, state, &[], NO_KEYS)
+            StateRecord::encode_parts(7, 3, &applied, state, nothing)
         );
         let decoded = StateRecord::decode(&buffer).expect("a record");
         assert_eq!((decoded.epoch, decoded.state.as_deref()), (7, state));
-        StateRecord::encode_parts_into(&mut buffer, 8, 3, &applied, None, &[7], NO_KEYS);
+        let earlier = Beside {
+            earlier: &[7],
+            ..nothing
+        };
+        StateRecord::encode_parts_into(&mut buffer, 8, 3, &applied, None, earlier);
         assert_eq!(
             buffer,
-            StateRecord::encode_parts(8, 3, &applied, None, &[7], NO_KEYS)
+            StateRecord::encode_parts(8, 3, &applied, None, earlier)
         );
     }
 
-    const NO_KEYS: &[(&str, u64)] = &[];
+    /// Timers come back as written, with or without keys and earlier
+    /// starts; a record without timers is written as before (format 3 or
+    /// lower), so that a colo that does not know timers reads it.
+    #[test]
+    fn timers_round_trip_in_format_4_only_when_there_are_any() {
+        let mut record = StateRecord::new(5, 2, Some(b"state".to_vec()));
+        record.timers = vec![
+            Timer {
+                name: "remind".into(),
+                due: 1_700_000_000_000,
+                message: vec![3, 4, 5],
+            },
+            Timer {
+                name: String::new(),
+                due: 0,
+                message: Vec::new(),
+            },
+        ];
+        let encoded = record.encode();
+        assert_eq!(encoded[0], FORMAT_TIMERS);
+        assert_eq!(StateRecord::decode(&encoded), Ok(record.clone()));
+        record.keys = vec![("order-7".into(), 1_000)];
+        record.earlier = vec![2];
+        assert_eq!(StateRecord::decode(&record.encode()), Ok(record.clone()));
+        record.timers.clear();
+        assert_eq!(record.encode()[0], FORMAT_KEYS);
+        assert_eq!(StateRecord::decode(&record.encode()), Ok(record));
+    }
 
     /// Idempotency keys come back as written, with or without earlier
     /// starts' keys; a record without them is written as before (format 1

@@ -2,8 +2,8 @@
 //! entity type; a batch is one atomic `apply_batch`, and the batches of
 //! one write are flushed to disk together before it returns.
 
-use crate::batch::{Checkpoint, Op, WriteBatch};
-use crate::engine::{visit_entities, Engine, StateStore};
+use crate::batch::{Checkpoint, Op, TimerKey, WriteBatch};
+use crate::engine::{timers_bounds, visit_entities, visit_timers, Engine, StateStore};
 use crate::error::StoreError;
 use crate::keys;
 use colo_allocation::ShardId;
@@ -76,6 +76,12 @@ impl SledStore {
                     keys::checkpoint(*shard).as_slice(),
                     keys::encode_checkpoint(*checkpoint).as_slice(),
                 ),
+                Op::PutTimer {
+                    shard,
+                    timer,
+                    message,
+                } => b.insert(keys::timer_key(*shard, timer), message.as_slice()),
+                Op::DeleteTimer { shard, timer } => b.remove(keys::timer_key(*shard, timer)),
                 Op::ClearShard { shard } => {
                     // Read in the batch's own tree: a batch is applied
                     // atomically, so these removes and the ops after them
@@ -136,6 +142,20 @@ impl StateStore for SledStore {
             .range(start.as_slice()..end.as_slice())
             .map(|entry| entry.map_err(|e| io(entity_type, e)));
         visit_entities(entity_type, shard, entries, visit)
+    }
+
+    fn timers(
+        &self,
+        entity_type: &str,
+        shard: ShardId,
+        after: Option<&TimerKey>,
+        visit: &mut dyn FnMut(TimerKey, &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), StoreError> {
+        let entries = self
+            .tree(entity_type)?
+            .range(timers_bounds(shard, after))
+            .map(|entry| entry.map_err(|e| io(entity_type, e)));
+        visit_timers(entity_type, shard, entries, visit)
     }
 
     fn checkpoint(

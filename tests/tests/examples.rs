@@ -28,6 +28,17 @@ fn the_quickstart_example_tells_and_asks() {
     assert_eq!(out.trim(), "user-42 = 5");
 }
 
+/// README's durable timers: the reminder comes to the cart passivated
+/// meanwhile and to the one still active, and not to the one checked out.
+#[test]
+fn the_timers_example_reminds_the_carts_left_alone() {
+    let out = run(example_binary("timers"), &[]);
+    assert_eq!(
+        out.trim(),
+        "cart-1: 1 item, 1 reminder\ncart-2: 1 item, 0 reminder\ncart-3: 1 item, 1 reminder"
+    );
+}
+
 #[test]
 fn the_custom_allocation_strategy_example_runs() {
     let out = run(package_example("colo-allocation", "custom_strategy"), &[]);

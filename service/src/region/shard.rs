@@ -32,7 +32,7 @@
 //! state kept and written behind, `recovery.rs` remembered entities
 //! started again; `handoff.rs` the hand-off and the stop;
 //! `runs.rs` the handler futures in flight; `signals.rs` what the region
-//! sends outside the mailbox's order.
+//! sends outside the mailbox's order; `timers.rs` durable timers come due.
 
 mod deliver;
 mod durable;
@@ -44,6 +44,7 @@ mod recovery;
 mod runs;
 mod signals;
 mod stateful;
+mod timers;
 mod weights;
 
 use crate::entity::{Entity, EntityId, EntityType};
@@ -309,6 +310,9 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                 }
             }
             if self.poll_durable(cx) {
+                progressed = true;
+            }
+            if self.poll_timers(cx) {
                 progressed = true;
             }
             // Only runs that waited are polled here: most shards have none,

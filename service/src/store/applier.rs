@@ -5,7 +5,9 @@ use super::restore::{
     deletion_start, entity_of, fingerprint, is_marker, Applied, Ending, Restore, RestoreError,
 };
 use super::ChangelogRecord;
-use colo_state::{Checkpoint, CheckpointKind, Op, RecordError, StateRecord, WriteBatch};
+use colo_state::{
+    Checkpoint, CheckpointKind, Op, RecordError, StateRecord, Timer, TimerKey, WriteBatch,
+};
 use std::collections::HashMap;
 use std::ops::ControlFlow;
 
@@ -30,6 +32,10 @@ pub(super) struct Applier<'a> {
     /// keeps only the last, so only the last is written: a restore's cost
     /// goes with the entities rather than with the records.
     staged: HashMap<Box<str>, usize>,
+    /// The timers of each staged entity's last record: put in the shard's
+    /// timer index with the batch (the changelog carries records, not the
+    /// index; see `region/shard/durable/timers.rs`).
+    timers: HashMap<Box<str>, Vec<Timer>>,
     read: u64,
     /// Keys and values of the records read, in bytes.
     bytes: u64,
@@ -62,6 +68,7 @@ impl<'a> Applier<'a> {
             newest_marker: (current, marker),
             batch,
             staged: HashMap::new(),
+            timers: HashMap::new(),
             read: 0,
             bytes: 0,
             applied: 0,
@@ -148,6 +155,10 @@ impl<'a> Applier<'a> {
                     return Ok(());
                 }
                 self.current = self.current.max(state.epoch);
+                match state.timers.is_empty() {
+                    true => self.timers.remove(id),
+                    false => self.timers.insert(id.into(), state.timers),
+                };
                 self.stage(
                     id,
                     Op::Put {
@@ -167,6 +178,9 @@ impl<'a> Applier<'a> {
 
     /// Puts `op` in the batch in place of the entity's earlier one, if any.
     fn stage(&mut self, id: &str, op: Op) {
+        if matches!(op, Op::Delete { .. }) {
+            self.timers.remove(id);
+        }
         match self
             .staged
             .get(id)
@@ -181,9 +195,25 @@ impl<'a> Applier<'a> {
     }
 
     fn flush(&mut self) -> Result<(), RestoreError> {
+        self.index_timers();
         self.staged.clear();
         let full = std::mem::replace(&mut self.batch, WriteBatch::new(&*self.restore.entity_type));
         self.write(&full)
+    }
+
+    /// The staged entities' timers into the batch's index.
+    fn index_timers(&mut self) {
+        let shard = self.restore.shard;
+        for (id, timers) in self.timers.drain() {
+            for timer in timers {
+                let key = TimerKey {
+                    due: timer.due,
+                    entity_id: id.to_string(),
+                    name: timer.name,
+                };
+                self.batch.put_timer(shard, key, timer.message);
+            }
+        }
     }
 
     fn write(&self, batch: &WriteBatch) -> Result<(), RestoreError> {
@@ -243,6 +273,7 @@ impl<'a> Applier<'a> {
                 }
             }
         };
+        self.index_timers();
         if self.resumed != Some(checkpoint) || !self.batch.is_empty() {
             self.batch.checkpoint(self.restore.shard, checkpoint);
             self.write(&self.batch)?;

@@ -104,6 +104,15 @@ mod tests {
         ) -> Result<(), StoreError> {
             Ok(())
         }
+        fn timers(
+            &self,
+            _: &str,
+            _: ShardId,
+            _: Option<&colo_state::TimerKey>,
+            _: &mut dyn FnMut(colo_state::TimerKey, &[u8]) -> ControlFlow<()>,
+        ) -> Result<(), StoreError> {
+            Ok(())
+        }
         fn checkpoint(&self, _: &str, _: ShardId) -> Result<Option<Checkpoint>, StoreError> {
             Ok(None)
         }

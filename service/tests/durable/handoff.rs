@@ -102,6 +102,16 @@ impl StateStore for HeldReads {
         self.inner.scan(entity_type, shard, visit)
     }
 
+    fn timers(
+        &self,
+        entity_type: &str,
+        shard: ShardId,
+        after: Option<&colo::state::TimerKey>,
+        visit: &mut dyn FnMut(colo::state::TimerKey, &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), StoreError> {
+        self.inner.timers(entity_type, shard, after, visit)
+    }
+
     fn checkpoint(
         &self,
         entity_type: &str,

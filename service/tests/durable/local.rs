@@ -298,6 +298,16 @@ impl colo::state::StateStore for Failing {
         self.0.scan(entity_type, shard, visit)
     }
 
+    fn timers(
+        &self,
+        entity_type: &str,
+        shard: colo::ShardId,
+        after: Option<&colo::state::TimerKey>,
+        visit: &mut dyn FnMut(colo::state::TimerKey, &[u8]) -> std::ops::ControlFlow<()>,
+    ) -> Result<(), colo::state::StoreError> {
+        self.0.timers(entity_type, shard, after, visit)
+    }
+
     fn checkpoint(
         &self,
         entity_type: &str,

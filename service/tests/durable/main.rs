@@ -10,3 +10,4 @@ mod kafka;
 mod local;
 mod remember;
 mod standby;
+mod timers;

@@ -27,6 +27,7 @@
 
 mod deletions;
 mod kept;
+mod timers;
 mod write;
 
 pub(super) use write::Writing;
@@ -44,14 +45,16 @@ use crate::node_context::NodeContext;
 use crate::settings::ShardingSettings;
 use crate::store::{restore_until_done, Restore, Restored};
 use crate::store::{DurableShards, EntityChangelog, NodeStore};
+use crate::timer::TimerRequest;
 use colo_allocation::ShardId;
-use colo_state::StateRecord;
+use colo_state::{Beside, StateRecord, Timer, TimerKey};
 use deletions::Deletions;
 use kept::{same_topic, state_hash, Applied, Earlier, Kept};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+pub(super) use timers::{Fired, Firing, ShardTimers};
 use tokio::time::Sleep;
 
 /// A reply that waits for the write that makes its change durable.
@@ -143,6 +146,8 @@ pub(super) struct DurableShard<E: Entity> {
     durability: Arc<ShardDurability>,
     shards: Arc<DurableShards>,
     pub(super) metrics: StateMetrics,
+    /// Its entities' timers, its index of them, and those due soon.
+    pub(super) timers: ShardTimers,
 }
 
 impl<E: Entity> DurableShard<E> {
@@ -206,6 +211,7 @@ impl<E: Entity> DurableShard<E> {
             durability,
             shards: shards.clone(),
             metrics,
+            timers: ShardTimers::new(entity_type),
         }
     }
 
@@ -262,6 +268,15 @@ impl<E: Entity> DurableShard<E> {
     pub fn skips(&self, id: &EntityId, cause: Option<&Cause>) -> Option<AskError> {
         let origin = match cause? {
             Cause::Record(origin) => origin,
+            // Fired, cancelled or moved since its index entry was read.
+            Cause::Timer(key) => {
+                let has = self.kept.get(id).is_some_and(|kept| {
+                    kept.timers
+                        .iter()
+                        .any(|t| t.name == key.name && t.due == key.due)
+                });
+                return (!has).then_some(AskError::AlreadyApplied);
+            }
             Cause::Keyed(key) => {
                 let now = crate::clock::unix_ms();
                 let kept = self.kept.get(id)?;
@@ -358,6 +373,7 @@ impl<E: Entity> DurableShard<E> {
                 written: Some(record.epoch),
                 earlier: record.earlier.into_iter().collect(),
                 keys: AppliedKeys::from_record(record.keys),
+                timers: record.timers,
             },
         );
         Ok(start)
@@ -382,9 +398,10 @@ impl<E: Entity> DurableShard<E> {
         Ok(&self.scratch)
     }
 
-    /// An entity handled a message (`cause`: the record it came from, or
-    /// the client tell's idempotency key): its state, or its deletion, goes
-    /// into the next write, with what it applied.
+    /// An entity handled a message (`cause`: the record it came from, the
+    /// client tell's idempotency key, or the timer that fired): its state,
+    /// or its deletion, goes into the next write, with what it applied and
+    /// the timers it `scheduled` and cancelled.
     ///
     /// # Errors
     /// The state cannot be encoded: the entity is dropped as failed.
@@ -393,6 +410,7 @@ impl<E: Entity> DurableShard<E> {
         id: &EntityId,
         entity: Option<&E>,
         cause: Option<&Cause>,
+        scheduled: Vec<TimerRequest>,
     ) -> Result<(), String> {
         // Encoded into the scratch buffer, then copied once into the
         // state record (an allocation less for each message).
@@ -404,25 +422,45 @@ impl<E: Entity> DurableShard<E> {
         };
         let changed = encoded
             .map_err(|e| format!("its state cannot be encoded: {e}"))
-            .map(|encoded| self.changed_to(id, encoded.then_some(scratch.as_slice()), cause));
+            .map(|encoded| {
+                let state = encoded.then_some(scratch.as_slice());
+                self.changed_to(id, state, cause, scheduled);
+            });
         self.encoded = scratch.len();
         self.scratch = scratch;
         changed
     }
 
     /// An entity's state after a message: `None` once it is deleted.
-    fn changed_to(&mut self, id: &EntityId, state: Option<&[u8]>, cause: Option<&Cause>) {
+    fn changed_to(
+        &mut self,
+        id: &EntityId,
+        state: Option<&[u8]>,
+        cause: Option<&Cause>,
+        scheduled: Vec<TimerRequest>,
+    ) {
         let kept = match self.kept.get_mut(id) {
             Some(kept) => kept,
             None => self.kept.entry(id.clone()).or_default(),
         };
+        let fired = match cause {
+            Some(Cause::Timer(key)) => Some(key),
+            _ => None,
+        };
+        let timers_changed = change_timers(
+            &mut self.timers,
+            id,
+            &mut kept.timers,
+            (fired, scheduled, state.is_none()),
+        );
         let hash = state_hash(state);
         // A keyed tell is written even if it changed nothing: its key is.
-        if cause.is_none() && kept.state == Some(hash) {
+        if cause.is_none() && !timers_changed && kept.state == Some(hash) {
             return;
         }
         let origin = match cause {
             Some(Cause::Record(origin)) => Some(origin),
+            Some(Cause::Timer(_)) => None,
             Some(Cause::Keyed(key)) => {
                 kept.keys
                     .add(key.clone(), crate::clock::unix_ms(), self.retention);
@@ -463,17 +501,18 @@ impl<E: Entity> DurableShard<E> {
             Some(_) => self.deletions.revived(id),
             None => self.deletions.deleted(id, kept.deleted_by(self.epoch)),
         }
-        let (epoch, version) = (self.epoch, self.codec.version);
-        let (applied, earlier, keys) = (&kept.applied, &kept.earlier, kept.keys.as_slice());
+        let (epoch, version, applied) = (self.epoch, self.codec.version, &kept.applied);
+        let beside = Beside {
+            earlier: &kept.earlier,
+            keys: kept.keys.as_slice(),
+            timers: &kept.timers,
+        };
         match self.dirty.get_mut(id) {
             Some(value) => {
-                StateRecord::encode_parts_into(
-                    value, epoch, version, applied, state, earlier, keys,
-                );
+                StateRecord::encode_parts_into(value, epoch, version, applied, state, beside);
             }
             None => {
-                let value =
-                    StateRecord::encode_parts(epoch, version, applied, state, earlier, keys);
+                let value = StateRecord::encode_parts(epoch, version, applied, state, beside);
                 self.dirty.insert(id.clone(), value);
             }
         }
@@ -545,8 +584,57 @@ impl<E: Entity> DurableShard<E> {
     }
 }
 
+/// Applies a message's changes to its entity's `timers`: the one that
+/// `fired` goes, then what the handler `scheduled` and cancelled, in order;
+/// a `deleted` entity keeps none. Whether any changed.
+fn change_timers(
+    index: &mut ShardTimers,
+    id: &EntityId,
+    timers: &mut Vec<Timer>,
+    (fired, scheduled, deleted): (Option<&TimerKey>, Vec<TimerRequest>, bool),
+) -> bool {
+    let key = |timer: &Timer| TimerKey {
+        due: timer.due,
+        entity_id: id.to_string(),
+        name: timer.name.clone(),
+    };
+    // Removes timer `name` (due at `due`, if given): whether there was one.
+    let remove = |timers: &mut Vec<Timer>, index: &mut ShardTimers, name: &str, due| {
+        let at = timers
+            .iter()
+            .position(|t| t.name == name && Option::is_none_or(due, |due| t.due == due));
+        at.map(|at| index.gone(key(&timers.remove(at)))).is_some()
+    };
+    let mut changed = false;
+    if let Some(fired) = fired {
+        changed |= remove(timers, index, &fired.name, Some(fired.due));
+    }
+    for request in scheduled {
+        changed = true;
+        match request {
+            TimerRequest::Schedule { name, due, message } => {
+                remove(timers, index, &name, None);
+                let timer = Timer { name, due, message };
+                index.put(key(&timer), &timer.message);
+                timers.push(timer);
+            }
+            TimerRequest::Cancel { name } => {
+                remove(timers, index, &name, None);
+            }
+        }
+    }
+    if deleted {
+        for timer in timers.drain(..) {
+            index.gone(key(&timer));
+            changed = true;
+        }
+    }
+    changed
+}
+
 impl<E: Entity> Drop for DurableShard<E> {
     fn drop(&mut self) {
+        self.timers.stopped();
         self.shards.stopped(self.shard, &self.durability);
         self.shards.write_settled(self.shard);
     }

@@ -15,7 +15,7 @@ use super::durable::Start;
 use super::runs::{Cancel, Done, Ended, Job, Kind, Outcome};
 use super::{dropped, Busy, Phase, Shard, Stop, LIFECYCLE};
 use crate::entity::{Entity, EntityContext, EntityId};
-use crate::envelope::Envelope;
+use crate::envelope::{Cause, Envelope};
 use crate::error::AskError;
 use crate::region::activity::FLUSH_EVERY;
 use colo_passivation::PassivationReason;
@@ -61,7 +61,14 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             self.after_run(&id);
             return;
         }
-        let (entity_id, job, kind) = Job::message(entity, env, self.id);
+        let firing = match env.reply.cause() {
+            Some(Cause::Timer(key)) => Some(key.name.clone()),
+            _ => None,
+        };
+        let (entity_id, mut job, kind) = Job::message(entity, env, self.id);
+        if self.durable.is_some() {
+            job.ctx = job.ctx.with_timers(check_message::<E::Message>, firing);
+        }
         self.start(entity_id, job, kind, None, cx);
     }
 
@@ -182,7 +189,8 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                 let result = match outcome {
                     Outcome::Replied(r) => {
                         let deleted = ctx.deletion_requested();
-                        match self.keep(id, entity, deleted, reply.cause()) {
+                        let timers = ctx.timer_requests();
+                        match self.keep(id, entity, deleted, reply.cause(), timers) {
                             Ok(entity) => {
                                 if let Some(active) = self.entities.get_mut(id) {
                                     active.entity = Some(entity);
@@ -205,7 +213,8 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             Kind::Stop(reason) => {
                 if let (Some(durable), Outcome::Replied(_)) = (self.durable.as_mut(), &outcome) {
                     // What its stop message changed is kept too.
-                    if let Err(e) = durable.changed(id, Some(&entity), None) {
+                    let timers = ctx.timer_requests();
+                    if let Err(e) = durable.changed(id, Some(&entity), None, timers) {
                         tracing::warn!(entity_type = %self.entity_type.name, shard = %self.id, entity_id = %id, reason = %e, "what the entity's stop message changed is not kept");
                     }
                 }
@@ -422,8 +431,12 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         if let Some(busy) = self.busy.get_mut(&id) {
             busy.running = Some(None);
         }
+        let mut ctx = EntityContext::new(id.clone(), self.id);
+        if self.durable.is_some() {
+            ctx = ctx.with_timers(check_message::<E::Message>, None);
+        }
         let job = Job {
-            ctx: EntityContext::new(id.clone(), self.id),
+            ctx,
             entity,
             message: stop(),
         };
@@ -526,4 +539,13 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         let window = self.policy.as_ref().and_then(|p| p.window_proportion());
         self.activity.flush(self.id, &mut self.counts, window);
     }
+}
+
+/// Whether an encoded timer message is one of the entity type's messages:
+/// checked when a handler schedules it, so that a timer never fires a
+/// message its entity cannot read.
+fn check_message<M: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<(), String> {
+    postcard::from_bytes::<M>(bytes)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }

@@ -10,6 +10,7 @@ use super::{Active, Phase, Shard, Stop, LIFECYCLE};
 use crate::entity::{Entity, EntityId};
 use crate::envelope::{Cause, Envelope, Reply};
 use crate::error::AskError;
+use crate::timer::TimerRequest;
 use colo_state::StoreError;
 use std::future::Future;
 use std::task::{Context, Poll};
@@ -166,9 +167,12 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         entity: E,
         deleted: bool,
         cause: Option<&Cause>,
+        timers: Vec<TimerRequest>,
     ) -> Result<E, String> {
         match (self.durable.as_mut(), cause) {
-            (Some(durable), _) => durable.changed(id, (!deleted).then_some(&entity), cause)?,
+            (Some(durable), _) => {
+                durable.changed(id, (!deleted).then_some(&entity), cause, timers)?;
+            }
             // Reset or not, it applied the tell.
             (None, Some(Cause::Keyed(key))) => {
                 let now = crate::clock::unix_ms();

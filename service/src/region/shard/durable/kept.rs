@@ -1,7 +1,7 @@
 //! What a durable shard keeps of each active entity beside its value: the
 //! offsets it applied, the hash of its last state, the starts whose keys
-//! may hold a record of it, and the idempotency keys of the tells it
-//! applied.
+//! may hold a record of it, the idempotency keys of the tells it applied,
+//! and its timers.
 
 use super::deletions::Deleted;
 use crate::region::shard::keys::AppliedKeys;
@@ -34,6 +34,8 @@ pub(super) struct Kept {
     /// The idempotency keys of the client tells it applied (see
     /// `keys.rs`).
     pub(super) keys: AppliedKeys,
+    /// Its durable timers, as its record keeps them.
+    pub(super) timers: Vec<colo_state::Timer>,
 }
 
 impl Kept {

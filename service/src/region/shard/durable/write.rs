@@ -5,6 +5,7 @@
 //! the other shards' writes of the moment, `store/commit.rs`).
 
 use super::deletions::{Deleted, Deletions};
+use super::timers::{add_changes, IndexChanges};
 use super::{DurableShard, Earlier, Held, Map, WriteTask};
 use crate::entity::Entity;
 use crate::error::AskError;
@@ -33,6 +34,8 @@ pub(in crate::region::shard) struct Writing<R> {
     deleted: Map<Deleted>,
     /// The deleted entities it removes.
     removed: Arc<Map<Deleted>>,
+    /// Its changes to the shard's timer index.
+    pub(super) timers: Arc<IndexChanges>,
     /// The replies it answers.
     held: Vec<Held<R>>,
     task: WriteTask,
@@ -99,6 +102,7 @@ impl<E: Entity> DurableShard<E> {
             .filter_map(|id| Some((id.clone(), self.retiring.remove(id)?)))
             .collect();
         let removed = Arc::new(self.deletions.take_due());
+        let timers = Arc::new(std::mem::take(&mut self.timers.unwritten));
         let seq = self.seq;
         self.seq += 1;
         let task = Box::pin(write(
@@ -110,6 +114,7 @@ impl<E: Entity> DurableShard<E> {
                 states: states.clone(),
                 retired: retired.clone(),
                 removed: removed.clone(),
+                timers: timers.clone(),
             },
         ));
         self.writing = Some(Writing {
@@ -119,6 +124,7 @@ impl<E: Entity> DurableShard<E> {
             retire_after,
             deleted: self.deletions.take_unwritten(),
             removed,
+            timers,
             held: std::mem::take(&mut self.held),
             task,
             started: Instant::now(),
@@ -187,6 +193,13 @@ impl<E: Entity> DurableShard<E> {
                 }
                 let retired = Arc::try_unwrap(writing.retired).unwrap_or_else(|r| (*r).clone());
                 self.retirable.extend(retired);
+                // The index changes made since the write began are newer.
+                for (key, change) in writing.timers.iter() {
+                    self.timers
+                        .unwritten
+                        .entry(key.clone())
+                        .or_insert_with(|| change.clone());
+                }
                 self.retiring.extend(writing.retire_after);
                 let mut held = writing.held;
                 held.append(&mut self.held);
@@ -201,9 +214,13 @@ impl<E: Entity> DurableShard<E> {
     }
 
     /// Whether nothing waits to be written: no changed state, no earlier
-    /// key to retire, no deleted entity to remove.
+    /// key to retire, no deleted entity to remove, no change to the timer
+    /// index.
     pub fn settled(&self) -> bool {
-        self.dirty.is_empty() && self.retirable.is_empty() && !self.deletions.due()
+        self.dirty.is_empty()
+            && self.retirable.is_empty()
+            && !self.deletions.due()
+            && self.timers.unwritten.is_empty()
     }
 
     /// Once a committed offset moved, the deleted entities whose offsets
@@ -225,6 +242,7 @@ impl<E: Entity> DurableShard<E> {
         self.dirty.clear();
         self.retiring.clear();
         self.retirable.clear();
+        self.timers.unwritten.clear();
         self.deletions = Deletions::default();
         let writing = self.writing.take().map(|w| w.held).unwrap_or_default();
         for (reply, _) in writing.into_iter().chain(self.held.drain(..)) {
@@ -250,6 +268,9 @@ pub(super) struct Changes {
     /// them, the key of one start per entity included, and a delete in
     /// the store (see `deletions.rs`).
     pub removed: Arc<Map<Deleted>>,
+    /// Changes to the shard's timer index, in the store only (a restore
+    /// makes the index anew from the records: `store/applier.rs`).
+    pub timers: Arc<IndexChanges>,
 }
 
 /// One changelog record of a write, its key owned.
@@ -270,6 +291,7 @@ pub(super) async fn write(
         states,
         retired,
         removed,
+        timers,
     } = changes;
     let mut checkpoint = None;
     if let Some(changelog) = changelog {
@@ -321,6 +343,7 @@ pub(super) async fn write(
     for (id, value) in states.iter() {
         batch.put(shard, id.as_str(), value.clone());
     }
+    add_changes(&mut batch, shard, &timers);
     if let Some(checkpoint) = checkpoint {
         batch.checkpoint(shard, checkpoint);
     }
