@@ -48,11 +48,27 @@ struct Scanned {
     complete: bool,
     /// It saw an entry past its horizon.
     past: bool,
-    /// Entries in the index past the ones taken, on the first read only.
-    counted: Option<u64>,
 }
 
 type Scan = Pin<Box<dyn Future<Output = Result<Scanned, String>> + Send>>;
+
+type Count = Pin<Box<dyn Future<Output = Result<u64, String>> + Send>>;
+
+/// The count of a shard's index at its start, for the pending gauge: a
+/// read of every entry, so it waits until the shard has fired what was due
+/// at its start (nothing due now, no read under way), and never holds up
+/// a firing.
+enum Counting {
+    NotYet,
+    /// Counting the entries after `from`; `overlap`: those the shard read
+    /// meanwhile (counted when read).
+    Running {
+        count: Count,
+        from: Option<TimerKey>,
+        overlap: u64,
+    },
+    Done,
+}
 
 pub(in crate::region::shard) struct ShardTimers {
     /// Index changes for the next write.
@@ -69,10 +85,14 @@ pub(in crate::region::shard) struct ShardTimers {
     /// entities schedules one past it.
     more: bool,
     scanning: Option<Scan>,
+    /// The count of the index's entries, for the pending gauge.
+    counting: Counting,
     /// Timers scheduled here that the read under way may not find in the
     /// store (their write had not landed when it began).
     unread: Vec<(TimerKey, Vec<u8>)>,
-    /// The index entries counted at the first read, and since.
+    /// The timers counted in the index at the shard's start, and since: a
+    /// timer scheduled while the count ran may be counted twice, and an
+    /// index entry that outlived its timer counts until it comes due.
     pending: i64,
     /// Wakes the shard when the next timer is due or a read is.
     wake: Option<(u64, Pin<Box<Sleep>>)>,
@@ -90,6 +110,7 @@ impl ShardTimers {
             cursor: None,
             more: false,
             scanning: None,
+            counting: Counting::NotYet,
             unread: Vec::new(),
             pending: 0,
             wake: None,
@@ -209,6 +230,7 @@ impl ShardTimers {
         writing: Option<&IndexChanges>,
         cx: &mut Context<'_>,
     ) -> bool {
+        self.poll_count(store, (entity_type, shard), now, cx);
         if self.scanning.is_none() {
             let due = self.horizon.is_none_or(|h| now + LOOKAHEAD_MS / 2 >= h);
             if !due {
@@ -227,7 +249,6 @@ impl ShardTimers {
                 (entity_type.clone(), shard),
                 self.cursor.clone(),
                 now + LOOKAHEAD_MS,
-                self.horizon.is_none(),
             ));
         }
         let Some(scanning) = self.scanning.as_mut() else {
@@ -246,8 +267,10 @@ impl ShardTimers {
             }
         };
         let until = now + LOOKAHEAD_MS;
-        if let Some(counted) = scanned.counted {
-            self.count(i64::try_from(counted + scanned.due.len() as u64).unwrap_or(i64::MAX));
+        self.count(i64::try_from(scanned.due.len()).unwrap_or(i64::MAX));
+        if let Counting::Running { from, overlap, .. } = &mut self.counting {
+            let after = |key: &TimerKey| from.as_ref().is_none_or(|from| key > from);
+            *overlap += scanned.due.iter().filter(|(key, _)| after(key)).count() as u64;
         }
         let last = scanned.due.last().map(|(key, _)| key.clone());
         self.horizon = Some(match (scanned.complete, &last) {
@@ -273,6 +296,44 @@ impl ShardTimers {
             cx.waker().wake_by_ref();
         }
         true
+    }
+
+    /// Starts the count of the index once the shard is idle, and polls it.
+    fn poll_count(
+        &mut self,
+        store: &Arc<NodeStore>,
+        (entity_type, shard): (&Arc<str>, ShardId),
+        now: u64,
+        cx: &mut Context<'_>,
+    ) {
+        let due_now = self.soon.first_key_value().is_some_and(|(key, _)| key.due <= now);
+        let read_due = self
+            .horizon
+            .is_none_or(|h| self.more && now + LOOKAHEAD_MS / 2 >= h);
+        let idle = !due_now && !read_due && self.scanning.is_none() && self.firing.is_empty();
+        if matches!(self.counting, Counting::NotYet) && idle {
+            self.counting = Counting::Running {
+                count: count(store.clone(), (entity_type.clone(), shard), self.cursor.clone()),
+                from: self.cursor.clone(),
+                overlap: 0,
+            };
+        }
+        let Counting::Running { count, overlap, .. } = &mut self.counting else {
+            return;
+        };
+        let Poll::Ready(counted) = count.as_mut().poll(cx) else {
+            return;
+        };
+        let overlap = *overlap;
+        self.counting = Counting::Done;
+        match counted {
+            Ok(counted) => {
+                self.count(i64::try_from(counted.saturating_sub(overlap)).unwrap_or(i64::MAX));
+            }
+            Err(e) => {
+                tracing::warn!(%entity_type, %shard, error = %e, "the shard's timers could not be counted");
+            }
+        }
     }
 
     /// The shard stopped: its timers wait in its index for the next start.
@@ -301,7 +362,6 @@ fn scan(
     (entity_type, shard): (Arc<str>, ShardId),
     after: Option<TimerKey>,
     until: u64,
-    count: bool,
 ) -> Scan {
     Box::pin(async move {
         let calls = store.calls().clone();
@@ -309,34 +369,49 @@ fn scan(
         calls
             .run(move || {
                 let mut due = Vec::new();
-                let mut complete = true;
-                let mut past = false;
-                let mut counted = 0u64;
+                let (mut complete, mut past) = (true, false);
                 engine
                     .timers(&entity_type, shard, after.as_ref(), &mut |key, message| {
-                        if key.due <= until && due.len() < MOST_PER_SCAN {
-                            due.push((key, message.to_vec()));
-                            return ControlFlow::Continue(());
-                        }
-                        if key.due <= until {
-                            complete = false;
-                        } else {
+                        if key.due > until {
                             past = true;
+                            return ControlFlow::Break(());
                         }
-                        if count {
-                            counted += 1;
-                            ControlFlow::Continue(())
-                        } else {
-                            ControlFlow::Break(())
+                        if due.len() == MOST_PER_SCAN {
+                            complete = false;
+                            return ControlFlow::Break(());
                         }
+                        due.push((key, message.to_vec()));
+                        ControlFlow::Continue(())
                     })
                     .map_err(|e| e.to_string())?;
                 Ok(Scanned {
                     due,
                     complete,
                     past,
-                    counted: count.then_some(counted),
                 })
+            })
+            .await?
+    })
+}
+
+fn count(
+    store: Arc<NodeStore>,
+    (entity_type, shard): (Arc<str>, ShardId),
+    after: Option<TimerKey>,
+) -> Count {
+    Box::pin(async move {
+        let calls = store.calls().clone();
+        let engine = store.store();
+        calls
+            .run(move || {
+                let mut counted = 0u64;
+                engine
+                    .timers(&entity_type, shard, after.as_ref(), &mut |_, _| {
+                        counted += 1;
+                        ControlFlow::Continue(())
+                    })
+                    .map_err(|e| e.to_string())
+                    .map(|()| counted)
             })
             .await?
     })
