@@ -122,7 +122,7 @@ cargo test --workspace --locked --doc
 # figures go to BENCHMARKS.md from quiet runs, not from here). Built in one
 # go first, so that they compile side by side rather than one by one.
 cargo bench --workspace --locked --no-run
-for bench in routing passivation remote_ask io_entities restore memory memory_budget durable_ask coordinator_recovery; do
+for bench in routing passivation remote_ask io_entities restore memory memory_budget durable_ask coordinator_recovery timers; do
   grep -qF "cargo bench -p colo --bench $bench" README.md
   # Each bench smaller than its README run where it has a knob for it:
   # the suite checks that it runs, and stays within its time.
@@ -136,6 +136,7 @@ for bench in routing passivation remote_ask io_entities restore memory memory_bu
     memory) small=(COLO_BENCH_ENTITIES=200000 COLO_BENCH_ACTIVE=20000) ;;
     restore) small=(COLO_BENCH_ENTITIES=50000) ;;
     memory_budget) small=(COLO_BENCH_ENTITIES=20000 COLO_BENCH_MESSAGES=100000 COLO_BENCH_BUDGET_MIB=4) ;;
+    timers) small=(COLO_BENCH_DUE=20000) ;;
     *) small=() ;;
   esac
   env "${small[@]}" cargo bench -p colo --locked --bench "$bench" | tail -n 3

@@ -123,7 +123,10 @@ async fn fire_all(dir: &std::path::Path, due: u64) -> f64 {
         }
     }
     while FIRED.load(Ordering::Relaxed) - before < due {
-        assert!(started.elapsed() < Duration::from_secs(600), "timers did not all fire");
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "timers did not all fire"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let took = started.elapsed();
@@ -136,7 +139,10 @@ fn main() {
     let later = support::env("COLO_BENCH_LATER", 9);
     let runtime = support::runtime();
     println!("timers: {due} due, fired on one node from a fjall store ({SHARDS} shards)");
-    for (label, later) in [("due alone (baseline)", 0), ("with the others pending", later)] {
+    for (label, later) in [
+        ("due alone (baseline)", 0),
+        ("with the others pending", later),
+    ] {
         let dir = tempfile::tempdir().expect("dir");
         write_entities(dir.path(), due, later);
         let rate = runtime.block_on(fire_all(dir.path(), due));

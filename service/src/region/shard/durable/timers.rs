@@ -306,14 +306,21 @@ impl ShardTimers {
         now: u64,
         cx: &mut Context<'_>,
     ) {
-        let due_now = self.soon.first_key_value().is_some_and(|(key, _)| key.due <= now);
+        let due_now = self
+            .soon
+            .first_key_value()
+            .is_some_and(|(key, _)| key.due <= now);
         let read_due = self
             .horizon
             .is_none_or(|h| self.more && now + LOOKAHEAD_MS / 2 >= h);
         let idle = !due_now && !read_due && self.scanning.is_none() && self.firing.is_empty();
         if matches!(self.counting, Counting::NotYet) && idle {
             self.counting = Counting::Running {
-                count: count(store.clone(), (entity_type.clone(), shard), self.cursor.clone()),
+                count: count(
+                    store.clone(),
+                    (entity_type.clone(), shard),
+                    self.cursor.clone(),
+                ),
                 from: self.cursor.clone(),
                 overlap: 0,
             };
