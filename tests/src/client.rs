@@ -166,3 +166,27 @@ pub async fn cluster_of_three() -> (NodeProcess, NodeProcess, NodeProcess) {
 pub fn ids(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
+
+/// Asks entity `id` of `entity_type` on `node` (JSON), answered within
+/// `timeout`: its reply, as JSON.
+///
+/// # Errors
+/// The ask failed, or its reply is not JSON.
+pub async fn ask_json(
+    node: &crate::process::NodeProcess,
+    entity_type: &str,
+    id: &str,
+    message: &str,
+    timeout: Duration,
+) -> Result<serde_json::Value, String> {
+    let request = ask_request_to(entity_type, id, message, timeout);
+    let reply = node
+        .client()
+        .await
+        .ask(request)
+        .await
+        .map_err(|status| status.to_string())?
+        .into_inner();
+    let data = reply.reply.map(|p| p.data).unwrap_or_default();
+    serde_json::from_slice(&data).map_err(|e| format!("not a JSON reply: {e}"))
+}

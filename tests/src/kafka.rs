@@ -1,8 +1,8 @@
 //! Kafka helpers shared by the connector's tests and the broker tests: a
 //! group's committed offsets, waiting for the source's assignments and
 //! records with a deadline, a topic read back from its start, the
-//! partition Kafka's Java client gives a key, and a topic compacted as
-//! colo's changelogs and coordinator topics are.
+//! partition Kafka's Java client gives a key, a topic compacted as
+//! colo's changelogs and coordinator topics are, and kcat's records.
 
 use colo_connectors::{
     Ack, AssignedPartition, Record, SourceEvent, SourceSettings, TopicPartition,
@@ -378,4 +378,23 @@ pub fn distinct_dead_letters(bootstrap: &str, dlq: &str, group: &str, expected: 
     distinct(&dead_letters(bootstrap, dlq, group, |l| {
         distinct(l) >= expected
     }))
+}
+
+/// Sends the records of `file` (`key<TAB>value` lines) to `topic` with
+/// kcat and nothing but its defaults: librdkafka's `consistent_random`
+/// partitioner, not murmur2.
+///
+/// # Panics
+/// kcat is missing or fails.
+pub fn kcat_produce(bootstrap: &str, topic: &str, file: &std::path::Path) {
+    let kcat = std::process::Command::new("kcat")
+        .args(["-P", "-b", bootstrap, "-t", topic, "-K", "\t", "-l"])
+        .arg(file)
+        .output()
+        .expect("run kcat (./scripts/test.sh installs Debian's kcat)");
+    assert!(
+        kcat.status.success(),
+        "kcat failed: {}",
+        String::from_utf8_lossy(&kcat.stderr)
+    );
 }

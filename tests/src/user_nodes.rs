@@ -210,14 +210,5 @@ pub async fn ask_user(
     message: &str,
     timeout: Duration,
 ) -> Result<serde_json::Value, String> {
-    let request = crate::client::ask_request_to("user", user, message, timeout);
-    let reply = node
-        .client()
-        .await
-        .ask(request)
-        .await
-        .map_err(|status| status.to_string())?
-        .into_inner();
-    let data = reply.reply.map(|p| p.data).unwrap_or_default();
-    serde_json::from_slice(&data).map_err(|e| format!("not JSON totals: {e}"))
+    crate::client::ask_json(node, "user", user, message, timeout).await
 }

@@ -72,25 +72,7 @@ async fn records_from_kcat_with_its_defaults_reach_a_program_of_ones_own_exactly
     )
     .expect("write levels.json");
 
-    let kcat = std::process::Command::new("kcat")
-        .args([
-            "-P",
-            "-b",
-            broker.bootstrap(),
-            "-t",
-            &topic,
-            "-K",
-            "\t",
-            "-l",
-        ])
-        .arg(&records)
-        .output()
-        .expect("run kcat (./scripts/test.sh installs Debian's kcat)");
-    assert!(
-        kcat.status.success(),
-        "kcat failed: {}",
-        String::from_utf8_lossy(&kcat.stderr)
-    );
+    colo_tests::kafka::kcat_produce(broker.bootstrap(), &topic, &records);
 
     let expected_path = expected_file.display().to_string();
     let verified = colo_tests::process::colo_verify(&[
