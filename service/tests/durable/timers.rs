@@ -10,10 +10,14 @@ use colo::{
     Entity, EntityContext, EntityError, EntityType, Node, NodeStore, Region, StateSettings,
 };
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const REMINDERS: &str = "reminders";
+
+/// Whether the timer named `flaky` failed its handler once already.
+static FLAKY_FAILED: AtomicBool = AtomicBool::new(false);
 
 /// What came due, in order.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -49,6 +53,9 @@ impl Entity for Reminders {
             Msg::Due(name) => {
                 if ctx.fired_timer() != Some(name.as_str()) {
                     return Err(EntityError::new(format!("{name} came without its timer")));
+                }
+                if name == "flaky" && !FLAKY_FAILED.swap(true, Ordering::SeqCst) {
+                    return Err(EntityError::new("the first firing of flaky fails"));
                 }
                 self.fired.push(name);
             }
@@ -159,6 +166,36 @@ async fn a_cancelled_or_replaced_timer_does_not_fire_and_one_due_already_fires_a
         .await
         .expect("scheduled in the past");
     fired(&region, "bo", &["c", "b", "past"]).await;
+}
+
+/// A handler that fails on a timer's message leaves the timer: it fires
+/// again (a second later), as the same timer, and is applied then. (A
+/// retry once went out under its retry time as if it were its due time:
+/// its entity did not know it, and dropped it as fired already.)
+#[tokio::test]
+async fn a_timer_whose_handler_failed_fires_again_and_is_applied() {
+    colo_tests::recorded::install();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir);
+    let OneNode { region, .. } = node("a", &store, StateSettings::default());
+    // The shard runs, and has read its (empty) index, before the timer.
+    region.ask("gil", Msg::Get, ASK).await.expect("started");
+    region
+        .ask("gil", Msg::Remind("flaky".into(), 1_500), ASK)
+        .await
+        .expect("scheduled");
+    fired(&region, "gil", &["flaky"]).await;
+    let outcome = |outcome| {
+        colo_tests::recorded::counter(
+            colo::metrics::TIMERS_FIRED,
+            &[("entity_type", REMINDERS), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(
+        (outcome("failed"), outcome("applied"), outcome("stale")),
+        (1, 1, 0),
+        "failed once, then applied, never dropped"
+    );
 }
 
 #[tokio::test]

@@ -54,19 +54,16 @@ type Scan = Pin<Box<dyn Future<Output = Result<Scanned, String>> + Send>>;
 
 type Count = Pin<Box<dyn Future<Output = Result<u64, String>> + Send>>;
 
-/// The count of a shard's index at its start, for the pending gauge: a
-/// read of every entry, so it waits until the shard has fired what was due
-/// at its start (nothing due now, no read under way), and never holds up
-/// a firing.
+/// The count of a shard's index, for the pending gauge: a read of every
+/// entry, so it waits until the shard has fired what was due at its start
+/// (nothing due now, no read under way), and never holds up a firing.
+/// Until it starts, what changes in the index is what it will count; while
+/// it runs, the changes are added to what it counts (one that lands before
+/// the count passes its key is counted twice: an estimate); once it is
+/// done, the gauge follows each change.
 enum Counting {
     NotYet,
-    /// Counting the entries after `from`; `overlap`: those the shard read
-    /// meanwhile (counted when read).
-    Running {
-        count: Count,
-        from: Option<TimerKey>,
-        overlap: u64,
-    },
+    Running { count: Count, during: i64 },
     Done,
 }
 
@@ -74,7 +71,8 @@ pub(in crate::region::shard) struct ShardTimers {
     /// Index changes for the next write.
     pub(super) unwritten: IndexChanges,
     /// Timers due up to the horizon, by due time: the next to fire first.
-    soon: BTreeMap<TimerKey, Vec<u8>>,
+    /// By when each fires (its due time, or a retry's), then its key.
+    soon: BTreeMap<(u64, TimerKey), Vec<u8>>,
     /// Every timer due at or before it is in `soon` or fired; `None` until
     /// the first read.
     horizon: Option<u64>,
@@ -90,9 +88,8 @@ pub(in crate::region::shard) struct ShardTimers {
     /// Timers scheduled here that the read under way may not find in the
     /// store (their write had not landed when it began).
     unread: Vec<(TimerKey, Vec<u8>)>,
-    /// The timers counted in the index at the shard's start, and since: a
-    /// timer scheduled while the count ran may be counted twice, and an
-    /// index entry that outlived its timer counts until it comes due.
+    /// The timers in the index as counted (see [`Counting`]); an index
+    /// entry that outlived its timer counts until the shard restarts.
     pending: i64,
     /// Wakes the shard when the next timer is due or a read is.
     wake: Option<(u64, Pin<Box<Sleep>>)>,
@@ -124,7 +121,7 @@ impl ShardTimers {
         self.metrics.scheduled.increment(1);
         self.count(1);
         if self.is_within_reach(&key) {
-            self.soon.insert(key.clone(), message.to_vec());
+            self.soon.insert((key.due, key.clone()), message.to_vec());
         } else {
             self.more = true;
         }
@@ -138,30 +135,36 @@ impl ShardTimers {
     /// entity deleted.
     pub fn gone(&mut self, key: TimerKey) {
         self.count(-1);
-        self.soon.remove(&key);
+        self.soon.remove(&(key.due, key.clone()));
         self.unwritten.insert(key, None);
     }
 
-    /// An index entry whose timer its entity no longer has: removed.
+    /// An index entry whose timer its entity no longer has: removed. Not
+    /// counted down: most often it is a timer that fired or went already,
+    /// read again before its removal was written.
     pub fn stale(&mut self, key: TimerKey) {
-        self.count(-1);
         self.metrics.stale.increment(1);
         self.unwritten.insert(key, None);
     }
 
-    /// A timer whose message failed: fired again after `retry_at`.
+    /// A timer whose message failed: fired again at `retry_at`, under its
+    /// own key (its entity's record has it due when it was).
     pub fn retry(&mut self, key: TimerKey, message: Vec<u8>, retry_at: u64) {
         self.metrics.failed.increment(1);
-        let key = TimerKey {
-            due: retry_at.max(key.due),
-            ..key
-        };
-        self.soon.insert(key, message);
+        self.soon.insert((retry_at.max(key.due), key), message);
     }
 
+    /// Timers put in (`delta` > 0) or gone from the index: counted once
+    /// the index was counted, and while it is (see [`Counting`]).
     fn count(&mut self, delta: i64) {
-        self.pending += delta;
-        self.metrics.pending.increment(delta as f64);
+        match &mut self.counting {
+            Counting::NotYet => {}
+            Counting::Running { during, .. } => *during += delta,
+            Counting::Done => {
+                self.pending += delta;
+                self.metrics.pending.increment(delta as f64);
+            }
+        }
     }
 
     /// Whether a read has gone past where `key` sits.
@@ -174,9 +177,9 @@ impl ShardTimers {
         let mut due = Vec::new();
         while due.len() < most {
             match self.soon.first_key_value() {
-                Some((key, _)) if key.due <= now => {
-                    if let Some(entry) = self.soon.pop_first() {
-                        due.push(entry);
+                Some(((at, _), _)) if *at <= now => {
+                    if let Some(((_, key), message)) = self.soon.pop_first() {
+                        due.push((key, message));
                     }
                 }
                 _ => break,
@@ -187,7 +190,7 @@ impl ShardTimers {
 
     /// When the next timer known here is due, or the next read should run.
     pub fn next_wake(&self) -> Option<u64> {
-        let soon = self.soon.first_key_value().map(|(key, _)| key.due);
+        let soon = self.soon.first_key_value().map(|((at, _), _)| *at);
         // A read under way wakes the shard when it ends.
         let read = match (&self.scanning, self.more) {
             (None, true) => self.horizon.map(|h| h.saturating_sub(LOOKAHEAD_MS / 2)),
@@ -232,7 +235,10 @@ impl ShardTimers {
     ) -> bool {
         self.poll_count(store, (entity_type, shard), now, cx);
         if self.scanning.is_none() {
-            let due = self.horizon.is_none_or(|h| now + LOOKAHEAD_MS / 2 >= h);
+            let due = match self.horizon {
+                None => true,
+                Some(h) => self.more && now + LOOKAHEAD_MS / 2 >= h,
+            };
             if !due {
                 return false;
             }
@@ -267,11 +273,6 @@ impl ShardTimers {
             }
         };
         let until = now + LOOKAHEAD_MS;
-        self.count(i64::try_from(scanned.due.len()).unwrap_or(i64::MAX));
-        if let Counting::Running { from, overlap, .. } = &mut self.counting {
-            let after = |key: &TimerKey| from.as_ref().is_none_or(|from| key > from);
-            *overlap += scanned.due.iter().filter(|(key, _)| after(key)).count() as u64;
-        }
         let last = scanned.due.last().map(|(key, _)| key.clone());
         self.horizon = Some(match (scanned.complete, &last) {
             (true, _) | (false, None) => until,
@@ -282,12 +283,12 @@ impl ShardTimers {
         }
         self.more = scanned.past || !scanned.complete;
         for (key, message) in scanned.due {
-            self.soon.insert(key, message);
+            self.soon.insert((key.due, key), message);
         }
         for (key, message) in std::mem::take(&mut self.unread) {
             match self.is_within_reach(&key) {
                 true => {
-                    self.soon.insert(key, message);
+                    self.soon.insert((key.due, key), message);
                 }
                 false => self.more = true,
             }
@@ -309,33 +310,32 @@ impl ShardTimers {
         let due_now = self
             .soon
             .first_key_value()
-            .is_some_and(|(key, _)| key.due <= now);
+            .is_some_and(|((at, _), _)| *at <= now);
         let read_due = self
             .horizon
             .is_none_or(|h| self.more && now + LOOKAHEAD_MS / 2 >= h);
         let idle = !due_now && !read_due && self.scanning.is_none() && self.firing.is_empty();
         if matches!(self.counting, Counting::NotYet) && idle {
             self.counting = Counting::Running {
-                count: count(
-                    store.clone(),
-                    (entity_type.clone(), shard),
-                    self.cursor.clone(),
-                ),
-                from: self.cursor.clone(),
-                overlap: 0,
+                count: count(store.clone(), (entity_type.clone(), shard)),
+                during: 0,
             };
         }
-        let Counting::Running { count, overlap, .. } = &mut self.counting else {
+        let Counting::Running { count, during } = &mut self.counting else {
             return;
         };
         let Poll::Ready(counted) = count.as_mut().poll(cx) else {
             return;
         };
-        let overlap = *overlap;
+        let during = *during;
         self.counting = Counting::Done;
         match counted {
             Ok(counted) => {
-                self.count(i64::try_from(counted.saturating_sub(overlap)).unwrap_or(i64::MAX));
+                self.count(
+                    i64::try_from(counted)
+                        .unwrap_or(i64::MAX)
+                        .saturating_add(during),
+                );
             }
             Err(e) => {
                 tracing::warn!(%entity_type, %shard, error = %e, "the shard's timers could not be counted");
@@ -401,11 +401,7 @@ fn scan(
     })
 }
 
-fn count(
-    store: Arc<NodeStore>,
-    (entity_type, shard): (Arc<str>, ShardId),
-    after: Option<TimerKey>,
-) -> Count {
+fn count(store: Arc<NodeStore>, (entity_type, shard): (Arc<str>, ShardId)) -> Count {
     Box::pin(async move {
         let calls = store.calls().clone();
         let engine = store.store();
@@ -413,7 +409,7 @@ fn count(
             .run(move || {
                 let mut counted = 0u64;
                 engine
-                    .timers(&entity_type, shard, after.as_ref(), &mut |_, _| {
+                    .timers(&entity_type, shard, None, &mut |_, _| {
                         counted += 1;
                         ControlFlow::Continue(())
                     })
@@ -475,6 +471,7 @@ impl<E: crate::entity::Entity> super::DurableShard<E> {
             }
         }
         let due = self.timers.take_due(now, most);
+
         if due.len() == most {
             cx.waker().wake_by_ref();
         } else {
