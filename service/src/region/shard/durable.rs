@@ -47,13 +47,14 @@ use crate::store::{restore_until_done, Restore, Restored};
 use crate::store::{DurableShards, EntityChangelog, NodeStore};
 use crate::timer::TimerRequest;
 use colo_allocation::ShardId;
-use colo_state::{Beside, StateRecord, Timer, TimerKey};
+use colo_state::{Beside, StateRecord};
 use deletions::Deletions;
 use kept::{same_topic, state_hash, Applied, Earlier, Kept};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use timers::change_timers;
 pub(super) use timers::{Fired, Firing, ShardTimers};
 use tokio::time::Sleep;
 
@@ -582,54 +583,6 @@ impl<E: Entity> DurableShard<E> {
             reply => node.reply(reply, result),
         }
     }
-}
-
-/// Applies a message's changes to its entity's `timers`: the one that
-/// `fired` goes, then what the handler `scheduled` and cancelled, in order;
-/// a `deleted` entity keeps none. Whether any changed.
-fn change_timers(
-    index: &mut ShardTimers,
-    id: &EntityId,
-    timers: &mut Vec<Timer>,
-    (fired, scheduled, deleted): (Option<&TimerKey>, Vec<TimerRequest>, bool),
-) -> bool {
-    let key = |timer: &Timer| TimerKey {
-        due: timer.due,
-        entity_id: id.to_string(),
-        name: timer.name.clone(),
-    };
-    // Removes timer `name` (due at `due`, if given): whether there was one.
-    let remove = |timers: &mut Vec<Timer>, index: &mut ShardTimers, name: &str, due| {
-        let at = timers
-            .iter()
-            .position(|t| t.name == name && Option::is_none_or(due, |due| t.due == due));
-        at.map(|at| index.gone(key(&timers.remove(at)))).is_some()
-    };
-    let mut changed = false;
-    if let Some(fired) = fired {
-        changed |= remove(timers, index, &fired.name, Some(fired.due));
-    }
-    for request in scheduled {
-        changed = true;
-        match request {
-            TimerRequest::Schedule { name, due, message } => {
-                remove(timers, index, &name, None);
-                let timer = Timer { name, due, message };
-                index.put(key(&timer), &timer.message);
-                timers.push(timer);
-            }
-            TimerRequest::Cancel { name } => {
-                remove(timers, index, &name, None);
-            }
-        }
-    }
-    if deleted {
-        for timer in timers.drain(..) {
-            index.gone(key(&timer));
-            changed = true;
-        }
-    }
-    changed
 }
 
 impl<E: Entity> Drop for DurableShard<E> {

@@ -18,10 +18,12 @@
 //! A timer scheduled here that is due before the horizon goes straight to
 //! the timers due soon; a later one is read when the horizon reaches it.
 
+use crate::entity::EntityId;
 use crate::metrics::TimerMetrics;
 use crate::store::NodeStore;
+use crate::timer::TimerRequest;
 use colo_allocation::ShardId;
-use colo_state::{TimerKey, WriteBatch};
+use colo_state::{Timer, TimerKey, WriteBatch};
 use futures::stream::FuturesUnordered;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -348,6 +350,54 @@ impl ShardTimers {
         self.metrics.pending.decrement(self.pending as f64);
         self.pending = 0;
     }
+}
+
+/// Applies a message's changes to its entity's `timers`: the one that
+/// `fired` goes, then what the handler `scheduled` and cancelled, in order;
+/// a `deleted` entity keeps none. Whether any changed.
+pub(super) fn change_timers(
+    index: &mut ShardTimers,
+    id: &EntityId,
+    timers: &mut Vec<Timer>,
+    (fired, scheduled, deleted): (Option<&TimerKey>, Vec<TimerRequest>, bool),
+) -> bool {
+    let key = |timer: &Timer| TimerKey {
+        due: timer.due,
+        entity_id: id.to_string(),
+        name: timer.name.clone(),
+    };
+    // Removes timer `name` (due at `due`, if given): whether there was one.
+    let remove = |timers: &mut Vec<Timer>, index: &mut ShardTimers, name: &str, due| {
+        let at = timers
+            .iter()
+            .position(|t| t.name == name && Option::is_none_or(due, |due| t.due == due));
+        at.map(|at| index.gone(key(&timers.remove(at)))).is_some()
+    };
+    let mut changed = false;
+    if let Some(fired) = fired {
+        changed |= remove(timers, index, &fired.name, Some(fired.due));
+    }
+    for request in scheduled {
+        changed = true;
+        match request {
+            TimerRequest::Schedule { name, due, message } => {
+                remove(timers, index, &name, None);
+                let timer = Timer { name, due, message };
+                index.put(key(&timer), &timer.message);
+                timers.push(timer);
+            }
+            TimerRequest::Cancel { name } => {
+                remove(timers, index, &name, None);
+            }
+        }
+    }
+    if deleted {
+        for timer in timers.drain(..) {
+            index.gone(key(&timer));
+            changed = true;
+        }
+    }
+    changed
 }
 
 /// Index changes into a store batch.
