@@ -28,6 +28,9 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         let Some(durable) = self.durable.as_mut() else {
             return false;
         };
+        if durable.timers.is_quiet() {
+            return false;
+        }
         let now = crate::clock::unix_ms();
         let (progressed, due) = durable.due_timers(now, room, cx);
         for (key, message) in due {

@@ -174,6 +174,19 @@ impl ShardTimers {
         self.horizon.is_some_and(|h| key.due <= h) || self.cursor.as_ref().is_some_and(|c| key <= c)
     }
 
+    /// Whether there is nothing to do until a timer is scheduled: the
+    /// index read and counted, nothing more in it, nothing due soon or on
+    /// its way. Most shards are so most of the time: their turns then
+    /// neither read the clock nor look further.
+    pub fn is_quiet(&self) -> bool {
+        self.horizon.is_some()
+            && !self.more
+            && self.soon.is_empty()
+            && self.scanning.is_none()
+            && self.firing.is_empty()
+            && matches!(self.counting, Counting::Done)
+    }
+
     /// The timers due by `now`, the earliest first, at most `most`.
     pub fn take_due(&mut self, now: u64, most: usize) -> Vec<(TimerKey, Vec<u8>)> {
         let mut due = Vec::new();
