@@ -11,6 +11,8 @@
 //!   written per shard partition in order and read back between offsets.
 //! - [`DeadLetters`]: the dead-letter topic's producer, with the reason and
 //!   the record's origin as headers.
+//! - [`OutputProducer`]: the records durable entities emit, idempotent,
+//!   each with its id in a header.
 //! - [`KeyedProducer`]: records sent to their key's murmur2 partition (the
 //!   partition colo's shards follow), paced, acknowledged.
 //! - [`check_brokers`]: at startup, whether the brokers take the node's
@@ -41,6 +43,7 @@ mod election;
 mod error;
 mod mock;
 mod observer;
+mod outputs;
 mod producer;
 mod record;
 mod source;
@@ -58,6 +61,7 @@ pub use election::{Election, ElectionEvent, ElectionSettings, StepDown};
 pub use error::{SourceError, TopicError};
 pub use mock::{group_member_epoch, group_member_id, MemberTarget, MockGroupTimings, MockKafka};
 pub use observer::{NoObserver, PartitionState, SourceObserver};
+pub use outputs::{OutputProducer, OutputSendFailed, OutputWrite};
 pub use producer::{
     check_partitioner, KeyedProducer, Partitioning, ProduceError, ProducerSettings, PARTITIONER,
 };

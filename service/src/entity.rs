@@ -1,5 +1,6 @@
 //! The entity API: what a user implements and registers.
 
+use crate::output::{Emitted, OutputError, OutputRequests};
 use crate::settings::{SettingsError, ShardingSettings};
 use crate::timer::{MessageCheck, TimerError, TimerRequest, TimerRequests};
 use colo_allocation::{HashExtractor, MessageExtractor, ShardId};
@@ -38,7 +39,7 @@ pub trait Entity: Send + 'static {
 }
 
 /// Where a handler runs: its entity id and shard, and the way to ask for
-/// passivation, deletion and durable timers.
+/// passivation, deletion, durable timers and output records.
 #[derive(Debug)]
 pub struct EntityContext {
     pub(crate) entity_id: EntityId,
@@ -47,6 +48,7 @@ pub struct EntityContext {
     delete: AtomicBool,
     delayed: bool,
     timers: TimerRequests,
+    outputs: OutputRequests,
 }
 
 impl EntityContext {
@@ -62,6 +64,7 @@ impl EntityContext {
             delete: AtomicBool::new(false),
             delayed,
             timers: TimerRequests::default(),
+            outputs: OutputRequests::default(),
         }
     }
 
@@ -70,6 +73,47 @@ impl EntityContext {
     pub(crate) fn with_timers(mut self, check: MessageCheck, firing: Option<String>) -> Self {
         self.timers = TimerRequests::new(Some(check), firing);
         self
+    }
+
+    /// Lets the handler emit records to `topics` (a durable entity type's
+    /// output topics).
+    pub(crate) fn with_outputs(mut self, topics: Arc<[String]>) -> Self {
+        self.outputs = OutputRequests::new(topics);
+        self
+    }
+
+    /// Emits a record to `topic` (one of the entity type's output topics,
+    /// [`EntityType::with_outputs`]) as part of handling this message.
+    ///
+    /// It is kept in the entity's outbox, written with the change this
+    /// message makes once the handler succeeds (a failed handler emits
+    /// nothing), and sent after that write by an idempotent producer,
+    /// to `key`'s murmur2 partition. A message whose effect was applied
+    /// already is skipped, so it emits nothing again; an output not sent
+    /// when its node dies is sent by the shard's next owner. Its
+    /// [`crate::OUTPUT_ID_HEADER`] header holds a deterministic id, by
+    /// which a reader drops a record sent twice.
+    ///
+    /// # Errors
+    /// The entity type is not durable, the topic is not one of its output
+    /// topics, or the record is larger than [`crate::MAX_OUTPUT_BYTES`].
+    pub fn emit(&self, topic: &str, key: &[u8], value: &[u8]) -> Result<(), OutputError> {
+        self.outputs.emit(topic, key, value, &[])
+    }
+
+    /// [`EntityContext::emit`] with headers.
+    ///
+    /// # Errors
+    /// As [`EntityContext::emit`], and a header named
+    /// [`crate::OUTPUT_ID_HEADER`].
+    pub fn emit_with_headers(
+        &self,
+        topic: &str,
+        key: &[u8],
+        value: &[u8],
+        headers: &[(&str, &[u8])],
+    ) -> Result<(), OutputError> {
+        self.outputs.emit(topic, key, value, headers)
     }
 
     /// Schedules timer `name`: at or after `at_or_after`, `message` (one of
@@ -124,9 +168,12 @@ impl EntityContext {
         self.timers.firing()
     }
 
-    /// What the handler asked of its timers.
-    pub(crate) fn timer_requests(&self) -> Vec<TimerRequest> {
-        self.timers.take()
+    /// What the handler asked of its timers and emitted.
+    pub(crate) fn requested(&self) -> Requested {
+        Requested {
+            timers: self.timers.take(),
+            outputs: self.outputs.take(),
+        }
     }
 
     /// Whether this message was held by a node that fenced itself (it lost
@@ -170,6 +217,14 @@ impl EntityContext {
     pub fn shard(&self) -> ShardId {
         self.shard
     }
+}
+
+/// What a handler that succeeded asked for beside its change: kept with
+/// it, in the same write.
+#[derive(Debug, Default)]
+pub(crate) struct Requested {
+    pub timers: Vec<TimerRequest>,
+    pub outputs: Vec<Emitted>,
 }
 
 /// A handler's failure, reported to the asker as text.
@@ -228,6 +283,8 @@ pub struct EntityType<E: Entity> {
     pub(crate) state: Option<StateCodec<E>>,
     pub(crate) role: Option<String>,
     pub(crate) size: Option<Size<E>>,
+    /// The topics its entities may emit to.
+    pub(crate) outputs: Arc<[String]>,
 }
 
 impl<E: Entity> Clone for EntityType<E> {
@@ -241,6 +298,7 @@ impl<E: Entity> Clone for EntityType<E> {
             state: self.state,
             role: self.role.clone(),
             size: self.size.clone(),
+            outputs: self.outputs.clone(),
         }
     }
 }
@@ -284,6 +342,10 @@ pub enum RegistrationError {
     /// A durable entity type on a node without a state store.
     #[error("entity type {0:?} is durable, but this node has no state store (Node::with_state_store; a node program opens one under node.data_dir)")]
     NoStateStore(String),
+    /// An entity type with output topics on a node whose store has no
+    /// sink for them.
+    #[error("entity type {0:?} emits records, but this node's store has nowhere to send them (NodeStore::with_outputs; a node program sends them to its [kafka] brokers)")]
+    NoOutputs(String),
 }
 
 impl<E: Entity + Serialize + DeserializeOwned> EntityType<E> {
@@ -325,6 +387,7 @@ impl<E: Entity> EntityType<E> {
             state: None,
             role: None,
             size: None,
+            outputs: Arc::from(Vec::new()),
         }
     }
 
@@ -376,6 +439,22 @@ impl<E: Entity> EntityType<E> {
         self
     }
 
+    /// The Kafka topics its entities may emit records to
+    /// ([`EntityContext::emit`]). A durable type's only: the outputs wait
+    /// in the entity's state record until they are sent. A node that
+    /// hosts the type checks that each exists when it starts, so an
+    /// output is never kept for a topic that will not take it.
+    pub fn with_outputs<T: Into<String>>(mut self, topics: impl IntoIterator<Item = T>) -> Self {
+        let topics: Vec<String> = topics.into_iter().map(Into::into).collect();
+        self.outputs = Arc::from(topics);
+        self
+    }
+
+    /// The topics its entities may emit to.
+    pub fn outputs(&self) -> &[String] {
+        &self.outputs
+    }
+
     /// The role a node must have to host its shards; `None`: any node.
     pub fn role(&self) -> Option<&str> {
         self.role.as_deref()
@@ -404,6 +483,18 @@ impl<E: Entity> EntityType<E> {
             return Err(RegistrationError::InvalidRole(role));
         }
         self.settings.validate()?;
+        if let Some(topic) = self.outputs.iter().find(|t| !is_topic_name(t)) {
+            return Err(RegistrationError::Settings(SettingsError {
+                field: "outputs",
+                reason: format!("{topic:?} is not a Kafka topic name: use 1 to 249 characters from [A-Za-z0-9._-]"),
+            }));
+        }
+        if !self.outputs.is_empty() && self.state.is_none() {
+            return Err(RegistrationError::Settings(SettingsError {
+                field: "outputs",
+                reason: "an entity's outputs wait in its state record until they are sent: the entity type must be durable (EntityType::durable)".into(),
+            }));
+        }
         if self.settings.remember_entities.is_some() && self.state.is_none() {
             return Err(RegistrationError::Settings(SettingsError {
                 field: "remember_entities",
@@ -428,6 +519,17 @@ impl<E: Entity> EntityType<E> {
         self.extractor = Some(extractor);
         Ok(self)
     }
+}
+
+/// Whether `name` is a name Kafka takes for a topic.
+fn is_topic_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
 /// Whether `name` may name an entity type or a role: 1 to 128 characters

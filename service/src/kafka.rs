@@ -1,7 +1,8 @@
 //! Kafka, in one room: the records driving an entity type (the
 //! connector's source wired to the type's region on this node, below), a
 //! durable type's changelog on a compacted topic (`changelog.rs`, the
-//! state side's `EntityChangelog`), and the coordinator's store and its
+//! state side's `EntityChangelog`), the records durable entities emit
+//! (`outputs.rs`, the state side's `OutputSink`), and the coordinator's store and its
 //! leader records on the cluster's coordinator topic
 //! ([`KafkaCoordinatorStore`], [`leader`]).
 //!
@@ -33,9 +34,11 @@
 mod changelog;
 mod coordinator_store;
 pub mod leader;
+mod outputs;
 mod rebalances;
 mod records;
 
+pub use colo_connectors::OutputProducer;
 pub use coordinator_store::KafkaCoordinatorStore;
 pub use records::{json_events, json_records, Ack, JsonEvents, Record, RecordDecoder};
 

@@ -53,6 +53,7 @@ mod mailbox;
 mod memory_budget;
 mod node;
 mod node_context;
+mod output;
 mod protocol;
 mod region;
 mod replies;
@@ -70,11 +71,13 @@ pub use entity::{Entity, EntityContext, EntityError, EntityId, EntityType, Regis
 pub use error::{AskError, QueryError, TellError, MAX_IDEMPOTENCY_KEY};
 pub use inspection::{ClusterShardingStats, CurrentRegionState, RegionStats};
 pub use node::Node;
+pub use output::{OutputError, MAX_OUTPUT_BYTES, OUTPUT_ID_HEADER};
 pub use process::program::{NodeProgram, ProgramError};
 pub use region::{Delivery, ErasedError, ErasedRegion, PlacementError, Region, TellOnce, Told};
 pub use settings::{EntityRecovery, SettingsError, ShardingSettings};
 pub use store::{
-    ChangelogError, ChangelogRecord, ChangelogWrite, EntityChangelog, NodeStore, StateSettings,
+    ChangelogError, ChangelogRecord, ChangelogWrite, EntityChangelog, NodeStore, OutputRecord,
+    OutputSendError, OutputSink, StateSettings,
 };
 pub use tasks::TaskSet;
 pub use timer::{TimerError, MAX_TIMER_NAME};

@@ -6,6 +6,7 @@
 
 mod coordinator;
 mod durable_state;
+mod outputs;
 mod progress;
 mod timers;
 
@@ -23,6 +24,10 @@ pub use durable_state::{
     STATE_REMOVED_ENTITIES, STATE_RESTORED_RECORDS, STATE_RESTORES, STATE_RESTORE_DURATION,
     STATE_SKIPPED_RECORDS, STATE_UNDECODABLE, STATE_WRITES, STATE_WRITE_DURATION,
     STATE_WRITTEN_ENTITIES,
+};
+pub(crate) use outputs::OutputMetrics;
+pub use outputs::{
+    OUTPUTS_EMITTED, OUTPUTS_PENDING, OUTPUTS_RESENT, OUTPUTS_SENT, OUTPUT_SEND_FAILURES,
 };
 pub(crate) use progress::PartitionProgress;
 pub use progress::{
@@ -408,6 +413,7 @@ pub fn describe() {
         coordinator::describe();
         progress::describe();
         timers::describe();
+        outputs::describe();
         // Node-wide series exist, at zero, before anything happens.
         metrics::counter!(STALE_REPLIES).increment(0);
         metrics::counter!(DROPPED, "entity_type" => "", "reason" => "malformed").increment(0);

@@ -163,6 +163,9 @@ impl Node {
         if entity_type.is_durable() && !proxy {
             match &self.context.store {
                 None => return Err(RegistrationError::NoStateStore(entity_type.name)),
+                Some(store) if !entity_type.outputs.is_empty() && store.outputs().is_none() => {
+                    return Err(RegistrationError::NoOutputs(entity_type.name));
+                }
                 Some(store) if store.changelog(&entity_type.name).is_none() => {
                     tracing::warn!(entity_type = %entity_type.name, "durable entity type without a changelog: its state stays in this node's store; a shard that moves to another node starts there without it, and finds an older copy if it comes back (a node program gives every durable type a changelog when it has [kafka])");
                 }

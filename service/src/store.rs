@@ -17,12 +17,14 @@ mod applier;
 mod calls;
 mod changelog;
 mod commit;
+mod outputs;
 mod restore;
 mod standby;
 mod standby_view;
 
 pub(crate) use calls::StoreCalls;
 pub use changelog::{ChangelogError, ChangelogRecord, ChangelogWrite, EntityChangelog};
+pub use outputs::{OutputRecord, OutputSendError, OutputSink};
 pub(crate) use restore::{
     removal_keys, removal_tag, restore_until_done, state_key, Restore, Restored,
 };
@@ -126,6 +128,8 @@ pub struct NodeStore {
     store: Option<Arc<dyn StateStore>>,
     settings: StateSettings,
     changelogs: HashMap<String, Arc<dyn EntityChangelog>>,
+    /// Where the durable entity types' outputs are sent.
+    outputs: Option<Arc<dyn OutputSink>>,
     calls: StoreCalls,
     restores: StoreCalls,
     commits: commit::GroupCommit,
@@ -143,6 +147,7 @@ impl std::fmt::Debug for NodeStore {
             .field("engine", &self.store.as_ref().map(|s| s.engine()))
             .field("settings", &self.settings)
             .field("changelogs", &self.changelogs.keys().collect::<Vec<_>>())
+            .field("outputs", &self.outputs.is_some())
             .finish()
     }
 }
@@ -167,6 +172,7 @@ impl NodeStore {
             },
             store: Some(store),
             changelogs: HashMap::new(),
+            outputs: None,
             calls: StoreCalls::new("colo-store", STORE_CALLS),
             restores: StoreCalls::new("colo-restore", RESTORES),
             commits: commit::GroupCommit::default(),
@@ -184,6 +190,18 @@ impl NodeStore {
         self.changelogs
             .insert(entity_type.to_string(), Arc::new(changelog));
         self
+    }
+
+    /// Gives the node's durable entity types a sink for their outputs
+    /// ([`crate::EntityType::with_outputs`]): each shard sends its
+    /// entities' outboxes there once the write that holds them is durable.
+    pub fn with_outputs(mut self, sink: impl OutputSink) -> Self {
+        self.outputs = Some(Arc::new(sink));
+        self
+    }
+
+    pub(crate) fn outputs(&self) -> Option<Arc<dyn OutputSink>> {
+        self.outputs.clone()
     }
 
     pub(crate) fn changelog(&self, entity_type: &str) -> Option<Arc<dyn EntityChangelog>> {

@@ -78,6 +78,25 @@ pub struct TimerKey {
     pub name: String,
 }
 
+impl TimerKey {
+    /// The index entry that says an entity's record holds outputs not
+    /// known to be sent: due at once, under a name no timer has (a
+    /// timer's name is never empty), so a shard that starts finds it
+    /// first, with the timers already due.
+    pub fn outbox(entity_id: impl Into<String>) -> Self {
+        Self {
+            due: 0,
+            entity_id: entity_id.into(),
+            name: String::new(),
+        }
+    }
+
+    /// Whether it is an outbox's entry rather than a timer's.
+    pub fn is_outbox(&self) -> bool {
+        self.name.is_empty()
+    }
+}
+
 /// Changes to one entity type's state, applied together.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteBatch {

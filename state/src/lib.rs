@@ -36,4 +36,4 @@ pub use batch::{Checkpoint, CheckpointKind, Op, TimerKey, WriteBatch};
 pub use engine::{Engine, StateStore};
 pub use error::StoreError;
 pub use open::open;
-pub use record::{Beside, RecordError, StateRecord, Timer};
+pub use record::{Beside, Output, RecordError, StateRecord, Timer};

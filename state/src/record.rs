@@ -33,12 +33,19 @@
 //!   Kept with the state so that scheduling, cancelling and firing one is
 //!   written with the change that made it, and moves and restores with it.
 //!
+//! - `outbox`: the records the entity emitted and that are not known to
+//!   be sent yet, each with its deterministic id. Kept with the state so
+//!   that what a message emits is durable exactly when the change it made
+//!   is: sent after the write, by whichever node holds the record then,
+//!   and dropped from the record once sent.
+//!
 //! The first byte is the record format, so that a later colo can read what
 //! this one wrote: format 1 without `earlier`, format 2 with it after the
 //! rest (written only when there are any), format 3 with `earlier` (empty
 //! or not) and then `keys` (written only when there are keys), format 4
 //! with `earlier`, `keys` and then `timers` (written only when there are
-//! timers).
+//! timers), format 5 with all of those and then `outbox` (written only
+//! when there is an output in it).
 
 use serde::{Deserialize, Serialize};
 
@@ -53,6 +60,22 @@ const FORMAT_KEYS: u8 = 3;
 
 /// The record format with earlier keys, idempotency keys and timers.
 const FORMAT_TIMERS: u8 = 4;
+
+/// The record format with earlier keys, idempotency keys, timers and an
+/// outbox.
+const FORMAT_OUTBOX: u8 = 5;
+
+/// A record an entity emitted, kept in its outbox until it is sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Output {
+    /// Deterministic: the same message handled again emits the same ids,
+    /// so a reader drops a record sent twice by its id.
+    pub id: String,
+    pub topic: String,
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub headers: Vec<(String, Vec<u8>)>,
+}
 
 /// One of an entity's durable timers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,6 +97,8 @@ pub struct Beside<'a, K: AsRef<str>> {
     /// Idempotency keys, each with when it was applied.
     pub keys: &'a [(K, u64)],
     pub timers: &'a [Timer],
+    /// Emitted records not known to be sent yet.
+    pub outbox: &'a [Output],
 }
 
 impl Beside<'_, &'static str> {
@@ -82,6 +107,7 @@ impl Beside<'_, &'static str> {
         earlier: &[],
         keys: &[],
         timers: &[],
+        outbox: &[],
     };
 }
 /// One entity's stored state.
@@ -109,6 +135,10 @@ pub struct StateRecord {
     /// Its durable timers (see the module's doc).
     #[serde(skip)]
     pub timers: Vec<Timer>,
+    /// Its emitted records not known to be sent yet (see the module's
+    /// doc).
+    #[serde(skip)]
+    pub outbox: Vec<Output>,
 }
 
 /// The same record, borrowed: what the runtime encodes without copying the
@@ -223,12 +253,24 @@ fn topics_as_str<T: AsRef<str>, S: serde::Serializer>(
     serializer.collect_seq(applied.iter().map(|(topic, last)| (topic.as_ref(), *last)))
 }
 
+impl Output {
+    /// At most the bytes it takes encoded.
+    fn room(&self) -> usize {
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|(k, v)| 10 + k.len() + v.len())
+            .sum();
+        25 + self.id.len() + self.topic.len() + self.key.len() + self.value.len() + headers
+    }
+}
+
 /// A stored value that is not a record this colo can read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecordError {
     #[error("empty state record")]
     Empty,
-    #[error("state record of format {0}, but this colo reads formats {FORMAT} to {FORMAT_TIMERS}: it was written by a newer colo")]
+    #[error("state record of format {0}, but this colo reads formats {FORMAT} to {FORMAT_OUTBOX}: it was written by a newer colo")]
     Format(u8),
     #[error("malformed state record: {0}")]
     Malformed(String),
@@ -244,6 +286,7 @@ impl StateRecord {
             earlier: Vec::new(),
             keys: Vec::new(),
             timers: Vec::new(),
+            outbox: Vec::new(),
         }
     }
 
@@ -257,6 +300,7 @@ impl StateRecord {
                 earlier: &self.earlier,
                 keys: &self.keys,
                 timers: &self.timers,
+                outbox: &self.outbox,
             },
         )
     }
@@ -289,6 +333,7 @@ impl StateRecord {
             earlier,
             keys,
             timers,
+            outbox,
         } = beside;
         // Room for it all at once (a varint of a u64 takes at most 10
         // bytes, of a u32 or a length 5): format, epoch, version, the
@@ -316,11 +361,14 @@ impl StateRecord {
             + timers
                 .iter()
                 .map(|t| 5 + t.name.len() + 10 + 5 + t.message.len())
-                .sum::<usize>();
+                .sum::<usize>()
+            + outbox.iter().map(Output::room).sum::<usize>();
         let mut buffer = std::mem::take(out);
         buffer.clear();
         buffer.reserve(room);
-        buffer.push(if !timers.is_empty() {
+        buffer.push(if !outbox.is_empty() {
+            FORMAT_OUTBOX
+        } else if !timers.is_empty() {
             FORMAT_TIMERS
         } else if !keys.is_empty() {
             FORMAT_KEYS
@@ -341,20 +389,27 @@ impl StateRecord {
             Ok(encoded) => encoded,
             Err(e) => unreachable!("a state record always encodes: {e}"),
         };
-        if !earlier.is_empty() || !keys.is_empty() || !timers.is_empty() {
+        let after_keys = !timers.is_empty() || !outbox.is_empty();
+        if !earlier.is_empty() || !keys.is_empty() || after_keys {
             encoded = match postcard::to_extend(earlier, encoded) {
                 Ok(encoded) => encoded,
                 Err(e) => unreachable!("a state record always encodes: {e}"),
             };
         }
-        if !keys.is_empty() || !timers.is_empty() {
+        if !keys.is_empty() || after_keys {
             encoded = match postcard::to_extend(&KeysRef(keys), encoded) {
                 Ok(encoded) => encoded,
                 Err(e) => unreachable!("a state record always encodes: {e}"),
             };
         }
-        if !timers.is_empty() {
+        if after_keys {
             encoded = match postcard::to_extend(timers, encoded) {
+                Ok(encoded) => encoded,
+                Err(e) => unreachable!("a state record always encodes: {e}"),
+            };
+        }
+        if !outbox.is_empty() {
+            encoded = match postcard::to_extend(outbox, encoded) {
                 Ok(encoded) => encoded,
                 Err(e) => unreachable!("a state record always encodes: {e}"),
             };
@@ -367,7 +422,7 @@ impl StateRecord {
     /// record.
     pub fn decode(value: &[u8]) -> Result<Self, RecordError> {
         let (&format, rest) = value.split_first().ok_or(RecordError::Empty)?;
-        if !(FORMAT..=FORMAT_TIMERS).contains(&format) {
+        if !(FORMAT..=FORMAT_OUTBOX).contains(&format) {
             return Err(RecordError::Format(format));
         }
         let malformed = |e: postcard::Error| RecordError::Malformed(e.to_string());
@@ -380,6 +435,9 @@ impl StateRecord {
         }
         if format >= FORMAT_TIMERS {
             (record.timers, tail) = postcard::take_from_bytes(tail).map_err(malformed)?;
+        }
+        if format >= FORMAT_OUTBOX {
+            (record.outbox, tail) = postcard::take_from_bytes(tail).map_err(malformed)?;
         }
         if !tail.is_empty() {
             return Err(RecordError::Malformed(format!(
@@ -415,178 +473,4 @@ impl StateRecord {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The record as serde's derive writes a state without help: a
-    /// sequence of `u8`. What colo wrote before the state was written as
-    /// bytes.
-    #[derive(Serialize, Deserialize, Debug, PartialEq)]
-    struct AsSequence {
-        epoch: u64,
-        version: u32,
-        applied: Vec<(String, u64)>,
-        state: Option<Vec<u8>>,
-    }
-
-    #[test]
-    fn the_state_as_bytes_is_written_and_read_as_a_sequence_of_bytes_was() {
-        for state in [Some(b"{\"total\":12}".to_vec()), Some(Vec::new()), None] {
-            let mut record = StateRecord::new(7, 3, state.clone());
-            record.mark_applied("user-events", 41);
-            let before = AsSequence {
-                epoch: 7,
-                version: 3,
-                applied: vec![("user-events".to_string(), 41)],
-                state,
-            };
-            let mut written = vec![FORMAT];
-            written.extend(postcard::to_allocvec(&before).expect("encodes"));
-            assert_eq!(record.encode(), written, "the same bytes");
-            assert_eq!(StateRecord::decode(&written), Ok(record), "read back");
-        }
-    }
-
-    #[test]
-    fn a_record_reads_back_as_written() {
-        let mut record = StateRecord::new(7, 3, Some(b"{\"total\":12}".to_vec()));
-        record.mark_applied("user-events", 41);
-        record.mark_applied("refunds", 2);
-        assert_eq!(StateRecord::decode(&record.encode()), Ok(record.clone()));
-        record.state = None;
-        assert_eq!(
-            StateRecord::decode(&record.encode()),
-            Ok(record.clone()),
-            "a deletion keeps its applied offsets"
-        );
-        record.earlier = vec![3, 5];
-        let encoded = record.encode();
-        assert_eq!(encoded[0], FORMAT_EARLIER, "format 2 names earlier keys");
-        assert_eq!(StateRecord::decode(&encoded), Ok(record));
-    }
-
-    /// A shard re-encodes an entity changed again before its write into
-    /// the buffer of its unwritten state: what was there before, longer
-    /// or with earlier starts, must leave nothing behind.
-    #[test]
-    fn a_record_encoded_into_a_used_buffer_is_the_record_alone() {
-        let applied = [("user-events", 41u64)];
-        let timers = [Timer {
-            name: "remind".into(),
-            due: 9,
-            message: vec![1, 2],
-        }];
-        let mut buffer = StateRecord::encode_parts(
-            6,
-            3,
-            &[("user-events", 40u64), ("refunds", 2)],
-            Some(b"{\"total\":11,\"items\":[1,2,3]}"),
-            Beside {
-                earlier: &[4, 5],
-                keys: &[("retry-1", 1_700_000_000_000u64)],
-                timers: &timers,
-            },
-        );
-        let state = Some(b"{\"total\":12}".as_slice());
-        let nothing = Beside::NOTHING;
-        StateRecord::encode_parts_into(&mut buffer, 7, 3, &applied, state, nothing);
-        assert_eq!(
-            buffer,
-            StateRecord::encode_parts(7, 3, &applied, state, nothing)
-        );
-        let decoded = StateRecord::decode(&buffer).expect("a record");
-        assert_eq!((decoded.epoch, decoded.state.as_deref()), (7, state));
-        let earlier = Beside {
-            earlier: &[7],
-            ..nothing
-        };
-        StateRecord::encode_parts_into(&mut buffer, 8, 3, &applied, None, earlier);
-        assert_eq!(
-            buffer,
-            StateRecord::encode_parts(8, 3, &applied, None, earlier)
-        );
-    }
-
-    /// Timers come back as written, with or without keys and earlier
-    /// starts; a record without timers is written as before (format 3 or
-    /// lower), so that a colo that does not know timers reads it.
-    #[test]
-    fn timers_round_trip_in_format_4_only_when_there_are_any() {
-        let mut record = StateRecord::new(5, 2, Some(b"state".to_vec()));
-        record.timers = vec![
-            Timer {
-                name: "remind".into(),
-                due: 1_700_000_000_000,
-                message: vec![3, 4, 5],
-            },
-            Timer {
-                name: String::new(),
-                due: 0,
-                message: Vec::new(),
-            },
-        ];
-        let encoded = record.encode();
-        assert_eq!(encoded[0], FORMAT_TIMERS);
-        assert_eq!(StateRecord::decode(&encoded), Ok(record.clone()));
-        record.keys = vec![("order-7".into(), 1_000)];
-        record.earlier = vec![2];
-        assert_eq!(StateRecord::decode(&record.encode()), Ok(record.clone()));
-        record.timers.clear();
-        assert_eq!(record.encode()[0], FORMAT_KEYS);
-        assert_eq!(StateRecord::decode(&record.encode()), Ok(record));
-    }
-
-    /// Idempotency keys come back as written, with or without earlier
-    /// starts' keys; a record without them is written as before (format 1
-    /// or 2), so that a colo that does not know keys reads it.
-    #[test]
-    fn idempotency_keys_round_trip_in_format_3_only_when_there_are_any() {
-        let mut record = StateRecord::new(5, 2, Some(b"state".to_vec()));
-        record.mark_applied("t", 3);
-        record.keys = vec![("order-7".into(), 1_000), ("order-8".into(), 2_000)];
-        let encoded = record.encode();
-        assert_eq!(encoded[0], FORMAT_KEYS);
-        assert_eq!(StateRecord::decode(&encoded), Ok(record.clone()));
-        record.earlier = vec![2, 4];
-        assert_eq!(StateRecord::decode(&record.encode()), Ok(record.clone()));
-        record.keys.clear();
-        assert_eq!(record.encode()[0], FORMAT_EARLIER);
-        record.earlier.clear();
-        assert_eq!(record.encode()[0], FORMAT);
-        assert_eq!(StateRecord::decode(&record.encode()), Ok(record));
-    }
-
-    #[test]
-    fn a_record_at_or_below_the_applied_offset_is_known_as_applied() {
-        let mut record = StateRecord::new(1, 1, Some(Vec::new()));
-        assert!(!record.has_applied("t", 0), "nothing applied yet");
-        record.mark_applied("t", 10);
-        assert!(record.has_applied("t", 9) && record.has_applied("t", 10));
-        assert!(!record.has_applied("t", 11));
-        assert!(!record.has_applied("other", 5), "offsets are per topic");
-        record.mark_applied("t", 4);
-        assert_eq!(
-            record.applied("t"),
-            Some(10),
-            "an older offset changes nothing"
-        );
-    }
-
-    #[test]
-    fn values_that_are_not_records_are_refused_with_why() {
-        assert_eq!(StateRecord::decode(&[]), Err(RecordError::Empty));
-        let newer = StateRecord::decode(&[9, 1, 2]).expect_err("format 9");
-        assert_eq!(newer, RecordError::Format(9));
-        assert!(newer.to_string().contains("newer colo"), "{newer}");
-        let mut encoded = StateRecord::new(1, 1, Some(vec![1, 2, 3])).encode();
-        encoded.push(0);
-        assert!(matches!(
-            StateRecord::decode(&encoded),
-            Err(RecordError::Malformed(_))
-        ));
-        assert!(matches!(
-            StateRecord::decode(&encoded[..3]),
-            Err(RecordError::Malformed(_))
-        ));
-    }
-}
+mod tests;

@@ -155,9 +155,19 @@ impl<'a> Applier<'a> {
                     return Ok(());
                 }
                 self.current = self.current.max(state.epoch);
-                match state.timers.is_empty() {
+                let mut timers = state.timers;
+                if !state.outbox.is_empty() {
+                    // Sent by the shard once it starts (see
+                    // `region/shard/durable/outbox.rs`).
+                    timers.push(Timer {
+                        name: String::new(),
+                        due: 0,
+                        message: Vec::new(),
+                    });
+                }
+                match timers.is_empty() {
                     true => self.timers.remove(id),
-                    false => self.timers.insert(id.into(), state.timers),
+                    false => self.timers.insert(id.into(), timers),
                 };
                 self.stage(
                     id,

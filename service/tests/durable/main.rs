@@ -8,6 +8,7 @@ mod compaction;
 mod handoff;
 mod kafka;
 mod local;
+mod outputs;
 mod remember;
 mod standby;
 mod timers;

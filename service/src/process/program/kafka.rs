@@ -12,7 +12,7 @@ use super::{ProgramError, Registration};
 use crate::coordinator::store::CoordinatorStore;
 use crate::kafka::KafkaCoordinatorStore;
 use crate::process::config::{KafkaSection, NodeConfig};
-use colo_connectors::{Changelog, NewTopicSpec};
+use colo_connectors::{Changelog, NewTopicSpec, OutputProducer};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +58,38 @@ pub(super) fn changelog_write_bound(config: &NodeConfig) -> Duration {
         .region_timeout
         .saturating_sub(config.coordinator.fence_timeout);
     (margin / 2).clamp(Duration::from_millis(100), CHANGELOG_TIMEOUT)
+}
+
+/// How long a send of outputs may take before it is tried again.
+const OUTPUT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The producer of the outputs of the durable entity types this node
+/// hosts, when one emits records (to `topics`): checked to exist first.
+/// Blocking: call it off the runtime.
+pub(super) fn outputs(
+    config: &NodeConfig,
+    topics: &[String],
+) -> Result<Option<OutputProducer>, ProgramError> {
+    if topics.is_empty() {
+        return Ok(None);
+    }
+    let Some(kafka) = &config.kafka else {
+        return Err(ProgramError::Settings(format!(
+            "entity types of this node emit records to {topics:?}, but it has no [kafka] to send them to"
+        )));
+    };
+    let producer = OutputProducer::new(
+        &kafka.bootstrap_servers,
+        &kafka.client_properties(),
+        OUTPUT_TIMEOUT,
+    )
+    .and_then(|p| p.check(topics).map(|()| p))
+    .map_err(|e| {
+        ProgramError::Settings(format!(
+            "entity types of this node emit records to {topics:?}, which cannot be used: {e}"
+        ))
+    })?;
+    Ok(Some(producer))
 }
 
 /// The changelog of each durable entity type when the node has `[kafka]`:

@@ -1,5 +1,6 @@
 //! The node's state store, opened when an entity type it runs is durable,
-//! with the changelog of each durable type when the node has `[kafka]`.
+//! with the changelog of each durable type when the node has `[kafka]`,
+//! and the producer of their outputs when one emits records.
 
 use super::{kafka, roles, ProgramError, Registration};
 use crate::process::config::NodeConfig;
@@ -20,14 +21,25 @@ pub(super) async fn open_store(
     if durable.is_empty() {
         return Ok(None);
     }
+    let mut outputs: Vec<String> = entity_types
+        .iter()
+        .filter(|t| t.is_durable() && roles::hosts(config, t.as_ref()))
+        .flat_map(|t| t.outputs().iter().cloned())
+        .collect();
+    outputs.sort();
+    outputs.dedup();
     let dir = config.data_dir();
     let settings = config.state;
     let changelog_config = config.clone();
     let opened = tokio::task::spawn_blocking(move || {
         let changelogs = kafka::changelogs(&changelog_config, &durable)?;
+        let producer = kafka::outputs(&changelog_config, &outputs)?;
         let mut store = NodeStore::open(&dir, settings)?;
         for (name, changelog) in changelogs {
             store = store.with_changelog(&name, changelog);
+        }
+        if let Some(producer) = producer {
+            store = store.with_outputs(producer);
         }
         Ok::<_, ProgramError>(store)
     })

@@ -16,6 +16,8 @@ pub(super) trait Registration: Send {
     fn reads_records(&self) -> bool;
     /// Whether its state is durable (it needs the node's state store).
     fn is_durable(&self) -> bool;
+    /// The topics its entities emit records to.
+    fn outputs(&self) -> &[String];
     /// The role a node must have to host its shards.
     fn role(&self) -> Option<&str>;
     /// Gives it the role `[roles]` names for it.
@@ -57,6 +59,10 @@ impl<E: Entity> Registration for Registered<E> {
 
     fn is_durable(&self) -> bool {
         self.entity_type.is_durable()
+    }
+
+    fn outputs(&self) -> &[String] {
+        self.entity_type.outputs()
     }
 
     fn role(&self) -> Option<&str> {

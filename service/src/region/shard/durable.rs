@@ -27,6 +27,7 @@
 
 mod deletions;
 mod kept;
+mod outbox;
 mod timers;
 mod write;
 
@@ -37,7 +38,7 @@ use super::loads::{Loaded, Loads};
 use super::recovery::{Recovery, Stored};
 use super::Map;
 use crate::durability::ShardDurability;
-use crate::entity::{Entity, EntityId, StateCodec};
+use crate::entity::{Entity, EntityId, Requested, StateCodec};
 use crate::envelope::{AckedAnswer, Cause, Reply};
 use crate::error::AskError;
 use crate::metrics::StateMetrics;
@@ -45,11 +46,11 @@ use crate::node_context::NodeContext;
 use crate::settings::ShardingSettings;
 use crate::store::{restore_until_done, Restore, Restored};
 use crate::store::{DurableShards, EntityChangelog, NodeStore};
-use crate::timer::TimerRequest;
 use colo_allocation::ShardId;
 use colo_state::{Beside, StateRecord};
 use deletions::Deletions;
 use kept::{same_topic, state_hash, Applied, Earlier, Kept};
+use outbox::ShardOutbox;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -149,6 +150,9 @@ pub(super) struct DurableShard<E: Entity> {
     pub(super) metrics: StateMetrics,
     /// Its entities' timers, its index of them, and those due soon.
     pub(super) timers: ShardTimers,
+    /// Its entities' outputs, until each is sent and dropped from its
+    /// record.
+    pub(super) outbox: ShardOutbox,
 }
 
 impl<E: Entity> DurableShard<E> {
@@ -183,6 +187,7 @@ impl<E: Entity> DurableShard<E> {
             Box::pin(restore_until_done(restore, metrics.clone())) as Restoring
         });
         let durability = shards.started(shard, restoring.is_none());
+        let outbox = ShardOutbox::new(entity_type, store.outputs());
         Self {
             codec,
             store,
@@ -213,6 +218,7 @@ impl<E: Entity> DurableShard<E> {
             shards: shards.clone(),
             metrics,
             timers: ShardTimers::new(entity_type),
+            outbox,
         }
     }
 
@@ -313,7 +319,7 @@ impl<E: Entity> DurableShard<E> {
         if let Some(value) = unwritten {
             let value = value.clone();
             self.metrics.loaded_memory.increment(1);
-            return self.decode(id, &value);
+            return self.decode(id, &value, false);
         }
         self.loads.push(id.clone());
         Ok(Start::Loading)
@@ -332,7 +338,11 @@ impl<E: Entity> DurableShard<E> {
         id: &EntityId,
         value: &[u8],
     ) -> Result<Start<E>, String> {
-        let start = self.decode(id, value)?;
+        // Rewritten here while it was read (its sent outputs dropped).
+        if let Some(newer) = self.unwritten(id).cloned() {
+            return self.decode(id, &newer, false);
+        }
+        let start = self.decode(id, value, true)?;
         if let (Start::Fresh, Some(kept)) = (&start, self.kept.get(id)) {
             if let Some(written) = kept.written {
                 self.deletions.stored(id, kept.deleted_by(written));
@@ -341,9 +351,9 @@ impl<E: Entity> DurableShard<E> {
         Ok(start)
     }
 
-    /// A record read back (from the store, or not written yet): the
-    /// entity, or why it cannot be.
-    fn decode(&mut self, id: &EntityId, value: &[u8]) -> Result<Start<E>, String> {
+    /// A record read back (`stored`: from the store, else not written
+    /// yet): the entity, or why it cannot be.
+    fn decode(&mut self, id: &EntityId, value: &[u8], stored: bool) -> Result<Start<E>, String> {
         let record = StateRecord::decode(value).map_err(|e| {
             format!(
                 "the stored state of entity {id:?} of entity type {:?} is unreadable: {e}",
@@ -361,6 +371,9 @@ impl<E: Entity> DurableShard<E> {
                 )
             })?),
         };
+        if stored {
+            self.stored_outbox(id, &record, value);
+        }
         let applied = record
             .applied
             .into_iter()
@@ -375,6 +388,7 @@ impl<E: Entity> DurableShard<E> {
                 earlier: record.earlier.into_iter().collect(),
                 keys: AppliedKeys::from_record(record.keys),
                 timers: record.timers,
+                outbox: record.outbox,
             },
         );
         Ok(start)
@@ -401,8 +415,9 @@ impl<E: Entity> DurableShard<E> {
 
     /// An entity handled a message (`cause`: the record it came from, the
     /// client tell's idempotency key, or the timer that fired): its state,
-    /// or its deletion, goes into the next write, with what it applied and
-    /// the timers it `scheduled` and cancelled.
+    /// or its deletion, goes into the next write, with what it applied,
+    /// the timers it scheduled and cancelled and the records it emitted
+    /// (`requested`).
     ///
     /// # Errors
     /// The state cannot be encoded: the entity is dropped as failed.
@@ -411,7 +426,7 @@ impl<E: Entity> DurableShard<E> {
         id: &EntityId,
         entity: Option<&E>,
         cause: Option<&Cause>,
-        scheduled: Vec<TimerRequest>,
+        requested: Requested,
     ) -> Result<(), String> {
         // Encoded into the scratch buffer, then copied once into the
         // state record (an allocation less for each message).
@@ -425,7 +440,7 @@ impl<E: Entity> DurableShard<E> {
             .map_err(|e| format!("its state cannot be encoded: {e}"))
             .map(|encoded| {
                 let state = encoded.then_some(scratch.as_slice());
-                self.changed_to(id, state, cause, scheduled);
+                self.changed_to(id, state, cause, requested);
             });
         self.encoded = scratch.len();
         self.scratch = scratch;
@@ -438,8 +453,9 @@ impl<E: Entity> DurableShard<E> {
         id: &EntityId,
         state: Option<&[u8]>,
         cause: Option<&Cause>,
-        scheduled: Vec<TimerRequest>,
+        requested: Requested,
     ) {
+        let Requested { timers, outputs } = requested;
         let kept = match self.kept.get_mut(id) {
             Some(kept) => kept,
             None => self.kept.entry(id.clone()).or_default(),
@@ -452,11 +468,19 @@ impl<E: Entity> DurableShard<E> {
             &mut self.timers,
             id,
             &mut kept.timers,
-            (fired, scheduled, state.is_none()),
+            (fired, timers, state.is_none()),
+        );
+        let outbox_changed = self.outbox.change(
+            &mut self.timers,
+            id,
+            &mut kept.outbox,
+            (cause, outputs),
+            (&self.entity_type, self.shard, self.epoch),
+            self.seq,
         );
         let hash = state_hash(state);
         // A keyed tell is written even if it changed nothing: its key is.
-        if cause.is_none() && !timers_changed && kept.state == Some(hash) {
+        if cause.is_none() && !timers_changed && !outbox_changed && kept.state == Some(hash) {
             return;
         }
         let origin = match cause {
@@ -507,6 +531,7 @@ impl<E: Entity> DurableShard<E> {
             earlier: &kept.earlier,
             keys: kept.keys.as_slice(),
             timers: &kept.timers,
+            outbox: &kept.outbox,
         };
         match self.dirty.get_mut(id) {
             Some(value) => {
@@ -588,6 +613,7 @@ impl<E: Entity> DurableShard<E> {
 impl<E: Entity> Drop for DurableShard<E> {
     fn drop(&mut self) {
         self.timers.stopped();
+        self.outbox.stopped();
         self.shards.stopped(self.shard, &self.durability);
         self.shards.write_settled(self.shard);
     }

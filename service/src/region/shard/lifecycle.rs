@@ -67,7 +67,10 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         };
         let (entity_id, mut job, kind) = Job::message(entity, env, self.id);
         if self.durable.is_some() {
-            job.ctx = job.ctx.with_timers(check_message::<E::Message>, firing);
+            job.ctx = job
+                .ctx
+                .with_timers(check_message::<E::Message>, firing)
+                .with_outputs(self.entity_type.outputs.clone());
         }
         self.start(entity_id, job, kind, None, cx);
     }
@@ -189,8 +192,8 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
                 let result = match outcome {
                     Outcome::Replied(r) => {
                         let deleted = ctx.deletion_requested();
-                        let timers = ctx.timer_requests();
-                        match self.keep(id, entity, deleted, reply.cause(), timers) {
+                        let requested = ctx.requested();
+                        match self.keep(id, entity, deleted, reply.cause(), requested) {
                             Ok(entity) => {
                                 if let Some(active) = self.entities.get_mut(id) {
                                     active.entity = Some(entity);
@@ -213,8 +216,8 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             Kind::Stop(reason) => {
                 if let (Some(durable), Outcome::Replied(_)) = (self.durable.as_mut(), &outcome) {
                     // What its stop message changed is kept too.
-                    let timers = ctx.timer_requests();
-                    if let Err(e) = durable.changed(id, Some(&entity), None, timers) {
+                    let requested = ctx.requested();
+                    if let Err(e) = durable.changed(id, Some(&entity), None, requested) {
                         tracing::warn!(entity_type = %self.entity_type.name, shard = %self.id, entity_id = %id, reason = %e, "what the entity's stop message changed is not kept");
                     }
                 }
@@ -433,7 +436,9 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         }
         let mut ctx = EntityContext::new(id.clone(), self.id);
         if self.durable.is_some() {
-            ctx = ctx.with_timers(check_message::<E::Message>, None);
+            ctx = ctx
+                .with_timers(check_message::<E::Message>, None)
+                .with_outputs(self.entity_type.outputs.clone());
         }
         let job = Job {
             ctx,

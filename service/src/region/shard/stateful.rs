@@ -7,10 +7,9 @@
 use super::durable::Start;
 use super::runs::Done;
 use super::{Active, Phase, Shard, Stop, LIFECYCLE};
-use crate::entity::{Entity, EntityId};
+use crate::entity::{Entity, EntityId, Requested};
 use crate::envelope::{Cause, Envelope, Reply};
 use crate::error::AskError;
-use crate::timer::TimerRequest;
 use colo_state::StoreError;
 use std::future::Future;
 use std::task::{Context, Poll};
@@ -24,6 +23,7 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         };
         let mut progressed = durable.poll_restore(cx);
         progressed |= durable.poll_write(&self.node, cx);
+        progressed |= durable.poll_outbox(cx);
         progressed |= durable.write_if_due(cx, false, serving);
         if serving && matches!(self.phase, Phase::Active) {
             let remembered = match self.durable.as_mut() {
@@ -167,11 +167,11 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         entity: E,
         deleted: bool,
         cause: Option<&Cause>,
-        timers: Vec<TimerRequest>,
+        requested: Requested,
     ) -> Result<E, String> {
         match (self.durable.as_mut(), cause) {
             (Some(durable), _) => {
-                durable.changed(id, (!deleted).then_some(&entity), cause, timers)?;
+                durable.changed(id, (!deleted).then_some(&entity), cause, requested)?;
             }
             // Reset or not, it applied the tell.
             (None, Some(Cause::Keyed(key))) => {
@@ -280,7 +280,9 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         // offsets that commit passed are removed by the last write.
         durable.check_removals();
         if durable.settled() {
-            return true;
+            // Its outputs are sent first, and dropped from their records:
+            // the next owner would send them again.
+            return durable.outbox.is_empty();
         }
         if durable.write_if_due(cx, true, serving) {
             // Polled on the next round, which nothing else may bring: the

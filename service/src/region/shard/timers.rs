@@ -33,16 +33,23 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
         }
         let now = crate::clock::unix_ms();
         let (progressed, due) = durable.due_timers(now, room, cx);
+        // An outbox's entry found: the shard goes round once more to read
+        // its record.
+        let found = !due.is_empty();
         for (key, message) in due {
             self.fire(key, &message, now, cx);
         }
-        progressed
+        progressed || found
     }
 
     fn fire(&mut self, key: TimerKey, message: &[u8], now: u64, cx: &mut Context<'_>) {
         let Some(durable) = self.durable.as_mut() else {
             return;
         };
+        if key.is_outbox() {
+            durable.outbox.found(EntityId::from(key.entity_id.as_str()));
+            return;
+        }
         let decoded = match postcard::from_bytes::<E::Message>(message) {
             Ok(decoded) => decoded,
             Err(e) => {

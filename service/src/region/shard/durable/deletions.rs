@@ -91,6 +91,12 @@ impl Deletions {
         std::mem::take(&mut self.due)
     }
 
+    /// A removal that must wait (its entity's outputs are not sent yet):
+    /// it is due again at the next commit that moves.
+    pub fn postpone(&mut self, id: EntityId, deleted: Deleted) {
+        self.waiting.insert(id, deleted);
+    }
+
     /// A write's deletions are durable: each waits for its offsets' commit.
     pub fn written(&mut self, written: Map<Deleted>) {
         for (id, deleted) in written {

@@ -1,7 +1,7 @@
 //! What a durable shard keeps of each active entity beside its value: the
 //! offsets it applied, the hash of its last state, the starts whose keys
 //! may hold a record of it, the idempotency keys of the tells it applied,
-//! and its timers.
+//! its timers and its outbox.
 
 use super::deletions::Deleted;
 use crate::region::shard::keys::AppliedKeys;
@@ -36,6 +36,9 @@ pub(super) struct Kept {
     pub(super) keys: AppliedKeys,
     /// Its durable timers, as its record keeps them.
     pub(super) timers: Vec<colo_state::Timer>,
+    /// The records it emitted that its record still holds (see
+    /// `outbox.rs`).
+    pub(super) outbox: Vec<colo_state::Output>,
 }
 
 impl Kept {

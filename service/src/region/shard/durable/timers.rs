@@ -135,6 +135,12 @@ impl ShardTimers {
 
     /// A timer left an entity's record: fired, cancelled, replaced, or its
     /// entity deleted.
+    /// An outbox's index entry (see `outbox.rs`), `put` or deleted with
+    /// the next write: no timer, so neither counted nor due soon.
+    pub fn mark_outbox(&mut self, key: TimerKey, put: bool) {
+        self.unwritten.insert(key, put.then(Vec::new));
+    }
+
     pub fn gone(&mut self, key: TimerKey) {
         self.count(-1);
         self.soon.remove(&(key.due, key.clone()));
@@ -472,8 +478,8 @@ fn count(store: Arc<NodeStore>, (entity_type, shard): (Arc<str>, ShardId)) -> Co
             .run(move || {
                 let mut counted = 0u64;
                 engine
-                    .timers(&entity_type, shard, None, &mut |_, _| {
-                        counted += 1;
+                    .timers(&entity_type, shard, None, &mut |key, _| {
+                        counted += u64::from(!key.is_outbox());
                         ControlFlow::Continue(())
                     })
                     .map_err(|e| e.to_string())

@@ -101,7 +101,17 @@ impl<E: Entity> DurableShard<E> {
             .keys()
             .filter_map(|id| Some((id.clone(), self.retiring.remove(id)?)))
             .collect();
-        let removed = Arc::new(self.deletions.take_due());
+        let mut removed = self.deletions.take_due();
+        // A deleted entity whose outputs wait keeps its record until they
+        // are sent: a removal would leave them nowhere.
+        removed.retain(|id, deleted| {
+            let held = self.outbox.holds(id);
+            if held {
+                self.deletions.postpone(id.clone(), deleted.clone());
+            }
+            !held
+        });
+        let removed = Arc::new(removed);
         let timers = Arc::new(std::mem::take(&mut self.timers.unwritten));
         let seq = self.seq;
         self.seq += 1;
@@ -157,6 +167,7 @@ impl<E: Entity> DurableShard<E> {
                 self.metrics.writes_ok.increment(1);
                 self.metrics.written.increment(writing.states.len() as u64);
                 self.durability.flushed(writing.seq);
+                self.outbox.written(writing.seq, &writing.states);
                 self.retirable.extend(writing.retire_after);
                 self.deletions.written(writing.deleted);
                 let gone = writing.retired.iter().chain(
