@@ -25,6 +25,7 @@
 //! and both state versions), records are left uncommitted, and it is
 //! counted. It is never reset.
 
+mod answers;
 mod deletions;
 mod kept;
 mod outbox;
@@ -39,10 +40,9 @@ use super::recovery::{Recovery, Stored};
 use super::Map;
 use crate::durability::ShardDurability;
 use crate::entity::{Entity, EntityId, Requested, StateCodec};
-use crate::envelope::{AckedAnswer, Cause, Reply};
+use crate::envelope::{Cause, Reply};
 use crate::error::AskError;
 use crate::metrics::StateMetrics;
-use crate::node_context::NodeContext;
 use crate::settings::ShardingSettings;
 use crate::store::{restore_until_done, Restore, Restored};
 use crate::store::{DurableShards, EntityChangelog, NodeStore};
@@ -61,23 +61,6 @@ use tokio::time::Sleep;
 
 /// A reply that waits for the write that makes its change durable.
 type Held<R> = (Reply<R>, Result<R, AskError>);
-
-/// Whether an answer waits for the write that holds its entity's unwritten
-/// state: an ask's that the state answers, a change or a Kafka record
-/// skipped as applied already (the skip rests on that state: a record
-/// acked on it would be lost with it). A Kafka record of its partition's
-/// own shard is answered at once: its partition waits for the write
-/// itself, naming the start.
-/// `unwritten` is asked last: a record's answer, the most frequent, needs
-/// no look-up of its entity's unwritten state.
-fn waits_for_write<R>(
-    reply: &Reply<R>,
-    result: &Result<R, AskError>,
-    unwritten: impl FnOnce() -> bool,
-) -> bool {
-    let answered_by_state = matches!(result, Ok(_) | Err(AskError::AlreadyApplied));
-    matches!(reply, Reply::Local(..) | Reply::Remote(..)) && answered_by_state && unwritten()
-}
 
 /// Where an entity's state comes from when it starts.
 pub(super) enum Start<E> {
@@ -563,50 +546,6 @@ impl<E: Entity> DurableShard<E> {
     /// The entity is gone from memory (its unwritten state stays here).
     pub fn forget(&mut self, id: &EntityId) {
         self.kept.remove(id);
-    }
-
-    /// Answers a message to entity `id`: at once when none of its state
-    /// waits to be written, else once the write that holds it is durable.
-    /// A record's reply goes at once: its partition waits for the write
-    /// itself (it must know the outcome to go on with the record's key).
-    pub fn answer(
-        &mut self,
-        node: &NodeContext,
-        id: &EntityId,
-        reply: Reply<E::Reply>,
-        result: Result<E::Reply, AskError>,
-    ) {
-        let unwritten = || {
-            self.dirty.contains_key(id)
-                || self
-                    .writing
-                    .as_ref()
-                    .is_some_and(|w| w.states.contains_key(id))
-        };
-        if waits_for_write(&reply, &result, unwritten) {
-            self.held.push((reply, result));
-        } else {
-            self.answer_now(node, reply, result);
-        }
-    }
-
-    /// Sends an answer now; a record's says which start of the shard
-    /// handled it (see [`AckedAnswer`]).
-    pub fn answer_now(
-        &self,
-        node: &NodeContext,
-        reply: Reply<E::Reply>,
-        result: Result<E::Reply, AskError>,
-    ) {
-        match reply {
-            Reply::Acked(tx, _) => {
-                let _ = tx.send(AckedAnswer {
-                    result,
-                    start: Some(Arc::downgrade(&self.durability)),
-                });
-            }
-            reply => node.reply(reply, result),
-        }
     }
 }
 

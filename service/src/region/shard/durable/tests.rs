@@ -1,4 +1,4 @@
-use super::waits_for_write;
+use super::answers::waits_for_write;
 use crate::envelope::{Cause, Origin, Reply};
 use crate::error::AskError;
 use std::sync::Arc;
