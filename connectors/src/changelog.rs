@@ -438,20 +438,21 @@ impl Changelog {
     }
 }
 
-/// The context of a read's consumer. librdkafka also reports the end of
-/// the partition, which every read reaches, as an error of the client: the
-/// read takes the end from its poll, so that report is for debugging, not
-/// an error a healthy restore should print.
-struct Reader;
+/// The context of a read's consumer (a changelog's, an output topic's).
+/// librdkafka also reports the end of the partition, which every read
+/// reaches, as an error of the client: the read takes the end from its
+/// poll, so that report is for debugging, not an error a healthy read
+/// should print.
+pub(crate) struct Reader;
 
 impl ClientContext for Reader {
     fn error(&self, error: KafkaError, reason: &str) {
         if matches!(error, KafkaError::PartitionEOF(_))
             || error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF)
         {
-            tracing::debug!(%reason, "changelog read at the partition's end");
+            tracing::debug!(%reason, "read at the partition's end");
         } else {
-            tracing::warn!(%error, %reason, "changelog read: kafka client error");
+            tracing::warn!(%error, %reason, "topic read: kafka client error");
         }
     }
 }

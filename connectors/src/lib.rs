@@ -61,7 +61,7 @@ pub use election::{Election, ElectionEvent, ElectionSettings, StepDown};
 pub use error::{SourceError, TopicError};
 pub use mock::{group_member_epoch, group_member_id, MemberTarget, MockGroupTimings, MockKafka};
 pub use observer::{NoObserver, PartitionState, SourceObserver};
-pub use outputs::{OutputProducer, OutputSendFailed, OutputWrite};
+pub use outputs::{read_outputs, OutputProducer, OutputRead, OutputSendFailed, OutputWrite};
 pub use producer::{
     check_partitioner, KeyedProducer, Partitioning, ProduceError, ProducerSettings, PARTITIONER,
 };

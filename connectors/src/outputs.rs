@@ -141,3 +141,102 @@ impl OutputProducer {
         Ok(())
     }
 }
+
+/// One record read back from an output topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputRead {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    /// The value of its `id_header`, if it has one.
+    pub id: Option<String>,
+}
+
+/// Reads every committed record of `topic` (`read_committed`: a record of
+/// a transaction that aborted, or has not committed yet, is not read), up
+/// to each partition's end when the read begins, with the value of its
+/// `id_header`. Blocking: what `colo verify` and the tests check outputs
+/// with.
+///
+/// # Errors
+/// The topic cannot be found or read, or a partition gives no record for
+/// `timeout` before its end.
+pub fn read_outputs(
+    bootstrap_servers: &str,
+    client: &[(String, String)],
+    topic: &str,
+    id_header: &str,
+    timeout: Duration,
+) -> Result<Vec<OutputRead>, SourceError> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+    use rdkafka::{Offset, TopicPartitionList};
+
+    let consumer: BaseConsumer<crate::changelog::Reader> = crate::client::client_config(client)
+        .set("bootstrap.servers", bootstrap_servers)
+        .set(
+            "group.id",
+            format!("colo-read-outputs-{}", std::process::id()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .set("allow.auto.create.topics", "false")
+        .create_with_context(crate::changelog::Reader)?;
+    crate::topics::check_topic_usable(bootstrap_servers, client, topic, timeout)?;
+    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic)
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    let mut open = std::collections::BTreeSet::new();
+    let mut assignment = TopicPartitionList::new();
+    for partition in partitions {
+        let (low, high) = consumer.fetch_watermarks(topic, partition, timeout)?;
+        if high > low {
+            open.insert(partition);
+            assignment.add_partition_offset(topic, partition, Offset::Offset(low))?;
+        }
+    }
+    consumer.assign(&assignment)?;
+    let mut read = Vec::new();
+    let mut last = std::time::Instant::now();
+    // Until each partition reports its end: under read_committed, its
+    // last stable offset (a transaction's markers take offsets no reader
+    // is given).
+    while !open.is_empty() {
+        if last.elapsed() > timeout {
+            return Err(KafkaError::MessageConsumption(
+                rdkafka::types::RDKafkaErrorCode::OperationTimedOut,
+            )
+            .into());
+        }
+        let message = match consumer.poll(Duration::from_millis(100)) {
+            None => continue,
+            Some(Err(KafkaError::PartitionEOF(partition))) => {
+                open.remove(&partition);
+                continue;
+            }
+            Some(message) => message?,
+        };
+        last = std::time::Instant::now();
+        let id = message.headers().and_then(|headers| {
+            headers
+                .iter()
+                .find(|h| h.key == id_header)
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        });
+        read.push(OutputRead {
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message.key().unwrap_or_default().to_vec(),
+            value: message.payload().unwrap_or_default().to_vec(),
+            id,
+        });
+    }
+    Ok(read)
+}

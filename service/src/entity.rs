@@ -101,6 +101,12 @@ impl EntityContext {
         self.outputs.emit(topic, key, value, &[])
     }
 
+    /// The topics this entity may emit to: its entity type's output topics
+    /// ([`EntityType::with_outputs`]), none if it is not durable.
+    pub fn output_topics(&self) -> &[String] {
+        self.outputs.topics()
+    }
+
     /// [`EntityContext::emit`] with headers.
     ///
     /// # Errors

@@ -114,6 +114,11 @@ impl OutputRequests {
         Ok(())
     }
 
+    /// The topics it may emit to: none for a type that is not durable.
+    pub fn topics(&self) -> &[String] {
+        self.topics.as_deref().unwrap_or_default()
+    }
+
     /// What the run emitted, for its shard to keep.
     pub fn take(&self) -> Vec<Emitted> {
         std::mem::take(&mut *self.emitted.lock())

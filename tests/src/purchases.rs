@@ -149,6 +149,31 @@ pub async fn verify(expected: &Path, addr: &str) -> Result<String, String> {
         .await
 }
 
+/// [`verify`], and the users' milestones read back from `topic` on
+/// `bootstrap` (`colo verify --milestones`): each user who crossed it
+/// emitted exactly one.
+pub async fn verify_with_milestones(
+    expected: &Path,
+    addr: &str,
+    bootstrap: &str,
+    topic: &str,
+) -> Result<String, String> {
+    let expected = expected.display().to_string();
+    crate::process::colo_verify(&[
+        "--timeout",
+        "20s",
+        "--expected",
+        &expected,
+        "--addr",
+        addr,
+        "--milestones",
+        topic,
+        "--bootstrap-servers",
+        bootstrap,
+    ])
+    .await
+}
+
 /// One handled purchase, as a node logged it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Handled {

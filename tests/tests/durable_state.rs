@@ -10,7 +10,7 @@ use colo_tests::broker::Broker;
 use colo_tests::client::entities_on;
 use colo_tests::lifecycle::Lifecycle;
 use colo_tests::process::NodeProcess;
-use colo_tests::purchases::{verify, Producer};
+use colo_tests::purchases::{verify, verify_with_milestones, Producer};
 use colo_tests::user_nodes::*;
 use colo_tests::{http, wait};
 use std::collections::BTreeMap;
@@ -68,9 +68,12 @@ async fn through_a_join_a_kill_and_a_stop(test: &str, empty_data_dir: bool, stan
     let expected_file = producer.expected_file();
     let expected = producer.finished(Duration::from_secs(90)).await;
     await_all_handled(&[&a, &b, &c], &expected).await;
-    if let Err(mismatch) = verify(&expected_file, &a.grpc).await {
+    let milestones = colo::process::samples::purchases::milestone_topic(&cluster);
+    let verified =
+        verify_with_milestones(&expected_file, &a.grpc, broker.bootstrap(), &milestones).await;
+    if let Err(mismatch) = verified {
         panic!(
-            "totals differ from the purchases produced: {mismatch}\n{}",
+            "totals or milestones differ from the purchases produced: {mismatch}\n{}",
             kafka_logs(&[&a, &b, &c])
         );
     }

@@ -36,7 +36,7 @@ use colo_tests::process::{NodeProcess, Program};
 use colo_tests::purchases::{handled, verify, Handled, Producer};
 use colo_tests::user_nodes::*;
 use colo_tests::wait;
-use common::OtherPartitioner;
+use common::{milestones, read_totals, OtherPartitioner};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -485,6 +485,23 @@ async fn run(schedule: &Schedule, brokers: &mut BrokerCluster, network: &Network
                 kept_logs(schedule.seed, &refs)
             );
         }
+    }
+    // Outputs: each user who crossed the milestone emitted exactly one,
+    // as a reader with read_committed sees them, the rare copy under the
+    // same id dropped.
+    let mut everyone = read_totals(&murmur2_file);
+    everyone.users.extend(crc.users.clone());
+    match milestones(&bootstrap, &cluster, &everyone, Duration::from_secs(60)).await {
+        Ok(checked) => eprintln!(
+            "[{}] {} milestones each emitted once ({} sent twice under the same id)",
+            now(),
+            checked.once,
+            checked.sent_twice
+        ),
+        Err(checked) => panic!(
+            "{schedule}\nmilestones not emitted exactly once: {checked:#?}\n{rerun}\nthe nodes' logs: {}",
+            kept_logs(schedule.seed, &refs)
+        ),
     }
     // The handled log: at least once, each user's in order.
     let history = handled(&refs);

@@ -21,7 +21,7 @@ use colo_tests::process::NodeProcess;
 use colo_tests::purchases::{handled, verify, Producer};
 use colo_tests::user_nodes::*;
 use colo_tests::wait;
-use common::OtherPartitioner;
+use common::{milestones, read_totals, OtherPartitioner};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -251,6 +251,18 @@ async fn other_partitioners_through(test: &str, changes: Changes) {
     }
     let differ = unordered_totals_differ(&nodes[0], &random).await;
     assert!(differ.is_empty(), "random users' totals: {differ:#?}");
+    // Each user of any partitioner who crossed the milestone emitted
+    // exactly one, as a reader with read_committed sees them.
+    let mut everyone = read_totals(&murmur2_file);
+    everyone.users.extend(crc.users.clone());
+    everyone.users.extend(random.users.clone());
+    if let Err(checked) = milestones(bootstrap, &cluster, &everyone, Duration::from_secs(60)).await
+    {
+        panic!(
+            "milestones not emitted exactly once: {checked:#?}\n{}",
+            kafka_logs(&refs)
+        );
+    }
 
     let bad = usize::try_from(crc.records / 30).expect("count");
     let dlq = format!("{cluster}.user.dlq");

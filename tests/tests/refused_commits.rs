@@ -29,6 +29,7 @@ async fn a_node_leaving_while_its_commits_are_refused_exits_promptly_and_totals_
         (topic.clone(), 12),
         (format!("{cluster}.user.changelog"), 12),
         (format!("{cluster}.user.dlq"), 1),
+        (format!("{cluster}.user.milestones"), 12),
         (format!("{cluster}.coordinator"), 1),
     ] {
         kafka.create_topic(&made, partitions, 1).expect("topic");

@@ -4,7 +4,9 @@
 //! `colo produce`. Here rather than in the tests' library, which does not
 //! build the colo crate whose sample events it writes.
 
-use colo::process::samples::purchases::{encode_event, Generator, Totals};
+use colo::process::samples::purchases::{
+    check_milestones, encode_event, Generator, MilestonesChecked, Totals,
+};
 use colo_tests::rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
 use colo_tests::rdkafka::ClientConfig;
 use std::path::{Path, PathBuf};
@@ -110,4 +112,51 @@ fn send(producer: &BaseProducer, topic: &str, key: &[u8], payload: &[u8]) {
         }
     }
     producer.poll(Duration::ZERO);
+}
+
+/// The totals a producer wrote (`colo produce --expected`).
+#[allow(dead_code)] // Not every test that shares the module reads outputs.
+pub fn read_totals(file: &Path) -> Totals {
+    let text = std::fs::read_to_string(file).expect("the expected totals");
+    serde_json::from_str(&text).expect("totals")
+}
+
+/// `cluster`'s milestone topic read back with read_committed and checked
+/// against `totals` (several producers' users, merged), again until each
+/// user who crossed it emitted exactly one or `within` has passed (the
+/// last ones are sent just after their change is durable).
+#[allow(dead_code)] // As `read_totals`.
+pub async fn milestones(
+    bootstrap: &str,
+    cluster: &str,
+    totals: &Totals,
+    within: std::time::Duration,
+) -> Result<MilestonesChecked, MilestonesChecked> {
+    let topic = colo::process::samples::purchases::milestone_topic(cluster);
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let read = tokio::task::spawn_blocking({
+            let (bootstrap, topic) = (bootstrap.to_string(), topic.clone());
+            move || {
+                colo_connectors::read_outputs(
+                    &bootstrap,
+                    &[],
+                    &topic,
+                    colo::OUTPUT_ID_HEADER,
+                    std::time::Duration::from_secs(30),
+                )
+            }
+        })
+        .await
+        .expect("read thread")
+        .expect("the milestone topic");
+        let checked = check_milestones(&topic, totals, &read);
+        if checked.all_once() {
+            return Ok(checked);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(checked);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
 }

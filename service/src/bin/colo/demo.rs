@@ -10,6 +10,7 @@
 
 mod assignment;
 mod membership;
+mod milestones;
 mod pauses;
 
 use crate::cli::produce::events::{self, ProduceSettings};
@@ -163,6 +164,9 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     broker
         .create_topic(&changelog_topic(USER), partitions)
         .map_err(step("create the changelog"))?;
+    broker
+        .create_topic(&milestones::topic(), partitions)
+        .map_err(step("create the milestone topic"))?;
     let data = std::env::temp_dir().join(format!("colo-demo-{}", std::process::id()));
     let bootstrap = broker.bootstrap_servers();
 
@@ -203,7 +207,8 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     let entity_type = EntityType::new(USER, |_| TalliedUser::default())
         .with_settings(settings.clone())
         .with_extractor(shards)
-        .durable(USER_STATE_VERSION);
+        .durable(USER_STATE_VERSION)
+        .with_outputs([milestones::topic()]);
     let starter = NodeStarter {
         network: network.clone(),
         entity_type,
@@ -340,6 +345,7 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     let stats = cluster_stats(&nodes[0].region, Duration::from_secs(5)).await?;
     print_placement(&stats);
     let differing = differing_totals(&nodes[0].region, &expected).await;
+    let milestones = milestones::checked(&bootstrap, &expected).await?;
     // Bounded: a node whose shards the others cannot take (a claim the
     // coordinator still holds for one put out of the group) would otherwise
     // keep the demo from ending.
@@ -405,6 +411,17 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     println!(
         "  every user's totals equal what was produced ({} users), each purchase counted once through the joins and leaves",
         expected.users.len()
+    );
+    if !milestones.all_once() {
+        return Err(DemoError::Step(format!(
+            "milestones not emitted exactly once: {milestones:?}"
+        )));
+    }
+    println!(
+        "  every user who spent past the milestone emitted exactly one ({} users, {} sent twice under the same id and dropped by it), read from {} with read_committed",
+        milestones.once,
+        milestones.sent_twice,
+        milestones.topic
     );
     Ok(())
 }

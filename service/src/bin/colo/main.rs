@@ -198,10 +198,18 @@ fn block_on<T>(f: impl std::future::Future<Output = Result<T, String>>) -> Resul
 
 fn run_node(args: &colo::process::config::RunArgs) -> Result<(), String> {
     use colo::process::samples::counter::{Counter, COUNTER};
-    use colo::process::samples::purchases::{purchase_records, User, USER, USER_STATE_VERSION};
+    use colo::process::samples::purchases::{
+        milestone_topic, purchase_records, User, USER, USER_STATE_VERSION,
+    };
     // The config is read before anything starts, so a bad one stops the
     // process with the field's name and nothing half-started.
     let program = colo::NodeProgram::from_run_args(args).map_err(|e| e.to_string())?;
+    // With Kafka, users emit their milestones to a topic of the cluster's.
+    let milestones = program
+        .config()
+        .kafka
+        .as_ref()
+        .map(|kafka| milestone_topic(&kafka.cluster));
     let program = program
         .entity_type_with_records(
             |settings| {
@@ -214,6 +222,7 @@ fn run_node(args: &colo::process::config::RunArgs) -> Result<(), String> {
                 colo::EntityType::new(USER, |_| User::default())
                     .with_settings(settings)
                     .durable(USER_STATE_VERSION)
+                    .with_outputs(milestones.clone())
             },
             purchase_records(),
         );

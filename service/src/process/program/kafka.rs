@@ -303,9 +303,10 @@ pub(super) async fn check_brokers(config: &NodeConfig) -> Result<(), ProgramErro
     .into())
 }
 
-/// `kafka.create_topics` is set: their topics with `number_of_shards`
-/// partitions, their dead-letter topics with one; and the changelog of each
-/// durable entity type (compacted, `number_of_shards` partitions).
+/// `kafka.create_topics` is set: their topics and output topics with
+/// `number_of_shards` partitions, their dead-letter topics with one; and
+/// the changelog of each durable entity type (compacted,
+/// `number_of_shards` partitions).
 pub(super) async fn create_topics(
     config: &NodeConfig,
     entity_types: &[Box<dyn Registration>],
@@ -339,6 +340,16 @@ pub(super) async fn create_topics(
                 config: Vec::new(),
             });
         }
+        // Its output topics, partitioned as its own: a colo entity type
+        // that reads one finds each key in the same shard.
+        for topic in entity_type.outputs() {
+            specs.push(NewTopicSpec {
+                name: topic.clone(),
+                partitions,
+                replication_factor: kafka.replication_factor,
+                config: Vec::new(),
+            });
+        }
         specs.push(NewTopicSpec {
             name: kafka.dead_letter_topic(entity_type.name()),
             partitions: 1,
@@ -346,6 +357,10 @@ pub(super) async fn create_topics(
             config: Vec::new(),
         });
     }
+    // A topic one type reads and another emits to is made once, as the
+    // first names it.
+    let mut named = BTreeSet::new();
+    specs.retain(|spec| named.insert(spec.name.clone()));
     let created = colo_connectors::create_missing_topics(
         &kafka.bootstrap_servers,
         &kafka.client_properties(),

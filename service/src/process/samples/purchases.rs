@@ -6,17 +6,24 @@
 //! colo ask --type user --id user-7 UserStats
 //! ```
 //!
-//! - this file: the `user` entity type, its messages and its totals;
+//! - this file: the `user` entity type, its messages and its totals, and
+//!   the milestone a user emits once its spending crosses
+//!   [`MILESTONE_CENTS`] (to the type's output topic, when it has one:
+//!   `colo run` gives it `<cluster>.user.milestones`);
 //! - `purchases/records.rs`: purchase events to messages, the entity id
 //!   read from the decoded event;
+//! - `purchases/milestones.rs`: the milestones read back, checked against
+//!   what was produced;
 //! - `purchases/generate.rs`: the events `colo produce` and the demo send,
 //!   with the totals they must add up to (the binary sends them to Kafka:
 //!   `colo produce`).
 
 mod generate;
+mod milestones;
 mod records;
 
 pub use generate::{Generator, Totals};
+pub use milestones::{check_milestones, MilestonesChecked};
 pub use records::{encode_event, purchase_records};
 
 use crate::entity::{Entity, EntityContext, EntityError};
@@ -34,6 +41,25 @@ pub const USER_STATE_VERSION: u32 = 1;
 
 /// The sample's topic.
 pub const USER_EVENTS: &str = "user-events";
+
+/// The spending, in cents, whose crossing a user emits a milestone for.
+pub const MILESTONE_CENTS: i64 = 200_000;
+
+/// The topic `colo run` gives the sample's users for their milestones.
+pub fn milestone_topic(cluster: &str) -> String {
+    format!("{cluster}.{USER}.milestones")
+}
+
+/// What a user emits, once, when its spending crosses [`MILESTONE_CENTS`]
+/// (JSON, keyed by the user's id).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Milestone {
+    pub user: String,
+    /// In cents, after the purchase that crossed it.
+    pub amount_spent: i64,
+    /// The sequence number of that purchase.
+    pub sequence: u64,
+}
 
 /// One purchase of a user.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,7 +137,20 @@ impl Entity for User {
         message: UserMsg,
     ) -> Result<UserStats, EntityError> {
         if let UserMsg::Purchase(purchase) = &message {
+            let before = self.stats.amount_spent;
             self.stats.add(purchase)?;
+            let crossed = before < MILESTONE_CENTS && self.stats.amount_spent >= MILESTONE_CENTS;
+            if let (true, Some(topic)) = (crossed, ctx.output_topics().first()) {
+                let milestone = Milestone {
+                    user: ctx.entity_id().to_string(),
+                    amount_spent: self.stats.amount_spent,
+                    sequence: purchase.sequence,
+                };
+                let value = serde_json::to_vec(&milestone)
+                    .map_err(|e| EntityError::new(format!("a milestone: {e}")))?;
+                ctx.emit(topic, ctx.entity_id().as_bytes(), &value)
+                    .map_err(|e| EntityError::new(e.to_string()))?;
+            }
             // What an operator (and the end-to-end tests) follow to see
             // each event handled, in order, once.
             tracing::debug!(target: PURCHASES_LOG, entity_id = %ctx.entity_id(), sequence = purchase.sequence, "purchase handled");

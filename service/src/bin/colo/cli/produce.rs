@@ -83,7 +83,7 @@ pub struct ProduceArgs {
     pub exit_with_parent: bool,
 }
 
-fn key_value(s: &str) -> Result<(String, String), String> {
+pub(super) fn key_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .filter(|(k, _)| !k.is_empty())

@@ -7,10 +7,17 @@
 //! --expected` writes (asked `UserStats`); and any entity type's, a JSON
 //! object of entity id → expected reply, asked the message `--ask` gives,
 //! so a program of one's own is checked without a checker of its own.
+//!
+//! With the sample's file, `--milestones TOPIC` also reads the users'
+//! milestones back from Kafka (`milestones.rs`): each emitted exactly once.
+
+mod milestones;
 
 use super::client::{code_name, entity_type, message_json, Client, Credentials, DEFAULT_ADDR};
 use colo::codec::ContentType;
-use colo::process::samples::purchases::{Totals, UserStats, USER};
+use colo::process::samples::purchases::{
+    check_milestones, MilestonesChecked, Totals, UserStats, USER,
+};
 use colo_proto::v1::{AskRequest, Payload};
 use futures::stream::{self, StreamExt};
 use serde_json::Value;
@@ -47,6 +54,22 @@ pub struct VerifyArgs {
     /// How long each ask may take.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+    /// The sample's milestone topic (`<cluster>.user.milestones`): read
+    /// back with read_committed, each user who crossed the milestone must
+    /// have emitted exactly one.
+    #[arg(
+        long,
+        value_name = "TOPIC",
+        requires = "bootstrap_servers",
+        conflicts_with = "ask"
+    )]
+    pub milestones: Option<String>,
+    /// The Kafka brokers to read `--milestones` from.
+    #[arg(long, requires = "milestones")]
+    pub bootstrap_servers: Option<String>,
+    /// A librdkafka property for that read, `key=value`; repeatable.
+    #[arg(long = "client", value_name = "KEY=VALUE", value_parser = super::produce::key_value)]
+    pub client: Vec<(String, String)>,
     /// Print one JSON document on stdout instead of text.
     #[arg(long)]
     pub json: bool,
@@ -65,6 +88,9 @@ pub struct Verified {
     pub differing: Vec<Difference>,
     /// Entities whose ask failed, with why.
     pub failed: Vec<(String, String)>,
+    /// The sample's milestones, with `--milestones`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub milestones: Option<MilestonesChecked>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -77,6 +103,10 @@ pub struct Difference {
 impl Verified {
     pub fn all_match(&self) -> bool {
         self.matching == self.entities
+            && self
+                .milestones
+                .as_ref()
+                .is_none_or(MilestonesChecked::all_once)
     }
 }
 
@@ -87,8 +117,10 @@ pub enum VerifyError {
     Expected { path: PathBuf, reason: String },
     #[error(transparent)]
     Client(#[from] super::client::ClientCliError),
+    #[error("cannot read the milestones: {0}")]
+    Milestones(String),
     /// Printed already; the exit status says it.
-    #[error("{matching} of {entities} {entity_type} entities match")]
+    #[error("{matching} of {entities} {entity_type} entities match, or a milestone was not emitted exactly once")]
     Mismatch {
         entity_type: String,
         matching: usize,
@@ -116,11 +148,12 @@ pub async fn run(args: VerifyArgs) -> Result<(), VerifyError> {
 }
 
 /// What to ask, and of whom: the entity type, the message, and each
-/// entity's expected reply.
+/// entity's expected reply; the sample's totals, if the file has them.
 struct Plan {
     entity_type: String,
     message: Vec<u8>,
     expected: BTreeMap<String, Value>,
+    totals: Option<Totals>,
 }
 
 /// Reads the file as the kind of file the flags say it is.
@@ -138,6 +171,7 @@ async fn plan(args: &VerifyArgs, client: &mut Client) -> Result<Plan, VerifyErro
         })?;
         let expected = totals
             .users
+            .clone()
             .into_iter()
             .map(|(user, stats)| {
                 let stats = serde_json::to_value(stats)
@@ -149,6 +183,7 @@ async fn plan(args: &VerifyArgs, client: &mut Client) -> Result<Plan, VerifyErro
             entity_type: USER.to_string(),
             message: b"\"UserStats\"".to_vec(),
             expected,
+            totals: Some(totals),
         });
     };
     let expected: BTreeMap<String, Value> = serde_json::from_str(&text).map_err(|e| {
@@ -163,6 +198,7 @@ async fn plan(args: &VerifyArgs, client: &mut Client) -> Result<Plan, VerifyErro
         entity_type,
         message,
         expected,
+        totals: None,
     })
 }
 
@@ -186,12 +222,34 @@ pub async fn verify(args: &VerifyArgs) -> Result<Verified, VerifyError> {
         .buffer_unordered(usize::try_from(args.concurrency).unwrap_or(1))
         .collect()
         .await;
+    let milestones = match (&args.milestones, &args.bootstrap_servers, &plan.totals) {
+        (Some(topic), Some(servers), Some(totals)) => {
+            let (topic, servers, client) = (topic.clone(), servers.clone(), args.client.clone());
+            let wait = args.timeout;
+            let read = tokio::task::spawn_blocking(move || {
+                colo_connectors::read_outputs(
+                    &servers,
+                    &client,
+                    &topic,
+                    colo::OUTPUT_ID_HEADER,
+                    wait,
+                )
+                .map(|read| (topic, read))
+            })
+            .await
+            .map_err(|e| VerifyError::Milestones(e.to_string()))?
+            .map_err(|e| VerifyError::Milestones(e.to_string()))?;
+            Some(check_milestones(&read.0, totals, &read.1))
+        }
+        _ => None,
+    };
     let mut verified = Verified {
         entity_type: plan.entity_type.clone(),
         entities: asked.len(),
         matching: 0,
         differing: Vec::new(),
         failed: Vec::new(),
+        milestones,
     };
     for (id, expected, got) in asked {
         match got {
@@ -268,6 +326,9 @@ pub fn render(verified: &Verified, args: &VerifyArgs) -> String {
     let unshown = (verified.differing.len() + verified.failed.len()).saturating_sub(2 * SHOWN);
     if unshown > 0 {
         let _ = writeln!(out, "  ... and {unshown} more");
+    }
+    if let Some(checked) = &verified.milestones {
+        out.push_str(&milestones::render(checked));
     }
     out
 }

@@ -7,8 +7,8 @@ use colo::kafka::{IngestSettings, KafkaIngest};
 use colo::process::samples::purchases;
 use colo::TaskSet;
 use colo::{EntityType, InMemoryNetwork, Node, NodeStore, Region, StateSettings};
-use colo_connectors::Changelog;
 use colo_connectors::GroupMember;
+use colo_connectors::{Changelog, OutputProducer};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -57,7 +57,17 @@ impl NodeStarter {
                     std::time::Duration::from_secs(30),
                 )
                 .map_err(step("the changelog"))?;
-                Ok::<_, DemoError>(store.with_changelog(&entity_type, changelog))
+                let outputs = OutputProducer::new(
+                    &settings.bootstrap_servers,
+                    &settings.client,
+                    std::time::Duration::from_secs(30),
+                )
+                .map_err(step("the output producer"))?;
+                Ok::<_, DemoError>(
+                    store
+                        .with_changelog(&entity_type, changelog)
+                        .with_outputs(outputs),
+                )
             })
             .await
             .map_err(step("open the node's state store"))??

@@ -37,6 +37,17 @@ pub struct Generator {
     totals: Totals,
 }
 
+impl Totals {
+    /// The users whose spending crossed [`super::MILESTONE_CENTS`]: each
+    /// emits one milestone.
+    pub fn milestones(&self) -> impl Iterator<Item = &str> {
+        self.users
+            .iter()
+            .filter(|(_, stats)| stats.amount_spent >= super::MILESTONE_CENTS)
+            .map(|(user, _)| user.as_str())
+    }
+}
+
 impl Generator {
     /// Events of `users` users (at least one), named `<prefix><n>`.
     pub fn new(prefix: &str, users: usize, seed: u64) -> Self {
