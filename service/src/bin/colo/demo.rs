@@ -12,32 +12,30 @@ mod assignment;
 mod membership;
 mod milestones;
 mod pauses;
+mod tally;
 
 use crate::cli::produce::events::{self, ProduceSettings};
 use colo::allocation::{
     ExternalAllocationClient, ExternalAllocationStrategy, KafkaMurmur2Extractor,
 };
-use colo::entity::{Entity, EntityContext, EntityError};
 use colo::kafka::{IngestSettings, KafkaIngest};
 use colo::process::admin::{self, Admin, Readiness};
 use colo::process::samples::purchases::{
-    self, User, UserMsg, UserStats, USER, USER_EVENTS, USER_STATE_VERSION,
+    self, UserMsg, UserStats, USER, USER_EVENTS, USER_STATE_VERSION,
 };
 use colo::{
     ClusterShardingStats, CoordinatorHandle, EntityType, InMemoryNetwork, InMemoryStore, Node,
     Region, ShardingSettings,
 };
 use colo_connectors::{MockGroupTimings, MockKafka, Partitioning, SourceSettings};
-use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use assignment::GroupAssignor;
 use membership::{Membership, NodeStarter};
+use tally::{all_handled, missing, TalliedUser, Tally, TALLY};
 
 /// The users' consumer group.
 const GROUP: &str = "demo.user";
@@ -82,57 +80,6 @@ pub enum DemoError {
 
 fn step<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> DemoError {
     move |e| DemoError::Step(format!("{what}: {e}"))
-}
-
-/// What the users' entities handled, across nodes: the demo's own view,
-/// for its progress lines and to know when every record was handled. One
-/// per process (the demo runs once): a durable entity is read back from
-/// its stored state, which holds the user's totals only.
-static TALLY: LazyLock<Tally> = LazyLock::new(Tally::default);
-
-#[derive(Debug, Default)]
-struct Tally {
-    handled: AtomicU64,
-    /// Events handled again (a sequence number at or below one seen).
-    again: AtomicU64,
-    /// Events handled before an earlier event of their user: none may be.
-    ahead: AtomicU64,
-    last: Mutex<HashMap<String, u64>>,
-    pauses: pauses::Pauses,
-}
-
-/// The sample's user, counted in the tally; stored as the user alone.
-#[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(transparent)]
-struct TalliedUser {
-    user: User,
-}
-
-impl Entity for TalliedUser {
-    type Message = UserMsg;
-    type Reply = UserStats;
-
-    async fn handle(
-        &mut self,
-        ctx: &EntityContext,
-        message: UserMsg,
-    ) -> Result<UserStats, EntityError> {
-        if let UserMsg::Purchase(purchase) = &message {
-            let tally = &*TALLY;
-            tally.handled.fetch_add(1, Ordering::Relaxed);
-            let mut last = tally.last.lock();
-            let seen = last.entry(ctx.entity_id().to_string()).or_default();
-            if purchase.sequence <= *seen {
-                tally.again.fetch_add(1, Ordering::Relaxed);
-            } else if purchase.sequence > *seen + 1 {
-                tally.ahead.fetch_add(1, Ordering::Relaxed);
-            }
-            *seen = (*seen).max(purchase.sequence);
-            drop(last);
-            tally.pauses.handled(ctx.entity_id());
-        }
-        self.user.handle(ctx, message).await
-    }
 }
 
 /// One in-process node: its region of users and its Kafka ingest.
@@ -522,21 +469,6 @@ fn misplaced_events(totals: &purchases::Totals, partitions: u32) -> u64 {
         .filter(|(user, _)| crc.shard_id(user) != murmur2.shard_id(user))
         .map(|(_, stats)| stats.purchases)
         .sum()
-}
-
-fn all_handled(tally: &Tally, expected: &purchases::Totals) -> bool {
-    missing(tally, expected).is_empty()
-}
-
-/// Users whose last event was not handled yet.
-fn missing(tally: &Tally, expected: &purchases::Totals) -> Vec<String> {
-    let last = tally.last.lock();
-    expected
-        .users
-        .iter()
-        .filter(|(user, stats)| last.get(*user).copied().unwrap_or(0) < stats.last_sequence)
-        .map(|(user, _)| user.clone())
-        .collect()
 }
 
 /// Prints a progress line; the cluster's entities and shards as `?` if its
