@@ -64,6 +64,18 @@ pub struct MockGroupTimings {
     pub consumer_session: Duration,
 }
 
+/// librdkafka's own timings: for a cluster whose groups are not what it
+/// shows.
+impl Default for MockGroupTimings {
+    fn default() -> Self {
+        Self {
+            first_round: Duration::from_secs(3),
+            consumer_heartbeat: Duration::from_secs(3),
+            consumer_session: Duration::from_secs(30),
+        }
+    }
+}
+
 impl MockKafka {
     /// Starts a cluster of `brokers` brokers on loopback whose groups are
     /// paced by `timings`.

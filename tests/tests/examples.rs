@@ -39,6 +39,20 @@ fn the_timers_example_reminds_the_carts_left_alone() {
     );
 }
 
+/// README's output records: the account that passed the limit emitted
+/// one alert, read back with its id; the one that did not, none.
+#[test]
+fn the_outputs_example_emits_one_alert_with_its_id() {
+    let out = run(example_binary("outputs"), &[]);
+    let alerts: Vec<&str> = out.lines().filter(|l| l.starts_with("alerts:")).collect();
+    assert_eq!(alerts.len(), 1, "{out}");
+    assert!(
+        alerts[0]
+            .starts_with("alerts: ann \"balance passed 1000: 1200\" (colo-output-id: account/"),
+        "{out}"
+    );
+}
+
 #[test]
 fn the_custom_allocation_strategy_example_runs() {
     let out = run(package_example("colo-allocation", "custom_strategy"), &[]);
@@ -143,6 +157,7 @@ async fn the_kafka_demo_runs_hands_off_and_handles_every_record() {
         "produced 9000 purchase events",
         "every record was handled, each user's in order",
         "every user's totals equal what was produced",
+        "every user who spent past the milestone emitted exactly one",
         "the longest pause of a moved shard's records",
         "the longest pause of a shard's records that stayed on its node",
         "s in node-4's join (",

@@ -407,3 +407,33 @@ async fn bad_outputs_are_refused_to_the_handler_and_bad_declarations_to_the_regi
     let err = node.start_region(tallies()).expect_err("nowhere to send");
     assert_eq!(err, RegistrationError::NoOutputs(TALLIES.into()));
 }
+
+/// A plain ask's outputs are named by their shard's start: a node started
+/// again on a store without a changelog starts its shards at the same
+/// epoch, and its outputs must not take the last run's ids, which a
+/// reader would drop as copies.
+#[tokio::test]
+async fn outputs_of_plain_asks_after_a_restart_have_ids_of_their_own() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir);
+    let sink = Sink::default();
+    let first = node_on("a", local(&store, &sink));
+    first
+        .region
+        .ask("fa", Msg::Add(10), ASK)
+        .await
+        .expect("added");
+    sink.holds(1).await;
+    // Dropped from its record: the next node does not send it again.
+    nothing_left(&store, "fa").await;
+    first.node.kill().await;
+    drop(first);
+    let second = node_on("b", local(&store, &sink));
+    second
+        .region
+        .ask(&neighbour_of("fa"), Msg::Add(10), ASK)
+        .await
+        .expect("added");
+    let sent = sink.holds(2).await;
+    assert_ne!(sent[0].id, sent[1].id, "{sent:?}");
+}

@@ -37,6 +37,26 @@ pub fn block_at_broker(readme: &str, marker: &str, bootstrap: &str) -> Vec<Strin
         .collect()
 }
 
+/// A block's commands, a command continued over lines (`\` at a line's
+/// end) on one line.
+pub fn commands(lines: Vec<String>) -> Vec<String> {
+    let mut commands: Vec<String> = Vec::new();
+    let mut continued = false;
+    for line in lines {
+        match commands.last_mut() {
+            Some(last) if continued => last.push_str(line.trim_start()),
+            _ => commands.push(line.clone()),
+        }
+        continued = line.ends_with('\\');
+        if continued {
+            if let Some(last) = commands.last_mut() {
+                last.pop();
+            }
+        }
+    }
+    commands
+}
+
 /// The nodes the block started, stopped by their PIDs however the test
 /// ends, then their data directories removed.
 pub struct Started(pub Vec<PathBuf>, pub Vec<u32>);

@@ -172,7 +172,11 @@ async fn the_kafka_sample_commands_run_as_shown() {
         "one node that consumes the topic",
         broker.bootstrap(),
     );
-    let sample = block_at_broker(&readme, "Then some purchase events", broker.bootstrap());
+    let sample = commands(block_at_broker(
+        &readme,
+        "Then some purchase events",
+        broker.bootstrap(),
+    ));
     let (produce, ask, verify) = match sample.as_slice() {
         [produce, ask, verify]
             if produce.contains(" produce ")
@@ -258,7 +262,11 @@ async fn the_kafka_sample_commands_run_as_shown() {
     })
     .await;
     assert!(
-        matched && last.contains("100 of 100 users match"),
+        matched
+            && last.contains("100 of 100 users match")
+            && last.contains(
+                "users who crossed the milestone emitted exactly one to colo.user.milestones"
+            ),
         "colo verify: {last}\nlogs:\n{}",
         logs()
     );

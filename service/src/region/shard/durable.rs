@@ -458,7 +458,7 @@ impl<E: Entity> DurableShard<E> {
             id,
             &mut kept.outbox,
             (cause, outputs),
-            (&self.entity_type, self.shard, self.epoch),
+            (&self.entity_type, self.shard),
             self.seq,
         );
         let hash = state_hash(state);

@@ -91,8 +91,12 @@ pub(in crate::region::shard) struct ShardOutbox {
     /// Entities the index named, to read.
     to_find: Vec<EntityId>,
     finding: Option<Finding>,
-    /// Numbers the outputs of messages that have no cause to name them
-    /// by (plain tells and asks, stop messages) within this start.
+    /// Names this start of the shard in the ids of the outputs of
+    /// messages that have no cause to name them by (plain tells and asks,
+    /// stop messages): drawn at random, as a shard without a changelog
+    /// starts at the same epoch each time.
+    start: u64,
+    /// Numbers those outputs within this start.
     next: u64,
     metrics: OutputMetrics,
 }
@@ -107,6 +111,7 @@ impl ShardOutbox {
             backoff: None,
             to_find: Vec::new(),
             finding: None,
+            start: rand::random(),
             next: 0,
             metrics: OutputMetrics::new(entity_type),
         }
@@ -148,15 +153,15 @@ impl ShardOutbox {
     /// What a message emitted, into the entity's outbox (`outbox`, its
     /// record's) and the shard's, `Unwritten` until write `seq` (the one
     /// that will hold the change) is durable; the sent outputs are dropped
-    /// from the record here. `what`: the entity type, the shard and this
-    /// start's epoch, which name the outputs. True if the outbox changed.
+    /// from the record here. `what`: the entity type and the shard, which
+    /// name the outputs. True if the outbox changed.
     pub fn change(
         &mut self,
         timers: &mut ShardTimers,
         id: &EntityId,
         outbox: &mut Vec<Output>,
         (cause, emitted): (Option<&Cause>, Vec<Emitted>),
-        what: (&str, ShardId, u64),
+        what: (&str, ShardId),
         seq: u64,
     ) -> bool {
         let mut changed = false;
@@ -226,12 +231,12 @@ impl ShardOutbox {
 
     /// Each output's id: the entity type, and what caused it (a record's
     /// topic, partition and offset, a timer's due time and name, a tell's
-    /// idempotency key; else this start's epoch and a count), then its
+    /// idempotency key; else the shard, this start and a count), then its
     /// place among the message's outputs. The same message handled again
     /// emits the same ids.
     fn ids(
         &mut self,
-        (entity_type, shard, epoch): (&str, ShardId, u64),
+        (entity_type, shard): (&str, ShardId),
         id: &EntityId,
         cause: Option<&Cause>,
         n: usize,
@@ -248,7 +253,10 @@ impl ShardOutbox {
             Some(Cause::Keyed(key)) => format!("{entity_type}/tell/{id}/{key}"),
             None => {
                 self.next += 1;
-                format!("{entity_type}/{}/{epoch}/{}", shard.0, self.next)
+                format!(
+                    "{entity_type}/{}/{:016x}/{}",
+                    shard.0, self.start, self.next
+                )
             }
         };
         (0..n).map(|i| format!("{base}/{i}")).collect()
