@@ -158,6 +158,11 @@ COLO_BENCH_NODES=3 COLO_BENCH_SHARDS=64 COLO_BENCH_ENTITIES=5000 COLO_BENCH_ACTI
   cargo bench -p colo-tests --locked --bench scale | tail -n 5
 grep -qF "cargo bench -p colo-tests --bench broker" README.md
 COLO_BENCH_RUNS=1 COLO_BENCH_CLUSTER_RUNS=1 cargo bench -p colo-tests --locked --bench broker | tail -n 5
+grep -qF "cargo bench -p colo-tests --bench outputs" README.md
+# One run of each program, 20,000 records of 2,000 users instead of three
+# of 200,000.
+COLO_BENCH_RUNS=1 COLO_BENCH_RECORDS=20000 COLO_BENCH_USERS=2000 \
+  cargo bench -p colo-tests --locked --bench outputs | tail -n 4
 grep -qF "cargo bench -p colo-tests --bench partitioners" README.md
 # One run of each partitioner, 20,000 records instead of two of 100,000.
 COLO_BENCH_RUNS=1 COLO_BENCH_RECORDS=20000 COLO_BENCH_USERS=2000 \

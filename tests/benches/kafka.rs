@@ -28,7 +28,7 @@ use colo_tests::process::{NodeProcess, Program};
 use colo_tests::purchases::Producer;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::time::{Duration, Instant};
-use support::{cpu_seconds, env};
+use support::{cpu_seconds, env, through, Rate};
 
 const PARTITIONS: u32 = 24;
 
@@ -63,13 +63,7 @@ enum Users {
 }
 
 async fn handled(node: &NodeProcess) -> f64 {
-    let Ok((_, body)) = http::get(&node.admin, "/metrics").await else {
-        return 0.0;
-    };
-    body.lines()
-        .filter(|l| l.starts_with("colo_kafka_records_total{") && l.contains("outcome=\"handled\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    support::metric(node, "colo_kafka_records_total{", "outcome=\"handled\"").await
 }
 
 /// A bare consumer in a group of its own: records per second from its
@@ -110,13 +104,6 @@ fn bare(bootstrap: &str, topic: &str, group: &str, count: u64) -> Rate {
     }
 }
 
-/// A node's rate: records per second from its first handled record to the
-/// last, and the CPU seconds it used meanwhile per million records.
-struct Rate {
-    records_per_second: f64,
-    cpu_per_million: f64,
-}
-
 /// A `colo run` node in a group of its own: records per second from its
 /// first handled record to the `count`-th.
 async fn through_colo(
@@ -127,39 +114,11 @@ async fn through_colo(
     users: Users,
 ) -> Rate {
     let sets = node_sets(bootstrap, topic, cluster, false);
-    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
     let program = match users {
         Users::Durable => Program::Colo,
         Users::InMemory => Program::Example("users_in_memory"),
     };
-    let node = NodeProcess::start_program(program, None, &sets);
-    node.await_ready(Duration::from_secs(30)).await;
-    let mut first = None;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut tick = tokio::time::interval(Duration::from_millis(20));
-    loop {
-        tick.tick().await;
-        let done = handled(&node).await;
-        if done > 0.0 && first.is_none() {
-            first = Some((Instant::now(), cpu_seconds(node.pid())));
-        }
-        if done as u64 >= count {
-            break;
-        }
-        if Instant::now() > deadline {
-            let (_, body) = http::get(&node.admin, "/metrics").await.unwrap_or_default();
-            let kafka: Vec<&str> = body
-                .lines()
-                .filter(|l| l.starts_with("colo_kafka") && !l.contains("_bucket"))
-                .collect();
-            panic!("colo handled only {done} of {count}:\n{}", kafka.join("\n"));
-        }
-    }
-    let (started, cpu) = first.expect("a record");
-    Rate {
-        records_per_second: count as f64 / started.elapsed().as_secs_f64(),
-        cpu_per_million: (cpu_seconds(node.pid()) - cpu) * 1e6 / count as f64,
-    }
+    through(program, &sets, count).await
 }
 
 async fn throughput(broker: &Broker) {

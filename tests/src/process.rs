@@ -179,6 +179,9 @@ pub enum Program {
     /// An example of the colo crate that is a node program of its own, with
     /// the entity types it registers.
     Example(&'static str),
+    /// The same, with environment variables of its own (what an example
+    /// takes beside `colo run`'s flags).
+    ExampleWith(&'static str, &'static [(&'static str, &'static str)]),
     /// A crate of the workspace that is a node program of its own.
     Crate(&'static str),
 }
@@ -188,7 +191,9 @@ impl Program {
     fn command(&self) -> (PathBuf, Vec<&'static str>) {
         match self {
             Program::Colo => (colo_binary(), vec!["run"]),
-            Program::Example(name) => (example_binary(name), vec![]),
+            Program::Example(name) | Program::ExampleWith(name, _) => {
+                (example_binary(name), vec![])
+            }
             Program::Crate(name) => (crate_binary(name), vec![]),
         }
     }
@@ -327,6 +332,9 @@ level = "info,colo=debug"
             }
             None => Command::new(binary),
         };
+        if let Program::ExampleWith(_, env) = &self.program {
+            command.envs(env.iter().copied());
+        }
         // A node exits with its test process, however that one ends.
         let child = command
             .args(leading)

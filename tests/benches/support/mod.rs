@@ -85,3 +85,71 @@ pub fn cpu_seconds(pid: Option<u32>) -> f64 {
         _ => f64::NAN,
     }
 }
+
+/// A node's rate: records per second from its first handled record to the
+/// last, and the CPU seconds it used meanwhile per million records.
+pub struct Rate {
+    pub records_per_second: f64,
+    pub cpu_per_million: f64,
+}
+
+/// The handled records' counter, as [`through_all`] takes it.
+pub const HANDLED: (&str, &str) = ("colo_kafka_records_total{", "outcome=\"handled\"");
+
+/// A node of `program` (`sets`: its `--set`s) in a group of its own, the
+/// records already on its topic: its rate from its first handled record
+/// to the `count`-th (two minutes at most).
+pub async fn through(program: colo_tests::process::Program, sets: &[String], count: u64) -> Rate {
+    through_all(program, sets, count, &[HANDLED]).await
+}
+
+/// [`through`], until each of `counters` (name, label) reaches `count`.
+pub async fn through_all(
+    program: colo_tests::process::Program,
+    sets: &[String],
+    count: u64,
+    counters: &[(&str, &str)],
+) -> Rate {
+    use std::time::Instant;
+    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let node = NodeProcess::start_program(program, None, &sets);
+    node.await_ready(Duration::from_secs(30)).await;
+    let handled = || async {
+        let mut least = f64::INFINITY;
+        for (name, label) in counters {
+            least = least.min(metric(&node, name, label).await);
+        }
+        least
+    };
+    let mut first = None;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    loop {
+        tick.tick().await;
+        let done = handled().await;
+        if done > 0.0 && first.is_none() {
+            first = Some((Instant::now(), cpu_seconds(node.pid())));
+        }
+        if done as u64 >= count {
+            break;
+        }
+        if Instant::now() > deadline {
+            let (_, body) = colo_tests::http::get(&node.admin, "/metrics")
+                .await
+                .unwrap_or_default();
+            let kafka: Vec<&str> = body
+                .lines()
+                .filter(|l| l.starts_with("colo_kafka") && !l.contains("_bucket"))
+                .collect();
+            panic!(
+                "the node handled only {done} of {count}:\n{}",
+                kafka.join("\n")
+            );
+        }
+    }
+    let (started, cpu) = first.expect("a record");
+    Rate {
+        records_per_second: count as f64 / started.elapsed().as_secs_f64(),
+        cpu_per_million: (cpu_seconds(node.pid()) - cpu) * 1e6 / count as f64,
+    }
+}

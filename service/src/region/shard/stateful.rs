@@ -277,8 +277,10 @@ impl<E: Entity, F: Future<Output = Done<E>>> Shard<E, F> {
             return false;
         }
         // A revoke commits before its hand-off: deleted entities whose
-        // offsets that commit passed are removed by the last write.
+        // offsets that commit passed are removed by the last write, with
+        // the outputs sent dropped from their records.
         durable.check_removals();
+        durable.poll_drops(None);
         if durable.settled() {
             // Its outputs are sent first, and dropped from their records:
             // the next owner would send them again.

@@ -40,6 +40,14 @@ const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 /// The most outputs one send takes.
 const MOST_PER_SEND: usize = 10_000;
 
+/// How long after its send an output waits to be dropped from its
+/// entity's record by a write of its own. An entity that changes
+/// meanwhile drops it with that change, for nothing: with a write of its
+/// own per output, a node emitting a record per record handled a quarter
+/// as many (BENCHMARKS.md, "Output records"). A node that dies within it
+/// leaves the output to be sent again, under the same id.
+const DROP_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Where an output is on its way out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -86,8 +94,18 @@ pub(in crate::region::shard) struct ShardOutbox {
     entities: Map<Entry>,
     /// Entities whose index entry is written, or goes into the next write.
     indexed: std::collections::HashSet<EntityId>,
+    /// Entities with outputs `Durable` (one may be named twice, or have
+    /// none any more): what the next send looks at, rather than every
+    /// entity with outputs at every turn of the shard.
+    ready: Vec<EntityId>,
     sending: Option<Sending>,
     backoff: Option<Pin<Box<Sleep>>>,
+    /// Entities whose outputs were sent, oldest first, each with when its
+    /// record is rewritten without them (their ids) if a change of the
+    /// entity has not dropped them by then.
+    to_drop: std::collections::VecDeque<(tokio::time::Instant, EntityId, Vec<String>)>,
+    /// Wakes the shard for the first of `to_drop`.
+    drop_wake: Option<Pin<Box<Sleep>>>,
     /// Entities the index named, to read.
     to_find: Vec<EntityId>,
     finding: Option<Finding>,
@@ -107,8 +125,11 @@ impl ShardOutbox {
             sink,
             entities: Map::default(),
             indexed: std::collections::HashSet::new(),
+            ready: Vec::new(),
             sending: None,
             backoff: None,
+            to_drop: std::collections::VecDeque::new(),
+            drop_wake: None,
             to_find: Vec::new(),
             finding: None,
             start: rand::random(),
@@ -134,10 +155,15 @@ impl ShardOutbox {
             if let Some(record) = states.get(id) {
                 entry.record = Some(record.clone());
             }
+            let mut ready = false;
             for pending in &mut entry.outputs {
                 if matches!(pending.phase, Phase::Unwritten { seq: s } if s <= seq) {
                     pending.phase = Phase::Durable;
+                    ready = true;
                 }
+            }
+            if ready {
+                self.ready.push(id.clone());
             }
         }
     }
@@ -272,6 +298,7 @@ impl<E: Entity> DurableShard<E> {
             return;
         }
         self.outbox.indexed.insert(id.clone());
+        self.outbox.ready.push(id.clone());
         self.outbox
             .metrics
             .pending
@@ -297,13 +324,13 @@ impl<E: Entity> DurableShard<E> {
     pub fn poll_outbox(&mut self, cx: &mut Context<'_>) -> bool {
         let mut progressed = self.poll_find(cx);
         if let Some(sending) = self.outbox.sending.as_mut() {
-            let Poll::Ready((sent, ok)) = sending.as_mut().poll(cx) else {
-                return progressed;
-            };
-            self.outbox.sending = None;
-            progressed = true;
-            self.sent(sent, ok);
+            if let Poll::Ready((sent, ok)) = sending.as_mut().poll(cx) {
+                self.outbox.sending = None;
+                progressed = true;
+                self.sent(sent, ok);
+            }
         }
+        progressed |= self.poll_drops(Some(cx));
         if let Some(backoff) = self.outbox.backoff.as_mut() {
             if backoff.as_mut().poll(cx).is_pending() {
                 return progressed;
@@ -311,6 +338,39 @@ impl<E: Entity> DurableShard<E> {
             self.outbox.backoff = None;
         }
         progressed | self.start_send(cx)
+    }
+
+    /// Rewrites the records of the entities whose outputs were sent
+    /// [`DROP_AFTER`] ago, or all of them (`cx` = `None`: a hand-off). True
+    /// if one was.
+    pub fn poll_drops(&mut self, cx: Option<&mut Context<'_>>) -> bool {
+        let now = tokio::time::Instant::now();
+        let mut dropped = false;
+        while let Some((at, _, _)) = self.outbox.to_drop.front() {
+            if cx.is_some() && *at > now {
+                break;
+            }
+            if let Some((_, id, sent)) = self.outbox.to_drop.pop_front() {
+                dropped |= self.drop_sent(&id, &sent);
+            }
+        }
+        let (Some(cx), Some((at, _, _))) = (cx, self.outbox.to_drop.front()) else {
+            self.outbox.drop_wake = None;
+            return dropped;
+        };
+        let at = *at;
+        let wake = self
+            .outbox
+            .drop_wake
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        if wake.deadline() != at {
+            wake.as_mut().reset(at);
+        }
+        if wake.as_mut().poll(cx).is_ready() {
+            self.outbox.drop_wake = None;
+            cx.waker().wake_by_ref();
+        }
+        dropped
     }
 
     fn poll_find(&mut self, cx: &mut Context<'_>) -> bool {
@@ -382,17 +442,25 @@ impl<E: Entity> DurableShard<E> {
         }
         let mut batch: Vec<(EntityId, Vec<Output>)> = Vec::new();
         let mut n = 0;
-        for (id, entry) in &mut self.outbox.entities {
+        let ready = std::mem::take(&mut self.outbox.ready);
+        for id in ready {
+            let Some(entry) = self.outbox.entities.get_mut(&id) else {
+                continue;
+            };
+            if n >= MOST_PER_SEND {
+                self.outbox.ready.push(id);
+                continue;
+            }
             let mut outputs = Vec::new();
             for pending in &mut entry.outputs {
-                if pending.phase == Phase::Durable && n < MOST_PER_SEND {
+                if pending.phase == Phase::Durable {
                     pending.phase = Phase::Sending;
                     outputs.push(pending.output.clone());
                     n += 1;
                 }
             }
             if !outputs.is_empty() {
-                batch.push((id.clone(), outputs));
+                batch.push((id, outputs));
             }
         }
         if batch.is_empty() {
@@ -441,7 +509,10 @@ impl<E: Entity> DurableShard<E> {
                 }
             }
             if ok {
-                self.drop_sent(&id);
+                let at = tokio::time::Instant::now() + DROP_AFTER;
+                self.outbox.to_drop.push_back((at, id, ids));
+            } else {
+                self.outbox.ready.push(id);
             }
         }
         if ok {
@@ -455,14 +526,20 @@ impl<E: Entity> DurableShard<E> {
 
     /// Drops the entity's sent outputs from its newest record: the one
     /// waiting to be written, rewritten in place, or else its last durable
-    /// one, written again under this start's key.
-    fn drop_sent(&mut self, id: &EntityId) {
-        let Some(entry) = self.outbox.entities.get(id) else {
-            return;
+    /// one, written again under this start's key. Nothing if a change of
+    /// the entity dropped those of `sent` since (a busy entity drops each
+    /// with its next change). True if it rewrote one.
+    fn drop_sent(&mut self, id: &EntityId, sent: &[String]) -> bool {
+        let Some(entry) = self.outbox.entities.get(id).filter(|e| {
+            e.outputs
+                .iter()
+                .any(|p| p.phase == Phase::Sent && sent.contains(&p.output.id))
+        }) else {
+            return false;
         };
         let newest = self.unwritten(id).or(entry.record.as_ref());
         let Some(mut record) = newest.and_then(|value| StateRecord::decode(value).ok()) else {
-            return;
+            return false;
         };
         record.outbox.retain(|o| !entry.is_sent(o));
         if let Some(kept) = self.kept.get_mut(id) {
@@ -489,6 +566,7 @@ impl<E: Entity> DurableShard<E> {
             .index(&mut self.timers, id, !record.outbox.is_empty());
         self.dirty.insert(id.clone(), record.encode());
         self.durability.changed(self.seq);
+        true
     }
 
     fn serving_stopped(&self) -> bool {
