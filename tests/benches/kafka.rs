@@ -63,7 +63,7 @@ enum Users {
 }
 
 async fn handled(node: &NodeProcess) -> f64 {
-    support::metric(node, "colo_kafka_records_total{", "outcome=\"handled\"").await
+    support::metric(node, support::HANDLED.0, support::HANDLED.1).await
 }
 
 /// A bare consumer in a group of its own: records per second from its

@@ -5,7 +5,7 @@
 //! build the colo crate whose sample events it writes.
 
 use colo::process::samples::purchases::{
-    check_milestones, encode_event, Generator, MilestonesChecked, Totals,
+    encode_event, read_back_milestones, Generator, MilestonesChecked, Totals,
 };
 use colo_tests::rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
 use colo_tests::rdkafka::ClientConfig;
@@ -133,30 +133,11 @@ pub async fn milestones(
     within: std::time::Duration,
 ) -> Result<MilestonesChecked, MilestonesChecked> {
     let topic = colo::process::samples::purchases::milestone_topic(cluster);
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        let read = tokio::task::spawn_blocking({
-            let (bootstrap, topic) = (bootstrap.to_string(), topic.clone());
-            move || {
-                colo_connectors::read_outputs(
-                    &bootstrap,
-                    &[],
-                    &topic,
-                    colo::OUTPUT_ID_HEADER,
-                    std::time::Duration::from_secs(30),
-                )
-            }
-        })
+    let checked = read_back_milestones(bootstrap, &[], &topic, totals, within)
         .await
-        .expect("read thread")
         .expect("the milestone topic");
-        let checked = check_milestones(&topic, totals, &read);
-        if checked.all_once() {
-            return Ok(checked);
-        }
-        if std::time::Instant::now() >= deadline {
-            return Err(checked);
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    match checked.all_once() {
+        true => Ok(checked),
+        false => Err(checked),
     }
 }

@@ -23,7 +23,7 @@ mod milestones;
 mod records;
 
 pub use generate::{Generator, Totals};
-pub use milestones::{check_milestones, MilestonesChecked};
+pub use milestones::{check_milestones, read_back_milestones, MilestonesChecked};
 pub use records::{encode_event, purchase_records};
 
 use crate::entity::{Entity, EntityContext, EntityError};

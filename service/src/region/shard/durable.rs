@@ -294,18 +294,23 @@ impl<E: Entity> DurableShard<E> {
     /// Where a starting entity's state comes from: what changed here and is
     /// not written yet, or a read from the store (started here).
     pub fn start(&mut self, id: &EntityId) -> Result<Start<E>, String> {
-        let unwritten = self.dirty.get(id).or_else(|| {
-            self.writing
-                .as_ref()
-                .and_then(|writing| writing.states.get(id))
-        });
-        if let Some(value) = unwritten {
+        if let Some(value) = self.unwritten(id) {
             let value = value.clone();
             self.metrics.loaded_memory.increment(1);
             return self.decode(id, &value, false);
         }
         self.loads.push(id.clone());
         Ok(Start::Loading)
+    }
+
+    /// The entity's newest record not durable yet, if it has one: what
+    /// changed since the last write began, or what that write holds.
+    pub(super) fn unwritten(&self, id: &EntityId) -> Option<&Vec<u8>> {
+        self.dirty.get(id).or_else(|| {
+            self.writing
+                .as_ref()
+                .and_then(|writing| writing.states.get(id))
+        })
     }
 
     /// The next entity whose state was read (see `loads.rs`).

@@ -16,7 +16,7 @@ mod milestones;
 use super::client::{code_name, entity_type, message_json, Client, Credentials, DEFAULT_ADDR};
 use colo::codec::ContentType;
 use colo::process::samples::purchases::{
-    check_milestones, MilestonesChecked, Totals, UserStats, USER,
+    read_back_milestones, MilestonesChecked, Totals, UserStats, USER,
 };
 use colo_proto::v1::{AskRequest, Payload};
 use futures::stream::{self, StreamExt};
@@ -223,24 +223,11 @@ pub async fn verify(args: &VerifyArgs) -> Result<Verified, VerifyError> {
         .collect()
         .await;
     let milestones = match (&args.milestones, &args.bootstrap_servers, &plan.totals) {
-        (Some(topic), Some(servers), Some(totals)) => {
-            let (topic, servers, client) = (topic.clone(), servers.clone(), args.client.clone());
-            let wait = args.timeout;
-            let read = tokio::task::spawn_blocking(move || {
-                colo_connectors::read_outputs(
-                    &servers,
-                    &client,
-                    &topic,
-                    colo::OUTPUT_ID_HEADER,
-                    wait,
-                )
-                .map(|read| (topic, read))
-            })
-            .await
-            .map_err(|e| VerifyError::Milestones(e.to_string()))?
-            .map_err(|e| VerifyError::Milestones(e.to_string()))?;
-            Some(check_milestones(&read.0, totals, &read.1))
-        }
+        (Some(topic), Some(servers), Some(totals)) => Some(
+            read_back_milestones(servers, &args.client, topic, totals, Duration::ZERO)
+                .await
+                .map_err(VerifyError::Milestones)?,
+        ),
         _ => None,
     };
     let mut verified = Verified {

@@ -2,13 +2,13 @@
 //! emits one record to `demo.user.milestones`, kept with the change that
 //! crossed it and sent once that change is durable. At the end the topic
 //! is read back as a reader with `read_committed` sees it: each such user
-//! must have emitted exactly one, through the joins, leaves and crash.
+//! must have emitted exactly one, through the joins and leaves.
 
 use super::DemoError;
 use colo::process::samples::purchases::{
-    check_milestones, milestone_topic, MilestonesChecked, Totals,
+    milestone_topic, read_back_milestones, MilestonesChecked, Totals,
 };
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The demo's cluster name, as its topics have it.
 const CLUSTER: &str = "demo";
@@ -27,27 +27,7 @@ pub(super) async fn checked(
     bootstrap: &str,
     expected: &Totals,
 ) -> Result<MilestonesChecked, DemoError> {
-    let deadline = Instant::now() + SENT_WITHIN;
-    loop {
-        let read = tokio::task::spawn_blocking({
-            let bootstrap = bootstrap.to_string();
-            move || {
-                colo_connectors::read_outputs(
-                    &bootstrap,
-                    &[],
-                    &topic(),
-                    colo::OUTPUT_ID_HEADER,
-                    Duration::from_secs(10),
-                )
-            }
-        })
+    read_back_milestones(bootstrap, &[], &topic(), expected, SENT_WITHIN)
         .await
-        .map_err(|e| DemoError::Step(format!("read the milestones: {e}")))?
-        .map_err(|e| DemoError::Step(format!("read the milestones: {e}")))?;
-        let checked = check_milestones(&topic(), expected, &read);
-        if checked.all_once() || Instant::now() >= deadline {
-            return Ok(checked);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        .map_err(|e| DemoError::Step(format!("read the milestones: {e}")))
 }

@@ -9,6 +9,10 @@
 use super::{Milestone, Totals};
 use colo_connectors::OutputRead;
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+/// How long one read of the topic may wait for its next record.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the milestone topic holds, against what was produced.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -71,6 +75,50 @@ pub fn check_milestones(topic: &str, totals: &Totals, read: &[OutputRead]) -> Mi
         .cloned()
         .collect();
     checked
+}
+
+/// `topic` on `bootstrap_servers` read back with read_committed
+/// (`client`: librdkafka properties for the read) and checked against
+/// `totals`, again until every user who crossed the milestone emitted
+/// exactly one or `within` has passed (the last are sent just after their
+/// change is durable; `Duration::ZERO`: one read). The last check.
+///
+/// # Errors
+/// The topic cannot be read.
+pub async fn read_back_milestones(
+    bootstrap_servers: &str,
+    client: &[(String, String)],
+    topic: &str,
+    totals: &Totals,
+    within: Duration,
+) -> Result<MilestonesChecked, String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let read = tokio::task::spawn_blocking({
+            let (servers, client, topic) = (
+                bootstrap_servers.to_string(),
+                client.to_vec(),
+                topic.to_string(),
+            );
+            move || {
+                colo_connectors::read_outputs(
+                    &servers,
+                    &client,
+                    &topic,
+                    crate::OUTPUT_ID_HEADER,
+                    READ_TIMEOUT,
+                )
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("{topic}: {e}"))?;
+        let checked = check_milestones(topic, totals, &read);
+        if checked.all_once() || Instant::now() >= deadline {
+            return Ok(checked);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[cfg(test)]

@@ -37,13 +37,7 @@ impl<E: Entity> DurableShard<E> {
         reply: Reply<E::Reply>,
         result: Result<E::Reply, AskError>,
     ) {
-        let unwritten = || {
-            self.dirty.contains_key(id)
-                || self
-                    .writing
-                    .as_ref()
-                    .is_some_and(|w| w.states.contains_key(id))
-        };
+        let unwritten = || self.unwritten(id).is_some();
         if waits_for_write(&reply, &result, unwritten) {
             self.held.push((reply, result));
         } else {

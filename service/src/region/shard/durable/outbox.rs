@@ -149,12 +149,17 @@ impl ShardOutbox {
     }
 
     /// A write is durable: the outputs it held may be sent, and its
-    /// records are the entities' last durable ones.
+    /// records are the entities' last durable ones. Looked up from the
+    /// write's records, as many as the write itself had to encode: every
+    /// unwritten output is in one of them (its change put its entity's
+    /// record in the write, or in the failed one whose records this one
+    /// took).
     pub fn written(&mut self, seq: u64, states: &Map<Vec<u8>>) {
-        for (id, entry) in &mut self.entities {
-            if let Some(record) = states.get(id) {
-                entry.record = Some(record.clone());
-            }
+        for (id, record) in states {
+            let Some(entry) = self.entities.get_mut(id) else {
+                continue;
+            };
+            entry.record = Some(record.clone());
             let mut ready = false;
             for pending in &mut entry.outputs {
                 if matches!(pending.phase, Phase::Unwritten { seq: s } if s <= seq) {
@@ -422,15 +427,6 @@ impl<E: Entity> DurableShard<E> {
         }
         cx.waker().wake_by_ref();
         true
-    }
-
-    /// The entity's newest record not durable yet, if it has one.
-    pub(super) fn unwritten(&self, id: &EntityId) -> Option<&Vec<u8>> {
-        self.dirty.get(id).or_else(|| {
-            self.writing
-                .as_ref()
-                .and_then(|writing| writing.states.get(id))
-        })
     }
 
     fn start_send(&mut self, cx: &mut Context<'_>) -> bool {
