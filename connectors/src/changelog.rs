@@ -95,6 +95,10 @@ pub struct Changelog {
     /// queued lands, or is dropped, within one and a half bounds of the
     /// write's start, however full the queue was.
     queue_within: Duration,
+    write_within: Duration,
+    /// Whether each start of a shard writes its partition in transactions
+    /// of its own (see `transactions.rs`).
+    transactional: bool,
 }
 
 impl std::fmt::Debug for Changelog {
@@ -208,7 +212,22 @@ impl Changelog {
             client: client.to_vec(),
             timeout,
             queue_within: write_within / 2,
+            write_within,
+            transactional: false,
         })
+    }
+
+    /// The same changelog, with each start of a shard writing its
+    /// partition in transactions of its own, its outputs in the same ones
+    /// ([`Changelog::transactions`]).
+    #[must_use]
+    pub fn with_transactions(mut self) -> Self {
+        self.transactional = true;
+        self
+    }
+
+    pub fn is_transactional(&self) -> bool {
+        self.transactional
     }
 
     pub fn topic(&self) -> &str {
@@ -301,17 +320,7 @@ impl Changelog {
         let mut pending = Vec::with_capacity(records.len());
         let queue_by = tokio::time::Instant::now() + self.queue_within;
         for write in records {
-            let (record, delivery) = AwaitedProducer::record::<[u8], [u8]>(&self.topic);
-            let mut record = record.partition(partition).key(write.key);
-            if let Some(value) = write.value {
-                record = record.payload(value);
-            }
-            if let Some(tag) = write.tag {
-                record = record.headers(OwnedHeaders::new().insert(Header {
-                    key: TAG_HEADER,
-                    value: Some(tag),
-                }));
-            }
+            let (record, delivery) = changelog_record(&self.topic, partition, &write);
             // A record queued after `queue_by` would be sent later than
             // the write's bound.
             self.producer
@@ -320,15 +329,7 @@ impl Changelog {
                 .map_err(|e| self.error(e))?;
             pending.push(delivery);
         }
-        let mut offsets = Vec::with_capacity(pending.len());
-        for delivered in join_all(pending).await {
-            match delivered {
-                Ok(Ok((_, offset))) => offsets.push(offset),
-                Ok(Err(e)) => return Err(self.error(e)),
-                Err(_) => return Err(self.error(KafkaError::Canceled)),
-            }
-        }
-        Ok(offsets)
+        delivered(pending).await.map_err(|e| self.error(e))
     }
 
     /// Reads `partition` from `from` (`None`: its first record) up to
@@ -438,6 +439,43 @@ impl Changelog {
     }
 }
 
+/// Each record's offset, once the broker has them all; the first failure
+/// otherwise.
+async fn delivered(deliveries: Vec<crate::deliveries::Delivery>) -> Result<Vec<i64>, KafkaError> {
+    let mut offsets = Vec::with_capacity(deliveries.len());
+    for delivered in join_all(deliveries).await {
+        match delivered {
+            Ok(Ok((_, offset))) => offsets.push(offset),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(KafkaError::Canceled),
+        }
+    }
+    Ok(offsets)
+}
+
+/// A changelog record as librdkafka's record, to `partition`.
+fn changelog_record<'a>(
+    topic: &'a str,
+    partition: i32,
+    write: &ChangelogWrite<'a>,
+) -> (
+    crate::deliveries::AwaitedRecord<'a, [u8], [u8]>,
+    crate::deliveries::Delivery,
+) {
+    let (record, delivery) = AwaitedProducer::record::<[u8], [u8]>(topic);
+    let mut record = record.partition(partition).key(write.key);
+    if let Some(value) = write.value {
+        record = record.payload(value);
+    }
+    if let Some(tag) = write.tag {
+        record = record.headers(OwnedHeaders::new().insert(Header {
+            key: TAG_HEADER,
+            value: Some(tag),
+        }));
+    }
+    (record, delivery)
+}
+
 /// The context of a read's consumer (a changelog's, an output topic's).
 /// librdkafka also reports the end of the partition, which every read
 /// reaches, as an error of the client: the read takes the end from its
@@ -481,3 +519,5 @@ impl Changelog {
 
 #[cfg(test)]
 mod tests;
+mod transactions;
+pub use transactions::ShardTransactions;

@@ -166,6 +166,12 @@ impl AwaitedProducer {
         }
     }
 
+    /// The producer itself, for librdkafka's blocking calls (a
+    /// transaction's), made off the runtime.
+    pub fn base(&self) -> Arc<BaseProducer<Deliveries>> {
+        self.producer.clone()
+    }
+
     /// The producer's client, for metadata.
     pub fn client(&self) -> &rdkafka::client::Client<Deliveries> {
         self.producer.client()

@@ -51,7 +51,9 @@ mod topics;
 
 pub use ack::{Ack, AWAITING_DURABILITY_PER_IN_FLIGHT};
 pub use brokers::{check_brokers, BrokerError, Reached};
-pub use changelog::{Changelog, ChangelogError, ChangelogRecord, ChangelogWrite, CHANGELOG_CONFIG};
+pub use changelog::{
+    Changelog, ChangelogError, ChangelogRecord, ChangelogWrite, ShardTransactions, CHANGELOG_CONFIG,
+};
 pub use cluster_data::{broker_addresses, delete_topics, live_groups, topics_named, LiveGroup};
 pub use colo_allocation::MessageExtractor;
 pub use dead_letters::{

@@ -110,19 +110,7 @@ impl OutputProducer {
                 topic: write.topic.to_string(),
                 source,
             };
-            let (record, delivery) = AwaitedProducer::record::<[u8], [u8]>(write.topic);
-            let mut headers = OwnedHeaders::new_with_capacity(write.headers.len() + 1);
-            for (name, value) in write.headers {
-                headers = headers.insert(Header {
-                    key: name,
-                    value: Some(value),
-                });
-            }
-            headers = headers.insert(Header {
-                key: write.id.0,
-                value: Some(write.id.1),
-            });
-            let record = record.key(write.key).payload(write.value).headers(headers);
+            let (record, delivery) = output_record(write);
             self.producer.send_by(record, by).await.map_err(failed)?;
             pending.push((write.topic, delivery));
         }
@@ -140,6 +128,31 @@ impl OutputProducer {
         }
         Ok(())
     }
+}
+
+/// An output as librdkafka's record: the handler's headers, then the id's.
+pub(crate) fn output_record<'a>(
+    write: &OutputWrite<'a>,
+) -> (
+    crate::deliveries::AwaitedRecord<'a, [u8], [u8]>,
+    crate::deliveries::Delivery,
+) {
+    let (record, delivery) = AwaitedProducer::record::<[u8], [u8]>(write.topic);
+    let mut headers = OwnedHeaders::new_with_capacity(write.headers.len() + 1);
+    for (name, value) in write.headers {
+        headers = headers.insert(Header {
+            key: name,
+            value: Some(value),
+        });
+    }
+    headers = headers.insert(Header {
+        key: write.id.0,
+        value: Some(write.id.1),
+    });
+    (
+        record.key(write.key).payload(write.value).headers(headers),
+        delivery,
+    )
 }
 
 /// One record read back from an output topic.

@@ -77,7 +77,7 @@ pub use region::{Delivery, ErasedError, ErasedRegion, PlacementError, Region, Te
 pub use settings::{EntityRecovery, SettingsError, ShardingSettings};
 pub use store::{
     ChangelogError, ChangelogRecord, ChangelogWrite, EntityChangelog, NodeStore, OutputRecord,
-    OutputSendError, OutputSink, StateSettings,
+    OutputSendError, OutputSink, ShardTransactions, StateSettings,
 };
 pub use tasks::TaskSet;
 pub use timer::{TimerError, MAX_TIMER_NAME};

@@ -23,10 +23,12 @@ mod standby;
 mod standby_view;
 
 pub(crate) use calls::StoreCalls;
-pub use changelog::{ChangelogError, ChangelogRecord, ChangelogWrite, EntityChangelog};
+pub use changelog::{
+    ChangelogError, ChangelogRecord, ChangelogWrite, EntityChangelog, ShardTransactions,
+};
 pub use outputs::{OutputRecord, OutputSendError, OutputSink};
 pub(crate) use restore::{
-    removal_keys, removal_tag, restore_until_done, state_key, Restore, Restored,
+    removal_keys, removal_tag, restore_until_done, state_key, Restore, Restored, Transactions,
 };
 pub(crate) use standby::Standbys;
 pub use standby_view::StandbyView;

@@ -20,7 +20,12 @@
 //! user's in order, a replay only going back); every user's totals exact
 //! (each purchase counted once: its count, its amount, its last
 //! sequence, no event out of sequence); every undecodable record
-//! dead-lettered; and no user live on two nodes at once.
+//! dead-lettered; every user who crossed the milestone emitted exactly
+//! one, as a reader with `read_committed` sees them; and no user live on
+//! two nodes at once.
+//!
+//! Even seeds run the nodes with `kafka.transactional_outputs`: there a
+//! milestone read twice, even under the same id, is a violation too.
 //!
 //! The seed is printed with the schedule. `COLO_FAULT_SEEDS` runs others:
 //! `7` reruns seed 7, `1..40` forty of them (README, "Exactly once").
@@ -196,6 +201,12 @@ impl fmt::Display for Schedule {
         }
         Ok(())
     }
+}
+
+/// Whether the seed's nodes send their outputs in transactions: even
+/// seeds.
+fn in_transactions(seed: u64) -> bool {
+    seed.is_multiple_of(2)
 }
 
 /// The seeds to run: `COLO_FAULT_SEEDS`, or the suite's.
@@ -417,7 +428,14 @@ fn kept_logs(seed: u64, nodes: &[&NodeProcess]) -> String {
 
 /// One schedule on `brokers`, checked.
 async fn run(schedule: &Schedule, brokers: &mut BrokerCluster, network: &Network) {
-    eprintln!("[{}] {schedule}", now());
+    eprintln!(
+        "[{}] {schedule}{}",
+        now(),
+        match in_transactions(schedule.seed) {
+            true => " (outputs in transactions)",
+            false => "",
+        }
+    );
     let rerun = format!(
         "rerun: {SEEDS}={} cargo nextest run -p colo-tests --test exactly_once_under_faults",
         schedule.seed
@@ -426,6 +444,10 @@ async fn run(schedule: &Schedule, brokers: &mut BrokerCluster, network: &Network
     let (topic, cluster) = unique(&format!("faults-{}", schedule.seed));
     let mut sets = elected_sets(brokers.bootstrap(), &topic, &cluster);
     sets.push("kafka.replication_factor=3".to_string());
+    let transactional = in_transactions(schedule.seed);
+    if transactional {
+        sets.push("kafka.transactional_outputs=true".to_string());
+    }
     let mut nodes = three_nodes(network, &sets).await;
     for node in &nodes {
         await_hosting(node).await;
@@ -488,10 +510,15 @@ async fn run(schedule: &Schedule, brokers: &mut BrokerCluster, network: &Network
     }
     // Outputs: each user who crossed the milestone emitted exactly one,
     // as a reader with read_committed sees them, the rare copy under the
-    // same id dropped.
+    // same id dropped; in transactions, no copy at all.
     let mut everyone = read_totals(&murmur2_file);
     everyone.users.extend(crc.users.clone());
     match milestones(&bootstrap, &cluster, &everyone, Duration::from_secs(60)).await {
+        Ok(checked) if transactional && checked.sent_twice > 0 => panic!(
+            "{schedule}\nin transactions, {} milestones were read twice: {checked:#?}\n{rerun}\nthe nodes' logs: {}",
+            checked.sent_twice,
+            kept_logs(schedule.seed, &refs)
+        ),
         Ok(checked) => eprintln!(
             "[{}] {} milestones each emitted once ({} sent twice under the same id)",
             now(),

@@ -13,20 +13,22 @@ impl OutputSink for OutputProducer {
         records: &'a [OutputRecord<'a>],
     ) -> BoxFuture<'a, Result<(), OutputSendError>> {
         async move {
-            let writes: Vec<OutputWrite<'_>> = records
-                .iter()
-                .map(|r| OutputWrite {
-                    topic: r.topic,
-                    key: r.key,
-                    value: r.value,
-                    headers: r.headers,
-                    id: (OUTPUT_ID_HEADER, r.id),
-                })
-                .collect();
+            let writes: Vec<OutputWrite<'_>> = records.iter().map(output_write).collect();
             OutputProducer::send(self, &writes)
                 .await
                 .map_err(|e| OutputSendError(Box::new(e)))
         }
         .boxed()
+    }
+}
+
+/// An output as `colo_connectors` sends it, its id in its header.
+pub(super) fn output_write<'a>(r: &OutputRecord<'a>) -> OutputWrite<'a> {
+    OutputWrite {
+        topic: r.topic,
+        key: r.key,
+        value: r.value,
+        headers: r.headers,
+        id: (OUTPUT_ID_HEADER, r.id),
     }
 }

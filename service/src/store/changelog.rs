@@ -5,6 +5,7 @@
 //! (`kafka/changelog.rs`), as the coordinator's log is one of
 //! `CoordinatorStore`.
 
+use super::OutputRecord;
 use futures::future::BoxFuture;
 use std::ops::ControlFlow;
 
@@ -52,6 +53,19 @@ pub trait EntityChangelog: Send + Sync + 'static {
         records: &'a [ChangelogWrite<'a>],
     ) -> BoxFuture<'a, Result<Vec<i64>, ChangelogError>>;
 
+    /// With transactions: the writer of `partition` for a start of its
+    /// shard, opened (fencing the last start's, wherever it runs, and
+    /// aborting what that one left open). `None`: this changelog writes
+    /// without transactions, each write by [`EntityChangelog::write`] and
+    /// each output on its own.
+    fn transactions(
+        &self,
+        partition: i32,
+    ) -> Option<BoxFuture<'_, Result<Box<dyn ShardTransactions>, ChangelogError>>> {
+        let _ = partition;
+        None
+    }
+
     /// Reads `partition` from `from` (`None`: its first record) up to
     /// `until`, exclusive (`i64::MAX`: to whatever end the log reports),
     /// handing each record to `visit` until it breaks. Blocking: called
@@ -66,4 +80,23 @@ pub trait EntityChangelog: Send + Sync + 'static {
         until: i64,
         visit: &mut dyn FnMut(ChangelogRecord<'_>) -> ControlFlow<()>,
     ) -> Result<u64, ChangelogError>;
+}
+
+/// A start's writer of its shard's partition in transactions (see
+/// [`EntityChangelog::transactions`]): each write's records and the
+/// outputs its entities emitted go in one, so an output is read (with
+/// `read_committed`) once its change is in the changelog, and never
+/// otherwise.
+pub trait ShardTransactions: Send + Sync + 'static {
+    /// Writes `records` and sends `outputs` in one transaction; returns
+    /// each record's offset once it committed.
+    ///
+    /// # Errors
+    /// It did not commit: none of it counts as written (the caller writes
+    /// it all again), or a later start of the shard fenced this one.
+    fn write<'a>(
+        &'a self,
+        records: &'a [ChangelogWrite<'a>],
+        outputs: &'a [OutputRecord<'a>],
+    ) -> BoxFuture<'a, Result<Vec<i64>, ChangelogError>>;
 }

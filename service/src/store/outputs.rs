@@ -18,6 +18,18 @@ pub struct OutputRecord<'a> {
     pub id: &'a str,
 }
 
+impl<'a> From<&'a colo_state::Output> for OutputRecord<'a> {
+    fn from(o: &'a colo_state::Output) -> Self {
+        Self {
+            topic: &o.topic,
+            key: &o.key,
+            value: &o.value,
+            headers: &o.headers,
+            id: &o.id,
+        }
+    }
+}
+
 /// Why outputs could not all be sent: the sink's own error, whose text
 /// says which topic.
 #[derive(Debug, thiserror::Error)]

@@ -60,7 +60,7 @@
 
 mod passes;
 
-use super::{ChangelogError, ChangelogRecord, EntityChangelog};
+use super::{ChangelogError, ChangelogRecord, EntityChangelog, ShardTransactions};
 use crate::metrics::StateMetrics;
 use colo_allocation::ShardId;
 use colo_state::{Checkpoint, CheckpointKind, StateRecord, StateStore, StoreError, WriteBatch};
@@ -269,13 +269,36 @@ pub(crate) struct Restore {
     pub vouched: super::Vouched,
 }
 
+/// A shard's transactional writer, when its changelog has transactions.
+pub(crate) type Transactions = Option<Arc<dyn ShardTransactions>>;
+
 /// Restores until it works: a shard that cannot restore serves nothing
-/// (its messages wait), and says why each time.
-pub(crate) async fn restore_until_done(restore: Arc<Restore>, metrics: StateMetrics) -> Restored {
+/// (its messages wait), and says why each time. With transactions, the
+/// start's writer is opened first: that aborts what the last start left
+/// open, which a read of the partition would otherwise wait behind.
+pub(crate) async fn restore_until_done(
+    restore: Arc<Restore>,
+    metrics: StateMetrics,
+) -> (Restored, Transactions) {
     let mut backoff = Duration::from_millis(100);
+    let partition = i32::try_from(restore.shard.0).unwrap_or(i32::MAX);
+    let transactions = loop {
+        let Some(opening) = restore.changelog.transactions(partition) else {
+            break None;
+        };
+        match opening.await {
+            Ok(opened) => break Some(Arc::from(opened)),
+            Err(e) => {
+                metrics.restore_failures.increment(1);
+                tracing::error!(entity_type = %restore.entity_type, shard = %restore.shard, error = %e, retry_in = ?backoff, "the shard's changelog transactions cannot be opened; the shard serves nothing until they are");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    };
     loop {
         tracing::info!(entity_type = %restore.entity_type, shard = %restore.shard, "restoring shard state");
-        match restore.clone().run().await {
+        match restore.clone().run(transactions.clone()).await {
             Ok(restored) => {
                 metrics.restored(restored.from.label(), restored.took, restored.read);
                 tracing::info!(
@@ -289,7 +312,7 @@ pub(crate) async fn restore_until_done(restore: Arc<Restore>, metrics: StateMetr
                     took = ?restored.took,
                     "shard state restored"
                 );
-                return restored;
+                return (restored, transactions);
             }
             Err(e) => {
                 metrics.restore_failures.increment(1);

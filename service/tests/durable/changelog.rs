@@ -45,6 +45,23 @@ pub(crate) fn store(broker: &Broker, entity_type: &str, store: &Arc<dyn StateSto
     NodeStore::new(store.clone(), behind()).with_changelog(entity_type, changelog)
 }
 
+/// As [`store`], the changelog written in transactions with the outputs.
+pub(crate) fn transactional_store(
+    broker: &Broker,
+    entity_type: &str,
+    store: &Arc<dyn StateStore>,
+) -> NodeStore {
+    let changelog = Changelog::new(
+        &broker.bootstrap_servers(),
+        &[],
+        &topic(entity_type),
+        Duration::from_secs(10),
+    )
+    .expect("changelog")
+    .with_transactions();
+    NodeStore::new(store.clone(), behind()).with_changelog(entity_type, changelog)
+}
+
 fn behind() -> StateSettings {
     StateSettings {
         flush_interval: Duration::from_millis(20),

@@ -3,7 +3,8 @@
 //! entity's record once sent; a handler that fails emits nothing; a send
 //! that fails is sent again; what a node did not send is sent by the next
 //! node on the same store, or by the next owner through the changelog;
-//! bad outputs are refused to the handler and bad declarations to the
+//! with transactions, outputs go with their changes' changelog records
+//! and are read once; bad outputs are refused to the handler and bad declarations to the
 //! registration.
 
 use crate::ledger::{cluster, open, settings, shard_of, stored_as, Cluster, ASK};
@@ -436,4 +437,100 @@ async fn outputs_of_plain_asks_after_a_restart_have_ids_of_their_own() {
         .expect("added");
     let sent = sink.holds(2).await;
     assert_ne!(sent[0].id, sent[1].id, "{sent:?}");
+}
+
+/// With transactions, an output is read (`read_committed`) once its
+/// change is in the changelog, in the same transaction: it never enters
+/// the entity's record, the sink sends nothing, a failed handler's output
+/// is never read, and the next owner, restoring from the changelog, emits
+/// nothing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_in_transactions_are_read_once_with_their_changes() {
+    let broker = crate::changelog::broker(TALLIES);
+    broker.create_topic(ALERTS, 4, 1).expect("alerts topic");
+    let bootstrap = broker.bootstrap_servers();
+    let alerts = || {
+        let bootstrap = bootstrap.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                colo_connectors::read_outputs(
+                    &bootstrap,
+                    &[],
+                    ALERTS,
+                    OUTPUT_ID_HEADER,
+                    Duration::from_secs(10),
+                )
+            })
+            .await
+            .expect("reader")
+            .expect("alerts read")
+        }
+    };
+    let (first_dir, second_dir) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let unused = Sink {
+        hold: true,
+        ..Sink::default()
+    };
+    let first_store = open(&first_dir);
+    let first = node_on(
+        "a",
+        crate::changelog::transactional_store(&broker, TALLIES, &first_store)
+            .with_outputs(unused.clone()),
+    );
+    first
+        .region
+        .ask("gu", Msg::Add(6), ASK)
+        .await
+        .expect("added");
+    first
+        .region
+        .ask("gu", Msg::AddThenFail(6), ASK)
+        .await
+        .expect_err("fails");
+    first
+        .region
+        .ask("gu", Msg::Add(6), ASK)
+        .await
+        .expect("durable");
+    let read = alerts().await;
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert_eq!(read[0].value, b"crossed at 12");
+    assert_eq!(read[0].key, b"gu");
+    let record = stored_as(&first_store, TALLIES, "gu")
+        .await
+        .expect("stored");
+    assert!(
+        record.outbox.is_empty(),
+        "kept in the record: {:?}",
+        record.outbox
+    );
+    assert!(unused.sent().is_empty(), "sent outside the transaction");
+    first.node.kill().await;
+    drop(first);
+
+    let second_store = open(&second_dir);
+    let second = node_on(
+        "b",
+        crate::changelog::transactional_store(&broker, TALLIES, &second_store)
+            .with_outputs(unused.clone()),
+    );
+    assert_eq!(
+        second
+            .region
+            .ask("gu", Msg::Add(1), ASK)
+            .await
+            .expect("added")
+            .0,
+        13,
+        "restored from the changelog"
+    );
+    let again = alerts().await;
+    assert_eq!(
+        again.iter().map(|o| o.id.clone()).collect::<Vec<_>>(),
+        read.iter().map(|o| o.id.clone()).collect::<Vec<_>>(),
+        "emitted again"
+    );
 }

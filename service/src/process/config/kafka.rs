@@ -90,6 +90,15 @@ pub struct KafkaSection {
     /// to the dead-letter topic.
     #[serde(default = "default_redelivery_timeout", with = "humantime_serde")]
     pub redelivery_timeout: Duration,
+    /// Send the outputs of a durable entity type that emits records in
+    /// Kafka transactions, each with the changelog records of the changes
+    /// that emitted them: a reader with `read_committed` sees each output
+    /// once, without looking at ids. Each shard of such a type has a
+    /// producer of its own on its node (it fences the shard's last one).
+    /// Off: each output goes after its write, under its id, and a reader
+    /// drops the rare copy by that id.
+    #[serde(default)]
+    pub transactional_outputs: bool,
     /// librdkafka properties passed through to every Kafka client of the
     /// node (security, timeouts), e.g. `"session.timeout.ms" = "10000"`.
     /// Those colo sets itself (`group.id`, offset handling, the assignor)

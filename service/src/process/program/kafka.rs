@@ -92,19 +92,29 @@ pub(super) fn outputs(
     Ok(Some(producer))
 }
 
+/// A durable entity type this node hosts.
+pub(super) struct DurableType {
+    pub name: String,
+    pub number_of_shards: u32,
+    /// Whether it emits records.
+    pub emits: bool,
+}
+
 /// The changelog of each durable entity type when the node has `[kafka]`:
 /// checked to exist with one partition per shard (created before, when
-/// `kafka.create_topics` is set). Blocking: call it off the runtime.
+/// `kafka.create_topics` is set), in transactions for a type that emits
+/// records when `kafka.transactional_outputs` is set. Blocking: call it
+/// off the runtime.
 pub(super) fn changelogs(
     config: &NodeConfig,
-    durable: &[(String, u32)],
+    durable: &[DurableType],
 ) -> Result<Vec<(String, Changelog)>, ProgramError> {
     let Some(kafka) = &config.kafka else {
         return Ok(Vec::new());
     };
     durable
         .iter()
-        .map(|(name, number_of_shards)| {
+        .map(|DurableType { name, number_of_shards, emits }| {
             let topic = kafka.changelog_topic(name);
             let changelog = Changelog::writing_within(
                 &kafka.bootstrap_servers,
@@ -114,6 +124,13 @@ pub(super) fn changelogs(
                 changelog_write_bound(config),
             )
             .and_then(|c| c.check(*number_of_shards).map(|()| c))
+            .map(|c| {
+                if *emits && kafka.transactional_outputs {
+                    c.with_transactions()
+                } else {
+                    c
+                }
+            })
             .map_err(|e| {
                 ProgramError::Settings(format!(
                     "entity type {name:?} is durable, and its changelog cannot be used: {e} (kafka.create_topics = true creates it)"

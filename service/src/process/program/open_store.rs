@@ -13,10 +13,14 @@ pub(super) async fn open_store(
     config: &NodeConfig,
     entity_types: &[Box<dyn Registration>],
 ) -> Result<Option<NodeStore>, ProgramError> {
-    let durable: Vec<(String, u32)> = entity_types
+    let durable: Vec<kafka::DurableType> = entity_types
         .iter()
         .filter(|t| t.is_durable() && roles::hosts(config, t.as_ref()))
-        .map(|t| (t.name().to_string(), t.settings().number_of_shards))
+        .map(|t| kafka::DurableType {
+            name: t.name().to_string(),
+            number_of_shards: t.settings().number_of_shards,
+            emits: !t.outputs().is_empty(),
+        })
         .collect();
     if durable.is_empty() {
         return Ok(None);

@@ -78,11 +78,17 @@ async fn a_changelog_write_the_broker_does_not_take_is_given_up_within_the_fenci
     let config = config(&[bootstrap.as_str(), "kafka.cluster=bounded"]);
     let margin = config.coordinator.region_timeout - config.coordinator.fence_timeout;
     assert_eq!(kafka::changelog_write_bound(&config), margin / 2);
-    let changelogs =
-        tokio::task::spawn_blocking(move || kafka::changelogs(&config, &[(COUNTER.into(), 2)]))
-            .await
-            .expect("checked")
-            .expect("the changelog");
+    let changelogs = tokio::task::spawn_blocking(move || {
+        let counter = kafka::DurableType {
+            name: COUNTER.into(),
+            number_of_shards: 2,
+            emits: false,
+        };
+        kafka::changelogs(&config, &[counter])
+    })
+    .await
+    .expect("checked")
+    .expect("the changelog");
     let changelog = &changelogs[0].1;
     changelog
         .write(0, &[(b"k", b"taken")])

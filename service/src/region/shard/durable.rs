@@ -44,7 +44,7 @@ use crate::envelope::{Cause, Reply};
 use crate::error::AskError;
 use crate::metrics::StateMetrics;
 use crate::settings::ShardingSettings;
-use crate::store::{restore_until_done, Restore, Restored};
+use crate::store::{restore_until_done, Restore, Restored, Transactions};
 use crate::store::{DurableShards, EntityChangelog, NodeStore};
 use colo_allocation::ShardId;
 use colo_state::{Beside, StateRecord};
@@ -74,10 +74,17 @@ pub(super) enum Start<E> {
 
 /// A write: to the changelog first (if the entity type has one), then to
 /// the node's store with the changelog's new checkpoint.
-type WriteTask = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+type WriteTask = Pin<Box<dyn Future<Output = Result<(), WriteFailed>> + Send>>;
+
+/// Why a write failed, and whether its transaction committed before (its
+/// outputs are sent then, whatever the node's store said).
+pub(super) struct WriteFailed {
+    why: String,
+    committed: bool,
+}
 
 /// A shard's restore, while it runs.
-type Restoring = Pin<Box<dyn Future<Output = Restored> + Send>>;
+type Restoring = Pin<Box<dyn Future<Output = (Restored, Transactions)> + Send>>;
 
 pub(super) struct DurableShard<E: Entity> {
     codec: StateCodec<E>,
@@ -102,6 +109,9 @@ pub(super) struct DurableShard<E: Entity> {
     /// How long, and how many, idempotency keys an entity keeps.
     retention: KeyRetention,
     changelog: Option<Arc<dyn EntityChangelog>>,
+    /// With transactions: this start's writer of its changelog partition,
+    /// opened by its restore.
+    transactions: Transactions,
     /// Until it is done, the shard takes no mail.
     restoring: Option<Restoring>,
     /// Remembered entities still to start, once restored.
@@ -183,6 +193,7 @@ impl<E: Entity> DurableShard<E> {
             deletions: Deletions::default(),
             retention,
             changelog,
+            transactions: None,
             restoring,
             recovery: remember.map(Recovery::new),
             kept: Map::default(),
@@ -234,10 +245,14 @@ impl<E: Entity> DurableShard<E> {
         let Some(restoring) = self.restoring.as_mut() else {
             return false;
         };
-        let Poll::Ready(restored) = restoring.as_mut().poll(cx) else {
+        let Poll::Ready((restored, transactions)) = restoring.as_mut().poll(cx) else {
             return false;
         };
         self.restoring = None;
+        if transactions.is_some() {
+            self.outbox.in_transactions();
+        }
+        self.transactions = transactions;
         self.epoch = restored.epoch;
         self.marker = restored.marker;
         self.durability.restored();

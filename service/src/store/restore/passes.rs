@@ -28,7 +28,11 @@ impl Restore {
     ///
     /// # Errors
     /// The store or the changelog failed, or a record cannot be read.
-    pub async fn run(self: Arc<Self>) -> Result<Restored, RestoreError> {
+    /// With `transactions`, the marker is written in one of the start's.
+    pub async fn run(
+        self: Arc<Self>,
+        transactions: Transactions,
+    ) -> Result<Restored, RestoreError> {
         let started = Instant::now();
         let _writer = self.writer.clone().lock_owned().await;
         let local = self.checkpoint().await?;
@@ -38,17 +42,15 @@ impl Restore {
         );
         let key = marker_key(&self.node, self.shard);
         let mark = fingerprint(&key);
-        let offsets = self
-            .changelog
-            .write(
-                self.partition(),
-                &[ChangelogWrite {
-                    key: &key,
-                    value: Some(marker.as_bytes()),
-                    tag: None,
-                }],
-            )
-            .await?;
+        let records = [ChangelogWrite {
+            key: &key,
+            value: Some(marker.as_bytes()),
+            tag: None,
+        }];
+        let offsets = match &transactions {
+            Some(transactions) => transactions.write(&records, &[]).await?,
+            None => self.changelog.write(self.partition(), &records).await?,
+        };
         let Some(&epoch) = offsets.first() else {
             return Err(RestoreError::Thread("the marker got no offset".into()));
         };

@@ -47,6 +47,17 @@ fn the_example_kafka_section_parses_and_names_group_and_dead_letter_topic() {
     );
     assert_eq!(ingest.source.commit_timeout, Duration::from_secs(10));
     assert!(c.ingest_settings("counter").is_none());
+    assert!(
+        !kafka.transactional_outputs,
+        "outputs at least once, by default"
+    );
+    let set = load(
+        &example_with_kafka(),
+        &[],
+        &["kafka.transactional_outputs=true"],
+    )
+    .unwrap();
+    assert!(set.kafka.expect("[kafka]").transactional_outputs);
 }
 
 #[test]

@@ -11,6 +11,12 @@
 //! the node dies between its send and the write that drops it: the next
 //! owner sends what the record still holds, under the same id.
 //!
+//! With transactions (`kafka.transactional_outputs`), the outputs never
+//! enter the record: each write takes the outputs of its changes into
+//! the transaction that writes their records to the changelog, and they
+//! leave the outbox once it commits. A write that does not commit sends
+//! none of them, and the next write takes them again.
+//!
 //! The next owner finds those records through the shard's index in the
 //! node's store: an entry due at once, under an empty name
 //! ([`TimerKey::outbox`]), written with the record that first holds an
@@ -18,6 +24,9 @@
 //! puts it back for each restored record with outputs
 //! (`store/applier.rs`). When the shard reads it, it reads the entity's
 //! record from the store and sends what its outbox holds.
+
+mod ids;
+mod transactions;
 
 use super::timers::ShardTimers;
 use super::{DurableShard, Earlier, Map};
@@ -116,6 +125,10 @@ pub(in crate::region::shard) struct ShardOutbox {
     start: u64,
     /// Numbers those outputs within this start.
     next: u64,
+    /// Whether outputs go in the transactions of the writes that hold
+    /// their changes, rather than in the records (known once the shard is
+    /// restored, before it takes a message).
+    transactional: bool,
     metrics: OutputMetrics,
 }
 
@@ -134,6 +147,7 @@ impl ShardOutbox {
             finding: None,
             start: rand::random(),
             next: 0,
+            transactional: false,
             metrics: OutputMetrics::new(entity_type),
         }
     }
@@ -155,6 +169,9 @@ impl ShardOutbox {
     /// record in the write, or in the failed one whose records this one
     /// took).
     pub fn written(&mut self, seq: u64, states: &Map<Vec<u8>>) {
+        if self.transactional {
+            return self.committed(seq, states);
+        }
         for (id, record) in states {
             let Some(entry) = self.entities.get_mut(id) else {
                 continue;
@@ -218,7 +235,9 @@ impl ShardOutbox {
                     value: emitted.value,
                     headers: emitted.headers,
                 };
-                outbox.push(output.clone());
+                if !self.transactional {
+                    outbox.push(output.clone());
+                }
                 entry.outputs.push(Pending {
                     output,
                     phase: Phase::Unwritten { seq },
@@ -243,7 +262,11 @@ impl ShardOutbox {
             if self.indexed.remove(id) {
                 timers.mark_outbox(TimerKey::outbox(id.as_str()), false);
             }
-            self.entities.remove(id);
+            // With transactions, its outputs wait for their write here
+            // only.
+            if self.entities.get(id).is_none_or(|e| e.outputs.is_empty()) {
+                self.entities.remove(id);
+            }
         }
     }
 
@@ -258,39 +281,6 @@ impl ShardOutbox {
             .count();
         self.metrics.pending.decrement(pending as f64);
         self.entities.clear();
-    }
-
-    /// Each output's id: the entity type, and what caused it (a record's
-    /// topic, partition and offset, a timer's due time and name, a tell's
-    /// idempotency key; else the shard, this start and a count), then its
-    /// place among the message's outputs. The same message handled again
-    /// emits the same ids.
-    fn ids(
-        &mut self,
-        (entity_type, shard): (&str, ShardId),
-        id: &EntityId,
-        cause: Option<&Cause>,
-        n: usize,
-    ) -> Vec<String> {
-        let base = match cause {
-            Some(Cause::Record(origin)) => {
-                let (topic, partition) =
-                    crate::envelope::Origin::partition_of(&origin.source, shard);
-                format!("{entity_type}/{topic}/{partition}/{}", origin.offset)
-            }
-            Some(Cause::Timer(key)) => {
-                format!("{entity_type}/timer/{id}/{}/{}", key.due, key.name)
-            }
-            Some(Cause::Keyed(key)) => format!("{entity_type}/tell/{id}/{key}"),
-            None => {
-                self.next += 1;
-                format!(
-                    "{entity_type}/{}/{:016x}/{}",
-                    shard.0, self.start, self.next
-                )
-            }
-        };
-        (0..n).map(|i| format!("{base}/{i}")).collect()
     }
 }
 
@@ -466,13 +456,7 @@ impl<E: Entity> DurableShard<E> {
             let records: Vec<OutputRecord<'_>> = batch
                 .iter()
                 .flat_map(|(_, outputs)| outputs.iter())
-                .map(|o| OutputRecord {
-                    topic: &o.topic,
-                    key: &o.key,
-                    value: &o.value,
-                    headers: &o.headers,
-                    id: &o.id,
-                })
+                .map(Into::into)
                 .collect();
             let result = sink.send(&records).await;
             if let Err(e) = &result {

@@ -6,14 +6,14 @@
 
 use super::deletions::{Deleted, Deletions};
 use super::timers::{add_changes, IndexChanges};
-use super::{DurableShard, Earlier, Held, Map, WriteTask};
+use super::{DurableShard, Earlier, Held, Map, WriteFailed, WriteTask};
 use crate::entity::Entity;
 use crate::error::AskError;
 use crate::node_context::NodeContext;
 use crate::store::{removal_keys, removal_tag, state_key, NodeStore};
-use crate::store::{ChangelogWrite, EntityChangelog};
+use crate::store::{ChangelogWrite, EntityChangelog, OutputRecord, ShardTransactions};
 use colo_allocation::ShardId;
-use colo_state::{Checkpoint, CheckpointKind, WriteBatch};
+use colo_state::{Checkpoint, CheckpointKind, Output, WriteBatch};
 use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -115,9 +115,14 @@ impl<E: Entity> DurableShard<E> {
         let timers = Arc::new(std::mem::take(&mut self.timers.unwritten));
         let seq = self.seq;
         self.seq += 1;
+        let outputs = self.outbox.to_commit(seq, &states);
+        let log = match &self.transactions {
+            Some(transactions) => Log::Transactions(transactions.clone(), outputs),
+            None => Log::Plain(self.changelog.clone()),
+        };
         let task = Box::pin(write(
             self.store.clone(),
-            self.changelog.clone(),
+            log,
             (self.entity_type.clone(), self.shard),
             (self.epoch, self.marker),
             Changes {
@@ -188,7 +193,12 @@ impl<E: Entity> DurableShard<E> {
                     node.reply(reply, result);
                 }
             }
-            Err(e) => {
+            Err(WriteFailed { why: e, committed }) => {
+                if committed {
+                    // Its outputs are read: the next write, which takes
+                    // its records again, must not send them again.
+                    self.outbox.written(writing.seq, &writing.states);
+                }
                 self.shards.write_failed(self.shard, e.clone());
                 self.metrics.writes_failed.increment(1);
                 tracing::error!(entity_type = %self.entity_type, shard = %self.shard, entities = writing.states.len(), error = %e, "entity state could not be written; nothing it covers is acknowledged, and it is tried again");
@@ -284,6 +294,14 @@ pub(super) struct Changes {
     pub timers: Arc<IndexChanges>,
 }
 
+/// Where a write goes before the node's store.
+pub(super) enum Log {
+    /// The entity type's changelog, if it has one.
+    Plain(Option<Arc<dyn EntityChangelog>>),
+    /// This start's transactions, with the outputs of the write's changes.
+    Transactions(Arc<dyn ShardTransactions>, Vec<Output>),
+}
+
 /// One changelog record of a write, its key owned.
 struct Record<'a> {
     key: Vec<u8>,
@@ -293,11 +311,11 @@ struct Record<'a> {
 
 pub(super) async fn write(
     store: Arc<NodeStore>,
-    changelog: Option<Arc<dyn EntityChangelog>>,
+    log: Log,
     (entity_type, shard): (Arc<str>, ShardId),
     (epoch, marker): (u64, u64),
     changes: Changes,
-) -> Result<(), String> {
+) -> Result<(), WriteFailed> {
     let Changes {
         states,
         retired,
@@ -305,7 +323,7 @@ pub(super) async fn write(
         timers,
     } = changes;
     let mut checkpoint = None;
-    if let Some(changelog) = changelog {
+    if !matches!(log, Log::Plain(None)) {
         let retired = retired.iter().flat_map(|(id, earlier)| {
             earlier.iter().map(move |start| Record {
                 key: state_key(id.as_str(), *start),
@@ -336,10 +354,18 @@ pub(super) async fn write(
             })
             .collect();
         let partition = i32::try_from(shard.0).unwrap_or(i32::MAX);
-        let offsets = changelog
-            .write(partition, &writes)
-            .await
-            .map_err(|e| e.to_string())?;
+        let offsets = match &log {
+            Log::Plain(None) => Ok(Vec::new()),
+            Log::Plain(Some(changelog)) => changelog.write(partition, &writes).await,
+            Log::Transactions(transactions, outputs) => {
+                let outputs: Vec<OutputRecord<'_>> = outputs.iter().map(Into::into).collect();
+                transactions.write(&writes, &outputs).await
+            }
+        }
+        .map_err(|e| WriteFailed {
+            why: e.to_string(),
+            committed: false,
+        })?;
         checkpoint = offsets.iter().max().map(|last| Checkpoint {
             offset: u64::try_from(*last).unwrap_or(0) + 1,
             epoch,
@@ -358,5 +384,8 @@ pub(super) async fn write(
     if let Some(checkpoint) = checkpoint {
         batch.checkpoint(shard, checkpoint);
     }
-    store.commit(batch).await
+    store.commit(batch).await.map_err(|why| WriteFailed {
+        why,
+        committed: matches!(log, Log::Transactions(..)),
+    })
 }
