@@ -74,6 +74,8 @@ impl<'a> ChangelogWrite<'a> {
 pub enum ChangelogError {
     #[error("changelog {topic}: {source}")]
     Kafka { topic: String, source: KafkaError },
+    #[error("changelog {topic}, partition {partition}: the last start of this shard in this process still holds its transactional producer")]
+    LastStartHolds { topic: String, partition: i32 },
     #[error("changelog {topic}, partition {partition}: no record for {0:?} while reading up to offset {until}", .stalled)]
     Stalled {
         topic: String,
@@ -99,6 +101,9 @@ pub struct Changelog {
     /// Whether each start of a shard writes its partition in transactions
     /// of its own (see `transactions.rs`).
     transactional: bool,
+    /// Per partition, the turn of the start whose transactional producer
+    /// is open (see `transactions.rs`).
+    turns: transactions::Turns,
 }
 
 impl std::fmt::Debug for Changelog {
@@ -214,6 +219,7 @@ impl Changelog {
             queue_within: write_within / 2,
             write_within,
             transactional: false,
+            turns: transactions::Turns::default(),
         })
     }
 

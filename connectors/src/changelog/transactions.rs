@@ -6,10 +6,18 @@
 //! Each start of a shard has a producer of its own, whose
 //! `transactional.id` names the changelog and the partition: the same for
 //! every start, on any node. Opening it fences the shard's last producer,
-//! wherever it runs (a node that lost the shard and still writes sees its
-//! next commit refused), and aborts the transaction that producer left
-//! open, before the start reads the partition back: a reader with
-//! `read_committed` reads no further than an open transaction.
+//! wherever it runs (a node that lost the shard with a transaction under
+//! way has that transaction refused), and aborts the transaction that
+//! producer left open, before the start reads the partition back: a
+//! reader with `read_committed` reads no further than an open
+//! transaction.
+//!
+//! Two producers of one shard in one process must not overlap: one that a
+//! stopped start left in a blocking call of librdkafka (an abort that
+//! bumps its epoch, once the coordinator answers) could fence the next
+//! start's after it opened, and that start would write nothing more while
+//! it owns the shard. So a start's producer takes its partition's turn,
+//! and gives it back only once nothing holds that producer any more.
 //!
 //! Kafka Streams' first exactly-once mode had a producer per task in the
 //! same way; its second fences through the consumer group instead, which
@@ -22,18 +30,34 @@ use crate::producer::PARTITIONER;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
 use rdkafka::types::RDKafkaErrorCode;
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
-/// The producer of one start of a shard, and whether it may still write.
+/// Per partition, the turn a start's producer holds while it lives.
+pub(super) type Turns = Arc<parking_lot::Mutex<HashMap<i32, Arc<Mutex<()>>>>>;
+
+/// A start's producer, with its partition's turn: shared by the blocking
+/// calls made with it, so the turn passes on only once the last of them
+/// returned.
+struct Turned {
+    producer: AwaitedProducer,
+    _turn: OwnedMutexGuard<()>,
+}
+
+/// The producer of one start of a shard.
 enum Writer {
-    Open(AwaitedProducer),
-    /// A later start of the shard opened a producer of its own: this one
-    /// writes nothing more.
-    Fenced,
-    /// A failure librdkafka cannot recover from: the next write opens the
-    /// producer again.
-    Broken,
+    Open(Arc<Turned>),
+    /// Fenced, or failed as librdkafka cannot recover from: the next write
+    /// opens a producer again. Fenced while this start still writes: the
+    /// producer that fenced it is one a start that no longer serves left
+    /// opening (in a blocking call its start could not stop), and this
+    /// start, which serves, takes the shard's transactions back. A start
+    /// that no longer serves writes nothing (its lease stops it first), so
+    /// a start deposed while a transaction of its was open has only that
+    /// transaction refused.
+    Closed,
 }
 
 /// Writes one shard's changelog partition, and its outputs, in
@@ -46,6 +70,8 @@ pub struct ShardTransactions {
     timeout: Duration,
     /// Bounds getting a write's records into librdkafka's queue.
     queue_within: Duration,
+    /// The partition's turn, taken by each producer this start opens.
+    turn: Arc<Mutex<()>>,
     writer: Mutex<Writer>,
 }
 
@@ -71,24 +97,31 @@ impl Changelog {
         config
             .set("transactional.id", format!("{}.{partition}", self.topic))
             // An open transaction of a node that died holds back every
-            // reader with `read_committed` until the shard's next start
-            // aborts it, or the broker does after this.
+            // reader of the partitions it wrote (the output topics'
+            // included) until the shard's next start aborts it, or the
+            // broker does after this: 10 s, as Kafka Streams' exactly-once
+            // default, or a write's bound if that is longer.
             .set(
                 "transaction.timeout.ms",
-                self.timeout.as_millis().max(1000).to_string(),
+                self.write_within
+                    .max(Duration::from_secs(10))
+                    .as_millis()
+                    .to_string(),
             )
             .set("message.timeout.ms", within.to_string())
             .set("request.timeout.ms", within.to_string())
             // Outputs go to their key's partition, as the outputs'
             // idempotent producer sends them.
             .set("partitioner", PARTITIONER);
+        let turn = self.turns.lock().entry(partition).or_default().clone();
         let transactions = ShardTransactions {
             topic: self.topic.clone(),
             partition,
             config,
             timeout: self.timeout,
             queue_within: self.write_within / 2,
-            writer: Mutex::new(Writer::Broken),
+            turn,
+            writer: Mutex::new(Writer::Closed),
         };
         let producer = transactions.open().await?;
         *transactions.writer.lock().await = Writer::Open(producer);
@@ -104,14 +137,26 @@ impl ShardTransactions {
         }
     }
 
-    async fn open(&self) -> Result<AwaitedProducer, ChangelogError> {
+    /// Opens a producer once the partition's last one in this process is
+    /// gone: its blocking calls end within the timeout, so the wait is
+    /// bounded by twice that.
+    async fn open(&self) -> Result<Arc<Turned>, ChangelogError> {
+        let turn = tokio::time::timeout(self.timeout * 2, self.turn.clone().lock_owned())
+            .await
+            .map_err(|_| ChangelogError::LastStartHolds {
+                topic: self.topic.clone(),
+                partition: self.partition,
+            })?;
         let producer = AwaitedProducer::new(&self.config).map_err(|e| self.error(e))?;
-        let base = producer.base();
-        let timeout = self.timeout;
-        blocking(move || base.init_transactions(timeout))
+        let turned = Arc::new(Turned {
+            producer,
+            _turn: turn,
+        });
+        let (held, timeout) = (turned.clone(), self.timeout);
+        blocking(move || held.producer.base().init_transactions(timeout))
             .await
             .map_err(|e| self.error(e))?;
-        Ok(producer)
+        Ok(turned)
     }
 
     /// Writes `records` to the partition and sends `outputs`, in one
@@ -119,8 +164,8 @@ impl ShardTransactions {
     ///
     /// # Errors
     /// The transaction did not commit (none of it is read then with
-    /// `read_committed`: the caller writes it all again), or a later start
-    /// of the shard fenced this one.
+    /// `read_committed`: the caller writes it all again), a later start of
+    /// the shard fenced this one among them.
     pub async fn write(
         &self,
         records: &[ChangelogWrite<'_>],
@@ -129,10 +174,7 @@ impl ShardTransactions {
         let mut writer = self.writer.lock().await;
         let producer = match &*writer {
             Writer::Open(producer) => producer.clone(),
-            Writer::Fenced => {
-                return Err(self.error(KafkaError::MessageProduction(RDKafkaErrorCode::Fenced)))
-            }
-            Writer::Broken => {
+            Writer::Closed => {
                 let producer = self.open().await?;
                 *writer = Writer::Open(producer.clone());
                 producer
@@ -142,30 +184,27 @@ impl ShardTransactions {
         let Err(e) = written else {
             return written;
         };
-        let base = producer.base();
-        let timeout = self.timeout;
+        let (held, timeout) = (producer.clone(), self.timeout);
         let aborted = match &e {
             ChangelogError::Kafka { source, .. } if fatal(source) => Err(source.clone()),
-            _ => blocking(move || base.abort_transaction(timeout)).await,
+            _ => blocking(move || held.producer.base().abort_transaction(timeout)).await,
         };
         if let Err(why) = aborted {
-            *writer = if fenced(&why)
-                || matches!(&e, ChangelogError::Kafka { source, .. } if fenced(source))
-            {
-                Writer::Fenced
-            } else {
-                Writer::Broken
-            };
+            if fenced(&why) {
+                tracing::warn!(topic = %self.topic, partition = self.partition, "another start of this shard opened its transactions: this one's transaction is refused, and its next write opens them again");
+            }
+            *writer = Writer::Closed;
         }
         Err(e)
     }
 
     async fn transaction(
         &self,
-        producer: &AwaitedProducer,
+        turned: &Arc<Turned>,
         records: &[ChangelogWrite<'_>],
         outputs: &[OutputWrite<'_>],
     ) -> Result<Vec<i64>, ChangelogError> {
+        let producer = &turned.producer;
         producer
             .base()
             .begin_transaction()
@@ -191,8 +230,8 @@ impl ShardTransactions {
         }
         let offsets = delivered(pending).await.map_err(|e| self.error(e))?;
         delivered(sent).await.map_err(|e| self.error(e))?;
-        let (base, timeout) = (producer.base(), self.timeout);
-        blocking(move || base.commit_transaction(timeout))
+        let (held, timeout) = (turned.clone(), self.timeout);
+        blocking(move || held.producer.base().commit_transaction(timeout))
             .await
             .map_err(|e| self.error(e))?;
         Ok(offsets)
