@@ -28,20 +28,15 @@ use colo_tests::process::{NodeProcess, Program};
 use colo_tests::purchases::Producer;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::time::{Duration, Instant};
-use support::{cpu_seconds, env, through, Rate};
+use support::{cpu_seconds, env, through, user_node_sets, Rate};
 
 const PARTITIONS: u32 = 24;
 
 fn node_sets(bootstrap: &str, topic: &str, cluster: &str, debug: bool) -> Vec<String> {
-    let mut sets = vec![
-        r#"node.entity_types=["user"]"#.to_string(),
-        format!("sharding.number_of_shards={PARTITIONS}"),
-        format!(r#"kafka.bootstrap_servers="{bootstrap}""#),
-        format!(r#"kafka.cluster="{cluster}""#),
-        format!(r#"kafka.topics.user=["{topic}"]"#),
-        "kafka.create_topics=true".to_string(),
+    let mut sets = user_node_sets(bootstrap, topic, cluster, PARTITIONS);
+    sets.push(
         r#"kafka.client={"session.timeout.ms"="6000","heartbeat.interval.ms"="500"}"#.to_string(),
-    ];
+    );
     if debug {
         sets.extend(JSON_LOGS.iter().map(|s| s.to_string()));
     } else {

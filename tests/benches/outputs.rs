@@ -25,20 +25,14 @@ use colo_tests::process::Program;
 use colo_tests::purchases::Producer;
 use std::collections::BTreeSet;
 use std::time::Duration;
-use support::{cpu_seconds, env, through_all, Rate, HANDLED};
+use support::{cpu_seconds, env, through_all, user_node_sets, Rate, HANDLED};
 
 const PARTITIONS: u32 = 12;
 
 fn node_sets(bootstrap: &str, topic: &str, cluster: &str) -> Vec<String> {
-    vec![
-        r#"node.entity_types=["user"]"#.to_string(),
-        format!("sharding.number_of_shards={PARTITIONS}"),
-        format!(r#"kafka.bootstrap_servers="{bootstrap}""#),
-        format!(r#"kafka.cluster="{cluster}""#),
-        format!(r#"kafka.topics.user=["{topic}"]"#),
-        "kafka.create_topics=true".to_string(),
-        r#"log.level="warn""#.to_string(),
-    ]
+    let mut sets = user_node_sets(bootstrap, topic, cluster, PARTITIONS);
+    sets.push(r#"log.level="warn""#.to_string());
+    sets
 }
 
 const RECEIPTS: Program = Program::Example("users_with_receipts");

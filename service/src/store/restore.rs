@@ -281,24 +281,10 @@ pub(crate) async fn restore_until_done(
     metrics: StateMetrics,
 ) -> (Restored, Transactions) {
     let mut backoff = Duration::from_millis(100);
-    let partition = i32::try_from(restore.shard.0).unwrap_or(i32::MAX);
-    let transactions = loop {
-        let Some(opening) = restore.changelog.transactions(partition) else {
-            break None;
-        };
-        match opening.await {
-            Ok(opened) => break Some(Arc::from(opened)),
-            Err(e) => {
-                metrics.restore_failures.increment(1);
-                tracing::error!(entity_type = %restore.entity_type, shard = %restore.shard, error = %e, retry_in = ?backoff, "the shard's changelog transactions cannot be opened; the shard serves nothing until they are");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(10));
-            }
-        }
-    };
+    let mut transactions = None;
     loop {
         tracing::info!(entity_type = %restore.entity_type, shard = %restore.shard, "restoring shard state");
-        match restore.clone().run(transactions.clone()).await {
+        match restore.clone().run(&mut transactions).await {
             Ok(restored) => {
                 metrics.restored(restored.from.label(), restored.took, restored.read);
                 tracing::info!(

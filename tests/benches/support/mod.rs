@@ -8,6 +8,19 @@ use colo_tests::process::NodeProcess;
 use std::time::Duration;
 
 /// A knob of the bench from the environment, or its default.
+/// The `--set`s of a node of the sample's users reading `topic` of
+/// `shards` partitions, creating its topics, as `cluster`.
+pub fn user_node_sets(bootstrap: &str, topic: &str, cluster: &str, shards: u32) -> Vec<String> {
+    vec![
+        r#"node.entity_types=["user"]"#.to_string(),
+        format!("sharding.number_of_shards={shards}"),
+        format!(r#"kafka.bootstrap_servers="{bootstrap}""#),
+        format!(r#"kafka.cluster="{cluster}""#),
+        format!(r#"kafka.topics.user=["{topic}"]"#),
+        "kafka.create_topics=true".to_string(),
+    ]
+}
+
 pub fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()

@@ -109,9 +109,6 @@ pub(super) struct DurableShard<E: Entity> {
     /// How long, and how many, idempotency keys an entity keeps.
     retention: KeyRetention,
     changelog: Option<Arc<dyn EntityChangelog>>,
-    /// With transactions: this start's writer of its changelog partition,
-    /// opened by its restore.
-    transactions: Transactions,
     /// Until it is done, the shard takes no mail.
     restoring: Option<Restoring>,
     /// Remembered entities still to start, once restored.
@@ -193,7 +190,6 @@ impl<E: Entity> DurableShard<E> {
             deletions: Deletions::default(),
             retention,
             changelog,
-            transactions: None,
             restoring,
             recovery: remember.map(Recovery::new),
             kept: Map::default(),
@@ -249,10 +245,7 @@ impl<E: Entity> DurableShard<E> {
             return false;
         };
         self.restoring = None;
-        if transactions.is_some() {
-            self.outbox.in_transactions();
-        }
-        self.transactions = transactions;
+        self.outbox.in_transactions(transactions);
         self.epoch = restored.epoch;
         self.marker = restored.marker;
         self.durability.restored();

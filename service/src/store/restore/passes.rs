@@ -28,11 +28,18 @@ impl Restore {
     ///
     /// # Errors
     /// The store or the changelog failed, or a record cannot be read.
-    /// With `transactions`, the marker is written in one of the start's.
+    /// With transactions, the start's writer is opened first (kept in
+    /// `transactions` for the next try and for the shard), and the marker
+    /// is written in one of its transactions.
     pub async fn run(
         self: Arc<Self>,
-        transactions: Transactions,
+        transactions: &mut Transactions,
     ) -> Result<Restored, RestoreError> {
+        if transactions.is_none() {
+            if let Some(opening) = self.changelog.transactions(self.partition()) {
+                *transactions = Some(Arc::from(opening.await?));
+            }
+        }
         let started = Instant::now();
         let _writer = self.writer.clone().lock_owned().await;
         let local = self.checkpoint().await?;
@@ -47,7 +54,7 @@ impl Restore {
             value: Some(marker.as_bytes()),
             tag: None,
         }];
-        let offsets = match &transactions {
+        let offsets = match transactions {
             Some(transactions) => transactions.write(&records, &[]).await?,
             None => self.changelog.write(self.partition(), &records).await?,
         };

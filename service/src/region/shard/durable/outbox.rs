@@ -34,7 +34,7 @@ use crate::entity::{Entity, EntityId};
 use crate::envelope::Cause;
 use crate::metrics::OutputMetrics;
 use crate::output::Emitted;
-use crate::store::{OutputRecord, OutputSink};
+use crate::store::{OutputRecord, OutputSink, Transactions};
 use colo_allocation::ShardId;
 use colo_state::{Output, StateRecord, TimerKey};
 use std::future::Future;
@@ -125,10 +125,10 @@ pub(in crate::region::shard) struct ShardOutbox {
     start: u64,
     /// Numbers those outputs within this start.
     next: u64,
-    /// Whether outputs go in the transactions of the writes that hold
-    /// their changes, rather than in the records (known once the shard is
-    /// restored, before it takes a message).
-    transactional: bool,
+    /// With transactions: this start's writer of its changelog partition,
+    /// opened by its restore (before the shard takes a message), which
+    /// takes the outputs of each write's changes rather than the records.
+    transactions: Transactions,
     metrics: OutputMetrics,
 }
 
@@ -147,7 +147,7 @@ impl ShardOutbox {
             finding: None,
             start: rand::random(),
             next: 0,
-            transactional: false,
+            transactions: None,
             metrics: OutputMetrics::new(entity_type),
         }
     }
@@ -169,7 +169,7 @@ impl ShardOutbox {
     /// record in the write, or in the failed one whose records this one
     /// took).
     pub fn written(&mut self, seq: u64, states: &Map<Vec<u8>>) {
-        if self.transactional {
+        if self.transactions.is_some() {
             return self.committed(seq, states);
         }
         for (id, record) in states {
@@ -235,7 +235,7 @@ impl ShardOutbox {
                     value: emitted.value,
                     headers: emitted.headers,
                 };
-                if !self.transactional {
+                if self.transactions.is_none() {
                     outbox.push(output.clone());
                 }
                 entry.outputs.push(Pending {

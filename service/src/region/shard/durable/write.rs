@@ -116,9 +116,9 @@ impl<E: Entity> DurableShard<E> {
         let seq = self.seq;
         self.seq += 1;
         let outputs = self.outbox.to_commit(seq, &states);
-        let log = match &self.transactions {
-            Some(transactions) => Log::Transactions(transactions.clone(), outputs),
-            None => Log::Plain(self.changelog.clone()),
+        let log = match self.outbox.transactions() {
+            Some(transactions) => Some(Log::Transactions(transactions.clone(), outputs)),
+            None => self.changelog.clone().map(Log::Plain),
         };
         let task = Box::pin(write(
             self.store.clone(),
@@ -294,10 +294,11 @@ pub(super) struct Changes {
     pub timers: Arc<IndexChanges>,
 }
 
-/// Where a write goes before the node's store.
+/// Where a write goes before the node's store, if its entity type has a
+/// changelog.
 pub(super) enum Log {
-    /// The entity type's changelog, if it has one.
-    Plain(Option<Arc<dyn EntityChangelog>>),
+    /// The entity type's changelog.
+    Plain(Arc<dyn EntityChangelog>),
     /// This start's transactions, with the outputs of the write's changes.
     Transactions(Arc<dyn ShardTransactions>, Vec<Output>),
 }
@@ -311,7 +312,7 @@ struct Record<'a> {
 
 pub(super) async fn write(
     store: Arc<NodeStore>,
-    log: Log,
+    log: Option<Log>,
     (entity_type, shard): (Arc<str>, ShardId),
     (epoch, marker): (u64, u64),
     changes: Changes,
@@ -323,7 +324,7 @@ pub(super) async fn write(
         timers,
     } = changes;
     let mut checkpoint = None;
-    if !matches!(log, Log::Plain(None)) {
+    if let Some(log) = &log {
         let retired = retired.iter().flat_map(|(id, earlier)| {
             earlier.iter().map(move |start| Record {
                 key: state_key(id.as_str(), *start),
@@ -354,9 +355,8 @@ pub(super) async fn write(
             })
             .collect();
         let partition = i32::try_from(shard.0).unwrap_or(i32::MAX);
-        let offsets = match &log {
-            Log::Plain(None) => Ok(Vec::new()),
-            Log::Plain(Some(changelog)) => changelog.write(partition, &writes).await,
+        let offsets = match log {
+            Log::Plain(changelog) => changelog.write(partition, &writes).await,
             Log::Transactions(transactions, outputs) => {
                 let outputs: Vec<OutputRecord<'_>> = outputs.iter().map(Into::into).collect();
                 transactions.write(&writes, &outputs).await
@@ -386,6 +386,6 @@ pub(super) async fn write(
     }
     store.commit(batch).await.map_err(|why| WriteFailed {
         why,
-        committed: matches!(log, Log::Transactions(..)),
+        committed: matches!(log, Some(Log::Transactions(..))),
     })
 }

@@ -4,18 +4,25 @@
 //! the outbox once it commits.
 
 use super::{Map, Phase, ShardOutbox};
+use crate::store::{ShardTransactions, Transactions};
 use colo_state::Output;
+use std::sync::Arc;
 
 impl ShardOutbox {
-    /// From now on, outputs go in the writes' transactions.
-    pub fn in_transactions(&mut self) {
-        self.transactional = true;
+    /// The start's writer, once restored: with one, outputs go in the
+    /// writes' transactions from now on.
+    pub fn in_transactions(&mut self, transactions: Transactions) {
+        self.transactions = transactions;
+    }
+
+    pub fn transactions(&self) -> Option<&Arc<dyn ShardTransactions>> {
+        self.transactions.as_ref()
     }
 
     /// With transactions: the outputs write `seq` takes, those of the
     /// changes its records hold.
     pub fn to_commit(&self, seq: u64, states: &Map<Vec<u8>>) -> Vec<Output> {
-        if !self.transactional || self.entities.is_empty() {
+        if self.transactions.is_none() || self.entities.is_empty() {
             return Vec::new();
         }
         states
